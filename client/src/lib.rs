@@ -1,0 +1,99 @@
+//! Crash-safe locks held by a `locksmith` helper process.
+//!
+//! A [`NetLock`] is a lock — a `flock(2)` file, a lock directory on NFS or on an FTP server,
+//! an etcd key, a PostgreSQL advisory lock — taken and held by a small helper process,
+//! `locksmith`, on behalf of this one. The helper releases it when the guard is dropped or
+//! [unlocked](NetLock::unlock), and also **at once if this process dies**, however it dies.
+//! This crate only names a *profile*; which backend, which server and which credentials it
+//! means is written in the profiles file the helper reads, so no password ever travels on
+//! a command line.
+//!
+//! ```no_run
+//! let lock = netlock::NetLock::new("phonestuff")?; // blocks until the lock is ours
+//! // ... upload phone.tsv ...
+//! lock.unlock()?;                                  // returns once the lock is really gone
+//! # Ok::<(), netlock::Error>(())
+//! ```
+//!
+//! Not waiting, or waiting a while:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! if let Some(lock) = netlock::NetLock::try_new("nightly")? {
+//!     // ... run the job ...
+//!     lock.unlock()?;
+//! }
+//!
+//! let lock = netlock::NetLock::builder("deploy")
+//!     .profiles("deploy/locks.toml")
+//!     .wait(Duration::from_secs(60))
+//!     .lock()?; // a `Busy` error if it is still held after a minute
+//! println!("fencing token: {:?}", lock.token());
+//! # Ok::<(), netlock::Error>(())
+//! ```
+//!
+//! Errors keep the helper's classification ([`ErrorKind`]: busy, config, unavailable,
+//! denied, lost, ...) and its message; `try_*` calls return `Ok(None)` rather than a busy
+//! error.
+//!
+//! # Layout
+//!
+//! - `guard.rs`: [`NetLock`] and [`Builder`]; holding, watching for `LOST`, releasing.
+//! - `spawn.rs`: finding the helper and starting it with its pipes.
+//! - `protocol.rs`: reading and parsing the helper's `OK` / `ERROR` / `LOST` lines.
+//! - `error.rs`: [`Error`] and [`ErrorKind`].
+//!
+//! # How it works
+//!
+//! The guard runs `locksmith --watch-stdin [--profiles FILE] [--wait D] [--shared] hold TAG`
+//! with stdin and stdout on pipes it keeps and stderr inherited (the helper's waiting
+//! message and logs appear on this process's stderr). The helper writes one line:
+//! `OK <profile> backend=<name> mode=<exclusive|shared> [token=<n>] [prev=crashed] ...`, or
+//! `ERROR <kind>: <message>` and exits with a sysexits code (64 usage, 69 unavailable, 74
+//! lost/io, 75 busy, 77 denied, 78 config). While held it writes nothing more, except
+//! `LOST <reason>` if the lock is lost (then it exits 74). The guard releases by closing the
+//! helper's stdin and waiting for it to exit.
+//!
+//! The helper is found, in this order, at [`Builder::helper`], `$LOCKSMITH_BIN`, a file
+//! named `locksmith` beside [`std::env::current_exe`] or in that directory's parent (so test
+//! binaries in `target/debug/deps` find `target/debug/locksmith`), and `locksmith` on
+//! `$PATH`.
+//!
+//! # Resource leaking
+//!
+//! - `Drop` releases the lock and reaps the helper; it never panics, and reports a failed
+//!   release on stderr. Use [`NetLock::unlock`] to get that error instead.
+//! - **If this process is `SIGKILL`ed** (or exits, or aborts), the helper notices its
+//!   stdout/stdin pipes closing and its parent's pidfd, and releases at once.
+//! - **If the helper is `SIGKILL`ed**, nobody releases the lock: it becomes breakable as
+//!   the backend allows — `flock` at once (the kernel drops it), `postgres` and `etcd` when
+//!   the session or lease ends, the directory and link backends at once on same-host proof
+//!   of death, else after `stale_after` without a heartbeat. [`NetLock::is_held`] turns
+//!   false and [`NetLock::unlock`] returns a [`Lost`](ErrorKind::Lost) error.
+//! - This does **not** guarantee mutual exclusion for a holder that is paused (`SIGSTOP`,
+//!   a VM pause) longer than `stale_after`: its lock can be broken under it. Pass the
+//!   [fencing token](NetLock::token) to whatever you write to, and let it refuse old ones.
+//! - Each guard owns one helper process and one small thread, which both end with it.
+//!   More in [`NetLock`]'s own `# Resource leaking` section.
+//!
+//! # Security
+//!
+//! - Whoever can write to `$LOCKSMITH_BIN`, to the directory of the current executable (or
+//!   its parent), or to a directory on `$PATH` decides which program runs as you and can
+//!   fake a lock. Programs that matter should pin the binary with [`Builder::helper`].
+//! - Only the profile name, the profiles path, the wait and `--shared` go on the helper's
+//!   command line (visible in `ps`). Credentials stay in the profiles file or in the
+//!   environment variables it names; the helper inherits this process's environment.
+//! - The helper refuses a profiles file holding an inline `password`, or any
+//!   `password_file`, that is readable by group or others.
+//! - Profile names are checked here (`[A-Za-z0-9._-]{1,64}`, no leading `-`) before
+//!   anything is spawned, so a name can never be read as an option.
+
+mod error;
+mod guard;
+mod protocol;
+mod spawn;
+
+pub use error::{Error, ErrorKind};
+pub use guard::{Builder, NetLock};

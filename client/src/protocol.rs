@@ -1,0 +1,424 @@
+//! The reader side of the pipe protocol (SPEC §4): reading one line from the helper's
+//! stdout and parsing `OK`, `ERROR` and `LOST` lines.
+//!
+//! The grammar, as this module accepts it (fields are separated by ASCII whitespace, so a
+//! stray trailing space or `\r` does not break a parent):
+//!
+//! ```text
+//! OK <profile> key=value ...      backend= required; token= a u64; mode= exclusive|shared
+//! ERROR <kind>: <message>         kind: usage unavailable lost io busy denied config
+//! LOST [<reason>]                 only after OK
+//! ```
+//!
+//! Anything else is a [`Protocol`](ErrorKind::Protocol) error.
+
+use std::io::{self, BufRead, Read};
+
+use crate::error::{Error, ErrorKind};
+
+/// Longest line accepted from the helper, newline included. A real `OK` line is a few
+/// hundred bytes; the cap keeps a wrong program from making us buffer without end.
+pub(crate) const MAX_LINE: u64 = 64 * 1024;
+
+/// One parsed line from the helper.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Line {
+    /// `OK <profile> key=value ...`: the lock is held.
+    Ok(OkLine),
+    /// `ERROR <kind>: <message>`. `kind` is `None` for a word this crate does not know
+    /// (the caller then falls back on the exit code); `word` keeps it as written.
+    Error {
+        kind: Option<ErrorKind>,
+        word: String,
+        message: String,
+    },
+    /// `LOST <reason>`: the lock was lost while held.
+    Lost { reason: String },
+}
+
+/// The fields of an `OK` line.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct OkLine {
+    /// The whole line, without its newline.
+    raw: String,
+    profile: String,
+    /// `key=value` pairs in the order the helper wrote them.
+    fields: Vec<(String, String)>,
+    token: Option<u64>,
+}
+
+impl OkLine {
+    pub(crate) fn raw(&self) -> &str {
+        &self.raw
+    }
+
+    pub(crate) fn profile(&self) -> &str {
+        &self.profile
+    }
+
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// `backend=`; [`parse`] guarantees it is present.
+    pub(crate) fn backend(&self) -> &str {
+        self.get("backend").unwrap_or_default()
+    }
+
+    pub(crate) fn token(&self) -> Option<u64> {
+        self.token
+    }
+
+    pub(crate) fn shared(&self) -> bool {
+        self.get("mode") == Some("shared")
+    }
+
+    pub(crate) fn prev_crashed(&self) -> bool {
+        self.get("prev") == Some("crashed")
+    }
+}
+
+/// Reads one `\n`-terminated line of at most [`MAX_LINE`] bytes and returns it without
+/// the newline. `Ok(None)` means end-of-file before any byte.
+///
+/// A line cut short by end-of-file, a line over the cap and a line that is not UTF-8 are
+/// [`Protocol`](ErrorKind::Protocol) errors; a failing `read(2)` is an
+/// [`Io`](ErrorKind::Io) error.
+pub(crate) fn read_line<R: BufRead>(reader: &mut R) -> Result<Option<String>, Error> {
+    let mut buf = Vec::new();
+    // `read_until` retries on EINTR.
+    let n = reader
+        .by_ref()
+        .take(MAX_LINE)
+        .read_until(b'\n', &mut buf)
+        .map_err(|e| io_error(&e))?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.pop() != Some(b'\n') {
+        let why = if n as u64 >= MAX_LINE {
+            format!("helper wrote a line longer than {MAX_LINE} bytes")
+        } else {
+            format!(
+                "helper's stdout ended in the middle of a line: {:?}",
+                String::from_utf8_lossy(&buf)
+            )
+        };
+        return Err(Error::new(ErrorKind::Protocol, why));
+    }
+    String::from_utf8(buf).map(Some).map_err(|e| {
+        Error::new(
+            ErrorKind::Protocol,
+            format!(
+                "helper wrote a line that is not UTF-8: {:?}",
+                String::from_utf8_lossy(e.as_bytes())
+            ),
+        )
+    })
+}
+
+fn io_error(err: &io::Error) -> Error {
+    Error::new(ErrorKind::Io, format!("reading the helper's stdout: {err}"))
+}
+
+/// Parses one line (without its newline).
+pub(crate) fn parse(line: &str) -> Result<Line, Error> {
+    let bad = |why: &str| {
+        Error::new(
+            ErrorKind::Protocol,
+            format!("unexpected line from helper ({why}): {line:?}"),
+        )
+    };
+    let (first, rest) = match line.split_once(|c: char| c.is_ascii_whitespace()) {
+        Some((first, rest)) => (first, rest.trim_ascii()),
+        None => (line, ""),
+    };
+    match first {
+        "OK" => parse_ok(line, rest).map_err(|why| bad(&why)),
+        "ERROR" => {
+            let Some((word, message)) = rest.split_once(':') else {
+                return Err(bad("ERROR without `<kind>:`"));
+            };
+            let word = word.trim_ascii();
+            if word.is_empty() {
+                return Err(bad("ERROR with an empty kind"));
+            }
+            Ok(Line::Error {
+                kind: ErrorKind::from_word(word),
+                word: word.to_owned(),
+                message: message.trim_ascii().to_owned(),
+            })
+        }
+        "LOST" => Ok(Line::Lost {
+            reason: rest.to_owned(),
+        }),
+        _ => Err(bad("expected OK, ERROR or LOST")),
+    }
+}
+
+fn parse_ok(line: &str, rest: &str) -> Result<Line, String> {
+    let mut words = rest.split_ascii_whitespace();
+    let profile = match words.next() {
+        Some(p) if !p.contains('=') => p.to_owned(),
+        _ => return Err("OK without a profile name".into()),
+    };
+    let mut fields: Vec<(String, String)> = Vec::new();
+    for word in words {
+        let Some((key, value)) = word.split_once('=') else {
+            return Err(format!("`{word}` is not key=value"));
+        };
+        if key.is_empty() {
+            return Err(format!("`{word}` has an empty key"));
+        }
+        if fields.iter().any(|(k, _)| k == key) {
+            return Err(format!("`{key}=` appears twice"));
+        }
+        fields.push((key.to_owned(), value.to_owned()));
+    }
+    let get = |key: &str| fields.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+    match get("backend") {
+        Some(b) if !b.is_empty() => {}
+        _ => return Err("OK without backend=".into()),
+    }
+    match get("mode").map(String::as_str) {
+        None | Some("exclusive" | "shared") => {}
+        Some(other) => return Err(format!("mode={other} is neither exclusive nor shared")),
+    }
+    let token = match get("token") {
+        None => None,
+        Some(t) => Some(
+            t.parse::<u64>()
+                .map_err(|_| format!("token={t} is not an unsigned 64-bit integer"))?,
+        ),
+    };
+    Ok(Line::Ok(OkLine {
+        raw: line.to_owned(),
+        profile,
+        fields,
+        token,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(line: &str) -> OkLine {
+        match parse(line) {
+            Ok(Line::Ok(ok)) => ok,
+            other => panic!("{line:?} parsed as {other:?}"),
+        }
+    }
+
+    fn protocol_error(line: &str) -> String {
+        match parse(line) {
+            Err(e) if e.kind() == ErrorKind::Protocol => e.message().to_owned(),
+            other => panic!("{line:?} should be a protocol error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ok_with_token() {
+        let line = "OK deploy backend=etcd mode=exclusive token=18446744073709551615 \
+                    since=2025-01-02T03:04:05Z";
+        let ok = ok(line);
+        assert_eq!(ok.raw(), line);
+        assert_eq!(ok.profile(), "deploy");
+        assert_eq!(ok.backend(), "etcd");
+        assert_eq!(ok.token(), Some(u64::MAX));
+        assert!(!ok.shared());
+        assert!(!ok.prev_crashed());
+        assert_eq!(ok.get("since"), Some("2025-01-02T03:04:05Z"));
+        assert_eq!(ok.get("nope"), None);
+    }
+
+    #[test]
+    fn ok_without_token() {
+        let ok = ok("OK counter backend=flock mode=shared");
+        assert_eq!(ok.profile(), "counter");
+        assert_eq!(ok.backend(), "flock");
+        assert_eq!(ok.token(), None);
+        assert!(ok.shared());
+    }
+
+    #[test]
+    fn ok_prev_crashed_and_minimal() {
+        let ok1 = ok("OK config backend=mkdir mode=exclusive token=7 prev=crashed");
+        assert!(ok1.prev_crashed());
+        assert_eq!(ok1.token(), Some(7));
+        // `mode` is optional: an OK line with only backend= is exclusive.
+        let ok2 = ok("OK a.b_c-1 backend=link");
+        assert!(!ok2.shared());
+        assert_eq!(ok2.profile(), "a.b_c-1");
+        // Empty values are allowed.
+        assert_eq!(ok("OK x backend=flock note=").get("note"), Some(""));
+    }
+
+    #[test]
+    fn ok_tolerates_extra_whitespace() {
+        let ok = ok("OK  demo  backend=flock token=3 \r");
+        assert_eq!(ok.profile(), "demo");
+        assert_eq!(ok.token(), Some(3));
+    }
+
+    #[test]
+    fn ok_rejects_malformed_fields() {
+        protocol_error("OK");
+        protocol_error("OK backend=flock");
+        protocol_error("OK demo");
+        protocol_error("OK demo mode=exclusive");
+        protocol_error("OK demo backend=");
+        protocol_error("OK demo backend=flock junk");
+        protocol_error("OK demo backend=flock =x");
+        protocol_error("OK demo backend=flock backend=mkdir");
+        protocol_error("OK demo backend=flock mode=sideways");
+        assert!(protocol_error("OK demo backend=flock token=-1").contains("token=-1"));
+        protocol_error("OK demo backend=flock token=18446744073709551616");
+        protocol_error("OK demo backend=flock token=");
+    }
+
+    #[test]
+    fn error_lines_of_every_kind() {
+        for (word, kind) in [
+            ("usage", ErrorKind::Usage),
+            ("unavailable", ErrorKind::Unavailable),
+            ("lost", ErrorKind::Lost),
+            ("io", ErrorKind::Io),
+            ("busy", ErrorKind::Busy),
+            ("denied", ErrorKind::Denied),
+            ("config", ErrorKind::Config),
+        ] {
+            let line = format!("ERROR {word}: something: with colons");
+            assert_eq!(
+                parse(&line).unwrap(),
+                Line::Error {
+                    kind: Some(kind),
+                    word: word.to_owned(),
+                    message: "something: with colons".to_owned(),
+                },
+            );
+        }
+    }
+
+    #[test]
+    fn error_busy_names_holder() {
+        let line = "ERROR busy: gave up after 0s; held by host=h1 pid=42 ppid=41 \
+                    since=2025-01-01T00:00:00Z";
+        let Line::Error { kind, message, .. } = parse(line).unwrap() else {
+            panic!()
+        };
+        assert_eq!(kind, Some(ErrorKind::Busy));
+        assert_eq!(
+            message,
+            "gave up after 0s; held by host=h1 pid=42 ppid=41 since=2025-01-01T00:00:00Z"
+        );
+    }
+
+    #[test]
+    fn error_with_unknown_kind_keeps_word() {
+        assert_eq!(
+            parse("ERROR weird: x").unwrap(),
+            Line::Error {
+                kind: None,
+                word: "weird".to_owned(),
+                message: "x".to_owned()
+            },
+        );
+        assert_eq!(
+            parse("ERROR busy:").unwrap(),
+            Line::Error {
+                kind: Some(ErrorKind::Busy),
+                word: "busy".to_owned(),
+                message: String::new()
+            },
+        );
+    }
+
+    #[test]
+    fn error_without_kind_is_protocol() {
+        protocol_error("ERROR");
+        protocol_error("ERROR no colon here");
+        protocol_error("ERROR : empty kind");
+    }
+
+    #[test]
+    fn lost_lines() {
+        assert_eq!(
+            parse("LOST lease expired after 60s").unwrap(),
+            Line::Lost {
+                reason: "lease expired after 60s".to_owned()
+            }
+        );
+        assert_eq!(
+            parse("LOST").unwrap(),
+            Line::Lost {
+                reason: String::new()
+            }
+        );
+    }
+
+    #[test]
+    fn garbage_is_protocol() {
+        protocol_error("");
+        protocol_error("ok demo backend=flock");
+        protocol_error("OKAY demo backend=flock");
+        protocol_error(" OK demo backend=flock");
+        protocol_error("Error busy: x");
+        protocol_error("hello world");
+        protocol_error(".");
+    }
+
+    #[test]
+    fn read_line_is_byte_exact() {
+        let mut r: &[u8] = b"OK demo backend=flock\nLOST gone\n";
+        assert_eq!(
+            read_line(&mut r).unwrap().as_deref(),
+            Some("OK demo backend=flock")
+        );
+        assert_eq!(read_line(&mut r).unwrap().as_deref(), Some("LOST gone"));
+        assert_eq!(read_line(&mut r).unwrap(), None);
+        assert_eq!(read_line(&mut r).unwrap(), None);
+    }
+
+    #[test]
+    fn read_line_keeps_cr_for_parse_to_judge() {
+        let mut r: &[u8] = b"OK demo backend=flock\r\n";
+        assert_eq!(
+            read_line(&mut r).unwrap().as_deref(),
+            Some("OK demo backend=flock\r")
+        );
+    }
+
+    #[test]
+    fn read_line_rejects_truncated_long_and_non_utf8() {
+        let mut r: &[u8] = b"OK demo backend=fl";
+        let e = read_line(&mut r).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        assert!(e.message().contains("middle of a line"), "{e}");
+
+        let long = vec![b'x'; MAX_LINE as usize + 10];
+        let mut r: &[u8] = &long;
+        let e = read_line(&mut r).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        assert!(e.message().contains("longer than"), "{e}");
+
+        let mut r: &[u8] = b"OK \xff\n";
+        let e = read_line(&mut r).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Protocol);
+        assert!(e.message().contains("not UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn read_line_accepts_line_of_exactly_max_len() {
+        let mut line = vec![b'x'; MAX_LINE as usize - 1];
+        line.push(b'\n');
+        let mut r: &[u8] = &line;
+        assert_eq!(
+            read_line(&mut r).unwrap().map(|s| s.len()),
+            Some(MAX_LINE as usize - 1)
+        );
+    }
+}

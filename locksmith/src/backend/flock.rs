@@ -1,0 +1,243 @@
+//! `backend = "flock"`: flock(2) on a semaphore file, interoperating with flock(1).
+//!
+//! The kernel holds the lock for the open file description and drops it when the last
+//! descriptor closes, so a dead holder never blocks anyone: no heartbeat, no staleness, zero
+//! wakeups while holding. The file is **never unlinked** (seed 001: unlinking a flock file
+//! lets two processes hold "the" lock on two different inodes).
+//!
+//! Waiting blocks in the kernel on a helper thread, on a duplicate of the same open file
+//! description; the main thread polls the thread's wake-up beside every release cause, so a
+//! waiter still stops at once when its parent dies. If the process exits in the instant the
+//! kernel granted the lock, closing the descriptors releases it.
+//!
+//! # Limits
+//! flock(2) over NFS is emulated with byte-range locks on Linux and **may block forever**
+//! if the server loses track of a client; owner information comes from `/proc/locks`, so
+//! only holders on this host are named.
+
+use std::fs::{self, File, TryLockError};
+use std::io::Write;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use nix::fcntl::{OFlag, open};
+use nix::sys::stat::Mode as FileMode;
+
+use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint, refuse_break};
+use crate::error::{Error, Result};
+use crate::host;
+use crate::profile::FsConfig;
+use crate::protocol::Mode;
+use crate::watch::Watcher;
+
+pub struct Flock {
+    cfg: FsConfig,
+    mode: Mode,
+    file: Option<File>,
+    waiter: Option<Waiter>,
+}
+
+/// A thread blocked in flock(2) on a duplicate descriptor; it writes one byte when done.
+struct Waiter {
+    rx: UnixStream,
+    thread: JoinHandle<()>,
+}
+
+impl Flock {
+    pub fn new(cfg: FsConfig, mode: Mode) -> Flock {
+        Flock {
+            cfg,
+            mode,
+            file: None,
+            waiter: None,
+        }
+    }
+
+    /// `open(2)` with `O_CREAT | O_NOFOLLOW`: read-only is enough for flock(2), as for
+    /// flock(1), so a shared semaphore file need not be writable by everyone.
+    fn file(&mut self) -> Result<&File> {
+        if self.file.is_none() {
+            let path = &self.cfg.path;
+            let mode = FileMode::from_bits_truncate(self.cfg.file_mode.unwrap_or(0o666));
+            let flags = OFlag::O_RDONLY
+                | OFlag::O_CREAT
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_CLOEXEC
+                | OFlag::O_NOCTTY;
+            let fd = open(path, flags, mode)
+                .map_err(|e| Error::path("cannot open lock file", path, e.into()))?;
+            let file = File::from(fd);
+            let md = file
+                .metadata()
+                .map_err(|e| Error::path("cannot stat lock file", path, e))?;
+            if !md.is_file() {
+                return Err(Error::new(
+                    crate::error::Kind::Config,
+                    format!("lock file {} is not a regular file", path.display()),
+                ));
+            }
+            self.fix_owner(&file, &md);
+            self.file = Some(file);
+        }
+        Ok(self.file.as_ref().expect("opened above"))
+    }
+
+    /// Applies `file_mode` and `group` to a file we own (best effort: a file made by
+    /// another user keeps its mode).
+    fn fix_owner(&self, file: &File, md: &fs::Metadata) {
+        if md.uid() != nix::unistd::geteuid().as_raw() {
+            return;
+        }
+        if let Some(m) = self.cfg.file_mode
+            && md.mode() & 0o7777 != m
+        {
+            let _ = nix::sys::stat::fchmod(file.as_fd(), FileMode::from_bits_truncate(m));
+        }
+        if let Some(g) = self.cfg.group
+            && md.gid() != g
+        {
+            let _ = nix::unistd::fchown(file.as_fd(), None, Some(nix::unistd::Gid::from_raw(g)));
+        }
+    }
+
+    fn holders(&self) -> Vec<Holder> {
+        match fs::symlink_metadata(&self.cfg.path) {
+            Ok(md) => proc_locks_holders(md.dev(), md.ino()),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+impl Backend for Flock {
+    fn name(&self) -> &'static str {
+        "flock"
+    }
+
+    fn try_acquire(&mut self) -> Result<Attempt> {
+        let shared = self.mode == Mode::Shared;
+        let path = self.cfg.path.clone();
+        let file = self.file()?;
+        let r = if shared {
+            file.try_lock_shared()
+        } else {
+            file.try_lock()
+        };
+        match r {
+            Ok(()) => Ok(Attempt::Acquired(Grant::default())),
+            Err(TryLockError::WouldBlock) => Ok(Attempt::Busy(self.holders())),
+            Err(TryLockError::Error(e)) => Err(Error::path("flock", &path, e)),
+        }
+    }
+
+    fn prepare_wait(&mut self) -> Result<WaitHint> {
+        if let Some(w) = &self.waiter {
+            if !w.thread.is_finished() {
+                return Ok(WaitHint { poll: false });
+            }
+            // It finished (granted, or failed): drain its byte before starting anew.
+            let mut buf = [0u8; 8];
+            let _ = std::io::Read::read(&mut &w.rx, &mut buf);
+            self.waiter = None;
+        }
+        let shared = self.mode == Mode::Shared;
+        let path = self.cfg.path.clone();
+        let dup = self
+            .file()?
+            .try_clone()
+            .map_err(|e| Error::path("cannot duplicate descriptor of", &path, e))?;
+        let (rx, mut tx) = UnixStream::pair().map_err(|e| Error::io("socketpair", e))?;
+        rx.set_nonblocking(true)
+            .map_err(|e| Error::io("socketpair", e))?;
+        let thread = std::thread::Builder::new()
+            .name("flock-wait".into())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                // Same open file description as the main descriptor: when this returns Ok
+                // the main descriptor holds the lock too.
+                let _ = if shared {
+                    dup.lock_shared()
+                } else {
+                    dup.lock()
+                };
+                let _ = tx.write_all(b"!");
+            })
+            .map_err(|e| Error::io("cannot start the flock waiter thread", e))?;
+        self.waiter = Some(Waiter { rx, thread });
+        Ok(WaitHint { poll: false })
+    }
+
+    fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.waiter.iter().map(|w| w.rx.as_fd()).collect()
+    }
+
+    fn heartbeat_period(&self) -> Option<Duration> {
+        None
+    }
+
+    fn heartbeat(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Closes our descriptor. Deliberately no `LOCK_UN`: in run mode the command shares
+    /// the open file description, and the lock must live exactly as long as it does.
+    fn release(&mut self) -> Result<()> {
+        self.file = None;
+        Ok(())
+    }
+
+    fn status(&mut self) -> Result<Vec<Holder>> {
+        Ok(self.holders())
+    }
+
+    fn break_lock(&mut self, _: bool, _: Option<u64>, _: &mut Watcher) -> Result<BreakOutcome> {
+        Err(refuse_break(
+            "flock",
+            "the kernel releases a flock lock the moment its holder exits",
+        ))
+    }
+
+    fn inherit_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.file.as_ref().map(|f| f.as_fd())
+    }
+}
+
+/// Holders of flock locks on (`dev`, `ino`) per `/proc/locks` (granted ones, not waiters).
+fn proc_locks_holders(dev: u64, ino: u64) -> Vec<Holder> {
+    let Ok(text) = fs::read_to_string("/proc/locks") else {
+        return Vec::new();
+    };
+    // glibc's dev_t encoding; /proc/locks prints "%02x:%02x:%lu".
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let want = format!("{major:02x}:{minor:02x}:{ino}");
+    let me = host::this();
+    text.lines()
+        .filter_map(|line| {
+            let mut w = line.split_ascii_whitespace().skip(1);
+            let kind = w.next()?;
+            if kind != "FLOCK" {
+                return None; // "->" marks a blocked waiter; POSIX/OFDLCK are other locks
+            }
+            let _advisory = w.next()?;
+            let rw = w.next()?;
+            let pid: i32 = w.next()?.parse().ok()?;
+            (w.next()? == want).then(|| Holder {
+                host: Some(me.hostname.clone()),
+                pid: Some(pid),
+                ppid: host::stat(pid).map(|s| s.ppid),
+                since: None,
+                token: None,
+                mode: Some(if rw == "READ" {
+                    Mode::Shared
+                } else {
+                    Mode::Exclusive
+                }),
+                alive: Some(true),
+                foreign: None,
+            })
+        })
+        .collect()
+}

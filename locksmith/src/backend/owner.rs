@@ -1,0 +1,185 @@
+//! Owner records of the filesystem backends (format documented in `docs/LAYOUT.md`).
+//!
+//! A record is one line of `key=value` words, version first:
+//! `locksmith v=1 host=H pid=P ppid=PP start=S boot=B pidns=N since=T profile=NAME nonce=X`.
+//! It is stored as the *target of a symbolic link* (`readlink(2)` reads it whole and
+//! atomically, and never opens a file inside the lock directory: no `.nfsXXXX` trap).
+
+use std::time::SystemTime;
+
+use super::Holder;
+use crate::host;
+
+/// The record format this build writes and understands.
+pub const VERSION: u32 = 1;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub host: String,
+    pub pid: i32,
+    pub ppid: i32,
+    /// Start time of `pid` in clock ticks after boot (defeats pid reuse).
+    pub start: u64,
+    pub boot_id: String,
+    pub pidns: String,
+    pub since: String,
+    pub profile: String,
+    /// Unique per acquisition: names the owner entry, so removing it is a claim.
+    pub nonce: String,
+}
+
+/// What a stored record turned out to be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Parsed {
+    V1(Record),
+    /// Another version or unreadable: counts as held, broken only by `--force`.
+    Foreign(String),
+}
+
+impl Record {
+    /// A record describing this process, now.
+    pub fn ours(profile: &str) -> Record {
+        let h = host::this();
+        Record {
+            host: h.hostname.clone(),
+            pid: std::process::id() as i32,
+            ppid: nix::unistd::getppid().as_raw(),
+            start: host::own_start(),
+            boot_id: h.boot_id.clone(),
+            pidns: h.pidns.clone(),
+            since: now_rfc3339(),
+            profile: profile.to_string(),
+            nonce: format!("{:016x}", fastrand::u64(..)),
+        }
+    }
+
+    pub fn render(&self) -> String {
+        format!(
+            "locksmith v={VERSION} host={} pid={} ppid={} start={} boot={} pidns={} since={} profile={} nonce={}",
+            clean(&self.host),
+            self.pid,
+            self.ppid,
+            self.start,
+            clean(&self.boot_id),
+            clean(&self.pidns),
+            self.since,
+            self.profile,
+            self.nonce
+        )
+    }
+
+    pub fn parse(text: &str) -> Parsed {
+        let foreign = || Parsed::Foreign(text.chars().take(200).collect());
+        let mut words = text.split_ascii_whitespace();
+        if words.next() != Some("locksmith") {
+            return foreign();
+        }
+        let mut r = Record {
+            host: String::new(),
+            pid: 0,
+            ppid: 0,
+            start: 0,
+            boot_id: String::new(),
+            pidns: String::new(),
+            since: String::new(),
+            profile: String::new(),
+            nonce: String::new(),
+        };
+        let mut version = None;
+        for w in words {
+            let Some((k, v)) = w.split_once('=') else {
+                return foreign();
+            };
+            match k {
+                "v" => version = v.parse::<u32>().ok(),
+                "host" => r.host = v.into(),
+                "pid" => r.pid = v.parse().unwrap_or(0),
+                "ppid" => r.ppid = v.parse().unwrap_or(0),
+                "start" => r.start = v.parse().unwrap_or(0),
+                "boot" => r.boot_id = v.into(),
+                "pidns" => r.pidns = v.into(),
+                "since" => r.since = v.into(),
+                "profile" => r.profile = v.into(),
+                "nonce" => r.nonce = v.into(),
+                // Unknown keys of the same version are additions: ignore them.
+                _ => {}
+            }
+        }
+        if version != Some(VERSION) || r.pid <= 0 || r.nonce.is_empty() {
+            return foreign();
+        }
+        Parsed::V1(r)
+    }
+
+    /// Whether the record comes from this host and pid namespace.
+    pub fn same_host(&self) -> bool {
+        host::this().same_as(&self.boot_id, &self.pidns)
+    }
+
+    /// Alive per proof of death: `Some` only when it can be known at once (same host).
+    pub fn alive(&self) -> Option<bool> {
+        self.same_host().then(|| host::alive(self.pid, self.start))
+    }
+
+    pub fn holder(&self) -> Holder {
+        Holder {
+            host: Some(self.host.clone()),
+            pid: Some(self.pid),
+            ppid: Some(self.ppid),
+            since: Some(self.since.clone()),
+            token: None,
+            mode: None,
+            alive: self.alive(),
+            foreign: None,
+        }
+    }
+}
+
+impl Parsed {
+    pub fn holder(&self) -> Holder {
+        match self {
+            Parsed::V1(r) => r.holder(),
+            Parsed::Foreign(text) => Holder {
+                foreign: Some(text.clone()),
+                ..Holder::default()
+            },
+        }
+    }
+}
+
+fn clean(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_whitespace() || c == '=' {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// Now, RFC 3339 UTC with seconds.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trips() {
+        let r = Record::ours("demo");
+        assert_eq!(Record::parse(&r.render()), Parsed::V1(r.clone()));
+        assert_eq!(r.alive(), Some(true));
+        assert!(r.same_host());
+    }
+
+    #[test]
+    fn other_versions_are_foreign() {
+        let text = Record::ours("demo").render().replace("v=1", "v=2");
+        assert!(matches!(Record::parse(&text), Parsed::Foreign(_)));
+        assert!(matches!(Record::parse("garbage"), Parsed::Foreign(_)));
+    }
+}

@@ -1,0 +1,414 @@
+//! The subcommands, each one readable top to bottom (as consul's `lock` command is):
+//! validate → acquire → hold or run → release → exit code.
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::os::fd::{AsFd, AsRawFd};
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::backend::{self, Backend, BreakOutcome, Holder};
+use crate::cli::{Cli, Command};
+use crate::error::{Error, Kind, Result, err};
+use crate::log::{debug, info};
+use crate::profile::{self, Common, Overrides, Profile, ProfilesFile};
+use crate::protocol::{self, Mode, OkLine};
+use crate::sys;
+use crate::watch::{Cause, Event, WatchOpts, Watcher};
+
+/// Runs the command; `Ok(code)` is the process exit code.
+pub fn dispatch(cli: &Cli) -> Result<i32> {
+    match &cli.command {
+        Command::Hold { profile } => hold(cli, &load(cli, profile)?),
+        Command::Run { profile, cmd } => run(cli, &load(cli, profile)?, cmd),
+        Command::Status { profile, json } => status(&load(cli, profile)?, *json),
+        Command::Break {
+            profile,
+            force,
+            token,
+        } => break_lock(&load(cli, profile)?, *force, *token),
+        Command::Profiles => list_profiles(cli),
+        Command::Help | Command::Version => Ok(0),
+    }
+}
+
+fn load(cli: &Cli, name: &str) -> Result<Profile> {
+    let path = profile::locate(cli.profiles.as_deref())?;
+    let file = ProfilesFile::load(&path)?;
+    file.profile(
+        name,
+        &Overrides {
+            wait: cli.wait,
+            shared: cli.shared,
+        },
+    )
+}
+
+fn mode_of(p: &Profile) -> Mode {
+    if p.common.shared {
+        Mode::Shared
+    } else {
+        Mode::Exclusive
+    }
+}
+
+/// Hold mode (SPEC §4): OK on stdout, then sleep in `poll` until a release cause.
+fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
+    let mut watcher = Watcher::new(WatchOpts {
+        stdout: true,
+        stdin: cli.watch_stdin,
+        parent: true,
+    })?;
+    let mut lock = backend::open(p)?;
+    let grant = backend::acquire(lock.as_mut(), &p.name, &p.common, &mut watcher)?;
+    let line = OkLine {
+        profile: p.name.clone(),
+        backend: lock.name(),
+        mode: mode_of(p),
+        token: grant.token,
+        prev_crashed: grant.prev_crashed,
+        extra: Vec::new(),
+    };
+    if let Err(e) = protocol::ok(&line) {
+        debug!("cannot write OK ({e}): the parent is gone; releasing");
+        return Ok(after_release(release(lock.as_mut(), &p.common), true));
+    }
+    debug!("holding lock `{}`", p.name);
+    let mut beat = Heartbeat::new(lock.as_ref(), &p.common);
+    loop {
+        match watcher.wait(&[], beat.timeout())? {
+            Event::Release(cause) => {
+                debug!("releasing lock `{}`: {cause}", p.name);
+                return Ok(after_release(release(lock.as_mut(), &p.common), true));
+            }
+            Event::Ready | Event::Timeout => {
+                if let Err(e) = beat.beat(lock.as_mut()) {
+                    protocol::lost(e.message());
+                    info!("{e}");
+                    let _ = lock.release();
+                    return Ok(Kind::Lost.exit_code());
+                }
+            }
+        }
+    }
+}
+
+/// Maps the outcome of a release to an exit code; after OK nothing but LOST goes to stdout.
+fn after_release(r: Result<()>, hold_mode: bool) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            if hold_mode && e.kind() == Kind::Lost {
+                protocol::lost(e.message());
+            }
+            protocol::error(&e, false);
+            e.kind().exit_code()
+        }
+    }
+}
+
+/// Releases, retrying transient failures until `stale_after` (SPEC §4).
+fn release(lock: &mut dyn Backend, common: &Common) -> Result<()> {
+    let deadline = Instant::now() + common.stale_after;
+    let mut backoff = backend::Backoff::new(common);
+    loop {
+        match lock.release() {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == Kind::Lost || Instant::now() >= deadline => return Err(e),
+            Err(e) => {
+                info!("release failed, retrying: {e}");
+                std::thread::sleep(backoff.next_delay());
+            }
+        }
+    }
+}
+
+/// The heartbeat schedule of a holder: every min(keepalive, stale_after/3); a failure to
+/// confirm is retried, and declared lost before a waiter could legally break in (timed
+/// with CLOCK_BOOTTIME, which counts suspend).
+struct Heartbeat {
+    period: Option<Duration>,
+    stale_after: Duration,
+    retry: Duration,
+    last_ok: Duration,
+    next: Instant,
+}
+
+impl Heartbeat {
+    fn new(lock: &dyn Backend, common: &Common) -> Heartbeat {
+        let period = lock.heartbeat_period();
+        Heartbeat {
+            period,
+            stale_after: common.stale_after,
+            retry: common.poll,
+            last_ok: sys::boottime(),
+            next: Instant::now() + period.unwrap_or_default(),
+        }
+    }
+
+    /// `None`: no heartbeat, sleep until an event.
+    fn timeout(&self) -> Option<Duration> {
+        self.period
+            .map(|_| self.next.saturating_duration_since(Instant::now()))
+    }
+
+    /// Half a period: how long CMD gets between SIGTERM and SIGKILL once the lock is lost.
+    fn grace(&self) -> Duration {
+        self.period.map_or(Duration::from_secs(1), |p| p / 2)
+    }
+
+    fn beat(&mut self, lock: &mut dyn Backend) -> Result<()> {
+        let Some(period) = self.period else {
+            return Ok(());
+        };
+        if Instant::now() < self.next {
+            return Ok(());
+        }
+        match lock.heartbeat() {
+            Ok(()) => {
+                self.last_ok = sys::boottime();
+                self.next = Instant::now() + period;
+                Ok(())
+            }
+            Err(e) if e.kind() == Kind::Lost => Err(e),
+            Err(e) => {
+                let silent = sys::boottime().saturating_sub(self.last_ok);
+                let retry = self.retry.min(period);
+                // Give up while a waiter still cannot break in: it may from
+                // stale_after - period on, and our next try would come after `retry`.
+                if silent + retry + period >= self.stale_after {
+                    return Err(err!(
+                        Lost,
+                        "no heartbeat confirmed for {}: {}",
+                        profile::fmt_duration(silent),
+                        e.message()
+                    ));
+                }
+                info!("heartbeat failed, retrying: {e}");
+                self.next = Instant::now() + retry;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Run mode: take the lock, run CMD, release when it ends; CMD never outlives the lock.
+fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
+    let mut watcher = Watcher::new(WatchOpts {
+        stdout: false,
+        stdin: false,
+        parent: true,
+    })?;
+    let mut lock = backend::open(p)?;
+    let grant = match backend::acquire(lock.as_mut(), &p.name, &p.common, &mut watcher) {
+        Ok(g) => g,
+        Err(e) if e.kind() == Kind::Busy && cli.conflict_exit.is_some() => {
+            protocol::error(&e, false);
+            return Ok(cli.conflict_exit.unwrap_or(75));
+        }
+        Err(e) => return Err(e),
+    };
+    // From here CMD's life decides, as with flock(1), not the caller's.
+    watcher.forget_parent();
+
+    let mut command = std::process::Command::new(&cmd[0]);
+    command.args(&cmd[1..]).env("LOCKSMITH_PROFILE", &p.name);
+    match grant.token {
+        Some(t) => command.env("LOCKSMITH_TOKEN", t.to_string()),
+        None => command.env_remove("LOCKSMITH_TOKEN"),
+    };
+    if grant.prev_crashed {
+        command.env("LOCKSMITH_PREV", "crashed");
+    } else {
+        command.env_remove("LOCKSMITH_PREV");
+    }
+    // An interactive CMD keeps the terminal; otherwise it gets a process group of its own,
+    // so that signals reach its whole group.
+    let own_group = !std::io::stdin().is_terminal();
+    let inherit = lock.inherit_fd().map(|fd| fd.as_raw_fd());
+    // flock: CMD inherits the locked descriptor, so the lock lives exactly as long as CMD.
+    // Others: CMD dies with locksmith (PR_SET_PDEATHSIG; only this thread ever spawns).
+    sys::configure_child(&mut command, inherit.is_none(), own_group, inherit);
+    let mut child = match command.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => 127,
+                _ => 126,
+            };
+            let _ = release(lock.as_mut(), &p.common);
+            eprintln!("locksmith: cannot run {}: {e}", cmd[0].to_string_lossy());
+            return Ok(code);
+        }
+    };
+    let pid = child.id() as i32;
+    let target = Pid::from_raw(if own_group { -pid } else { pid });
+    let pidfd = sys::pidfd_open(pid).ok();
+    let mut beat = Heartbeat::new(lock.as_ref(), &p.common);
+    let status = loop {
+        let fds: Vec<_> = pidfd.iter().map(|f| f.as_fd()).collect();
+        let mut timeout = beat.timeout();
+        if pidfd.is_none() {
+            timeout = Some(timeout.map_or(Duration::from_millis(100), |t| {
+                t.min(Duration::from_millis(100))
+            }));
+        }
+        match watcher.wait(&fds, timeout)? {
+            Event::Release(Cause::Signal(sig)) => {
+                debug!("forwarding {sig} to the command");
+                let _ = kill(target, sig);
+            }
+            Event::Release(_) => {}
+            Event::Ready | Event::Timeout => {
+                if let Some(status) = child
+                    .try_wait()
+                    .map_err(|e| Error::io("waiting for the command", e))?
+                {
+                    break status;
+                }
+                if let Err(e) = beat.beat(lock.as_mut()) {
+                    protocol::error(&e, false);
+                    stop_child(
+                        &mut child,
+                        target,
+                        pidfd.as_ref(),
+                        beat.grace(),
+                        &mut watcher,
+                    );
+                    let _ = lock.release();
+                    return Ok(Kind::Lost.exit_code());
+                }
+            }
+        }
+    };
+    let code = exit_code(status);
+    match release(lock.as_mut(), &p.common) {
+        Ok(()) => Ok(code),
+        Err(e) => {
+            protocol::error(&e, false);
+            Ok(e.kind().exit_code())
+        }
+    }
+}
+
+/// SIGTERM, a grace period, then SIGKILL; always reaped.
+fn stop_child(
+    child: &mut std::process::Child,
+    target: Pid,
+    pidfd: Option<&std::os::fd::OwnedFd>,
+    grace: Duration,
+    watcher: &mut Watcher,
+) {
+    let _ = kill(target, Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        let fds: Vec<_> = pidfd.iter().map(|f| f.as_fd()).collect();
+        let left = deadline.saturating_duration_since(Instant::now());
+        let step = if pidfd.is_some() {
+            left
+        } else {
+            left.min(Duration::from_millis(50))
+        };
+        if watcher.wait(&fds, Some(step)).is_err() {
+            break;
+        }
+    }
+    let _ = kill(target, Signal::SIGKILL);
+    let _ = child.wait();
+}
+
+/// CMD's status as a shell reports it: its code, or 128+N for signal N.
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1)
+}
+
+/// `status`: exit 0 free, 1 held (stale or not).
+fn status(p: &Profile, json: bool) -> Result<i32> {
+    let mut lock = backend::open(p)?;
+    let holders = lock.status()?;
+    let held = !holders.is_empty();
+    let mode = holders
+        .iter()
+        .find_map(|h| h.mode)
+        .unwrap_or(Mode::Exclusive);
+    let text = if json {
+        let list: Vec<serde_json::Value> = holders.iter().map(holder_json).collect();
+        let v = serde_json::json!({
+            "profile": p.name,
+            "backend": lock.name(),
+            "held": held,
+            "mode": if held { Some(mode.as_str()) } else { None },
+            "holders": list,
+        });
+        format!("{v}\n")
+    } else if !held {
+        format!("{}: free (backend {})\n", p.name, lock.name())
+    } else {
+        let mut s = String::new();
+        for h in &holders {
+            let state = match h.alive {
+                Some(true) => "alive",
+                Some(false) => "stale",
+                None => "alive unknown",
+            };
+            s.push_str(&format!(
+                "{}: held ({}, backend {}) by {h} [{state}]\n",
+                p.name,
+                mode.as_str(),
+                lock.name()
+            ));
+        }
+        s
+    };
+    protocol::report(&text).map_err(|e| Error::io("writing status", e))?;
+    Ok(if held { 1 } else { 0 })
+}
+
+fn holder_json(h: &Holder) -> serde_json::Value {
+    serde_json::json!({
+        "host": h.host,
+        "pid": h.pid,
+        "ppid": h.ppid,
+        "since": h.since,
+        "token": h.token,
+        "alive": h.alive,
+    })
+}
+
+/// `break`: removes a stale lock; refuses a live holder unless `--force`.
+fn break_lock(p: &Profile, force: bool, token: Option<u64>) -> Result<i32> {
+    let mut watcher = Watcher::new(WatchOpts::default())?;
+    let mut lock = backend::open(p)?;
+    let text = match lock.break_lock(force, token, &mut watcher)? {
+        BreakOutcome::Free => format!("{}: free, nothing to break\n", p.name),
+        BreakOutcome::Broken(h) => format!("{}: broke the lock of {h}\n", p.name),
+    };
+    protocol::report(&text).map_err(|e| Error::io("writing report", e))?;
+    Ok(0)
+}
+
+/// `profiles`: each profile with its backend, and whether it validates.
+fn list_profiles(cli: &Cli) -> Result<i32> {
+    let path = profile::locate(cli.profiles.as_deref())?;
+    let file = ProfilesFile::load(&path)?;
+    let mut out = String::new();
+    for name in file.names() {
+        let backend = file.backend_of(name).unwrap_or("?");
+        match file.profile(name, &Overrides::default()) {
+            Ok(_) => out.push_str(&format!("{name}\t{backend}\n")),
+            Err(e) => out.push_str(&format!("{name}\t{backend}\tinvalid: {}\n", e.message())),
+        }
+    }
+    protocol::report(&out).map_err(|e| Error::io("writing report", e))?;
+    Ok(0)
+}

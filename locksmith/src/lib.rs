@@ -1,0 +1,23 @@
+//! locksmith: a small helper process that takes a lock on behalf of its parent and holds it
+//! exactly as long as the parent wants it, and not one moment longer if the parent dies.
+//!
+//! # Layout
+//! - [`cli`]: argv and help text.
+//! - [`profile`]: the profiles file, raw TOML → validated [`profile::Profile`].
+//! - [`protocol`]: the only stdout writer: `OK` / `ERROR` / `LOST` lines.
+//! - [`watch`]: what ends a hold or a wait (pipe closed, parent gone, stdin EOF, signal).
+//! - [`backend`]: the backend trait, the shared waiting policy, one file per backend.
+//! - [`commands`]: hold, run, status, break and profiles, glued from the above.
+//! - [`host`]: host identity and proof of death; [`sys`]: the few raw syscalls.
+//! - [`error`]: error kinds and their exit codes.
+
+pub mod backend;
+pub mod cli;
+pub mod commands;
+pub mod error;
+pub mod host;
+pub mod log;
+pub mod profile;
+pub mod protocol;
+pub mod sys;
+pub mod watch;

@@ -1,0 +1,45 @@
+//! `locksmith`: parse → load the profile → act → map to an exit code.
+
+use std::process::ExitCode;
+
+use locksmith::cli::{self, Command};
+use locksmith::{commands, log, protocol};
+
+fn main() -> ExitCode {
+    let args: Vec<_> = std::env::args_os().skip(1).collect();
+    if let Some(level) = std::env::var("LOCKSMITH_LOG")
+        .ok()
+        .and_then(|v| log::level_from_env(&v))
+    {
+        log::set_level(level);
+    }
+    let cli = match cli::parse(args.clone()) {
+        Ok(cli) => cli,
+        Err(e) => {
+            protocol::error(&e, cli::looks_like_hold(&args));
+            return ExitCode::from(e.kind().exit_code() as u8);
+        }
+    };
+    if cli.quiet {
+        log::set_level(log::QUIET);
+    } else if cli.verbose > 0 {
+        log::set_level(log::NORMAL + cli.verbose);
+    }
+    let on_stdout = cli.command.errors_on_stdout();
+    let result = match &cli.command {
+        Command::Help => protocol::report(cli::HELP)
+            .map(|_| 0)
+            .map_err(|e| locksmith::error::Error::io("writing help", e)),
+        Command::Version => protocol::report(&format!("locksmith {}\n", env!("CARGO_PKG_VERSION")))
+            .map(|_| 0)
+            .map_err(|e| locksmith::error::Error::io("writing version", e)),
+        _ => commands::dispatch(&cli),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            protocol::error(&e, on_stdout);
+            ExitCode::from(e.kind().exit_code() as u8)
+        }
+    }
+}

@@ -1,0 +1,537 @@
+//! The profiles file: raw TOML in, a validated [`Profile`] out (two stages, as ripgrep
+//! does with its flags). Every error names the file, the profile and the key (exit 78).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use toml::{Table, Value};
+
+use crate::error::{Error, Kind, Result, err};
+
+/// Subcommand names; a profile may not be called like one of them.
+pub const SUBCOMMANDS: &[&str] = &["hold", "run", "status", "break", "profiles"];
+
+/// How long to wait for a busy lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    Forever,
+    /// Give up after this long; zero tries once.
+    For(Duration),
+}
+
+/// Timing and mode settings every backend understands, after precedence was applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Common {
+    pub wait: Wait,
+    pub poll: Duration,
+    pub max_poll: Duration,
+    pub keepalive: Duration,
+    pub stale_after: Duration,
+    pub shared: bool,
+}
+
+impl Common {
+    /// Built-in values (SPEC §3).
+    pub fn builtin() -> Common {
+        Common {
+            wait: Wait::Forever,
+            poll: Duration::from_millis(200),
+            max_poll: Duration::from_secs(4),
+            keepalive: Duration::from_secs(5),
+            stale_after: Duration::from_secs(60),
+            shared: false,
+        }
+    }
+
+    /// The heartbeat period: min(`keepalive`, `stale_after`/3).
+    pub fn heartbeat(&self) -> Duration {
+        self.keepalive.min(self.stale_after / 3)
+    }
+}
+
+/// Settings of the filesystem backends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsConfig {
+    /// Absolute path of the lock (file for flock, directory for mkdir).
+    pub path: PathBuf,
+    /// Mode for files and directories locksmith creates (directories get `x` where `r` is).
+    pub file_mode: Option<u32>,
+    /// Group for files and directories locksmith creates.
+    pub group: Option<u32>,
+    /// Every contender is on this host: no heartbeat, staleness by proof of death alone.
+    pub local: bool,
+}
+
+/// Which backend, with its own settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendConfig {
+    Flock(FsConfig),
+    Mkdir(FsConfig),
+}
+
+impl BackendConfig {
+    pub fn name(&self) -> &'static str {
+        match self {
+            BackendConfig::Flock(_) => "flock",
+            BackendConfig::Mkdir(_) => "mkdir",
+        }
+    }
+
+    /// Whether the backend can take a shared (reader) lock.
+    pub fn supports_shared(&self) -> bool {
+        matches!(self, BackendConfig::Flock(_))
+    }
+}
+
+/// A validated profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Profile {
+    pub name: String,
+    pub backend: BackendConfig,
+    pub common: Common,
+    /// The profile itself said `shared = true` (a refusal is then 78, not 64).
+    pub shared_from_profile: bool,
+}
+
+/// Command-line values that override profile and defaults.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub wait: Option<Wait>,
+    pub shared: bool,
+}
+
+/// A loaded profiles file: the raw tables, validated lazily per profile so that one
+/// broken profile does not hide the others from `profiles`.
+pub struct ProfilesFile {
+    pub path: PathBuf,
+    dir: PathBuf,
+    defaults: Table,
+    profiles: BTreeMap<String, Table>,
+}
+
+/// Finds the profiles file: `--profiles`, `$LOCKSMITH_PROFILES`, XDG, `/etc` (SPEC §3).
+pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = explicit {
+        return Ok(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("LOCKSMITH_PROFILES").filter(|p| !p.is_empty()) {
+        // Named explicitly: a missing file is an error, no fall-through.
+        return Ok(PathBuf::from(p));
+    }
+    let mut tried = Vec::new();
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
+    if let Some(xdg) = xdg {
+        let p = xdg.join("locksmith/profiles.toml");
+        if p.exists() {
+            return Ok(p);
+        }
+        tried.push(p);
+    }
+    let etc = PathBuf::from("/etc/locksmith/profiles.toml");
+    if etc.exists() {
+        return Ok(etc);
+    }
+    tried.push(etc);
+    let tried: Vec<String> = tried.iter().map(|p| p.display().to_string()).collect();
+    Err(err!(
+        Config,
+        "no profiles file found (tried --profiles, $LOCKSMITH_PROFILES, {})",
+        tried.join(", ")
+    ))
+}
+
+impl ProfilesFile {
+    /// Reads and parses the file; checks names and the secret-file permission rule.
+    pub fn load(path: &Path) -> Result<ProfilesFile> {
+        let text = fs::read_to_string(path).map_err(|e| {
+            Error::new(
+                Kind::Config,
+                format!("cannot read profiles file {}: {e}", path.display()),
+            )
+        })?;
+        let mut table: Table = toml::from_str(&text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].lines().count().max(1))
+                .map(|l| format!(" line {l}"))
+                .unwrap_or_default();
+            err!(
+                Config,
+                "{}:{line}: malformed TOML: {}",
+                path.display(),
+                e.message().trim()
+            )
+        })?;
+        let here = |what: String| err!(Config, "{}: {what}", path.display());
+        let defaults = match table.remove("defaults") {
+            None => Table::new(),
+            Some(Value::Table(t)) => t,
+            Some(_) => return Err(here("`defaults` must be a table".into())),
+        };
+        let mut profiles = BTreeMap::new();
+        match table.remove("profile") {
+            None => {}
+            Some(Value::Table(t)) => {
+                for (name, v) in t {
+                    let Value::Table(body) = v else {
+                        return Err(here(format!("`profile.{name}` must be a table")));
+                    };
+                    if SUBCOMMANDS.contains(&name.as_str()) {
+                        return Err(here(format!(
+                            "profile `{name}` is named like a subcommand ({}); rename it",
+                            SUBCOMMANDS.join(", ")
+                        )));
+                    }
+                    if !valid_name(&name) {
+                        return Err(here(format!(
+                            "profile name `{name}` must match [A-Za-z0-9._-]{{1,64}}"
+                        )));
+                    }
+                    profiles.insert(name, body);
+                }
+            }
+            Some(_) => return Err(here("`profile` must be a table of tables".into())),
+        }
+        if let Some(key) = table.keys().next() {
+            return Err(here(format!(
+                "unknown top-level key `{key}` (expected [defaults] and [profile.NAME])"
+            )));
+        }
+        let holds_secret = profiles.values().any(|t| t.contains_key("password"));
+        if holds_secret {
+            check_secret_file(path)?;
+        }
+        let dir = path
+            .canonicalize()
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from("."));
+        Ok(ProfilesFile {
+            path: path.to_path_buf(),
+            dir,
+            defaults,
+            profiles,
+        })
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.profiles.keys().map(String::as_str)
+    }
+
+    /// The backend name a profile declares, without validating the rest.
+    pub fn backend_of(&self, name: &str) -> Option<&str> {
+        self.profiles.get(name)?.get("backend")?.as_str()
+    }
+
+    /// Validates one profile, applying `overrides` > profile > `[defaults]` > built-in.
+    pub fn profile(&self, name: &str, overrides: &Overrides) -> Result<Profile> {
+        if !valid_name(name) {
+            return Err(err!(
+                Usage,
+                "profile name `{name}` must match [A-Za-z0-9._-]{{1,64}}"
+            ));
+        }
+        let Some(raw) = self.profiles.get(name) else {
+            return Err(err!(
+                Config,
+                "{}: unknown profile `{name}` (known: {})",
+                self.path.display(),
+                self.names().collect::<Vec<_>>().join(", ")
+            ));
+        };
+        let mut common = Common::builtin();
+        let mut defaults = Fields::new(&self.path, "[defaults]", &self.defaults);
+        apply_timing(&mut defaults, &mut common)?;
+        defaults.finish()?;
+
+        let ctx = format!("profile `{name}`");
+        let mut f = Fields::new(&self.path, &ctx, raw);
+        apply_timing(&mut f, &mut common)?;
+        let shared_from_profile = f.bool("shared")?.unwrap_or(false);
+        common.shared = shared_from_profile;
+        let backend_name = f
+            .string("backend")?
+            .ok_or_else(|| f.error("missing required key `backend`"))?;
+        let backend = match backend_name.as_str() {
+            "flock" => BackendConfig::Flock(self.fs_config(&mut f, false)?),
+            "mkdir" => BackendConfig::Mkdir(self.fs_config(&mut f, true)?),
+            "link" | "symlink" | "ftp" | "etcd" | "postgres" => {
+                return Err(f.error(&format!(
+                    "backend `{backend_name}` is not built into this version of locksmith yet"
+                )));
+            }
+            other => {
+                return Err(f.error(&format!("unknown backend `{other}` (known: flock, mkdir)")));
+            }
+        };
+        f.finish()?;
+
+        if let Some(w) = overrides.wait {
+            common.wait = w;
+        }
+        if overrides.shared {
+            common.shared = true;
+        }
+        if common.poll.is_zero() {
+            return Err(err!(
+                Config,
+                "{}: {ctx}: `poll` must be greater than 0",
+                self.path.display()
+            ));
+        }
+        if common.max_poll < common.poll {
+            return Err(err!(
+                Config,
+                "{}: {ctx}: `max_poll` ({}) is below `poll` ({})",
+                self.path.display(),
+                fmt_duration(common.max_poll),
+                fmt_duration(common.poll)
+            ));
+        }
+        if common.keepalive >= common.stale_after {
+            return Err(err!(
+                Config,
+                "{}: {ctx}: `keepalive` ({}) must be below `stale_after` ({})",
+                self.path.display(),
+                fmt_duration(common.keepalive),
+                fmt_duration(common.stale_after)
+            ));
+        }
+        if common.shared && !backend.supports_shared() {
+            let (kind, origin) = if shared_from_profile {
+                (Kind::Config, "the profile says `shared = true`")
+            } else {
+                (Kind::Usage, "--shared was given")
+            };
+            return Err(Error::new(
+                kind,
+                format!(
+                    "backend `{}` (profile `{name}`) cannot take a shared lock, but {origin}",
+                    backend.name()
+                ),
+            ));
+        }
+        Ok(Profile {
+            name: name.to_string(),
+            backend,
+            common,
+            shared_from_profile,
+        })
+    }
+
+    fn fs_config(&self, f: &mut Fields<'_>, allow_local: bool) -> Result<FsConfig> {
+        let path = f
+            .string("path")?
+            .ok_or_else(|| f.error("missing required key `path`"))?;
+        if path.is_empty() {
+            return Err(f.error("`path` is empty"));
+        }
+        let path = self.dir.join(path);
+        if path.file_name().is_none() {
+            return Err(f.error(&format!(
+                "`path` {} does not name a file or directory",
+                path.display()
+            )));
+        }
+        let file_mode = match f.string("file_mode")? {
+            None => None,
+            Some(s) => Some(
+                u32::from_str_radix(s.trim_start_matches("0o"), 8)
+                    .ok()
+                    .filter(|m| *m <= 0o7777)
+                    .ok_or_else(|| {
+                        f.error(&format!(
+                            "`file_mode` = \"{s}\" is not an octal mode like \"0660\""
+                        ))
+                    })?,
+            ),
+        };
+        let group = match f.string("group")? {
+            None => None,
+            Some(g) => Some(resolve_group(&g).ok_or_else(|| {
+                f.error(&format!("`group` = \"{g}\": no such group on this host"))
+            })?),
+        };
+        let local = if allow_local {
+            f.bool("local")?.unwrap_or(false)
+        } else {
+            false
+        };
+        Ok(FsConfig {
+            path,
+            file_mode,
+            group,
+            local,
+        })
+    }
+}
+
+fn apply_timing(f: &mut Fields<'_>, c: &mut Common) -> Result<()> {
+    if let Some(s) = f.string("wait")? {
+        c.wait = parse_wait(&s).map_err(|m| f.error(&format!("`wait`: {m}")))?;
+    }
+    for (key, slot) in [
+        ("poll", &mut c.poll),
+        ("max_poll", &mut c.max_poll),
+        ("keepalive", &mut c.keepalive),
+        ("stale_after", &mut c.stale_after),
+    ] {
+        if let Some(s) = f.string(key)? {
+            *slot = parse_duration(&s).map_err(|m| f.error(&format!("`{key}`: {m}")))?;
+        }
+    }
+    Ok(())
+}
+
+/// Profile names: `[A-Za-z0-9._-]{1,64}`.
+pub fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// A human duration (`250ms`, `3s`, `1m30s`); zero is refused (only `wait` takes it).
+pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim()).map_err(|e| {
+        format!("\"{s}\" is not a duration like \"250ms\", \"3s\", \"1m30s\" ({e})")
+    })?;
+    if d.is_zero() {
+        return Err(format!("\"{s}\" must be greater than 0"));
+    }
+    Ok(d)
+}
+
+/// A `wait` value: `0` (try once), `forever`, or a duration.
+pub fn parse_wait(s: &str) -> std::result::Result<Wait, String> {
+    match s.trim() {
+        "forever" => Ok(Wait::Forever),
+        "0" => Ok(Wait::For(Duration::ZERO)),
+        other => match humantime::parse_duration(other) {
+            Ok(d) => Ok(Wait::For(d)),
+            Err(e) => Err(format!(
+                "\"{s}\" is not `0`, `forever` or a duration like \"10m\" ({e})"
+            )),
+        },
+    }
+}
+
+/// Formats a duration the way a profile would say it.
+pub fn fmt_duration(d: Duration) -> String {
+    humantime::format_duration(d).to_string().replace(' ', "")
+}
+
+fn resolve_group(g: &str) -> Option<u32> {
+    if let Ok(gid) = g.parse::<u32>() {
+        return Some(gid);
+    }
+    nix::unistd::Group::from_name(g)
+        .ok()
+        .flatten()
+        .map(|gr| gr.gid.as_raw())
+}
+
+/// A file that holds a secret must be the user's (or root's) and private (as ssh insists).
+pub fn check_secret_file(path: &Path) -> Result<()> {
+    let md = fs::metadata(path)
+        .map_err(|e| err!(Config, "cannot inspect secret file {}: {e}", path.display()))?;
+    let uid = nix::unistd::geteuid().as_raw();
+    if md.uid() != uid && md.uid() != 0 {
+        return Err(err!(
+            Config,
+            "{} holds a password but is owned by uid {}, not by you (uid {uid}) or root",
+            path.display(),
+            md.uid()
+        ));
+    }
+    if md.mode() & 0o077 != 0 {
+        return Err(err!(
+            Config,
+            "{} holds a password but its mode is {:04o}: it must not be readable by group or others (chmod 600)",
+            path.display(),
+            md.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// Takes keys out of one table; whatever is left at the end is an unknown key.
+struct Fields<'a> {
+    file: &'a Path,
+    ctx: &'a str,
+    table: Table,
+}
+
+impl<'a> Fields<'a> {
+    fn new(file: &'a Path, ctx: &'a str, table: &Table) -> Fields<'a> {
+        Fields {
+            file,
+            ctx,
+            table: table.clone(),
+        }
+    }
+
+    fn error(&self, msg: &str) -> Error {
+        err!(Config, "{}: {}: {msg}", self.file.display(), self.ctx)
+    }
+
+    fn string(&mut self, key: &str) -> Result<Option<String>> {
+        match self.table.remove(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(Value::Integer(0)) if key == "wait" => Ok(Some("0".into())),
+            Some(other) => Err(self.error(&format!(
+                "`{key}` must be a string, not {}",
+                other.type_str()
+            ))),
+        }
+    }
+
+    fn bool(&mut self, key: &str) -> Result<Option<bool>> {
+        match self.table.remove(key) {
+            None => Ok(None),
+            Some(Value::Boolean(b)) => Ok(Some(b)),
+            Some(other) => Err(self.error(&format!(
+                "`{key}` must be true or false, not {}",
+                other.type_str()
+            ))),
+        }
+    }
+
+    fn finish(self) -> Result<()> {
+        match self.table.keys().next() {
+            None => Ok(()),
+            Some(key) => Err(self.error(&format!("unknown key `{key}`"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_human() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("soon").is_err());
+        assert_eq!(parse_wait("0"), Ok(Wait::For(Duration::ZERO)));
+        assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
+        assert_eq!(parse_wait("10m"), Ok(Wait::For(Duration::from_secs(600))));
+    }
+
+    #[test]
+    fn names() {
+        assert!(valid_name("phone.stuff-1_a"));
+        assert!(!valid_name(""));
+        assert!(!valid_name("a/b"));
+        assert!(!valid_name(&"x".repeat(65)));
+    }
+}

@@ -202,6 +202,7 @@ pub fn acquire(
     };
     let mut backoff = Backoff::new(common);
     let mut said = false;
+    let mut prepared = false;
     loop {
         let holders = match lock.try_acquire()? {
             Attempt::Acquired(grant) => return Ok(grant),
@@ -229,6 +230,12 @@ pub fn acquire(
             said = true;
         }
         let hint = lock.prepare_wait()?;
+        if !prepared {
+            // A release between our failed try and the notification set-up would be missed:
+            // try once more now that the backend watches.
+            prepared = true;
+            continue;
+        }
         let mut timeout = hint.poll.then(|| backoff.next_delay());
         if let Some(d) = deadline {
             let left = d.saturating_duration_since(now);

@@ -1,1 +1,23 @@
-fn main() {}
+//! One integration-test binary for the whole workspace, run against the real `locksmith`
+//! binary with real files and real processes (ripgrep's layout: a commented `mod` list).
+
+mod support;
+
+// The pipe protocol: OK / ERROR lines byte for byte, and every release cause.
+mod hold;
+// Run mode: exit codes, environment, -E, CMD never outliving the lock.
+mod run;
+// Waiting: --wait 0, --wait D bounds, a waiter whose parent dies.
+mod waiting;
+// The seed's counter race and an exclusivity checker, with a negative control.
+mod race;
+// locksmith itself killed: proof of death on this host, stale_after for another host.
+mod crash;
+// Bad input: one ERROR line, the SPEC's exit code, nothing left behind.
+mod bad_input;
+// status, break, profiles.
+mod inspect;
+// The netlock client crate against the real helper.
+mod client;
+// profiles.example.toml stays valid.
+mod example;

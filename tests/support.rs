@@ -1,0 +1,389 @@
+//! The test DSL: a sandbox directory with a profiles file, and handles on real processes.
+
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The helper under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_locksmith")
+}
+
+/// A private directory with a profiles file in it.
+pub struct Sandbox {
+    pub dir: tempfile::TempDir,
+    pub profiles: PathBuf,
+}
+
+impl Sandbox {
+    /// A sandbox whose profiles file holds `toml` (paths in it may use `{dir}`).
+    pub fn new(toml: &str) -> Sandbox {
+        let dir = tempfile::Builder::new()
+            .prefix("locksmith-test-")
+            .tempdir()
+            .expect("tempdir");
+        let profiles = dir.path().join("profiles.toml");
+        let s = Sandbox { dir, profiles };
+        s.write_profiles(toml);
+        s
+    }
+
+    /// The usual pair: `f` (flock) and `m` (mkdir), plus `m2` with a short stale_after.
+    pub fn standard() -> Sandbox {
+        Sandbox::new(
+            r#"
+[profile.f]
+backend = "flock"
+path = "{dir}/f.lock"
+
+[profile.m]
+backend = "mkdir"
+path = "{dir}/m.lock"
+
+[profile.fast]
+backend = "mkdir"
+path = "{dir}/fast.lock"
+poll = "20ms"
+max_poll = "100ms"
+keepalive = "200ms"
+stale_after = "1500ms"
+"#,
+        )
+    }
+
+    pub fn write_profiles(&self, toml: &str) {
+        let text = toml.replace("{dir}", &self.path().display().to_string());
+        fs::write(&self.profiles, text).expect("write profiles");
+        fs::set_permissions(&self.profiles, fs::Permissions::from_mode(0o600)).unwrap();
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.path().join(p)
+    }
+
+    /// `locksmith --profiles FILE ARGS...`, with a clean environment for locksmith.
+    pub fn cmd<I, S>(&self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut c = Command::new(bin());
+        c.env_remove("LOCKSMITH_PROFILES")
+            .env_remove("LOCKSMITH_LOG")
+            .arg("--profiles")
+            .arg(&self.profiles)
+            .args(args)
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// Runs to completion, capturing output.
+    pub fn output<I, S>(&self, args: I) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.cmd(args).output().expect("run locksmith")
+    }
+
+    /// Starts hold mode and waits for its first line.
+    pub fn hold<I, S>(&self, args: I) -> Held
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut held = self.spawn_hold(args);
+        held.read_line(Duration::from_secs(20));
+        held
+    }
+
+    /// Starts hold mode without waiting for its line.
+    pub fn spawn_hold<I, S>(&self, args: I) -> Held
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut c = self.cmd(args);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        Held::spawn(c)
+    }
+
+    /// Names in the sandbox directory (to compare before and after).
+    pub fn listing(&self) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(self.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+/// A running locksmith in hold mode (or any process whose stdout we read line by line).
+/// Its stdout is read directly, with `poll` for timeouts, so that dropping it really
+/// closes the pipe's only read end.
+pub struct Held {
+    pub child: Child,
+    pub started: Instant,
+    stdout: Option<ChildStdout>,
+    buf: Vec<u8>,
+    pub line: Option<String>,
+    pub line_at: Option<Instant>,
+    errs: mpsc::Receiver<String>,
+    err_seen: Vec<String>,
+}
+
+impl Held {
+    pub fn spawn(mut c: Command) -> Held {
+        let started = Instant::now();
+        let mut child = c.spawn().expect("spawn process");
+        let stdout = child.stdout.take();
+        let (etx, erx) = mpsc::channel();
+        if let Some(err) = child.stderr.take() {
+            std::thread::spawn(move || {
+                for l in BufReader::new(err).lines() {
+                    let Ok(l) = l else { break };
+                    if etx.send(l).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Held {
+            child,
+            started,
+            stdout,
+            buf: Vec::new(),
+            line: None,
+            line_at: None,
+            errs: erx,
+            err_seen: Vec::new(),
+        }
+    }
+
+    /// Waits up to `t` for the next stdout line; `None` on timeout or end of file.
+    pub fn read_line(&mut self, t: Duration) -> Option<String> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        let deadline = Instant::now() + t;
+        loop {
+            if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
+                let rest = self.buf.split_off(i + 1);
+                let l =
+                    String::from_utf8_lossy(&std::mem::replace(&mut self.buf, rest)).into_owned();
+                self.line_at = Some(Instant::now());
+                self.line = Some(l.clone());
+                return Some(l);
+            }
+            let out = self.stdout.as_mut()?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            let ms =
+                PollTimeout::try_from(left.as_millis().max(1) as u64).unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(out.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, ms) {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => panic!("poll: {e}"),
+            }
+            let mut chunk = [0u8; 4096];
+            match std::io::Read::read(out, &mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+
+    /// The first line, which must be OK.
+    pub fn ok(&self) -> &str {
+        let l = self.line.as_deref().unwrap_or("<no line>");
+        assert!(l.starts_with("OK "), "expected OK, got {l:?}");
+        l
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Whether the process has exited (without blocking).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
+    /// Waits up to `t` for the exit; panics if it does not come.
+    pub fn wait_exit(&mut self, t: Duration) -> ExitStatus {
+        let deadline = Instant::now() + t;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "locksmith did not exit within {t:?}"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Closes our read end of its stdout (the parent "closes the pipe").
+    pub fn close_stdout(&mut self) {
+        self.stdout = None;
+    }
+
+    pub fn signal(&self, sig: i32) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid()),
+            nix::sys::signal::Signal::try_from(sig).unwrap(),
+        )
+        .unwrap();
+    }
+
+    /// Waits up to `t` for a stderr line containing `needle` (e.g. the waiting notice).
+    pub fn wait_stderr(&mut self, needle: &str, t: Duration) -> String {
+        if let Some(l) = self.err_seen.iter().find(|l| l.contains(needle)) {
+            return l.clone();
+        }
+        let deadline = Instant::now() + t;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.errs.recv_timeout(left) {
+                Ok(l) => {
+                    self.err_seen.push(l.clone());
+                    if l.contains(needle) {
+                        return l;
+                    }
+                }
+                Err(_) => panic!(
+                    "no stderr line containing {needle:?} within {t:?}; saw {:?}",
+                    self.err_seen
+                ),
+            }
+        }
+    }
+
+    /// Everything said on stderr so far (after the process exited: all of it).
+    pub fn stderr_text(&mut self) -> String {
+        while let Ok(l) = self.errs.recv_timeout(Duration::from_millis(200)) {
+            self.err_seen.push(l);
+        }
+        self.err_seen.join("\n")
+    }
+}
+
+impl Drop for Held {
+    /// Ends it the way a parent would: close the pipe and SIGTERM (a locksmith releases),
+    /// SIGKILL only if it is still there after 5 s. Always reaped.
+    fn drop(&mut self) {
+        self.stdout = None;
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.pid()),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Exit code, or 128+signal.
+pub fn code(s: ExitStatus) -> i32 {
+    s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Polls `cond` every 2 ms until it holds or `t` passes; returns how long it took.
+/// (Observing an effect with a deadline, not sleeping in place of synchronisation.)
+pub fn eventually(t: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < t,
+            "timed out after {t:?} waiting for: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Whether a process exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        Ok(s) => {
+            let state = s[s.rfind(')').unwrap() + 2..].chars().next().unwrap();
+            state != 'Z' && state != 'X'
+        }
+    }
+}
+
+/// A Perl parent in the seed's style: it spawns `locksmith PROFILE` through a pipe, prints
+/// the line it read, then (optionally) forks a grandchild that inherits the pipe, and sleeps
+/// until killed. Its first stdout line is locksmith's; with a grandchild the second line is
+/// `grandchild PID`.
+pub fn perl_parent(sb: &Sandbox, profile: &str, grandchild: bool) -> Held {
+    let script = r#"
+        my ($bin, $profiles, $name, $gc) = @ARGV;
+        $| = 1;
+        open(L, "-|", $bin, "--profiles", $profiles, $name) or die "spawn: $!";
+        my $l = <L>;
+        print $l;
+        if ($gc) {
+            my $pid = fork();
+            if ($pid == 0) { sleep 1000; exit 0; }
+            print "grandchild $pid\n";
+        }
+        sleep 1000;
+    "#;
+    let mut c = Command::new("perl");
+    c.arg("-e")
+        .arg(script)
+        .arg(bin())
+        .arg(&sb.profiles)
+        .arg(profile)
+        .arg(if grandchild { "1" } else { "0" })
+        .env_remove("LOCKSMITH_PROFILES")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut h = Held::spawn(c);
+    h.read_line(Duration::from_secs(20));
+    h
+}
+
+/// SIGKILL.
+pub fn kill9(pid: i32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}

@@ -1,1 +1,170 @@
-//! TODO
+//! locksmith itself dies (SPEC §6 layer b): on this host the lock is broken at once by
+//! proof of death (a zombie counts as dead); from "another host" — another pid namespace, or
+//! a forged record — only after `stale_after` of silence, and a live one never.
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(10);
+
+#[test]
+fn killed_holder_on_this_host_is_broken_at_once() {
+    let sb = Sandbox::standard();
+    // Killed while a waiter blocks (the waiter watches the holder's pidfd) ...
+    let a = sb.hold(["m"]);
+    a.ok();
+    let mut w = sb.spawn_hold(["--wait", "20s", "m"]);
+    w.wait_stderr("waiting for lock", T);
+    let t0 = Instant::now();
+    kill9(a.pid()); // not reaped yet: a zombie, which `kill(pid, 0)` would call alive
+    let line = w.read_line(T).expect("waiter got nothing");
+    let took = t0.elapsed();
+    assert_eq!(line, "OK m backend=mkdir mode=exclusive prev=crashed\n");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    drop(w);
+    // ... and killed with no waiter around: the next locker breaks it at once.
+    let mut b = sb.hold(["m"]);
+    b.ok();
+    kill9(b.pid());
+    b.wait_exit(T);
+    let c = sb.hold(["--wait", "0", "m"]);
+    assert_eq!(
+        c.line.as_deref(),
+        Some("OK m backend=mkdir mode=exclusive prev=crashed\n")
+    );
+}
+
+/// A pid namespace of our own is "another host" for SPEC §6.
+fn other_host_holder(sb: &Sandbox, profile: &str) -> Option<Held> {
+    let probe = Command::new("unshare")
+        .args(["--pid", "--fork", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        assert!(
+            std::env::var("CI").is_err(),
+            "unshare --pid is needed under CI (run as root)"
+        );
+        eprintln!("SKIP: unshare --pid --fork is not available here");
+        return None;
+    }
+    let mut c = Command::new("unshare");
+    c.args([
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "sh",
+        "-c",
+        r#""$@"; :"#,
+        "sh",
+        bin(),
+    ])
+    .arg("--profiles")
+    .arg(&sb.profiles)
+    .arg(profile)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut h = Held::spawn(c);
+    h.read_line(T);
+    Some(h)
+}
+
+#[test]
+fn other_host_holder_is_broken_only_after_stale_after() {
+    let sb = Sandbox::standard();
+    let Some(a) = other_host_holder(&sb, "fast") else {
+        return;
+    };
+    a.ok();
+    // Alive and heartbeating: never broken, however long a waiter hammers (> 2 × stale_after).
+    let o = sb.output(["--wait", "3500ms", "fast"]);
+    assert_eq!(
+        code(o.status),
+        75,
+        "a live holder was broken: {}",
+        stdout(&o)
+    );
+    // Killed silently (the namespace's init dies, taking locksmith with it).
+    let t0 = Instant::now();
+    kill9(a.pid());
+    let mut w = sb.hold(["--wait", "10s", "fast"]);
+    let took = t0.elapsed();
+    let line = w.line.clone();
+    assert_eq!(
+        line.as_deref(),
+        Some("OK fast backend=mkdir mode=exclusive prev=crashed\n"),
+        "{}",
+        w.stderr_text()
+    );
+    // stale_after 1500ms, heartbeat 200ms, max_poll 100ms: [1.3 s, 1.8 s] plus slack.
+    assert!(
+        took >= Duration::from_millis(1300),
+        "broken too early: {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(3000),
+        "broken too late: {took:?}"
+    );
+}
+
+fn forge(sb: &Sandbox, name: &str, record: &str) {
+    let dir = sb.join(name);
+    fs::create_dir(&dir).unwrap();
+    symlink(record, dir.join("owner.0123456789abcdef")).unwrap();
+}
+
+#[test]
+fn forged_foreign_record_waits_for_stale_after() {
+    let sb = Sandbox::standard();
+    forge(
+        &sb,
+        "fast.lock",
+        "locksmith v=1 host=elsewhere pid=4242 ppid=1 start=1 boot=not-this-boot pidns=pid:[1] since=2026-01-01T00:00:00Z profile=fast nonce=0123456789abcdef",
+    );
+    let o = sb.output(["--wait", "0", "fast"]);
+    assert!(stdout(&o).starts_with("ERROR busy: lock `fast` is held by host=elsewhere pid=4242 ppid=1 since=2026-01-01T00:00:00Z"), "{}", stdout(&o));
+    let t0 = Instant::now();
+    let mut w = sb.hold(["--wait", "10s", "fast"]);
+    let took = t0.elapsed();
+    assert_eq!(
+        w.line.as_deref(),
+        Some("OK fast backend=mkdir mode=exclusive prev=crashed\n")
+    );
+    assert!(took >= Duration::from_millis(1500), "{took:?}");
+    w.wait_stderr("no heartbeat for 1s500ms", T);
+}
+
+#[test]
+fn record_of_unknown_version_is_never_broken_without_force() {
+    let sb = Sandbox::standard();
+    forge(&sb, "fast.lock", "locksmith v=9 whatever=1");
+    let o = sb.output(["--wait", "2500ms", "fast"]);
+    assert_eq!(code(o.status), 75, "{}", stdout(&o));
+    let o = sb.output(["break", "fast"]);
+    assert_eq!(code(o.status), 75, "{}", stderr(&o));
+    assert!(stderr(&o).contains("only --force"), "{}", stderr(&o));
+    let o = sb.output(["break", "--force", "fast"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert!(!sb.join("fast.lock").exists());
+    assert_eq!(
+        code(
+            sb.output(["--wait", "0", "run", "fast", "--", "true"])
+                .status
+        ),
+        0
+    );
+}
+
+#[test]
+fn ownerless_directory_is_broken_after_stale_after() {
+    let sb = Sandbox::standard();
+    fs::create_dir(sb.join("fast.lock")).unwrap(); // a plain `mkdir` locker that died
+    let t0 = Instant::now();
+    let w = sb.hold(["--wait", "10s", "fast"]);
+    assert!(w.ok().starts_with("OK fast "));
+    assert!(t0.elapsed() >= Duration::from_millis(1500));
+}

@@ -1,1 +1,84 @@
-//! TODO
+//! The seed's counter race (seed 003): N processes × M read-modify-write increments under
+//! the lock must end at exactly N×M, with an O_EXCL marker proving nobody overlapped. The
+//! same harness without the lock must lose updates, or the race test proves nothing.
+
+use std::fs;
+use std::process::Command;
+
+use crate::support::*;
+
+const PROCS: usize = 4;
+const INCREMENTS: usize = 200;
+
+/// Read, widen the window, write back; `set -C` makes `>` use O_EXCL for the marker.
+const CRITICAL: &str = r#"
+if ! (set -C; : > "$D/inside") 2>/dev/null; then echo overlap >> "$D/overlaps"; fi
+n=$(cat "$D/counter")
+i=0; while [ $i -lt 30 ]; do i=$((i+1)); done
+echo $((n+1)) > "$D/counter"
+rm -f "$D/inside"
+"#;
+
+/// Runs PROCS workers of INCREMENTS each; `locked` wraps each increment in `locksmith run`.
+/// Returns (final count, overlaps seen).
+fn race(sb: &Sandbox, profile: Option<&str>) -> (usize, usize) {
+    let d = sb.path().join("race");
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir(&d).unwrap();
+    fs::write(d.join("counter"), "0\n").unwrap();
+    let workers: Vec<_> = (0..PROCS)
+        .map(|_| {
+            let mut c = match profile {
+                Some(p) => {
+                    let mut c = sb.cmd(["-q", "run", p, "--", "sh", "-c", CRITICAL]);
+                    c.env("D", &d);
+                    c
+                }
+                None => {
+                    let mut c = Command::new("sh");
+                    c.args(["-c", CRITICAL]).env("D", &d);
+                    c
+                }
+            };
+            std::thread::spawn(move || {
+                for _ in 0..INCREMENTS {
+                    let st = c.status().unwrap();
+                    assert!(st.success(), "increment failed: {st:?}");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let count = fs::read_to_string(d.join("counter"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    let overlaps = fs::read_to_string(d.join("overlaps")).map_or(0, |s| s.lines().count());
+    (count, overlaps)
+}
+
+#[test]
+fn counter_race_is_exact_under_every_local_backend() {
+    let sb = Sandbox::standard();
+    // Negative control: without a lock the same harness must lose updates or overlap.
+    let (count, overlaps) = race(&sb, None);
+    assert!(
+        count < PROCS * INCREMENTS || overlaps > 0,
+        "the harness shows no race without a lock (count {count}, overlaps {overlaps}): it would prove nothing"
+    );
+    for p in ["f", "m"] {
+        let (count, overlaps) = race(&sb, Some(p));
+        assert_eq!(overlaps, 0, "{p}: two holders at once");
+        assert_eq!(count, PROCS * INCREMENTS, "{p}: lost updates");
+    }
+    assert!(!sb.join("m.lock").exists());
+    let leftovers: Vec<_> = sb
+        .listing()
+        .into_iter()
+        .filter(|n| n.contains("tomb"))
+        .collect();
+    assert!(leftovers.is_empty(), "tombstones left: {leftovers:?}");
+}

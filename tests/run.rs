@@ -22,7 +22,10 @@ fn exit_status_and_stdout_belong_to_cmd() {
         let o = sb.output(["run", p, "--", sb.profiles.to_str().unwrap()]);
         assert_eq!(code(o.status), 126, "{p}: not executable: {}", stderr(&o));
         // Nothing of the lock is left after any of these.
-        assert_eq!(code(sb.output(["--wait", "0", "run", p, "--", "true"]).status), 0);
+        assert_eq!(
+            code(sb.output(["--wait", "0", "run", p, "--", "true"]).status),
+            0
+        );
     }
     assert!(!sb.join("m.lock").exists());
 }
@@ -31,7 +34,14 @@ fn exit_status_and_stdout_belong_to_cmd() {
 fn cmd_sees_its_profile() {
     let sb = Sandbox::standard();
     let o = sb
-        .cmd(["run", "m", "--", "sh", "-c", "echo $LOCKSMITH_PROFILE ${LOCKSMITH_TOKEN-none}"])
+        .cmd([
+            "run",
+            "m",
+            "--",
+            "sh",
+            "-c",
+            "echo $LOCKSMITH_PROFILE ${LOCKSMITH_TOKEN-none}",
+        ])
         .env("LOCKSMITH_TOKEN", "stale-from-outside")
         .output()
         .unwrap();
@@ -49,7 +59,11 @@ fn busy_exits_75_or_the_conflict_code_without_running_cmd() {
         let o = sb.output(["--wait", "0", "run", p, "--", "sh", "-c", &touch]);
         assert_eq!(code(o.status), 75, "{p}");
         assert_eq!(stdout(&o), "", "errors go to stderr in run mode");
-        assert!(stderr(&o).starts_with(&format!("ERROR busy: lock `{p}` is held by host=")), "{}", stderr(&o));
+        assert!(
+            stderr(&o).starts_with(&format!("ERROR busy: lock `{p}` is held by host=")),
+            "{}",
+            stderr(&o)
+        );
         let o = sb.output(["--wait", "0", "-E", "3", "run", p, "--", "sh", "-c", &touch]);
         assert_eq!(code(o.status), 3, "{p}: -E");
         assert!(!marker.exists(), "CMD ran without the lock");
@@ -73,8 +87,15 @@ fn signals_are_forwarded_to_cmd() {
         assert_eq!(r.read_line(T).as_deref(), Some("ready\n"));
         r.signal(15);
         assert_eq!(r.read_line(T).as_deref(), Some("got-term\n"));
-        assert_eq!(code(r.wait_exit(T)), 9, "{p}: locksmith exits with CMD's status");
-        assert_eq!(code(sb.output(["--wait", "0", "run", p, "--", "true"]).status), 0);
+        assert_eq!(
+            code(r.wait_exit(T)),
+            9,
+            "{p}: locksmith exits with CMD's status"
+        );
+        assert_eq!(
+            code(sb.output(["--wait", "0", "run", p, "--", "true"]).status),
+            0
+        );
     }
 }
 
@@ -104,7 +125,11 @@ fn flock_lock_lives_as_long_as_cmd() {
     kill9(r.pid());
     r.wait_exit(T);
     assert!(alive(cmd_pid), "CMD keeps running, as under flock(1)");
-    assert_eq!(code(sb.output(["--wait", "0", "f"]).status), 75, "CMD still holds it");
+    assert_eq!(
+        code(sb.output(["--wait", "0", "f"]).status),
+        75,
+        "CMD still holds it"
+    );
     kill9(cmd_pid);
     eventually(T, "the lock to be free once CMD is gone", || {
         code(sb.output(["--wait", "0", "run", "f", "--", "true"]).status) == 0

@@ -89,13 +89,14 @@ stale_after = "1500ms"
         c
     }
 
-    /// Runs to completion, capturing output.
+    /// Runs to completion, capturing output. A hold that succeeds would never end by
+    /// itself (it holds until its pipe closes), so it is killed after 60 s and the test fails.
     pub fn output<I, S>(&self, args: I) -> Output
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        self.cmd(args).output().expect("run locksmith")
+        output_within(self.cmd(args), Duration::from_secs(60))
     }
 
     /// Starts hold mode and waits for its first line.
@@ -386,4 +387,42 @@ pub fn kill9(pid: i32) {
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGKILL,
     );
+}
+
+/// `Command::output` with a deadline: past it the process is killed and the test panics.
+pub fn output_within(mut c: Command, t: Duration) -> Output {
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().expect("spawn");
+    let pid = child.id() as i32;
+    let (tx, rx) = mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if rx.recv_timeout(t).is_err() {
+            kill9(pid);
+            return true;
+        }
+        false
+    });
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let errs = std::thread::spawn(move || {
+        let _ = std::io::Read::read_to_end(&mut se, &mut err);
+        err
+    });
+    let _ = std::io::Read::read_to_end(&mut so, &mut out);
+    let status = child.wait().unwrap();
+    let _ = tx.send(());
+    let killed = watchdog.join().unwrap();
+    let stderr = errs.join().unwrap();
+    assert!(
+        !killed,
+        "command did not finish within {t:?}: {}",
+        String::from_utf8_lossy(&out)
+    );
+    Output {
+        status,
+        stdout: out,
+        stderr,
+    }
 }

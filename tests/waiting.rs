@@ -26,7 +26,10 @@ fn wait_zero_names_the_holder() {
             h.pid(),
             std::process::id()
         );
-        assert!(line.starts_with(&want), "{line:?} should start with {want:?}");
+        assert!(
+            line.starts_with(&want),
+            "{line:?} should start with {want:?}"
+        );
         assert_eq!(line.lines().count(), 1);
         if p == "m" {
             assert!(line.contains(" since=20"), "mkdir records since: {line:?}");
@@ -44,13 +47,20 @@ fn wait_duration_gives_up_in_bounds() {
         let o = sb.output(["--wait", "1s", p]);
         let took = t0.elapsed();
         assert_eq!(code(o.status), 75, "{p}: {}", stdout(&o));
-        assert!(stdout(&o).contains("gave up after waiting 1s"), "{}", stdout(&o));
+        assert!(
+            stdout(&o).contains("gave up after waiting 1s"),
+            "{}",
+            stdout(&o)
+        );
         // max_poll is 4s by default.
         assert!(
             took >= Duration::from_secs(1) && took < Duration::from_secs(6),
             "{p}: gave up after {took:?}"
         );
-        assert!(stderr(&o).contains("waiting for lock"), "says once that it waits");
+        assert!(
+            stderr(&o).contains("waiting for lock"),
+            "says once that it waits"
+        );
         assert_eq!(stderr(&o).matches("waiting for lock").count(), 1);
     }
 }
@@ -119,16 +129,27 @@ fn waiter_stops_when_its_parent_dies() {
             // ECHILD until the parent's death has re-parented the waiter to us.
             match waitpid(Pid::from_raw(waiter), Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::ECHILD) => {
-                    assert!(t0.elapsed() < T, "waiter still waiting after its parent died");
+                    assert!(
+                        t0.elapsed() < T,
+                        "waiter still waiting after its parent died"
+                    );
                     std::thread::sleep(Duration::from_millis(2));
                 }
                 Ok(s) => break s,
                 Err(e) => panic!("waitpid: {e}"),
             }
         };
-        assert!(t0.elapsed() < Duration::from_secs(1), "took {:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "took {:?}",
+            t0.elapsed()
+        );
         assert_eq!(status, WaitStatus::Exited(Pid::from_raw(waiter), 75), "{p}");
-        assert_eq!(parent.read_line(Duration::from_millis(50)), None, "never said OK");
+        assert_eq!(
+            parent.read_line(Duration::from_millis(50)),
+            None,
+            "never said OK"
+        );
         h.close_stdout();
         assert_eq!(code(h.wait_exit(T)), 0);
         if p == "m" {

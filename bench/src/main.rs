@@ -1,1 +1,634 @@
-fn main() {}
+//! `locksmith-bench`: locksmith side by side with flock(1) (and lockfile-progs / dotlockfile
+//! where installed), in one run, alternating the order of the tools every iteration so that
+//! machine noise falls on all of them alike. See `bench/README.md` for what each metric
+//! measures and why the flock(1) equivalents are fair.
+//!
+//! ```text
+//! cargo run --release -p locksmith-bench [-- --runs N] [--quick]
+//! ```
+// The report *is* this program's output: stdout here is a terminal or a file for humans, not
+// the pipe protocol that the workspace lints protect (they exist for locksmith's stdout).
+#![allow(clippy::print_stdout)]
+// clippy.toml disallows `std::io::stdout` for the same protocol reason; the bench's hidden
+// `__hold-parent` mode writes its child's OK line to its own stdout on purpose.
+#![allow(clippy::disallowed_methods)]
+
+mod proc;
+mod scenarios;
+mod stats;
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use proc::Result;
+use scenarios::{Ctx, Flock1Wait};
+use stats::{Ratio, Row, Samples, Unit};
+
+const USAGE: &str = "\
+locksmith-bench - locksmith side by side with flock(1), alternating, medians with min-max
+
+Usage: cargo run --release -p locksmith-bench -- [OPTIONS]
+
+Options:
+  --runs N           measured runs per metric and tool [default: 30; 10 with --quick]
+  --quick            short run while developing: 10 runs, 2 s wakeup window
+  --window SECS      wakeup-counting window while holding [default: 10; 2 with --quick]
+  --locksmith PATH   the locksmith binary [default: $LOCKSMITH_BIN, else build it with
+                     `cargo build --release -p locksmith` and use target/release/locksmith]
+  -h, --help         this text
+";
+
+struct Args {
+    runs: usize,
+    window: Duration,
+    locksmith: Option<PathBuf>,
+}
+
+fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
+    let mut runs = None;
+    let mut window = None;
+    let mut quick = false;
+    let mut locksmith = None;
+    while let Some(a) = it.next() {
+        let a = a.to_string_lossy().into_owned();
+        let mut value = |name: &str| -> Result<String> {
+            it.next()
+                .map(|v| v.to_string_lossy().into_owned())
+                .ok_or(format!("{name} needs a value"))
+        };
+        match a.as_str() {
+            "--runs" => {
+                let n: usize = value("--runs")?
+                    .parse()
+                    .map_err(|e| format!("--runs: {e}"))?;
+                if n == 0 {
+                    return Err("--runs must be at least 1".into());
+                }
+                runs = Some(n);
+            }
+            "--window" => {
+                let s: f64 = value("--window")?
+                    .parse()
+                    .map_err(|e| format!("--window: {e}"))?;
+                if !(0.1..=600.0).contains(&s) {
+                    return Err("--window must be between 0.1 and 600 seconds".into());
+                }
+                window = Some(Duration::from_secs_f64(s));
+            }
+            "--quick" => quick = true,
+            "--locksmith" => locksmith = Some(PathBuf::from(value("--locksmith")?)),
+            "-h" | "--help" => {
+                print!("{USAGE}");
+                return Ok(None);
+            }
+            other => return Err(format!("unknown argument `{other}` (see --help)")),
+        }
+    }
+    Ok(Some(Args {
+        runs: runs.unwrap_or(if quick { 10 } else { 30 }),
+        window: window.unwrap_or(Duration::from_secs(if quick { 2 } else { 10 })),
+        locksmith,
+    }))
+}
+
+fn main() -> ExitCode {
+    let mut argv = std::env::args_os().skip(1).peekable();
+    if argv.peek().is_some_and(|a| a == scenarios::HOLD_PARENT) {
+        argv.next();
+        return hold_parent(argv.collect());
+    }
+    let args = match parse_args(argv) {
+        Ok(Some(a)) => a,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("locksmith-bench: {e}");
+            return ExitCode::from(64);
+        }
+    };
+    match bench(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("locksmith-bench: FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The hidden parent of the crash-release measurement: spawns locksmith (hold mode) with
+/// its stdout on a pipe that only this process reads, relays the OK line and locksmith's
+/// pid to the bench, then blocks until the bench kills it (or closes our stdin).
+fn hold_parent(cmd: Vec<OsString>) -> ExitCode {
+    let Some((prog, args)) = cmd.split_first() else {
+        return ExitCode::from(64);
+    };
+    let mut child = match Command::new(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("locksmith-bench parent: cannot spawn: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut pipe = BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    let _ = pipe.read_line(&mut line);
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{}", line.trim_end());
+        let _ = writeln!(out, "pid {}", child.id());
+        let _ = out.flush();
+    }
+    // Hold until the bench closes our stdin (or SIGKILLs us: the case measured).
+    let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+    drop(pipe);
+    let _ = child.wait();
+    ExitCode::SUCCESS
+}
+
+/// A private directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Result<TempDir> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let path = std::env::temp_dir().join(format!(
+            "locksmith-bench.{}.{nanos:08x}",
+            std::process::id()
+        ));
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        Ok(TempDir(path))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn find_locksmith(arg: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = arg
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("LOCKSMITH_BIN").map(PathBuf::from))
+    {
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("no locksmith binary at {}", p.display()))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let target = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("cannot find the target directory")?;
+    let bin = target.join("release").join("locksmith");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no workspace directory")?;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!("locksmith-bench: cargo build --release -p locksmith");
+    let st = Command::new(&cargo)
+        .args(["build", "--release", "-p", "locksmith"])
+        .current_dir(workspace)
+        .stdin(Stdio::null())
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", cargo.to_string_lossy()))?;
+    if !st.success() {
+        return Err(format!("building locksmith failed ({st})"));
+    }
+    if !bin.is_file() {
+        return Err(format!(
+            "built, but no binary at {} (CARGO_TARGET_DIR elsewhere? use --locksmith PATH)",
+            bin.display()
+        ));
+    }
+    Ok(bin)
+}
+
+fn read_trim(path: &str) -> String {
+    fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn cpu_model() -> String {
+    fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+/// A tool in an alternating comparison: a name and one run (its argument says whether the
+/// run is recorded, i.e. not the warm-up).
+pub struct Tool<'a> {
+    pub name: String,
+    pub run: Box<dyn FnMut(bool) -> Result<Duration> + 'a>,
+}
+
+/// Runs every tool once per iteration, rotating the order each iteration, after one
+/// unrecorded warm-up iteration. Returns each tool's samples in milliseconds.
+fn alternate(metric: &str, runs: usize, tools: &mut [Tool<'_>]) -> Result<Vec<Samples>> {
+    let k = tools.len();
+    let mut out = vec![Samples::default(); k];
+    let started = Instant::now();
+    eprint!("locksmith-bench: {metric}: ");
+    for i in 0..=runs {
+        for j in 0..k {
+            let t = (i + j) % k;
+            let d =
+                (tools[t].run)(i > 0).map_err(|e| format!("{metric}, {}: {e}", tools[t].name))?;
+            if i > 0 {
+                out[t].push(d.as_secs_f64() * 1e3);
+            }
+        }
+        if i % 10 == 0 {
+            eprint!(".");
+        }
+    }
+    eprintln!(" {:.1} s", started.elapsed().as_secs_f64());
+    Ok(out)
+}
+
+fn rows(metric: &str, tools: &[Tool<'_>], samples: Vec<Samples>, reference: usize) -> Vec<Row> {
+    let r = samples[reference].median();
+    tools
+        .iter()
+        .zip(samples)
+        .enumerate()
+        .map(|(i, (t, s))| Row {
+            metric: metric.into(),
+            tool: t.name.clone(),
+            unit: Unit::Ms,
+            samples: s,
+            ratio: if i == reference {
+                Ratio::IsReference
+            } else {
+                Ratio::Vs(r)
+            },
+        })
+        .collect()
+}
+
+fn bench(args: &Args) -> Result<()> {
+    proc::start_watchdog();
+    for tool in ["flock", "stdbuf", "kill"] {
+        if proc::on_path(tool).is_none() {
+            return Err(format!(
+                "`{tool}` is not on PATH (util-linux / coreutils / procps): the reference needs it"
+            ));
+        }
+    }
+    let locksmith = find_locksmith(args.locksmith.as_deref())?;
+    let dir = TempDir::new()?;
+    let ctx = Ctx::new(locksmith.clone(), dir.0.clone())?;
+    let load_before = read_trim("/proc/loadavg");
+
+    // ---- 1. full cycle -------------------------------------------------------------------
+    let mut cycle_tools: Vec<Tool<'_>> = vec![
+        Tool {
+            name: "flock F true".into(),
+            run: Box::new(|_| ctx.cycle_flock1()),
+        },
+        Tool {
+            name: "locksmith run f -- true".into(),
+            run: Box::new(|_| ctx.cycle_locksmith("f")),
+        },
+        Tool {
+            name: "locksmith run m -- true".into(),
+            run: Box::new(|_| ctx.cycle_locksmith("m")),
+        },
+        Tool {
+            name: "true (spawn+reap floor)".into(),
+            run: Box::new(|_| ctx.cycle_true()),
+        },
+    ];
+    let mut skipped = Vec::new();
+    if proc::on_path("lockfile-create").is_some() && proc::on_path("lockfile-remove").is_some() {
+        cycle_tools.push(Tool {
+            name: "lockfile-create; true; lockfile-remove".into(),
+            run: Box::new(|_| ctx.cycle_lockfile_progs()),
+        });
+    } else {
+        skipped.push("lockfile-progs (lockfile-create) is not installed: skipped");
+    }
+    if proc::on_path("dotlockfile").is_some() {
+        cycle_tools.push(Tool {
+            name: "dotlockfile -l; true; dotlockfile -u".into(),
+            run: Box::new(|_| ctx.cycle_dotlockfile()),
+        });
+    } else {
+        skipped.push("dotlockfile (liblockfile-bin) is not installed: skipped");
+    }
+    let s = alternate("full cycle", args.runs, &mut cycle_tools)?;
+    let mut table = rows("full cycle", &cycle_tools, s, 0);
+    // The floor row is context, not a competitor.
+    if let Some(r) = table.iter_mut().find(|r| r.tool.starts_with("true")) {
+        r.ratio = Ratio::None;
+    }
+    drop(cycle_tools);
+
+    // ---- 2. spawn → OK (and RSS at OK) -------------------------------------------------
+    let mut rss_f = Samples::default();
+    let mut rss_m = Samples::default();
+    let mut spawn_tools: Vec<Tool<'_>> = vec![
+        Tool {
+            name: "flock F echo OK".into(),
+            run: Box::new(|_| ctx.spawn_ok_flock1()),
+        },
+        Tool {
+            name: "locksmith f".into(),
+            run: Box::new(|rec| ctx.spawn_ok_locksmith("f", rec.then_some(&mut rss_f))),
+        },
+        Tool {
+            name: "locksmith m".into(),
+            run: Box::new(|rec| ctx.spawn_ok_locksmith("m", rec.then_some(&mut rss_m))),
+        },
+    ];
+    let s = alternate("spawn → OK", args.runs, &mut spawn_tools)?;
+    table.extend(rows("spawn → OK", &spawn_tools, s, 0));
+    drop(spawn_tools);
+
+    // ---- 3. handoff: holder releases (pipe closed) → blocked waiter holds ------------------
+    let mut handoff_tools: Vec<Tool<'_>> = vec![
+        Tool {
+            name: "flock(1): close stdin of `flock -F F cat`; waiter's echo OK".into(),
+            run: Box::new(|_| ctx.handoff_flock1(Flock1Wait::Cmd)),
+        },
+        Tool {
+            name: "flock(1): same; waiter's lock taken (strict)".into(),
+            run: Box::new(|_| ctx.handoff_flock1(Flock1Wait::Taken)),
+        },
+        Tool {
+            name: "locksmith f: close holder's stdout pipe".into(),
+            run: Box::new(|_| ctx.handoff_locksmith("f")),
+        },
+        Tool {
+            name: "locksmith m: close holder's stdout pipe".into(),
+            run: Box::new(|_| ctx.handoff_locksmith("m")),
+        },
+    ];
+    let s = alternate("handoff", args.runs, &mut handoff_tools)?;
+    table.extend(rows("handoff", &handoff_tools, s, 0));
+    drop(handoff_tools);
+
+    // ---- 4. crash release: the holder's parent is SIGKILLed → blocked waiter holds ---------
+    let mut crash_tools: Vec<Tool<'_>> = vec![
+        Tool {
+            name: "flock(1): kill -9 `flock -F F sleep`; waiter's echo OK".into(),
+            run: Box::new(|_| ctx.crash_flock1(Flock1Wait::Cmd)),
+        },
+        Tool {
+            name: "flock(1): same; waiter's lock taken (strict)".into(),
+            run: Box::new(|_| ctx.crash_flock1(Flock1Wait::Taken)),
+        },
+        Tool {
+            name: "locksmith f: kill -9 its parent".into(),
+            run: Box::new(|_| ctx.crash_locksmith("f")),
+        },
+        Tool {
+            name: "locksmith m: kill -9 its parent".into(),
+            run: Box::new(|_| ctx.crash_locksmith("m")),
+        },
+    ];
+    let s = alternate("crash release", args.runs, &mut crash_tools)?;
+    table.extend(rows("crash release", &crash_tools, s, 0));
+    drop(crash_tools);
+
+    // ---- 5. RSS and wakeups while holding --------------------------------------------------
+    let kib = |s: &Samples| {
+        let mut m = Samples::default();
+        for v in s.values() {
+            m.push(v / 1024.0);
+        }
+        m
+    };
+    let hold = ctx.holding(args.window)?;
+    let mut ref_rss = Samples::default();
+    ref_rss.push(hold.reference_rss_kib as f64 / 1024.0);
+    table.push(Row {
+        metric: "RSS while holding".into(),
+        tool: "flock(1) process of `flock F cat`".into(),
+        unit: Unit::MiB,
+        samples: ref_rss,
+        ratio: Ratio::IsReference,
+    });
+    let ref_rss_median = hold.reference_rss_kib as f64 / 1024.0;
+    for (name, s) in [("locksmith f", &rss_f), ("locksmith m", &rss_m)] {
+        table.push(Row {
+            metric: "RSS while holding".into(),
+            tool: format!("{name} (at OK, every spawn → OK run)"),
+            unit: Unit::MiB,
+            samples: kib(s),
+            ratio: Ratio::Vs(ref_rss_median),
+        });
+    }
+    let window = format!("wakeups in {:.0} s holding", args.window.as_secs_f64());
+    for h in &hold.rows {
+        let mut s = Samples::default();
+        s.push(h.switches as f64);
+        table.push(Row {
+            metric: window.clone(),
+            tool: h.name.clone(),
+            unit: Unit::Count,
+            samples: s,
+            ratio: Ratio::None,
+        });
+    }
+
+    let load_after = read_trim("/proc/loadavg");
+
+    // ---- report ---------------------------------------------------------------------------
+    println!("# locksmith-bench");
+    println!();
+    println!(
+        "{} measured runs per metric and tool (plus one warm-up), order of tools rotated every run.",
+        args.runs
+    );
+    println!(
+        "machine: {} CPU(s), {}, kernel {}; load average before: {load_before}; after: {load_after}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu_model(),
+        read_trim("/proc/sys/kernel/osrelease"),
+    );
+    println!(
+        "locksmith: {} ({}); {}",
+        locksmith.display(),
+        proc::first_line_of(&locksmith.to_string_lossy(), &["--version"])
+            .unwrap_or_else(|| "?".into()),
+        proc::first_line_of("flock", &["--version"]).unwrap_or_else(|| "flock ?".into()),
+    );
+    println!("times: median and min – max in ms; ratio = median / the metric's reference median");
+    println!();
+    print!("{}", stats::table(&table));
+    println!();
+    print_targets(&table, &hold);
+    let mut notes: Vec<String> = skipped.iter().map(|s| s.to_string()).collect();
+    notes.push(format!(
+        "threads while holding: {}",
+        hold.rows
+            .iter()
+            .map(|h| format!("{} {}", h.name, h.threads))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    notes.extend(ctx.leftovers());
+    notes.extend(ctx.take_notes());
+    println!();
+    println!("notes:");
+    for n in notes {
+        println!("- {n}");
+    }
+    Ok(())
+}
+
+fn median_of(table: &[Row], metric: &str, tool_prefix: &str) -> Option<f64> {
+    table
+        .iter()
+        .find(|r| r.metric == metric && r.tool.starts_with(tool_prefix))
+        .map(|r| r.samples.median())
+}
+
+fn print_targets(table: &[Row], hold: &scenarios::Holding) {
+    let mark = |ok: bool| if ok { "PASS" } else { "MISS" }.to_string();
+    let ms = |v: f64| stats::fmt_value(v, Unit::Ms);
+    let mut lines: Vec<[String; 6]> = vec![
+        [
+            "target".into(),
+            "locksmith".into(),
+            "reference".into(),
+            "ratio (limit)".into(),
+            "result".into(),
+            "strict ratio".into(),
+        ],
+        Default::default(),
+    ];
+    // (what, locksmith median, reference median, limit, strict reference median)
+    let mut ratio =
+        |what: String, a: Option<f64>, b: Option<f64>, limit: f64, strict: Option<f64>| {
+            if let (Some(a), Some(b)) = (a, b) {
+                let r = a / b;
+                lines.push([
+                    what,
+                    ms(a),
+                    ms(b),
+                    format!("{r:.2}× (≤ {limit:.1}×)"),
+                    mark(r <= limit),
+                    strict.map_or(String::new(), |s| format!("{:.2}×", a / s)),
+                ]);
+            }
+        };
+    let cyc = median_of(table, "full cycle", "flock F true");
+    for b in ["f", "m"] {
+        ratio(
+            format!("run cycle: `locksmith run {b} -- true` / `flock F true`"),
+            median_of(table, "full cycle", &format!("locksmith run {b}")),
+            cyc,
+            1.3,
+            None,
+        );
+    }
+    let crash_ref = median_of(table, "crash release", "flock(1): kill");
+    let crash_strict = median_of(table, "crash release", "flock(1): same");
+    for b in ["f", "m"] {
+        ratio(
+            format!("pipe close → waiter holds, locksmith {b} / flock(1) crash release"),
+            median_of(table, "handoff", &format!("locksmith {b}")),
+            crash_ref,
+            1.0,
+            crash_strict,
+        );
+        ratio(
+            format!("parent SIGKILL → waiter holds, locksmith {b} / flock(1) crash release"),
+            median_of(table, "crash release", &format!("locksmith {b}")),
+            crash_ref,
+            1.0,
+            crash_strict,
+        );
+    }
+    let handoff_ref = median_of(table, "handoff", "flock(1): close");
+    let handoff_strict = median_of(table, "handoff", "flock(1): same");
+    for b in ["f", "m"] {
+        ratio(
+            format!("handoff, locksmith {b} / flock(1) handoff (issue 5)"),
+            median_of(table, "handoff", &format!("locksmith {b}")),
+            handoff_ref,
+            1.0,
+            handoff_strict,
+        );
+    }
+    for b in ["f", "m"] {
+        let prefix = format!("locksmith {b}");
+        if let Some(mib) = table
+            .iter()
+            .find(|r| r.metric == "RSS while holding" && r.tool.starts_with(&prefix))
+            .map(|r| r.samples.max())
+        {
+            lines.push([
+                format!("RSS of a holding locksmith {b} (largest of the runs)"),
+                stats::fmt_value(mib, Unit::MiB),
+                String::new(),
+                "≤ 3 MiB".into(),
+                mark(mib <= 3.0),
+                String::new(),
+            ]);
+        }
+    }
+    if let Some(h) = hold.rows.iter().find(|h| h.name.starts_with("locksmith f")) {
+        lines.push([
+            format!(
+                "wakeups while holding flock ({:.0} s)",
+                hold.window.as_secs_f64()
+            ),
+            h.switches.to_string(),
+            String::new(),
+            "= 0".into(),
+            mark(h.switches == 0),
+            String::new(),
+        ]);
+    }
+    let mut width = [0usize; 6];
+    for l in &lines {
+        for (w, c) in width.iter_mut().zip(l.iter()) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    lines[1] = width.map(|w| "-".repeat(w));
+    println!("targets (issue 2; handoff / handoff is issue 5's):");
+    for l in &lines {
+        let mut out = String::from("  ");
+        for (i, (c, w)) in l.iter().zip(width.iter()).enumerate() {
+            let pad = " ".repeat(w - c.chars().count());
+            if i == 0 || i == 4 {
+                out.push_str(&format!("{c}{pad}  "));
+            } else {
+                out.push_str(&format!("{pad}{c}  "));
+            }
+        }
+        println!("{}", out.trim_end());
+    }
+    println!(
+        "  reference = flock(1) until the waiter's CMD prints (`flock F echo OK`); strict ratio = against\n  \
+         the moment the flock(1) waiter's flock(2) returned (its --verbose message, before any fork)."
+    );
+}

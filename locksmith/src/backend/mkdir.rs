@@ -434,6 +434,11 @@ impl Backend for Mkdir {
 
     fn try_acquire(&mut self) -> Result<Attempt> {
         // A few rounds: the lock may vanish between our mkdir and our look, or be broken.
+        // Drain old notifications *before* trying: a release after this point leaves a
+        // fresh event, so the wait that may follow cannot miss it.
+        if let Some(ino) = &self.inotify {
+            let _ = ino.read_events();
+        }
         let mut holders = Vec::new();
         for _ in 0..4 {
             if self.create()? {
@@ -471,8 +476,6 @@ impl Backend for Mkdir {
                 Ok(_) => self.inotify = Some(ino),
                 Err(e) => debug!("no inotify on {}: {e}", self.parent.display()),
             }
-        } else if let Some(ino) = &self.inotify {
-            let _ = ino.read_events();
         }
         Ok(WaitHint { poll: true })
     }

@@ -1,0 +1,612 @@
+//! One measured run of each scenario, for locksmith and for its flock(1) equivalent.
+//!
+//! Every scenario starts from a free lock and ends with every process it started reaped
+//! (or, for a holder orphaned by its parent's SIGKILL, seen to exit) and the lock free.
+//! Any surprise is an error: the bench fails loudly rather than report a wrong number.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::process::{ChildStderr, ChildStdout, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::proc::{self, Lines, Proc, Result, read_first_line};
+use crate::stats::Samples;
+
+/// argv[1] of the bench's own re-exec as the parent of a holding locksmith.
+pub const HOLD_PARENT: &str = "__hold-parent";
+
+/// The deadline of every wait and read: a broken locksmith fails the bench, never hangs it.
+const T: Duration = Duration::from_secs(10);
+
+/// After a waiter is seen blocked, let it settle into its wait (poll / flock(2)) before
+/// the holder releases, so that a handoff never races the waiter's own retry.
+const SETTLE: Duration = Duration::from_millis(20);
+
+/// What flock(1) prints (with `--verbose`) once it holds the lock.
+const FLOCK_GOT: &str = "getting lock took";
+
+pub struct Ctx {
+    locksmith: PathBuf,
+    dir: PathBuf,
+    profiles: PathBuf,
+    me: PathBuf,
+    /// flock(1)'s lock file in the timed scenarios.
+    ref_lock: PathBuf,
+    notes: RefCell<BTreeMap<String, usize>>,
+}
+
+/// A holder watched over the window.
+pub struct HoldRow {
+    pub name: String,
+    pub switches: u64,
+    pub threads: u32,
+}
+
+pub struct Holding {
+    pub window: Duration,
+    pub rows: Vec<HoldRow>,
+    pub reference_rss_kib: u64,
+}
+
+impl Ctx {
+    /// Writes the profiles file into `dir` and checks that locksmith accepts it.
+    pub fn new(locksmith: PathBuf, dir: PathBuf) -> Result<Ctx> {
+        let profiles = dir.join("profiles.toml");
+        let d = dir.display();
+        let text = format!(
+            "# written by locksmith-bench; every lock lives in this private directory\n\
+             [profile.f]\nbackend = \"flock\"\npath = \"{d}/f.lock\"\n\n\
+             [profile.m]\nbackend = \"mkdir\"\npath = \"{d}/m.lock\"\n\n\
+             [profile.ml]\nbackend = \"mkdir\"\npath = \"{d}/ml.lock\"\nlocal = true\n"
+        );
+        fs::write(&profiles, text)
+            .map_err(|e| format!("cannot write {}: {e}", profiles.display()))?;
+        let me = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+        let ctx = Ctx {
+            ref_lock: dir.join("ref.lock"),
+            locksmith,
+            dir,
+            profiles,
+            me,
+            notes: RefCell::new(BTreeMap::new()),
+        };
+        let mut check = ctx.locksmith_cmd(&["profiles"]);
+        check.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let out = check
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", ctx.locksmith.display()))?;
+        let listed = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || ["f", "m", "ml"].iter().any(|p| !listed.contains(p)) {
+            return Err(format!(
+                "locksmith rejects the bench's profiles ({}): {}{}",
+                out.status,
+                listed.trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(ctx)
+    }
+
+    /// Something worth telling the reader, counted.
+    fn note(&self, what: String) {
+        *self.notes.borrow_mut().entry(what).or_insert(0) += 1;
+    }
+
+    pub fn take_notes(&self) -> Vec<String> {
+        std::mem::take(&mut *self.notes.borrow_mut())
+            .into_iter()
+            .map(|(k, n)| if n > 1 { format!("{k} ({n}×)") } else { k })
+            .collect()
+    }
+
+    /// What is left in the lock directory once everything has exited: only the profiles
+    /// file and the flock semaphore files (never unlinked, by design) are expected.
+    pub fn leftovers(&self) -> Vec<String> {
+        let expected = ["profiles.toml", "f.lock", "ref.lock", "ref-hold.lock"];
+        let mut extra: Vec<String> = fs::read_dir(&self.dir)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| !expected.contains(&n.as_str()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        extra.sort();
+        if extra.is_empty() {
+            Vec::new()
+        } else {
+            vec![format!(
+                "left in the lock directory after every holder exited: {}",
+                extra.join(", ")
+            )]
+        }
+    }
+
+    fn locksmith_cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.locksmith);
+        c.arg("--profiles")
+            .arg(&self.profiles)
+            .args(args)
+            .env_remove("LOCKSMITH_LOG")
+            .env_remove("LOCKSMITH_PROFILES")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c
+    }
+
+    fn plain_cmd(prog: &str, args: &[&str]) -> Command {
+        let mut c = Command::new(prog);
+        c.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c
+    }
+
+    fn ref_lock(&self) -> String {
+        self.ref_lock.to_string_lossy().into_owned()
+    }
+
+    /// Spawns `cmd` and waits for exit 0: the time from just before the spawn to the reap.
+    fn cycle(&self, name: &str, cmd: &mut Command) -> Result<Duration> {
+        let t0 = Instant::now();
+        let mut p = Proc::spawn(name, cmd)?;
+        let t1 = p.wait_ok(T)?;
+        Ok(t1 - t0)
+    }
+
+    // ---- 1. full cycle ---------------------------------------------------------------------
+
+    pub fn cycle_locksmith(&self, profile: &str) -> Result<Duration> {
+        let mut c = self.locksmith_cmd(&["--wait", "10s", "run", profile, "--", "true"]);
+        self.cycle(&format!("locksmith run {profile}"), &mut c)
+    }
+
+    pub fn cycle_flock1(&self) -> Result<Duration> {
+        let mut c = Self::plain_cmd("flock", &["-w", "10", &self.ref_lock(), "true"]);
+        self.cycle("flock F true", &mut c)
+    }
+
+    pub fn cycle_true(&self) -> Result<Duration> {
+        self.cycle("true", &mut Self::plain_cmd("true", &[]))
+    }
+
+    /// lockfile-progs has no "run CMD under the lock": create, run, remove.
+    pub fn cycle_lockfile_progs(&self) -> Result<Duration> {
+        let lock = self.dir.join("lockfile-progs.lock");
+        let lock = lock.to_string_lossy();
+        let t0 = Instant::now();
+        Proc::spawn(
+            "lockfile-create",
+            &mut Self::plain_cmd("lockfile-create", &["--retry", "0", "--lock-name", &lock]),
+        )?
+        .wait_ok(T)?;
+        Proc::spawn("true", &mut Self::plain_cmd("true", &[]))?.wait_ok(T)?;
+        let t1 = Proc::spawn(
+            "lockfile-remove",
+            &mut Self::plain_cmd("lockfile-remove", &["--lock-name", &lock]),
+        )?
+        .wait_ok(T)?;
+        Ok(t1 - t0)
+    }
+
+    /// dotlockfile: lock, run, unlock (the form every version has).
+    pub fn cycle_dotlockfile(&self) -> Result<Duration> {
+        let lock = self.dir.join("dotlockfile.lock");
+        let lock = lock.to_string_lossy();
+        let t0 = Instant::now();
+        Proc::spawn(
+            "dotlockfile -l",
+            &mut Self::plain_cmd("dotlockfile", &["-l", "-r", "0", &lock]),
+        )?
+        .wait_ok(T)?;
+        Proc::spawn("true", &mut Self::plain_cmd("true", &[]))?.wait_ok(T)?;
+        let t1 = Proc::spawn(
+            "dotlockfile -u",
+            &mut Self::plain_cmd("dotlockfile", &["-u", &lock]),
+        )?
+        .wait_ok(T)?;
+        Ok(t1 - t0)
+    }
+
+    // ---- 2. spawn → OK -----------------------------------------------------------------------
+
+    /// From just before spawning `locksmith P` (stdout piped) to reading its OK line; then
+    /// (untimed) its RSS, close the pipe and reap it.
+    pub fn spawn_ok_locksmith(
+        &self,
+        profile: &str,
+        rss_kib: Option<&mut Samples>,
+    ) -> Result<Duration> {
+        let mut c = self.locksmith_cmd(&["--wait", "0", profile]);
+        c.stdout(Stdio::piped());
+        let t0 = Instant::now();
+        let mut p = Proc::spawn(format!("locksmith {profile}"), &mut c)?;
+        let mut out = BufReader::new(p.stdout());
+        let (line, t1) = read_first_line(&mut out, "reading the OK line", T, p.pid())?;
+        expect_ok(&line, profile)?;
+        if let (Some(kib), Some(rss)) = (proc::vm_rss_kib(p.pid()), rss_kib) {
+            rss.push(kib as f64);
+        }
+        drop(out);
+        p.wait_ok(T)?;
+        self.check_free(profile)?;
+        Ok(t1 - t0)
+    }
+
+    /// flock(1)'s nearest equivalent: `flock F echo OK` (the lock taken, echo forked and
+    /// run under it), from spawn to reading "OK".
+    pub fn spawn_ok_flock1(&self) -> Result<Duration> {
+        let mut c = Self::plain_cmd("flock", &["-w", "10", &self.ref_lock(), "echo", "OK"]);
+        c.stdout(Stdio::piped());
+        let t0 = Instant::now();
+        let mut p = Proc::spawn("flock F echo OK", &mut c)?;
+        let mut out = BufReader::new(p.stdout());
+        let (line, t1) = read_first_line(&mut out, "reading flock(1)'s OK", T, p.pid())?;
+        if line != "OK" {
+            return Err(format!("flock F echo OK printed {line:?}"));
+        }
+        drop(out);
+        p.wait_ok(T)?;
+        Ok(t1 - t0)
+    }
+
+    // ---- 3./4. handoff and crash release ----------------------------------------------------
+
+    /// A locksmith holder `A` whose stdout the bench reads: returns it with its pipe (the
+    /// pipe's read end is the lock, in effect: closing it releases).
+    fn locksmith_holder(&self, profile: &str) -> Result<(Proc, BufReader<ChildStdout>)> {
+        let mut c = self.locksmith_cmd(&["--wait", "0", profile]);
+        c.stdout(Stdio::piped());
+        let mut a = Proc::spawn(format!("holder locksmith {profile}"), &mut c)?;
+        let mut out = BufReader::new(a.stdout());
+        let (line, _) = read_first_line(&mut out, "reading the holder's OK", T, a.pid())?;
+        expect_ok(&line, profile)?;
+        Ok((a, out))
+    }
+
+    /// A locksmith waiter `B` (hold mode, `--wait 10s`), seen blocked: it has said on stderr
+    /// that it waits, (for flock) its flock(2) request is queued in /proc/locks, it has not
+    /// said OK, and it has had `SETTLE` to sit down in its wait.
+    fn locksmith_waiter(&self, profile: &str) -> Result<Waiter> {
+        let mut c = self.locksmith_cmd(&["--wait", "10s", profile]);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut b = Proc::spawn(format!("waiter locksmith {profile}"), &mut c)?;
+        let mut err = Lines::start(b.stderr(), false);
+        let mut out = Lines::start(b.stdout(), true);
+        let pid = b.pid();
+        if let Err(e) = err.until("waiting for the waiter's notice", T, &[pid], |l| {
+            l.contains("waiting for lock")
+        }) {
+            let said = out.try_next().unwrap_or_default();
+            return Err(format!("{e}; waiter's stdout: {said:?}"));
+        }
+        if profile == "f" {
+            proc::poll_until(
+                "for the waiter's flock(2) request in /proc/locks",
+                T,
+                Duration::from_millis(1),
+                || proc::blocked_in_flock(pid),
+            )?;
+        }
+        thread::sleep(SETTLE);
+        if let Some(l) = out.try_next() {
+            return Err(format!(
+                "the waiter said {l:?} while the holder still holds the lock"
+            ));
+        }
+        if !b.running() {
+            return Err("the waiter exited while it should wait".into());
+        }
+        Ok(Waiter {
+            proc: b,
+            out,
+            err,
+            profile: profile.to_string(),
+        })
+    }
+
+    /// Reads the waiter's OK (the instant its read returned), then releases and reaps it,
+    /// and records anything unexpected it said on stderr.
+    fn finish_waiter(&self, mut w: Waiter, why: &str) -> Result<(Instant, String)> {
+        let pid = w.proc.pid();
+        let (t1, line) = w
+            .out
+            .next(&format!("for the waiter's OK after {why}"), T, &[pid])?
+            .ok_or_else(|| format!("the waiter closed stdout without a line after {why}"))?;
+        expect_ok(&line, &w.profile)?;
+        drop(w.out.into_pipe()); // releases the waiter's lock
+        w.proc.wait_ok(T)?;
+        while let Ok(Some((_, l))) = w.err.next("draining the waiter's stderr", T, &[]) {
+            if !l.contains("waiting for lock") {
+                self.note(format!(
+                    "waiter (locksmith {}) said on stderr: {}",
+                    w.profile,
+                    digits_masked(&l)
+                ));
+            }
+        }
+        Ok((t1, line))
+    }
+
+    /// Handoff: A holds, B waits; the bench closes A's stdout pipe (A's release) and times
+    /// until B's OK line is read.
+    pub fn handoff_locksmith(&self, profile: &str) -> Result<Duration> {
+        let (mut a, a_out) = self.locksmith_holder(profile)?;
+        let w = self.locksmith_waiter(profile)?;
+        let t0 = Instant::now();
+        drop(a_out);
+        let (t1, line) = self.finish_waiter(w, "the holder's pipe closed")?;
+        a.wait_ok(T)?;
+        if line.contains("prev=crashed") {
+            self.note(format!(
+                "locksmith {profile}: `prev=crashed` in the OK line after a clean release (pipe close)"
+            ));
+        }
+        self.check_free(profile)?;
+        Ok(t1 - t0)
+    }
+
+    /// Crash release: A's parent (the bench re-executed as `__hold-parent`, reading A's
+    /// stdout) is SIGKILLed; time until B's OK line is read.
+    pub fn crash_locksmith(&self, profile: &str) -> Result<Duration> {
+        let mut c = Command::new(&self.me);
+        c.arg(crate::scenarios::HOLD_PARENT)
+            .arg(&self.locksmith)
+            .arg("--profiles")
+            .arg(&self.profiles)
+            .args(["--wait", "0", profile])
+            .env_remove("LOCKSMITH_LOG")
+            .env_remove("LOCKSMITH_PROFILES")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut parent = Proc::spawn(format!("parent of locksmith {profile}"), &mut c)?;
+        let keep_stdin = parent.stdin();
+        let mut p_out = BufReader::new(parent.stdout());
+        let (line, _) = read_first_line(&mut p_out, "reading the holder's OK", T, parent.pid())?;
+        expect_ok(&line, profile)?;
+        let (pid_line, _) =
+            read_first_line(&mut p_out, "reading the holder's pid", T, parent.pid())?;
+        let a_pid: u32 = pid_line
+            .strip_prefix("pid ")
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| format!("the parent said {pid_line:?}, not `pid N`"))?;
+        let w = self.locksmith_waiter(profile)?;
+        let t0 = Instant::now();
+        parent.kill()?;
+        let (t1, line) = self.finish_waiter(w, "the holder's parent was killed")?;
+        parent.wait(T)?;
+        drop(keep_stdin);
+        proc::poll_until(
+            "for the orphaned holder to exit after its parent died",
+            T,
+            Duration::from_millis(1),
+            || proc::exited(a_pid),
+        )?;
+        if line.contains("prev=crashed") {
+            self.note(format!(
+                "locksmith {profile}: `prev=crashed` in the OK line after a parent death (SPEC §6: a normal release)"
+            ));
+        }
+        self.check_free(profile)?;
+        Ok(t1 - t0)
+    }
+
+    /// flock(1) holder `flock -F F CMD...`: with `-F` flock(1) execs CMD instead of forking,
+    /// so the holder is one process (CMD), as locksmith's holder is one process. Returns once
+    /// /proc/locks shows it holding.
+    fn flock1_holder(&self, cmd: &[&str], stdin: Stdio) -> Result<Proc> {
+        let lock = self.ref_lock();
+        let mut args = vec!["-F", "-w", "10", &lock];
+        args.extend_from_slice(cmd);
+        let mut c = Self::plain_cmd("flock", &args);
+        c.stdin(stdin);
+        let h = Proc::spawn(format!("holder flock -F F {}", cmd.join(" ")), &mut c)?;
+        let pid = h.pid();
+        proc::poll_until(
+            "for the flock(1) holder to hold",
+            T,
+            Duration::from_millis(1),
+            || proc::holds_flock(pid),
+        )?;
+        Ok(h)
+    }
+
+    /// A flock(1) waiter, seen queued in /proc/locks. `Flock1Wait::Cmd`: `flock F echo OK`,
+    /// done when echo's OK is read (CMD runs under the lock: what a flock(1) user's work
+    /// sees). `Flock1Wait::Taken`: `flock --verbose F true` on a line-buffered stdout
+    /// (stdbuf: flock(1) prints with stdio, which would keep the message buffered), done
+    /// when "getting lock took" is read: the moment flock(2) returned, before any fork.
+    fn flock1_waiter(&self, how: Flock1Wait) -> Result<(Proc, Lines<ChildStdout>)> {
+        let lock = self.ref_lock();
+        let mut c = match how {
+            Flock1Wait::Cmd => Self::plain_cmd("flock", &["-w", "10", &lock, "echo", "OK"]),
+            Flock1Wait::Taken => Self::plain_cmd(
+                "stdbuf",
+                &["-oL", "flock", "--verbose", "-w", "10", &lock, "true"],
+            ),
+        };
+        c.stdout(Stdio::piped());
+        let mut w = Proc::spawn(format!("flock(1) waiter ({how:?})"), &mut c)?;
+        let mut out = Lines::start(w.stdout(), false);
+        let pid = w.pid();
+        proc::poll_until(
+            "for flock(1)'s request in /proc/locks",
+            T,
+            Duration::from_millis(1),
+            || proc::blocked_in_flock(pid),
+        )?;
+        thread::sleep(SETTLE);
+        if let Some(l) = out.try_next() {
+            return Err(format!("flock(1) waiter said {l:?} while the holder holds"));
+        }
+        Ok((w, out))
+    }
+
+    fn flock1_finish(
+        &self,
+        how: Flock1Wait,
+        w: &mut Proc,
+        out: &mut Lines<ChildStdout>,
+    ) -> Result<Instant> {
+        let (t1, _) = out.until("for flock(1)'s waiter", T, &[w.pid()], |l| match how {
+            Flock1Wait::Cmd => l == "OK",
+            Flock1Wait::Taken => l.contains(FLOCK_GOT),
+        })?;
+        w.wait_ok(T)?;
+        Ok(t1)
+    }
+
+    /// flock(1) handoff: the holder is `flock -F F cat` reading a pipe from the bench;
+    /// closing that pipe ends cat, the lock holder: the same "parent closes a pipe"
+    /// release as locksmith's.
+    pub fn handoff_flock1(&self, how: Flock1Wait) -> Result<Duration> {
+        let mut h = self.flock1_holder(&["cat"], Stdio::piped())?;
+        let h_in = h.stdin();
+        let (mut w, mut w_out) = self.flock1_waiter(how)?;
+        let t0 = Instant::now();
+        drop(h_in);
+        let t1 = self.flock1_finish(how, &mut w, &mut w_out)?;
+        h.wait_ok(T)?;
+        Ok(t1 - t0)
+    }
+
+    /// flock(1) crash release: SIGKILL of the whole holder (`flock -F F sleep`: one process
+    /// holds the lock; the fair equivalent of kill -9 on the holder's process group).
+    pub fn crash_flock1(&self, how: Flock1Wait) -> Result<Duration> {
+        let mut h = self.flock1_holder(&["sleep", "100"], Stdio::null())?;
+        let (mut w, mut w_out) = self.flock1_waiter(how)?;
+        let t0 = Instant::now();
+        h.kill()?;
+        let t1 = self.flock1_finish(how, &mut w, &mut w_out)?;
+        h.wait(T)?;
+        Ok(t1 - t0)
+    }
+
+    /// After a scenario, the lock must be free (a mkdir lock's directory gone).
+    fn check_free(&self, profile: &str) -> Result<()> {
+        if profile.starts_with('m') {
+            let path = self.dir.join(format!("{profile}.lock"));
+            if path.exists() {
+                return Err(format!(
+                    "{} still exists after every holder exited",
+                    path.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    // ---- 5. RSS and wakeups while holding -----------------------------------------------------
+
+    /// Holders for f, m, ml and a flock(1) holder, all at once; context switches summed over
+    /// every thread before and after `window`.
+    pub fn holding(&self, window: Duration) -> Result<Holding> {
+        eprintln!(
+            "locksmith-bench: holding for {:.0} s to count wakeups",
+            window.as_secs_f64()
+        );
+        let mut holders = Vec::new();
+        for (profile, name) in [
+            ("f", "locksmith f (flock)"),
+            ("m", "locksmith m (mkdir, heartbeat)"),
+            ("ml", "locksmith ml (mkdir, local = true)"),
+        ] {
+            let (p, out) = self.locksmith_holder(profile)?;
+            holders.push((name.to_string(), p, Some(out)));
+        }
+        let hold_lock = self.dir.join("ref-hold.lock");
+        let mut c = Self::plain_cmd("flock", &["-w", "10", &hold_lock.to_string_lossy(), "cat"]);
+        c.stdin(Stdio::piped());
+        let mut r = Proc::spawn("flock F cat", &mut c)?;
+        let r_in = r.stdin();
+        let r_pid = r.pid();
+        proc::poll_until("for flock(1) to hold", T, Duration::from_millis(1), || {
+            proc::holds_flock(r_pid)
+        })?;
+        holders.push(("flock(1) process of `flock F cat`".into(), r, None));
+
+        thread::sleep(Duration::from_millis(300)); // let start-up activity end
+        let before: Vec<_> = holders
+            .iter()
+            .map(|(n, p, _)| proc::switches(p.pid()).map_err(|e| format!("{n}: {e}")))
+            .collect::<Result<_>>()?;
+        thread::sleep(window);
+        let mut rows = Vec::new();
+        let mut reference_rss_kib = 0;
+        for ((name, p, _), b) in holders.iter_mut().zip(before) {
+            let a = proc::switches(p.pid()).map_err(|e| format!("{name}: {e}"))?;
+            if !p.running() {
+                return Err(format!("{name} exited while holding"));
+            }
+            if name.starts_with("flock(1)") {
+                reference_rss_kib = proc::vm_rss_kib(p.pid()).unwrap_or(0);
+            }
+            rows.push(HoldRow {
+                name: name.clone(),
+                switches: a.total().saturating_sub(b.total()),
+                threads: a.threads,
+            });
+        }
+        drop(r_in);
+        for (_, p, out) in &mut holders {
+            drop(out.take());
+            p.wait_ok(T)?;
+        }
+        for profile in ["m", "ml"] {
+            self.check_free(profile)?;
+        }
+        Ok(Holding {
+            window,
+            rows,
+            reference_rss_kib,
+        })
+    }
+}
+
+/// When a flock(1) waiter counts as holding (see `Ctx::flock1_waiter`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flock1Wait {
+    Cmd,
+    Taken,
+}
+
+/// A blocked locksmith waiter and its pipes.
+struct Waiter {
+    proc: Proc,
+    out: Lines<ChildStdout>,
+    err: Lines<ChildStderr>,
+    profile: String,
+}
+
+fn expect_ok(line: &str, profile: &str) -> Result<()> {
+    if line.starts_with(&format!("OK {profile} ")) || line == format!("OK {profile}") {
+        Ok(())
+    } else {
+        Err(format!("expected `OK {profile} ...`, got {line:?}"))
+    }
+}
+
+/// Numbers masked, so that one kind of message is counted once in the notes.
+fn digits_masked(s: &str) -> String {
+    let mut out = String::new();
+    let mut in_num = false;
+    for c in s.chars() {
+        if c.is_ascii_digit() {
+            if !in_num {
+                out.push('N');
+            }
+            in_num = true;
+        } else {
+            in_num = false;
+            out.push(c);
+        }
+    }
+    out
+}

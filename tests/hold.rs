@@ -25,7 +25,7 @@ fn ok_line_is_byte_exact() {
     let l = h3.line.as_deref().unwrap();
     let me = std::process::id();
     assert!(
-        l.starts_with(&format!("ERROR busy: lock `f` is held by host=")),
+        l.starts_with("ERROR busy: lock `f` is held by host="),
         "a shared lock must not sit beside an exclusive one: {l:?}"
     );
     assert!(l.contains(&format!(" pid={} ppid={me}", h.pid())), "{l:?}");

@@ -1,1 +1,192 @@
-//! TODO
+//! Bad input (SPEC §4.2): one `ERROR kind: message` line, the SPEC's exit code, and nothing
+//! of the lock left behind.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+
+use crate::support::*;
+
+/// Runs hold mode on `toml`'s profile `p`; asserts exit `want`, one ERROR line on stdout
+/// whose text contains `needle`, and an unchanged sandbox listing. Returns the line.
+fn rejects(toml: &str, args: &[&str], want: i32, needle: &str) -> String {
+    let sb = Sandbox::new(toml);
+    let before = sb.listing();
+    let o = sb.output(args);
+    let out = stdout(&o);
+    assert_eq!(code(o.status), want, "{args:?}: {out} {}", stderr(&o));
+    assert_eq!(out.lines().count(), 1, "exactly one line: {out:?}");
+    assert!(out.starts_with("ERROR "), "{out:?}");
+    assert!(out.contains(needle), "{out:?} should mention {needle:?}");
+    assert_eq!(sb.listing(), before, "something was left behind");
+    out
+}
+
+const GOOD: &str = "[profile.p]\nbackend = \"mkdir\"\npath = \"{dir}/p.lock\"\n";
+
+#[test]
+fn malformed_toml() {
+    let l = rejects("[profile.p\nbackend = ", &["p"], 78, "malformed TOML");
+    assert!(l.starts_with("ERROR config: "), "{l}");
+    assert!(
+        l.contains("profiles.toml: line 1"),
+        "names file and line: {l}"
+    );
+}
+
+#[test]
+fn unknown_profile_backend_key_and_missing_field() {
+    rejects(GOOD, &["nope"], 78, "unknown profile `nope`");
+    rejects(
+        "[profile.p]\nbackend = \"carrier-pigeon\"\npath = \"x\"\n",
+        &["p"],
+        78,
+        "unknown backend `carrier-pigeon`",
+    );
+    let l = rejects(
+        &format!("{GOOD}colour = \"blue\"\n"),
+        &["p"],
+        78,
+        "unknown key `colour`",
+    );
+    assert!(l.contains("profile `p`"), "names the profile: {l}");
+    rejects(
+        "[profile.p]\nbackend = \"mkdir\"\n",
+        &["p"],
+        78,
+        "missing required key `path`",
+    );
+    rejects(
+        "[defaults]\nwait = \"forever\"\nretries = 3\n[profile.p]\nbackend = \"flock\"\npath = \"x\"\n",
+        &["p"],
+        78,
+        "unknown key `retries`",
+    );
+    rejects(
+        "[profile.p]\nbackend = \"flock\"\npath = \"x\"\nlocal = true\n",
+        &["p"],
+        78,
+        "unknown key `local`",
+    );
+}
+
+#[test]
+fn bad_durations_and_timing_rules() {
+    rejects(&format!("{GOOD}poll = \"soon\"\n"), &["p"], 78, "`poll`");
+    rejects(&format!("{GOOD}poll = \"0\"\n"), &["p"], 78, "`poll`");
+    rejects(
+        &format!("{GOOD}keepalive = \"60s\"\n"),
+        &["p"],
+        78,
+        "must be below `stale_after`",
+    );
+    rejects(GOOD, &["--wait", "soon", "p"], 64, "--wait");
+}
+
+#[test]
+fn inline_password_in_a_readable_file() {
+    let sb =
+        Sandbox::new("[profile.p]\nbackend = \"flock\"\npath = \"x\"\npassword = \"hunter2\"\n");
+    fs::set_permissions(&sb.profiles, fs::Permissions::from_mode(0o644)).unwrap();
+    let o = sb.output(["p"]);
+    assert_eq!(code(o.status), 78);
+    let out = stdout(&o);
+    assert!(
+        out.contains("mode is 0644") && out.contains("chmod 600"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("hunter2") && !stderr(&o).contains("hunter2"),
+        "the secret leaked"
+    );
+}
+
+#[test]
+fn lock_path_whose_directory_does_not_exist() {
+    for backend in ["flock", "mkdir"] {
+        let toml =
+            format!("[profile.p]\nbackend = \"{backend}\"\npath = \"{{dir}}/missing/p.lock\"\n");
+        rejects(&toml, &["p"], 78, "never creates parent directories");
+    }
+}
+
+#[test]
+fn subcommand_named_profile_and_bad_names() {
+    rejects(
+        &format!("{GOOD}[profile.run]\nbackend = \"flock\"\npath = \"x\"\n"),
+        &["p"],
+        78,
+        "named like a subcommand",
+    );
+    rejects(GOOD, &["a/b"], 64, "must match");
+}
+
+#[test]
+fn usage_errors_and_help() {
+    rejects(GOOD, &[], 64, "missing PROFILE");
+    rejects(GOOD, &["--bogus", "p"], 64, "bogus");
+    rejects(GOOD, &["p", "extra"], 64, "unexpected argument");
+    // Shared where the backend cannot: 64 from the command line, 78 from the profile.
+    rejects(GOOD, &["--shared", "p"], 64, "cannot take a shared lock");
+    rejects(
+        &format!("{GOOD}shared = true\n"),
+        &["p"],
+        78,
+        "cannot take a shared lock",
+    );
+    // In other modes the ERROR line goes to stderr.
+    let sb = Sandbox::new(GOOD);
+    let o = sb.output(["run", "nope", "--", "true"]);
+    assert_eq!(code(o.status), 78);
+    assert_eq!(stdout(&o), "");
+    assert!(stderr(&o).starts_with("ERROR config: "), "{}", stderr(&o));
+    let o = sb.output(["--help"]);
+    assert_eq!(code(o.status), 0);
+    assert!(stdout(&o).starts_with("locksmith - "));
+}
+
+#[test]
+fn profiles_env_naming_a_missing_file() {
+    let sb = Sandbox::new(GOOD);
+    let mut c = std::process::Command::new(bin());
+    c.arg("p").env("LOCKSMITH_PROFILES", sb.join("nope.toml"));
+    let o = output_within(c, std::time::Duration::from_secs(30));
+    assert_eq!(code(o.status), 78);
+    assert!(stdout(&o).contains("nope.toml"), "{}", stdout(&o));
+}
+
+/// No write permission on the lock's directory: 77 (denied), nothing created. As root the
+/// helper runs as `nobody`, since root bypasses permissions.
+#[test]
+fn no_write_permission_is_denied() {
+    let root = nix::unistd::geteuid().is_root();
+    for backend in ["flock", "mkdir"] {
+        let sb = Sandbox::new("");
+        let locked = sb.join("locked");
+        fs::create_dir(&locked).unwrap();
+        let toml = format!(
+            "[profile.p]\nbackend = \"{backend}\"\npath = \"{}/p.lock\"\n",
+            locked.display()
+        );
+        sb.write_profiles(&toml);
+        fs::set_permissions(sb.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(&sb.profiles, fs::Permissions::from_mode(0o644)).unwrap();
+        fs::set_permissions(
+            &locked,
+            fs::Permissions::from_mode(if root { 0o755 } else { 0o555 }),
+        )
+        .unwrap();
+        let mut c = sb.cmd(["p"]);
+        if root {
+            c.uid(65534).gid(65534);
+        }
+        let o = output_within(c, std::time::Duration::from_secs(30));
+        assert_eq!(code(o.status), 77, "{backend}: {}", stdout(&o));
+        assert!(stdout(&o).starts_with("ERROR denied: "), "{}", stdout(&o));
+        assert_eq!(
+            fs::read_dir(&locked).unwrap().count(),
+            0,
+            "{backend}: left something"
+        );
+    }
+}

@@ -1,1 +1,61 @@
-//! TODO
+//! `profiles.example.toml` never rots: every profile of a built backend validates, and the
+//! `demo` profile works from the repository root, as the README's first command uses it.
+
+use std::path::PathBuf;
+
+use crate::support::*;
+
+fn example() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../profiles.example.toml")
+}
+
+#[test]
+fn example_profiles_validate() {
+    let mut c = std::process::Command::new(bin());
+    c.arg("--profiles").arg(example()).arg("profiles");
+    let o = output_within(c, std::time::Duration::from_secs(30));
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    for line in out.lines() {
+        let cols: Vec<&str> = line.split('\t').collect();
+        let built = ["flock", "mkdir"].contains(&cols[1]);
+        if built {
+            assert_eq!(
+                cols.len(),
+                2,
+                "a built backend's profile must validate: {line}"
+            );
+        } else {
+            assert!(line.contains("not built into this version"), "{line}");
+        }
+    }
+    for name in [
+        "demo",
+        "counter",
+        "config",
+        "phonestuff",
+        "deploy",
+        "nightly",
+    ] {
+        assert!(
+            out.lines().any(|l| l.starts_with(&format!("{name}\t"))),
+            "{name} missing"
+        );
+    }
+}
+
+#[test]
+fn demo_profile_runs() {
+    let mut c = std::process::Command::new(bin());
+    c.arg("--profiles").arg(example()).args([
+        "run",
+        "demo",
+        "--",
+        "sh",
+        "-c",
+        "echo holding $LOCKSMITH_PROFILE",
+    ]);
+    let o = output_within(c, std::time::Duration::from_secs(30));
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o), "holding demo\n");
+}

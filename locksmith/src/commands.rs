@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
@@ -228,10 +228,11 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
     // An interactive CMD keeps the terminal; otherwise it gets a process group of its own,
     // so that signals reach its whole group.
     let own_group = !std::io::stdin().is_terminal();
-    let inherit = lock.inherit_fd().map(|fd| fd.as_raw_fd());
+    let inherit = lock.inherit_fd();
     // flock: CMD inherits the locked descriptor, so the lock lives exactly as long as CMD.
     // Others: CMD dies with locksmith (PR_SET_PDEATHSIG; only this thread ever spawns).
-    sys::configure_child(&mut command, inherit.is_none(), own_group, inherit);
+    sys::configure_child(&mut command, inherit.is_none(), own_group, inherit)
+        .map_err(|e| Error::io("preparing the command", e))?;
     let mut child = match command.spawn() {
         Ok(c) => c,
         Err(e) => {

@@ -28,40 +28,43 @@ pub fn boottime() -> Duration {
     Duration::new(ts.tv_sec() as u64, ts.tv_nsec() as u32)
 }
 
-/// Configures a `run` child before `exec`: optionally die with locksmith
-/// (`PR_SET_PDEATHSIG`, re-checked against `getppid()`), optionally a process group of its
-/// own, and optionally keep one descriptor open across `exec` (the flock descriptor).
+/// Configures a `run` child: optionally die with locksmith (`PR_SET_PDEATHSIG`, re-checked
+/// against `getppid()`), optionally a process group of its own, and optionally keep one
+/// descriptor open across `exec` (the flock descriptor). Only the parent-death signal needs
+/// a `pre_exec` hook; without one std can use the cheaper `posix_spawn`.
 pub fn configure_child(
     cmd: &mut std::process::Command,
     die_with_parent: bool,
     own_group: bool,
-    inherit: Option<i32>,
-) {
+    inherit: Option<std::os::fd::BorrowedFd<'_>>,
+) -> io::Result<()> {
+    use nix::fcntl::{F_GETFD, F_SETFD, FdFlag, fcntl};
     use std::os::unix::process::CommandExt;
+    if own_group {
+        cmd.process_group(0);
+    }
+    if let Some(fd) = inherit {
+        // Cleared in locksmith itself: it execs nothing else, and the command must inherit it.
+        let flags = FdFlag::from_bits_truncate(fcntl(fd, F_GETFD)?);
+        fcntl(fd, F_SETFD(flags - FdFlag::FD_CLOEXEC))?;
+    }
+    if !die_with_parent {
+        return Ok(());
+    }
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
-    // functions (prctl, getppid, setpgid, fcntl, _exit); it allocates nothing.
+    // functions (prctl, getppid, _exit); it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
-            if die_with_parent {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // The parent may have died before the prctl took effect.
-                if libc::getppid() != parent {
-                    libc::_exit(127);
-                }
-            }
-            if own_group && libc::setpgid(0, 0) != 0 {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            if let Some(fd) = inherit {
-                let flags = libc::fcntl(fd, libc::F_GETFD);
-                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
+            // The parent may have died before the prctl took effect.
+            if libc::getppid() != parent {
+                libc::_exit(127);
             }
             Ok(())
         });
     }
+    Ok(())
 }

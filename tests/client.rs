@@ -19,7 +19,11 @@ fn lock_then_unlock_returns_once_the_lock_is_gone() {
     let lock = builder(&sb, "m").lock().unwrap();
     assert!(lock.is_held());
     assert_eq!(lock.backend(), "mkdir");
-    assert_eq!(lock.token(), None);
+    assert_eq!(
+        lock.token(),
+        Some(1),
+        "the first acquisition of a fresh lock"
+    );
     assert!(sb.join("m.lock").is_dir());
     let o = sb.output(["status", "--json", "m"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

@@ -23,7 +23,10 @@ fn killed_holder_on_this_host_is_broken_at_once() {
     kill9(a.pid()); // not reaped yet: a zombie, which `kill(pid, 0)` would call alive
     let line = w.read_line(T).expect("waiter got nothing");
     let took = t0.elapsed();
-    assert_eq!(line, "OK m backend=mkdir mode=exclusive prev=crashed\n");
+    assert_eq!(
+        line,
+        "OK m backend=mkdir mode=exclusive token=2 prev=crashed\n"
+    );
     assert!(took < Duration::from_secs(1), "took {took:?}");
     drop(w);
     // ... and killed with no waiter around: the next locker breaks it at once.
@@ -34,7 +37,7 @@ fn killed_holder_on_this_host_is_broken_at_once() {
     let c = sb.hold(["--wait", "0", "m"]);
     assert_eq!(
         c.line.as_deref(),
-        Some("OK m backend=mkdir mode=exclusive prev=crashed\n")
+        Some("OK m backend=mkdir mode=exclusive token=4 prev=crashed\n")
     );
 }
 
@@ -96,7 +99,7 @@ fn other_host_holder_is_broken_only_after_stale_after() {
     let line = w.line.clone();
     assert_eq!(
         line.as_deref(),
-        Some("OK fast backend=mkdir mode=exclusive prev=crashed\n"),
+        Some("OK fast backend=mkdir mode=exclusive token=2 prev=crashed\n"),
         "{}",
         w.stderr_text()
     );
@@ -132,7 +135,7 @@ fn forged_foreign_record_waits_for_stale_after() {
     let took = t0.elapsed();
     assert_eq!(
         w.line.as_deref(),
-        Some("OK fast backend=mkdir mode=exclusive prev=crashed\n")
+        Some("OK fast backend=mkdir mode=exclusive token=1 prev=crashed\n")
     );
     assert!(took >= Duration::from_millis(1500), "{took:?}");
     w.wait_stderr("no heartbeat for 1s500ms", T);

@@ -19,7 +19,7 @@ fn ok_line_is_byte_exact() {
     let h2 = sb.hold(["m"]);
     assert_eq!(
         h2.line.as_deref(),
-        Some("OK m backend=mkdir mode=exclusive\n")
+        Some("OK m backend=mkdir mode=exclusive token=1\n")
     );
     let h3 = sb.hold(["--wait", "0", "--shared", "f"]);
     let l = h3.line.as_deref().unwrap();

@@ -15,6 +15,8 @@ mod race;
 mod crash;
 // Bad input: one ERROR line, the SPEC's exit code, nothing left behind.
 mod bad_input;
+// Fencing tokens and prev=crashed.
+mod tokens;
 // status, break, profiles.
 mod inspect;
 // The netlock client crate against the real helper.

@@ -45,7 +45,13 @@ fn cmd_sees_its_profile() {
         .env("LOCKSMITH_TOKEN", "stale-from-outside")
         .output()
         .unwrap();
-    assert_eq!(stdout(&o), "m none\n", "{}", stderr(&o));
+    assert_eq!(stdout(&o), "m 1\n", "{}", stderr(&o));
+    let o = sb.output(["run", "f", "--", "sh", "-c", "echo ${LOCKSMITH_TOKEN-none}"]);
+    assert_eq!(
+        stdout(&o),
+        "none\n",
+        "flock keeps no token; an inherited one is removed"
+    );
 }
 
 #[test]

@@ -44,7 +44,7 @@ use nix::sys::stat::{FileStat, Mode as FileMode, UtimensatFlags, fstatat, mkdira
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
-use super::owner::{Parsed, Record};
+use super::owner::{Parsed, Record, State};
 use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
@@ -169,9 +169,9 @@ impl Mkdir {
             Err(Errno::EEXIST) => return Ok(false),
             Err(e) => return Err(Error::path("cannot create lock directory", &path, e.into())),
         }
-        let rec = Record::ours(&self.profile);
+        let mut rec = Record::ours(&self.profile);
         let entry = format!("{OWNER_PREFIX}{}", rec.nonce);
-        let made = self.finish_create(&rec, &entry);
+        let made = self.finish_create(&mut rec, &entry);
         if let Err(e) = made {
             // Leave nothing behind: the directory is ours and (nearly) empty.
             let owner_path = self.owner_path(&entry);
@@ -184,7 +184,23 @@ impl Mkdir {
         Ok(true)
     }
 
-    fn finish_create(&mut self, rec: &Record, entry: &str) -> Result<()> {
+    /// Holding the name now: take the next fencing token, write the owner record, mark the
+    /// state "not cleanly released" until our release says otherwise.
+    fn finish_create(&mut self, rec: &mut Record, entry: &str) -> Result<()> {
+        let state = self.read_state()?;
+        let token = state.map_or(1, |s| s.token + 1);
+        if state.is_some_and(|s| !s.clean) {
+            self.prev_crashed = true;
+        }
+        rec.token = Some(token);
+        self.write_owner(rec, entry)?;
+        self.write_state(State {
+            token,
+            clean: false,
+        })
+    }
+
+    fn write_owner(&mut self, rec: &Record, entry: &str) -> Result<()> {
         let path = self.cfg.path.clone();
         let owner_path = self.owner_path(entry);
         let (file_mode, group, mode) = (self.cfg.file_mode, self.cfg.group, self.dir_mode());
@@ -210,6 +226,50 @@ impl Mkdir {
                 AtFlags::AT_SYMLINK_NOFOLLOW,
             )
             .map_err(|e| Error::path("cannot chgrp", &path, e.into()))?;
+        }
+        Ok(())
+    }
+
+    fn state_name(&self) -> OsString {
+        let mut n = OsString::from(".");
+        n.push(&self.name);
+        n.push(".state");
+        n
+    }
+
+    /// The state beside the lock (`.NAME.state`), `None` if there is none yet.
+    fn read_state(&mut self) -> Result<Option<State>> {
+        let name = self.state_name();
+        let path = self.parent.join(&name);
+        let parent = self.parent_fd()?;
+        match readlinkat(parent, name.as_os_str()) {
+            Ok(text) => State::parse(&String::from_utf8_lossy(text.as_bytes()))
+                .map(Some)
+                .ok_or_else(|| {
+                    err!(
+                        Io,
+                        "state record {} is of an unknown version; refusing to issue fencing tokens",
+                        path.display()
+                    )
+                }),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(e) => Err(Error::path("cannot read lock state", &path, e.into())),
+        }
+    }
+
+    /// Replaces the state atomically: a new symlink beside it, renamed over it. Only called
+    /// while holding the lock.
+    fn write_state(&mut self, st: State) -> Result<()> {
+        let name = self.state_name();
+        let mut tmp = name.clone();
+        tmp.push(format!(".{:016x}", fastrand::u64(..)));
+        let path = self.parent.join(&name);
+        let parent = self.parent_fd()?;
+        let r = nix::unistd::symlinkat(st.render().as_str(), parent, tmp.as_os_str())
+            .and_then(|()| renameat(parent, tmp.as_os_str(), parent, name.as_os_str()));
+        if let Err(e) = r {
+            let _ = unlinkat(parent, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+            return Err(Error::path("cannot write lock state", &path, e.into()));
         }
         Ok(())
     }
@@ -445,7 +505,7 @@ impl Backend for Mkdir {
                 self.observed = None;
                 self.holder_pidfd = None;
                 return Ok(Attempt::Acquired(Grant {
-                    token: None,
+                    token: self.ours.as_ref().and_then(|r| r.token),
                     prev_crashed: std::mem::take(&mut self.prev_crashed),
                 }));
             }
@@ -527,8 +587,19 @@ impl Backend for Mkdir {
         let owner_path = self.owner_path(&format!("{OWNER_PREFIX}{}", rec.nonce));
         let path = self.cfg.path.clone();
         let parent = self.parent_fd()?;
+        // The claim: from here nobody else may remove or take this acquisition.
         match unlinkat(parent, &owner_path, UnlinkatFlags::NoRemoveDir) {
-            Ok(()) => self.free_name(&rec.nonce),
+            Ok(()) => {
+                // Still holding the name: say this acquisition ended cleanly, unless the state
+                // moved on (only possible after a pause longer than stale_after).
+                if let Some(token) = rec.token
+                    && self.read_state().ok().flatten().map(|s| s.token) == Some(token)
+                    && let Err(e) = self.write_state(State { token, clean: true })
+                {
+                    info!("{e}; the next holder will see prev=crashed");
+                }
+                self.free_name(&rec.nonce)
+            }
             Err(Errno::ENOENT) => Err(err!(
                 Lost,
                 "lock {} was broken while held: our owner record is gone",
@@ -557,18 +628,25 @@ impl Backend for Mkdir {
         token: Option<u64>,
         watcher: &mut Watcher,
     ) -> Result<BreakOutcome> {
-        if let Some(t) = token {
-            return Err(err!(
-                Busy,
-                "lock {} has no fencing token, so it is not acquisition {t}",
-                self.cfg.path.display()
-            ));
-        }
         let mut announced = false;
         loop {
             let Some(ins) = self.inspect()? else {
                 return Ok(BreakOutcome::Free);
             };
+            if let Some(t) = token {
+                let theirs = match &ins.owner {
+                    Some((_, Parsed::V1(rec), _)) => rec.token,
+                    _ => None,
+                };
+                if theirs != Some(t) {
+                    return Err(err!(
+                        Busy,
+                        "lock {} is not acquisition {t} (its token: {}); nothing broken",
+                        self.cfg.path.display(),
+                        theirs.map_or("none".into(), |x| x.to_string())
+                    ));
+                }
+            }
             let holder = ins
                 .owner
                 .as_ref()

@@ -26,6 +26,8 @@ pub struct Record {
     pub profile: String,
     /// Unique per acquisition: names the owner entry, so removing it is a claim.
     pub nonce: String,
+    /// Fencing token of this acquisition, where the backend keeps one.
+    pub token: Option<u64>,
 }
 
 /// What a stored record turned out to be.
@@ -50,12 +52,17 @@ impl Record {
             since: now_rfc3339(),
             profile: profile.to_string(),
             nonce: format!("{:016x}", fastrand::u64(..)),
+            token: None,
         }
     }
 
     pub fn render(&self) -> String {
+        let token = self
+            .token
+            .map(|t| format!(" token={t}"))
+            .unwrap_or_default();
         format!(
-            "locksmith v={VERSION} host={} pid={} ppid={} start={} boot={} pidns={} since={} profile={} nonce={}",
+            "locksmith v={VERSION} host={} pid={} ppid={} start={} boot={} pidns={} since={} profile={} nonce={}{token}",
             clean(&self.host),
             self.pid,
             self.ppid,
@@ -84,6 +91,7 @@ impl Record {
             since: String::new(),
             profile: String::new(),
             nonce: String::new(),
+            token: None,
         };
         let mut version = None;
         for w in words {
@@ -101,6 +109,7 @@ impl Record {
                 "since" => r.since = v.into(),
                 "profile" => r.profile = v.into(),
                 "nonce" => r.nonce = v.into(),
+                "token" => r.token = v.parse().ok(),
                 // Unknown keys of the same version are additions: ignore them.
                 _ => {}
             }
@@ -127,7 +136,7 @@ impl Record {
             pid: Some(self.pid),
             ppid: Some(self.ppid),
             since: Some(self.since.clone()),
-            token: None,
+            token: self.token,
             mode: None,
             alive: self.alive(),
             foreign: None,
@@ -170,7 +179,9 @@ mod tests {
 
     #[test]
     fn record_round_trips() {
-        let r = Record::ours("demo");
+        let mut r = Record::ours("demo");
+        assert_eq!(Record::parse(&r.render()), Parsed::V1(r.clone()));
+        r.token = Some(42);
         assert_eq!(Record::parse(&r.render()), Parsed::V1(r.clone()));
         assert_eq!(r.alive(), Some(true));
         assert!(r.same_host());
@@ -181,5 +192,63 @@ mod tests {
         let text = Record::ours("demo").render().replace("v=1", "v=2");
         assert!(matches!(Record::parse(&text), Parsed::Foreign(_)));
         assert!(matches!(Record::parse("garbage"), Parsed::Foreign(_)));
+    }
+}
+
+/// The state kept *beside* a lock (never inside it), written only while holding the lock:
+/// the last fencing token issued and whether that acquisition ended in a clean release.
+/// Stored, like the owner record, as the target of a symlink (short enough to live in the
+/// inode), replaced atomically by `rename(2)`:
+/// `locksmith-state v=1 token=N clean=0|1`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct State {
+    pub token: u64,
+    pub clean: bool,
+}
+
+impl State {
+    pub fn render(&self) -> String {
+        format!(
+            "locksmith-state v={VERSION} token={} clean={}",
+            self.token, self.clean as u8
+        )
+    }
+
+    /// `None` for a record this version cannot read.
+    pub fn parse(text: &str) -> Option<State> {
+        let mut words = text.split_ascii_whitespace();
+        if words.next() != Some("locksmith-state") {
+            return None;
+        }
+        let (mut v, mut token, mut clean) = (None, None, None);
+        for w in words {
+            match w.split_once('=')? {
+                ("v", x) => v = x.parse::<u32>().ok(),
+                ("token", x) => token = x.parse().ok(),
+                ("clean", x) => clean = Some(x == "1"),
+                _ => {}
+            }
+        }
+        (v == Some(VERSION)).then_some(State {
+            token: token?,
+            clean: clean?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod state_tests {
+    use super::*;
+
+    #[test]
+    fn state_round_trips() {
+        let s = State {
+            token: 7,
+            clean: true,
+        };
+        assert_eq!(s.render(), "locksmith-state v=1 token=7 clean=1");
+        assert_eq!(State::parse(&s.render()), Some(s));
+        assert_eq!(State::parse("locksmith-state v=2 token=7 clean=1"), None);
+        assert!(s.render().len() < 60, "fits in an ext4 inode");
     }
 }

@@ -1,0 +1,82 @@
+//! Fencing tokens and prev=crashed (SPEC §6): each exclusive acquisition's token is greater
+//! than every earlier one, across clean releases, kill -9 and breaks; prev=crashed appears
+//! exactly when the previous acquisition did not end in locksmith's own release.
+
+use std::time::Duration;
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(10);
+
+fn token_of(line: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("token="))
+        .unwrap_or_else(|| panic!("no token in {line:?}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn mkdir_tokens_increase_and_crashes_are_reported() {
+    let sb = Sandbox::standard();
+    let mut last = 0;
+    let mut crashed_before = false;
+    for i in 0..40 {
+        let mut h = sb.hold(["--wait", "5s", "m"]);
+        let line = h.ok().to_string();
+        let t = token_of(&line);
+        assert!(t > last, "round {i}: token {t} after {last}");
+        last = t;
+        assert_eq!(
+            line.contains(" prev=crashed"),
+            crashed_before,
+            "round {i}: {line:?}"
+        );
+        // Pseudo-random but reproducible mix of clean releases and kill -9s.
+        crashed_before = (i * 7 + 3) % 5 < 2;
+        if crashed_before {
+            kill9(h.pid());
+            h.wait_exit(T);
+        } else {
+            h.close_stdout();
+            assert_eq!(code(h.wait_exit(T)), 0);
+        }
+    }
+    // State lives beside the lock, never inside it.
+    assert!(std::fs::symlink_metadata(sb.join(".m.lock.state")).is_ok());
+}
+
+#[test]
+fn break_with_token_only_breaks_that_acquisition() {
+    let sb = Sandbox::standard();
+    let mut h = sb.hold(["m"]);
+    let t = token_of(h.ok());
+    kill9(h.pid());
+    h.wait_exit(T);
+    let o = sb.output(["break", "--token", &(t + 1).to_string(), "m"]);
+    assert_eq!(
+        code(o.status),
+        75,
+        "a wrong token breaks nothing: {}",
+        stderr(&o)
+    );
+    assert!(sb.join("m.lock").exists());
+    let o = sb.output(["break", "--token", &t.to_string(), "m"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert!(!sb.join("m.lock").exists());
+    let next = sb.hold(["m"]);
+    assert_eq!(token_of(next.ok()), t + 1);
+    assert!(
+        next.ok().contains(" prev=crashed"),
+        "broken by `break`: {}",
+        next.ok()
+    );
+}
+
+#[test]
+fn run_exports_the_token() {
+    let sb = Sandbox::standard();
+    let a = sb.output(["run", "m", "--", "sh", "-c", "echo $LOCKSMITH_TOKEN"]);
+    let b = sb.output(["run", "m", "--", "sh", "-c", "echo $LOCKSMITH_TOKEN"]);
+    assert_eq!((stdout(&a), stdout(&b)), ("1\n".into(), "2\n".into()));
+}

@@ -190,3 +190,45 @@ fn no_write_permission_is_denied() {
         );
     }
 }
+
+/// A lock directory writable by others is refused unless sticky (anyone could remove the
+/// lock); a symlink planted at the lock path is never followed.
+#[test]
+fn unsafe_lock_directory_and_planted_symlink() {
+    for backend in ["flock", "mkdir"] {
+        let sb = Sandbox::new("");
+        let open = sb.join("open");
+        fs::create_dir(&open).unwrap();
+        sb.write_profiles(&format!(
+            "[profile.p]\nbackend = \"{backend}\"\npath = \"{}/p.lock\"\n",
+            open.display()
+        ));
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        let o = sb.output(["p"]);
+        assert_eq!(code(o.status), 78, "{backend}: {}", stdout(&o));
+        assert!(
+            stdout(&o).contains("writable by others and not sticky"),
+            "{}",
+            stdout(&o)
+        );
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o1777)).unwrap();
+        let o = sb.output(["run", "p", "--", "true"]);
+        assert_eq!(
+            code(o.status),
+            0,
+            "{backend}: sticky is fine: {}",
+            stderr(&o)
+        );
+
+        // A symlink planted at the lock path: never written through.
+        let target = sb.join("victim");
+        fs::write(&target, "precious").unwrap();
+        let _ = fs::remove_dir(open.join("p.lock"));
+        let _ = fs::remove_file(open.join("p.lock"));
+        std::os::unix::fs::symlink(&target, open.join("p.lock")).unwrap();
+        let o = sb.output(["--wait", "0", "p"]);
+        assert_ne!(code(o.status), 0, "{backend}: {}", stdout(&o));
+        assert!(stdout(&o).starts_with("ERROR "), "{}", stdout(&o));
+        assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
+    }
+}

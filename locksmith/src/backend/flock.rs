@@ -61,6 +61,10 @@ impl Flock {
     fn file(&mut self) -> Result<&File> {
         if self.file.is_none() {
             let path = &self.cfg.path;
+            let dir = path.parent().unwrap_or(std::path::Path::new("/"));
+            if let Ok(md) = fs::metadata(dir) {
+                super::mkdir::check_dir_mode(md.mode(), dir)?;
+            }
             let mode = FileMode::from_bits_truncate(self.cfg.file_mode.unwrap_or(0o666));
             let flags = OFlag::O_RDONLY
                 | OFlag::O_CREAT

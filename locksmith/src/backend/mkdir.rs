@@ -135,6 +135,14 @@ impl Mkdir {
                     e.into(),
                 )
             })?;
+            let st = nix::sys::stat::fstat(&fd).map_err(|e| {
+                Error::path(
+                    "cannot stat the directory of lock",
+                    &self.cfg.path,
+                    e.into(),
+                )
+            })?;
+            check_dir_mode(st.st_mode, &self.parent)?;
             self.parent_fd = Some(fd);
         }
         Ok(self.parent_fd.as_ref().expect("opened above").as_fd())
@@ -467,6 +475,20 @@ impl Mkdir {
         }
         self.holder_pidfd = sys::pidfd_open(rec.pid).ok().map(|fd| (rec.pid, fd));
     }
+}
+
+/// Refuses a lock directory that others may write unless it is sticky (as `/tmp` is): in it
+/// anyone could remove or replace our lock and records.
+pub(crate) fn check_dir_mode(mode: u32, dir: &std::path::Path) -> Result<()> {
+    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+        return Err(err!(
+            Config,
+            "directory {} is writable by others and not sticky (mode {:04o}): anyone could remove the lock; chmod o-w or +t",
+            dir.display(),
+            mode & 0o7777
+        ));
+    }
+    Ok(())
 }
 
 /// Removes our owner symlinks from a tombstone, then the tombstone itself.

@@ -17,6 +17,8 @@ mod crash;
 mod bad_input;
 // Fencing tokens and prev=crashed.
 mod tokens;
+// Fault injection: random kill -9 while many workers contend.
+mod soak;
 // status, break, profiles.
 mod inspect;
 // The netlock client crate against the real helper.

@@ -5,18 +5,28 @@
 //! ```text
 //! PARENT/NAME/                     the lock: exists exactly while held
 //! PARENT/NAME/owner.<nonce>        symlink; its target is the owner record (owner.rs)
+//! PARENT/NAME/releasing.<nonce>    the same record, renamed by its holder while releasing
+//! PARENT/.NAME.<nonce>.new/        a lock being prepared (published by renameat2 NOREPLACE)
 //! PARENT/.NAME.<nonce>.tomb/       a released or broken lock on its way out
+//! PARENT/.NAME.state               symlink; the state record (last fencing token, clean?)
 //! ```
 //! The owner record is the *target of a symlink*: `readlink(2)` reads it atomically without
 //! opening a file inside the lock directory, so a reader can never cause NFS's `.nfsXXXX`
 //! silly-rename that makes `rmdir` fail and hangs the lock (seed 004).
 //!
+//! # Taking the name
+//! Where `renameat2(RENAME_NOREPLACE)` exists, the lock directory is prepared complete (owner
+//! record inside) under a private name and published atomically: NAME never exists without
+//! a record, so a locker killed at any moment leaves a lock proof of death breaks at once.
+//! On NFS (no NOREPLACE) it is `mkdir` then the record.
+//!
 //! # Removal is a claim
-//! Whoever unlinks `NAME/owner.<nonce>` — the holder releasing, or a breaker — has the sole
-//! right to remove that acquisition: the nonce is in the name, so two breakers cannot both
-//! succeed and no breaker can remove a successor's lock (its owner entry has another name).
-//! The claimant then renames `NAME` to a tombstone (freeing the name even if something sits
-//! inside it) and tidies the tombstone afterwards.
+//! A breaker claims an acquisition by unlinking its record entry; the holder releasing claims
+//! it by renaming `owner.<nonce>` to `releasing.<nonce>` (the record stays readable, so its
+//! death half-way is still provable). The nonce is in the name, so only one claimant can
+//! win and no breaker can remove a successor's lock (its entry has another name). The
+//! claimant checks the directory it claimed in is still NAME, renames NAME to a tombstone
+//! (freeing the name even if something sits inside it) and tidies the tombstone afterwards.
 //!
 //! # Liveness
 //! The holder touches its owner symlink (`utimensat(AT_SYMLINK_NOFOLLOW)`) every heartbeat
@@ -25,11 +35,12 @@
 //! only after seeing the symlink's ctime unchanged for `stale_after` on its own monotonic clock.
 //!
 //! # Limits
-//! A lock directory without an owner entry (a locker killed between `mkdir` and `symlink`,
-//! a breaker killed mid-way, or a foreign tool's plain `mkdir`) is broken after `stale_after`
-//! of no change; that path re-checks the directory's inode just before renaming it, which
-//! leaves a window of microseconds between two such breakers. On NFS, attribute caching
-//! (`acdirmax`, 60 s by default) can hide heartbeats: keep `stale_after` above it.
+//! A lock directory without a record (a breaker killed between its unlink and its rename, a
+//! locker on NFS killed between `mkdir` and `symlink`, or a foreign tool's plain `mkdir`) is
+//! broken after `stale_after` of no change; that path re-checks the directory's inode just
+//! before renaming it, which leaves a window of microseconds between two such breakers. On
+//! NFS, attribute caching (`acdirmax`, 60 s by default) can hide heartbeats: keep
+//! `stale_after` above it.
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -38,7 +49,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, openat, readlinkat, renameat};
+use nix::fcntl::{AtFlags, OFlag, RenameFlags, openat, readlinkat, renameat, renameat2};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nix::sys::stat::{FileStat, Mode as FileMode, UtimensatFlags, fstatat, mkdirat, utimensat};
 use nix::sys::time::TimeSpec;
@@ -53,6 +64,14 @@ use crate::sys;
 use crate::watch::{Event, Watcher};
 
 const OWNER_PREFIX: &str = "owner.";
+/// A holder releasing renames its `owner.<nonce>` to `releasing.<nonce>` (its claim), so the
+/// record stays readable until the name is freed: if it is killed half-way, proof of death
+/// still applies at once instead of an ownerless directory waiting out `stale_after`.
+const RELEASING_PREFIX: &str = "releasing.";
+
+fn is_record_entry(name: &[u8]) -> bool {
+    name.starts_with(OWNER_PREFIX.as_bytes()) || name.starts_with(RELEASING_PREFIX.as_bytes())
+}
 
 pub struct Mkdir {
     cfg: FsConfig,
@@ -71,6 +90,8 @@ pub struct Mkdir {
     /// pidfd of a same-host holder: readable the moment it dies.
     holder_pidfd: Option<(i32, OwnedFd)>,
     prev_crashed: bool,
+    /// The filesystem has no `RENAME_NOREPLACE` (NFS): plain `mkdir` then owner record.
+    plain_mkdir: bool,
 }
 
 /// The state of a lock as a waiter sees it; any change is a sign of life.
@@ -117,6 +138,7 @@ impl Mkdir {
             inotify: None,
             holder_pidfd: None,
             prev_crashed: false,
+            plain_mkdir: false,
         }
     }
 
@@ -166,22 +188,32 @@ impl Mkdir {
         PathBuf::from(&self.name).join(entry)
     }
 
-    /// `mkdirat(2)`, then the owner symlink inside. `Ok(false)`: the name exists.
+    /// Takes the name. `Ok(false)`: it exists.
+    ///
+    /// Where the filesystem has `renameat2(RENAME_NOREPLACE)` (ext4, xfs, btrfs, tmpfs), a
+    /// complete lock directory — owner record inside — is prepared under a private name and
+    /// published atomically, so the lock never exists without an owner record and a locker
+    /// killed at any moment leaves a lock that proof of death can break at once. Elsewhere
+    /// (NFS answers EINVAL) it is `mkdir(2)` then the owner symlink.
     fn create(&mut self) -> Result<bool> {
-        let mode = self.dir_mode();
+        // Cheap look first, so waiters do not prepare (and remove) a directory per attempt.
         let name = self.name.clone();
-        let path = self.cfg.path.clone();
         let parent = self.parent_fd()?;
-        match mkdirat(parent, name.as_os_str(), mode) {
-            Ok(()) => {}
-            Err(Errno::EEXIST) => return Ok(false),
-            Err(e) => return Err(Error::path("cannot create lock directory", &path, e.into())),
+        if fstatat(parent, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok() {
+            return Ok(false);
         }
         let mut rec = Record::ours(&self.profile);
         let entry = format!("{OWNER_PREFIX}{}", rec.nonce);
-        let made = self.finish_create(&mut rec, &entry);
-        if let Err(e) = made {
-            // Leave nothing behind: the directory is ours and (nearly) empty.
+        let taken = if self.plain_mkdir {
+            self.create_plain(&rec, &entry)?
+        } else {
+            self.create_published(&rec, &entry)?
+        };
+        if !taken {
+            return Ok(false);
+        }
+        if let Err(e) = self.finish_create(&mut rec, &entry) {
+            // Leave nothing behind: the directory is ours.
             let owner_path = self.owner_path(&entry);
             let parent = self.parent_fd()?;
             let _ = unlinkat(parent, &owner_path, UnlinkatFlags::NoRemoveDir);
@@ -192,8 +224,115 @@ impl Mkdir {
         Ok(true)
     }
 
-    /// Holding the name now: take the next fencing token, write the owner record, mark the
-    /// state "not cleanly released" until our release says otherwise.
+    /// `mkdir` a private `.NAME.<nonce>.new`, the owner symlink inside, then
+    /// `renameat2(.., RENAME_NOREPLACE)` onto NAME.
+    fn create_published(&mut self, rec: &Record, entry: &str) -> Result<bool> {
+        let mut new = OsString::from(".");
+        new.push(&self.name);
+        new.push(format!(".{}.new", rec.nonce));
+        let name = self.name.clone();
+        let path = self.cfg.path.clone();
+        self.make_dir(&new, rec, entry)?;
+        let parent = self.parent_fd()?;
+        let undo = |parent: BorrowedFd<'_>| {
+            let _ = unlinkat(
+                parent,
+                &PathBuf::from(&new).join(entry),
+                UnlinkatFlags::NoRemoveDir,
+            );
+            let _ = unlinkat(parent, new.as_os_str(), UnlinkatFlags::RemoveDir);
+        };
+        match renameat2(
+            parent,
+            new.as_os_str(),
+            parent,
+            name.as_os_str(),
+            RenameFlags::RENAME_NOREPLACE,
+        ) {
+            Ok(()) => Ok(true),
+            Err(Errno::EEXIST) | Err(Errno::ENOTEMPTY) => {
+                undo(parent);
+                Ok(false)
+            }
+            Err(Errno::EINVAL) | Err(Errno::ENOSYS) => {
+                undo(parent);
+                debug!(
+                    "no RENAME_NOREPLACE on {}: using mkdir",
+                    self.parent.display()
+                );
+                self.plain_mkdir = true;
+                self.create_plain(rec, entry)
+            }
+            Err(e) => {
+                undo(parent);
+                Err(Error::path("cannot create lock directory", &path, e.into()))
+            }
+        }
+    }
+
+    /// `mkdir(2)` NAME, then the owner symlink inside.
+    fn create_plain(&mut self, rec: &Record, entry: &str) -> Result<bool> {
+        let name = self.name.clone();
+        match self.make_dir(&name, rec, entry) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == Kind::Busy => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Makes directory `dir` (mode and group per profile) with the owner symlink inside;
+    /// `Kind::Busy` if `dir` exists. On failure nothing is left.
+    fn make_dir(&mut self, dir: &OsString, rec: &Record, entry: &str) -> Result<()> {
+        let path = self.cfg.path.clone();
+        let (file_mode, group, mode) = (self.cfg.file_mode, self.cfg.group, self.dir_mode());
+        let parent = self.parent_fd()?;
+        match mkdirat(parent, dir.as_os_str(), mode) {
+            Ok(()) => {}
+            Err(Errno::EEXIST) => return Err(err!(Busy, "exists")),
+            Err(e) => return Err(Error::path("cannot create lock directory", &path, e.into())),
+        }
+        let r = nix::unistd::symlinkat(
+            rec.render().as_str(),
+            parent,
+            &PathBuf::from(dir).join(entry),
+        )
+        .map_err(|e| Error::path("cannot write owner record in", &path, e.into()))
+        .and_then(|()| {
+            if file_mode.is_some() {
+                nix::sys::stat::fchmodat(
+                    parent,
+                    dir.as_os_str(),
+                    mode,
+                    nix::sys::stat::FchmodatFlags::NoFollowSymlink,
+                )
+                .map_err(|e| Error::path("cannot chmod", &path, e.into()))?;
+            }
+            if let Some(g) = group {
+                nix::unistd::fchownat(
+                    parent,
+                    dir.as_os_str(),
+                    None,
+                    Some(nix::unistd::Gid::from_raw(g)),
+                    AtFlags::AT_SYMLINK_NOFOLLOW,
+                )
+                .map_err(|e| Error::path("cannot chgrp", &path, e.into()))?;
+            }
+            Ok(())
+        });
+        if r.is_err() {
+            let _ = unlinkat(
+                parent,
+                &PathBuf::from(dir).join(entry),
+                UnlinkatFlags::NoRemoveDir,
+            );
+            let _ = unlinkat(parent, dir.as_os_str(), UnlinkatFlags::RemoveDir);
+        }
+        r
+    }
+
+    /// Holding the name now: take the next fencing token, rewrite the owner record with it
+    /// (atomically, by renaming a new symlink over it), and mark the state "not cleanly
+    /// released" until our release says otherwise.
     fn finish_create(&mut self, rec: &mut Record, entry: &str) -> Result<()> {
         let state = self.read_state()?;
         let token = state.map_or(1, |s| s.token + 1);
@@ -201,41 +340,21 @@ impl Mkdir {
             self.prev_crashed = true;
         }
         rec.token = Some(token);
-        self.write_owner(rec, entry)?;
+        rec.since = super::owner::now_rfc3339();
+        let path = self.cfg.path.clone();
+        let owner_path = self.owner_path(entry);
+        let tmp = self.owner_path(&format!("new.{}", rec.nonce));
+        let parent = self.parent_fd()?;
+        nix::unistd::symlinkat(rec.render().as_str(), parent, &tmp)
+            .and_then(|()| renameat(parent, &tmp, parent, &owner_path))
+            .map_err(|e| {
+                let _ = unlinkat(parent, &tmp, UnlinkatFlags::NoRemoveDir);
+                Error::path("cannot write owner record in", &path, e.into())
+            })?;
         self.write_state(State {
             token,
             clean: false,
         })
-    }
-
-    fn write_owner(&mut self, rec: &Record, entry: &str) -> Result<()> {
-        let path = self.cfg.path.clone();
-        let owner_path = self.owner_path(entry);
-        let (file_mode, group, mode) = (self.cfg.file_mode, self.cfg.group, self.dir_mode());
-        let name = self.name.clone();
-        let parent = self.parent_fd()?;
-        nix::unistd::symlinkat(rec.render().as_str(), parent, &owner_path)
-            .map_err(|e| Error::path("cannot write owner record in", &path, e.into()))?;
-        if file_mode.is_some() {
-            nix::sys::stat::fchmodat(
-                parent,
-                name.as_os_str(),
-                mode,
-                nix::sys::stat::FchmodatFlags::NoFollowSymlink,
-            )
-            .map_err(|e| Error::path("cannot chmod", &path, e.into()))?;
-        }
-        if let Some(g) = group {
-            nix::unistd::fchownat(
-                parent,
-                name.as_os_str(),
-                None,
-                Some(nix::unistd::Gid::from_raw(g)),
-                AtFlags::AT_SYMLINK_NOFOLLOW,
-            )
-            .map_err(|e| Error::path("cannot chgrp", &path, e.into()))?;
-        }
-        Ok(())
     }
 
     fn state_name(&self) -> OsString {
@@ -310,7 +429,7 @@ impl Mkdir {
         if let Ok(mut listing) = listing {
             for entry in listing.iter().flatten() {
                 let fname = entry.file_name().to_bytes();
-                if !fname.starts_with(OWNER_PREFIX.as_bytes()) {
+                if !is_record_entry(fname) {
                     continue;
                 }
                 let fname = String::from_utf8_lossy(fname).into_owned();
@@ -344,8 +463,8 @@ impl Mkdir {
         }
     }
 
-    /// Claims one acquisition by unlinking its owner entry, then frees the name.
-    /// `Ok(false)`: someone else claimed it first.
+    /// Claims one acquisition by unlinking its owner entry (only one claimant can: the nonce
+    /// is in the name), then frees the name. `Ok(false)`: someone else claimed it first.
     fn claim_and_remove(&mut self, dir: &OwnedFd, entry: &str) -> Result<bool> {
         match unlinkat(dir, entry, UnlinkatFlags::NoRemoveDir) {
             Ok(()) => {}
@@ -358,7 +477,18 @@ impl Mkdir {
                 ));
             }
         }
-        let nonce = entry.trim_start_matches(OWNER_PREFIX).to_string();
+        let nonce = format!("{:016x}", fastrand::u64(..));
+        // The directory we looked into may have been renamed to a tombstone meanwhile (its
+        // releaser then died while tidying): a claim there claims nothing at NAME.
+        let here = nix::sys::stat::fstat(dir).map(|st| (st.st_dev, st.st_ino));
+        let name = self.name.clone();
+        let parent = self.parent_fd()?;
+        let at_name = fstatat(parent, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map(|st| (st.st_dev, st.st_ino));
+        if here.is_err() || here != at_name {
+            debug!("claimed a record in a directory that is no longer the lock; retrying");
+            return Ok(false);
+        }
         self.free_name(&nonce)?;
         Ok(true)
     }
@@ -502,7 +632,7 @@ fn tidy(parent: BorrowedFd<'_>, tomb: &OsString) -> nix::Result<()> {
     let mut listing = nix::dir::Dir::from_fd(fd.try_clone().map_err(|_| Errno::EBADF)?)?;
     for entry in listing.iter().flatten() {
         let n = entry.file_name().to_bytes();
-        if n.starts_with(OWNER_PREFIX.as_bytes()) {
+        if is_record_entry(n) || n.starts_with(b"new.") {
             let _ = unlinkat(&fd, entry.file_name(), UnlinkatFlags::NoRemoveDir);
         }
     }
@@ -608,9 +738,10 @@ impl Backend for Mkdir {
         };
         let owner_path = self.owner_path(&format!("{OWNER_PREFIX}{}", rec.nonce));
         let path = self.cfg.path.clone();
+        let claimed = self.owner_path(&format!("{RELEASING_PREFIX}{}", rec.nonce));
         let parent = self.parent_fd()?;
         // The claim: from here nobody else may remove or take this acquisition.
-        match unlinkat(parent, &owner_path, UnlinkatFlags::NoRemoveDir) {
+        match renameat(parent, &owner_path, parent, &claimed) {
             Ok(()) => {
                 // Still holding the name: say this acquisition ended cleanly, unless the state
                 // moved on (only possible after a pause longer than stale_after).

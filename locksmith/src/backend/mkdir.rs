@@ -203,6 +203,8 @@ impl Mkdir {
             return Ok(false);
         }
         let mut rec = Record::ours(&self.profile);
+        // Speculate on the token, so the record rarely needs rewriting once we hold the name.
+        rec.token = Some(self.read_state()?.map_or(1, |s| s.token + 1));
         let entry = format!("{OWNER_PREFIX}{}", rec.nonce);
         let taken = if self.plain_mkdir {
             self.create_plain(&rec, &entry)?
@@ -330,14 +332,21 @@ impl Mkdir {
         r
     }
 
-    /// Holding the name now: take the next fencing token, rewrite the owner record with it
-    /// (atomically, by renaming a new symlink over it), and mark the state "not cleanly
-    /// released" until our release says otherwise.
+    /// Holding the name now: take the next fencing token (rewriting the owner record,
+    /// atomically by renaming a new symlink over it, if the speculated token was overtaken),
+    /// and mark the state "not cleanly released" until our release says otherwise.
     fn finish_create(&mut self, rec: &mut Record, entry: &str) -> Result<()> {
         let state = self.read_state()?;
         let token = state.map_or(1, |s| s.token + 1);
         if state.is_some_and(|s| !s.clean) {
             self.prev_crashed = true;
+        }
+        if rec.token == Some(token) {
+            // The speculation held: the record already says the right token.
+            return self.write_state(State {
+                token,
+                clean: false,
+            });
         }
         rec.token = Some(token);
         rec.since = super::owner::now_rfc3339();

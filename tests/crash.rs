@@ -171,3 +171,27 @@ fn ownerless_directory_is_broken_after_stale_after() {
     assert!(w.ok().starts_with("OK fast "));
     assert!(t0.elapsed() >= Duration::from_millis(1500));
 }
+
+/// The same on the path NFS users take (mkdir, then the record), forced by its debug switch.
+#[test]
+fn killed_holder_is_broken_at_once_with_plain_mkdir() {
+    let sb = Sandbox::standard();
+    let spawn = |args: &[&str]| {
+        let mut c = sb.cmd(args);
+        c.env("LOCKSMITH_MKDIR_PLAIN", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut h = Held::spawn(c);
+        h.read_line(T);
+        h
+    };
+    let mut a = spawn(&["m"]);
+    a.ok();
+    kill9(a.pid());
+    a.wait_exit(T);
+    let b = spawn(&["--wait", "0", "m"]);
+    assert_eq!(
+        b.line.as_deref(),
+        Some("OK m backend=mkdir mode=exclusive token=2 prev=crashed\n")
+    );
+}

@@ -22,6 +22,10 @@ rm -f "$D/inside"
 /// Runs PROCS workers of INCREMENTS each; `locked` wraps each increment in `locksmith run`.
 /// Returns (final count, overlaps seen).
 fn race(sb: &Sandbox, profile: Option<&str>) -> (usize, usize) {
+    race_env(sb, profile, &[])
+}
+
+fn race_env(sb: &Sandbox, profile: Option<&str>, env: &[(&str, &str)]) -> (usize, usize) {
     let d = sb.path().join("race");
     let _ = fs::remove_dir_all(&d);
     fs::create_dir(&d).unwrap();
@@ -31,7 +35,7 @@ fn race(sb: &Sandbox, profile: Option<&str>) -> (usize, usize) {
             let mut c = match profile {
                 Some(p) => {
                     let mut c = sb.cmd(["-q", "run", p, "--", "sh", "-c", CRITICAL]);
-                    c.env("D", &d);
+                    c.env("D", &d).envs(env.iter().copied());
                     c
                 }
                 None => {
@@ -81,4 +85,14 @@ fn counter_race_is_exact_under_every_local_backend() {
         .filter(|n| n.contains("tomb"))
         .collect();
     assert!(leftovers.is_empty(), "tombstones left: {leftovers:?}");
+}
+
+/// The mkdir path NFS users take (mkdir, then the owner record), forced by its debug switch.
+#[test]
+fn counter_race_is_exact_with_plain_mkdir_as_on_nfs() {
+    let sb = Sandbox::standard();
+    let (count, overlaps) = race_env(&sb, Some("m"), &[("LOCKSMITH_MKDIR_PLAIN", "1")]);
+    assert_eq!(overlaps, 0, "two holders at once");
+    assert_eq!(count, PROCS * INCREMENTS, "lost updates");
+    assert!(!sb.join("m.lock").exists());
 }

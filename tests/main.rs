@@ -2,6 +2,8 @@
 //! binary with real files and real processes (ripgrep's layout: a commented `mod` list).
 
 mod support;
+// An embedded FTP server (libunftp) for the ftp backend's tests.
+mod ftp_server;
 
 // The pipe protocol: OK / ERROR lines byte for byte, and every release cause.
 mod hold;
@@ -25,3 +27,5 @@ mod inspect;
 mod client;
 // profiles.example.toml stays valid.
 mod example;
+// backend = "ftp" against the embedded server.
+mod ftp;

@@ -65,11 +65,89 @@ pub struct FsConfig {
     pub local: bool,
 }
 
+/// Where an FTP password comes from. Resolved only when connecting, so that validating a
+/// profile (`profiles`) needs neither the variable nor the file; never printed (`Debug` hides
+/// an inline value).
+#[derive(Clone, PartialEq, Eq)]
+pub enum Password {
+    /// No password key: anonymous FTP sends a conventional one.
+    None,
+    Inline(String),
+    Env(String),
+    File(PathBuf),
+}
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Password::None => f.write_str("None"),
+            Password::Inline(_) => f.write_str("Inline(<hidden>)"),
+            Password::Env(v) => write!(f, "Env({v:?})"),
+            Password::File(p) => write!(f, "File({p:?})"),
+        }
+    }
+}
+
+impl Password {
+    /// The password itself. Errors name the source, never the value.
+    pub fn resolve(&self, user: &str) -> Result<String> {
+        match self {
+            Password::None if user == "anonymous" || user == "ftp" => Ok("locksmith@".to_string()),
+            Password::None => Ok(String::new()),
+            Password::Inline(p) => Ok(p.clone()),
+            Password::Env(var) => match std::env::var(var) {
+                Ok(p) => Ok(p),
+                Err(std::env::VarError::NotPresent) => Err(err!(
+                    Config,
+                    "`password_env`: environment variable {var} is not set"
+                )),
+                Err(std::env::VarError::NotUnicode(_)) => Err(err!(
+                    Config,
+                    "`password_env`: environment variable {var} is not valid UTF-8"
+                )),
+            },
+            Password::File(path) => {
+                check_secret_file(path)?;
+                let text = fs::read_to_string(path).map_err(|e| {
+                    err!(Config, "cannot read password_file {}: {e}", path.display())
+                })?;
+                // The first line, without its line ending.
+                Ok(text.lines().next().unwrap_or("").to_string())
+            }
+        }
+    }
+}
+
+/// Transport security of the FTP control and data connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tls {
+    None,
+    /// `AUTH TLS` on the plain port.
+    Explicit,
+    /// TLS from the first byte (port 990 by convention).
+    Implicit,
+}
+
+/// Settings of the `ftp` backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FtpConfig {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: Password,
+    pub tls: Tls,
+    /// PEM file of the CA(s) that sign the server's certificate (a private CA).
+    pub ca_file: Option<PathBuf>,
+    /// The lock directory, relative to the login directory (or absolute on the server).
+    pub path: String,
+}
+
 /// Which backend, with its own settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BackendConfig {
     Flock(FsConfig),
     Mkdir(FsConfig),
+    Ftp(FtpConfig),
 }
 
 impl BackendConfig {
@@ -77,6 +155,7 @@ impl BackendConfig {
         match self {
             BackendConfig::Flock(_) => "flock",
             BackendConfig::Mkdir(_) => "mkdir",
+            BackendConfig::Ftp(_) => "ftp",
         }
     }
 
@@ -261,13 +340,16 @@ impl ProfilesFile {
         let backend = match backend_name.as_str() {
             "flock" => BackendConfig::Flock(self.fs_config(&mut f, false)?),
             "mkdir" => BackendConfig::Mkdir(self.fs_config(&mut f, true)?),
-            "link" | "symlink" | "ftp" | "etcd" | "postgres" => {
+            "ftp" => BackendConfig::Ftp(self.ftp_config(&mut f)?),
+            "link" | "symlink" | "etcd" | "postgres" => {
                 return Err(f.error(&format!(
                     "backend `{backend_name}` is not built into this version of locksmith yet"
                 )));
             }
             other => {
-                return Err(f.error(&format!("unknown backend `{other}` (known: flock, mkdir)")));
+                return Err(f.error(&format!(
+                    "unknown backend `{other}` (known: flock, mkdir, ftp)"
+                )));
             }
         };
         f.finish()?;
@@ -322,6 +404,93 @@ impl ProfilesFile {
             backend,
             common,
             shared_from_profile,
+        })
+    }
+
+    fn ftp_config(&self, f: &mut Fields<'_>) -> Result<FtpConfig> {
+        let host = f
+            .string("host")?
+            .ok_or_else(|| f.error("missing required key `host`"))?;
+        if host.is_empty() || host.contains(|c: char| c.is_whitespace() || c == '/') {
+            return Err(f.error(&format!("`host` = {host:?} is not a host name or address")));
+        }
+        let port = match f.table.remove("port") {
+            None => 21,
+            Some(Value::Integer(p)) if (1..=65535).contains(&p) => p as u16,
+            Some(Value::Integer(p)) => {
+                return Err(f.error(&format!("`port` = {p} is not from 1 to 65535")));
+            }
+            Some(other) => {
+                return Err(f.error(&format!(
+                    "`port` must be an integer, not {}",
+                    other.type_str()
+                )));
+            }
+        };
+        let user = f
+            .string("user")?
+            .ok_or_else(|| f.error("missing required key `user`"))?;
+        let mut sources = Vec::new();
+        if let Some(p) = f.string("password")? {
+            sources.push(Password::Inline(p));
+        }
+        if let Some(v) = f.string("password_env")? {
+            sources.push(Password::Env(v));
+        }
+        if let Some(p) = f.string("password_file")? {
+            sources.push(Password::File(self.dir.join(p)));
+        }
+        if sources.len() > 1 {
+            return Err(f.error("give only one of `password`, `password_env` and `password_file`"));
+        }
+        let password = sources.pop().unwrap_or(Password::None);
+        if let Password::File(p) = &password
+            && p.exists()
+        {
+            check_secret_file(p)?;
+        }
+        let tls = match f.string("tls")?.as_deref() {
+            None | Some("none") => Tls::None,
+            Some("explicit") => Tls::Explicit,
+            Some("implicit") => Tls::Implicit,
+            Some(other) => {
+                return Err(f.error(&format!(
+                    "`tls` = \"{other}\" (expected none, explicit or implicit)"
+                )));
+            }
+        };
+        let ca_file = f.string("ca_file")?.map(|p| self.dir.join(p));
+        if ca_file.is_some() && tls == Tls::None {
+            return Err(f.error("`ca_file` needs `tls` = \"explicit\" or \"implicit\""));
+        }
+        if tls == Tls::Implicit {
+            return Err(f.error(
+                "`tls` = \"implicit\" is not built into this version of locksmith yet; use `tls = \"explicit\"` (AUTH TLS), which every common server offers",
+            ));
+        }
+        let path = f
+            .string("path")?
+            .ok_or_else(|| f.error("missing required key `path`"))?;
+        let bad = path.is_empty()
+            || path.ends_with('/')
+            || path.contains(['\r', '\n', '\0', '~'])
+            || path
+                .split('/')
+                .skip(usize::from(path.starts_with('/')))
+                .any(|c| c.is_empty() || c == "." || c == "..");
+        if bad {
+            return Err(f.error(&format!(
+                "`path` = {path:?} must name a directory on the server, like \"phone_lock\" or \"locks/phone\" (no empty, `.` or `..` components, no `~`)"
+            )));
+        }
+        Ok(FtpConfig {
+            host,
+            port,
+            user,
+            password,
+            tls,
+            ca_file,
+            path,
         })
     }
 

@@ -1,0 +1,1175 @@
+//! `backend = "ftp"`: the lock is the directory at `path` on an FTP server, existing exactly
+//! while held (seed 000: `MKD` is atomic on vsftpd, pure-ftpd and libunftp).
+//!
+//! # Layout (see `docs/LAYOUT.md`)
+//! ```text
+//! PATH/                                   the lock: exists exactly while held
+//! PATH/owner~1~NONCE~SEQ~HOST~PID~PPID~START~BOOT~PIDNS~SINCE~PROFILE/
+//!                                         empty directory; its *name* is the owner record
+//! PARENT/NAME.tomb.NONCE/                 a released or broken lock on its way out
+//! ```
+//! The owner record lives in the marker's *name*, so `NLST PATH` alone reads it: no `RETR`,
+//! no `MLST`/`MDTM` (which vsftpd and pure-ftpd lack on directories), no clock on the server.
+//! The marker is a directory made by `MKD`, so taking a free lock is two commands on the
+//! control connection and no data connection at all (no `STOR`, no transfer type).
+//! Only `MKD`, `RMD`, `RNFR`/`RNTO`, `NLST`, `CWD` and `PWD` are used (`DELE` for tidying
+//! foreign litter, `LIST` of the parent only to explain a refused `MKD`), which vsftpd,
+//! pure-ftpd and libunftp all have.
+//!
+//! # A refused `MKD`
+//! `550` means exists, missing parent, permission or a file in the way, depending on the
+//! server (libunftp even says "File not found" for exists). locksmith never reads the text:
+//! it lists `PATH` (a lock → busy, judged below), then `CWD`s the parent (missing → config),
+//! then tries an `MKD` beside the lock (refused → denied) and looks for a plain file named
+//! like the lock in `LIST PARENT` (→ config); otherwise the lock came and went: try again.
+//!
+//! # Liveness without clock agreement
+//! Every heartbeat the holder renames its marker to the next `SEQ` (`RNFR`/`RNTO`; the
+//! command also resets the server's idle timer). A waiter on another host breaks the lock
+//! only after seeing the directory's listing unchanged for `stale_after` on its own monotonic
+//! clock. A waiter on the same host (equal boot id and pid namespace) decides by proof of
+//! death at once, as for `mkdir`.
+//!
+//! # Removal is a claim
+//! Whoever `RMD`s the exact marker name — the holder releasing, or a breaker — has the sole
+//! right to remove that acquisition: a live holder renames its marker every heartbeat, so a
+//! breaker acting on an old observation fails, and no breaker can remove a successor's lock
+//! (its marker has another nonce). The claimant then frees the name: `RMD PATH` (empty now),
+//! or if something else sits inside, renames `PATH` to a tombstone beside it and tidies that
+//! (`DELE` its contents, `RMD`). Later lockers tidy tombstones left by a crash mid-way.
+//!
+//! # Connection
+//! One control connection serves the whole acquisition (log in once: some servers hash
+//! passwords slowly). Connect and read timeouts are 10 s while acquiring; while holding, a
+//! whole heartbeat (reconnect and login included) must finish within `stale_after`/4 (at most
+//! 10 s), so the caller's heartbeat policy can declare the lock lost before a waiter could
+//! legally break in. A dropped connection is re-established by the next heartbeat, whose
+//! rename proves our marker is still there (gone → `LOST`). Release reconnects if needed.
+//! Data connections (`NLST`) get the same connect and read timeouts (a passive stream
+//! builder), and connect to the control connection's address whatever `PASV` names.
+//!
+//! # FTPS
+//! `tls = "explicit"`: `AUTH TLS` before login, `PROT P` for data, rustls with ring;
+//! certificates are verified against `ca_file` or the system CA bundle. `implicit` is not
+//! built yet (a config error).
+//!
+//! # Limits
+//! A lock directory without a marker (a locker killed between its two `MKD`s, or a foreign
+//! tool's `MKD`) is broken after `stale_after` of an unchanged listing, by `RMD` alone: it
+//! fails if a new holder's marker appeared meanwhile, so no window. A non-empty directory
+//! without a marker is broken only by `break --force`.
+
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use suppaftp::FtpError;
+use suppaftp::RustlsConnector;
+
+use super::owner::{Parsed, Record};
+use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
+use crate::error::{Error, Kind, Result, err};
+use crate::log::{debug, info};
+use crate::profile::{FtpConfig, Profile, Tls, fmt_duration};
+use crate::sys;
+use crate::watch::{Event, Watcher};
+
+/// The control connection type: plain until `AUTH TLS` (rustls with ring) upgrades it.
+type Conn = suppaftp::RustlsFtpStream;
+
+/// Well-known locations of the system's CA bundle (as OpenSSL's probe looks for them).
+const CA_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+];
+
+/// First word of an owner marker's name; the format version follows.
+const MARKER: &str = "owner";
+const SEP: char = '~';
+const FORMAT: &str = "1";
+
+/// Read/connect timeout while acquiring (a slow login is no danger then).
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Upper bound of the read timeout while holding.
+const HOLD_TIMEOUT_MAX: Duration = Duration::from_secs(10);
+
+/// Our acquisition.
+struct Ours {
+    rec: Record,
+    seq: u64,
+    /// The marker's current name (inside the lock directory).
+    marker: String,
+    /// The `RMD` of our marker was sent for release; its reply may have been lost.
+    claim_sent: bool,
+}
+
+/// The outcome of one FTP command, as locksmith needs to tell them apart.
+enum Reply {
+    /// The server answered with this (negative) code; the raw reply is kept for messages.
+    Refused(u32, String),
+    /// The connection is unusable: I/O error, timeout, garbage, or a 421.
+    Broken(String),
+}
+
+impl Reply {
+    fn of(e: FtpError) -> Reply {
+        match e {
+            FtpError::UnexpectedResponse(r) => {
+                let text = String::from_utf8_lossy(&r.body).trim().to_string();
+                let mut code = r.status.code();
+                if code == 0 {
+                    // A code outside suppaftp's table: the raw line starts with it.
+                    code = text.get(..3).and_then(|c| c.parse().ok()).unwrap_or(0);
+                }
+                if code == 421 || code == 0 {
+                    Reply::Broken(text)
+                } else {
+                    Reply::Refused(code, text)
+                }
+            }
+            FtpError::ConnectionError(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
+                Reply::Broken("timed out waiting for the server".into())
+            }
+            other => Reply::Broken(other.to_string()),
+        }
+    }
+}
+
+/// What a look at the lock path found.
+enum Look {
+    Gone,
+    /// The lock directory and the names inside it (sorted).
+    Dir(Vec<String>),
+}
+
+pub struct Ftp {
+    cfg: FtpConfig,
+    profile: String,
+    stale_after: Duration,
+    heartbeat: Duration,
+    poll: Duration,
+    conn: Option<Conn>,
+    /// The login directory (`PWD` right after login): `CWD` checks return there.
+    home: String,
+    /// Read timeout of the control and data connections, in milliseconds (shared with the
+    /// passive-connection builder).
+    timeout_ms: Arc<AtomicU64>,
+    ours: Option<Ours>,
+    /// What a waiter last saw of a holder it cannot judge at once, and since when.
+    observed: Option<(Vec<String>, Instant)>,
+    holder_pidfd: Option<(i32, OwnedFd)>,
+    prev_crashed: bool,
+    /// While heartbeating: every command must be answered by then (a heartbeat that hangs
+    /// would keep the caller from declaring the lock lost in time).
+    deadline: Option<Instant>,
+    /// The last refusal of `MKD`, for the message if it cannot be explained otherwise.
+    last_mkd: Option<String>,
+}
+
+impl Ftp {
+    pub fn new(cfg: FtpConfig, profile: &Profile) -> Ftp {
+        Ftp {
+            profile: profile.name.clone(),
+            stale_after: profile.common.stale_after,
+            heartbeat: profile.common.heartbeat(),
+            poll: profile.common.poll,
+            cfg,
+            conn: None,
+            home: String::new(),
+            timeout_ms: Arc::new(AtomicU64::new(ACQUIRE_TIMEOUT.as_millis() as u64)),
+            ours: None,
+            observed: None,
+            holder_pidfd: None,
+            prev_crashed: false,
+            deadline: None,
+            last_mkd: None,
+        }
+    }
+
+    /// `ftp://user@host:port/path` for messages (never the password).
+    fn url(&self) -> String {
+        format!(
+            "ftp://{}@{}:{}/{}",
+            self.cfg.user,
+            self.cfg.host,
+            self.cfg.port,
+            self.cfg.path.trim_start_matches('/')
+        )
+    }
+
+    fn hold_timeout(&self) -> Duration {
+        (self.stale_after / 4).clamp(Duration::from_millis(50), HOLD_TIMEOUT_MAX)
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
+    }
+
+    fn set_timeout(&mut self, t: Duration) {
+        self.timeout_ms
+            .store(t.as_millis().max(1) as u64, Ordering::Relaxed);
+        if let Some(c) = &self.conn {
+            let _ = c.get_ref().set_read_timeout(Some(t));
+            let _ = c.get_ref().set_write_timeout(Some(t));
+        }
+    }
+
+    /// The timeout for the next operation: the configured one, or what is left before the
+    /// heartbeat's deadline (an error once it has passed).
+    fn op_timeout(&mut self) -> Result<Duration> {
+        let t = self.timeout();
+        let Some(d) = self.deadline else {
+            return Ok(t);
+        };
+        let left = d.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            self.conn = None; // a command may be half-answered: start afresh next time
+            return Err(err!(
+                Unavailable,
+                "FTP server {}:{} did not answer within {}",
+                self.cfg.host,
+                self.cfg.port,
+                fmt_duration(self.hold_timeout())
+            ));
+        }
+        Ok(t.min(left).max(Duration::from_millis(1)))
+    }
+
+    /// The parent directory of the lock on the server (`None`: the login directory).
+    fn parent(&self) -> Option<&str> {
+        self.cfg.path.rsplit_once('/').map(|(p, _)| p)
+    }
+
+    fn name(&self) -> &str {
+        self.cfg
+            .path
+            .rsplit_once('/')
+            .map_or(self.cfg.path.as_str(), |(_, n)| n)
+    }
+
+    fn inside(&self, entry: &str) -> String {
+        format!("{}/{entry}", self.cfg.path)
+    }
+
+    fn tomb(&self, nonce: &str) -> String {
+        let t = format!("{}.tomb.{nonce}", self.name());
+        match self.parent() {
+            Some(p) => format!("{p}/{t}"),
+            None => t,
+        }
+    }
+
+    /// The control connection, logged in; connects if there is none.
+    fn conn(&mut self) -> Result<&mut Conn> {
+        if self.conn.is_none() {
+            let c = self.connect()?;
+            self.conn = Some(c);
+        }
+        Ok(self.conn.as_mut().expect("connected above"))
+    }
+
+    fn connect(&mut self) -> Result<Conn> {
+        let t = self.op_timeout()?;
+        // The secret first: a missing variable or unsafe file is a config error, whatever
+        // the network does.
+        let password = self.cfg.password.resolve(&self.cfg.user)?;
+        let (host, port) = (self.cfg.host.as_str(), self.cfg.port);
+        let addrs: Vec<SocketAddr> = (host, port)
+            .to_socket_addrs()
+            .map_err(|e| err!(Unavailable, "cannot resolve FTP server {host}: {e}"))?
+            .collect();
+        let mut last = None;
+        let mut stream = None;
+        for addr in &addrs {
+            match TcpStream::connect_timeout(addr, t) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let Some(stream) = stream else {
+            let why = last.map_or("no address".to_string(), |e| e.to_string());
+            return Err(err!(
+                Unavailable,
+                "cannot connect to FTP server {host}:{port}: {why}"
+            ));
+        };
+        let set = |s: &TcpStream, t: Duration| {
+            s.set_read_timeout(Some(t))
+                .and_then(|()| s.set_write_timeout(Some(t)))
+        };
+        set(&stream, t).map_err(|e| err!(Unavailable, "cannot set socket timeouts: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        let unavailable = |what: &str, e: FtpError| -> Error {
+            let why = match Reply::of(e) {
+                Reply::Refused(_, text) | Reply::Broken(text) => text,
+            };
+            err!(Unavailable, "FTP server {host}:{port}: {what}: {why}")
+        };
+        let mut ftp =
+            Conn::connect_with_stream(stream).map_err(|e| unavailable("no greeting", e))?;
+        let timeout_ms = Arc::clone(&self.timeout_ms);
+        ftp = ftp.passive_stream_builder(move |addr| {
+            let t = Duration::from_millis(timeout_ms.load(Ordering::Relaxed));
+            let s = TcpStream::connect_timeout(&addr, t).map_err(FtpError::ConnectionError)?;
+            set(&s, t).map_err(FtpError::ConnectionError)?;
+            Ok(s)
+        });
+        // Connect data channels to the server we talk to, whatever address PASV names.
+        ftp.set_passive_nat_workaround(true);
+        if self.cfg.tls == Tls::Explicit {
+            let connector = RustlsConnector::from(self.tls_config()?);
+            let hint = if self.cfg.ca_file.is_none() {
+                " (certificates are verified against the system CAs; a private CA needs `ca_file`)"
+            } else {
+                ""
+            };
+            ftp = ftp.into_secure(connector, host).map_err(|e| match e {
+                FtpError::UnexpectedResponse(_) => match Reply::of(e) {
+                    Reply::Refused(code, text) => err!(
+                        Unavailable,
+                        "FTP server {host}:{port} refused TLS (AUTH TLS): {text} (code {code})"
+                    ),
+                    Reply::Broken(why) => {
+                        err!(
+                            Unavailable,
+                            "TLS with FTP server {host}:{port} failed: {why}"
+                        )
+                    }
+                },
+                // rustls completes the handshake on first use: a bad certificate shows up
+                // as an I/O error of the first command after AUTH TLS.
+                other => err!(
+                    Unavailable,
+                    "TLS with FTP server {host}:{port} failed: {other}{hint}"
+                ),
+            })?;
+        }
+        match ftp.login(self.cfg.user.as_str(), password.as_str()) {
+            Ok(()) => {}
+            Err(e) => {
+                return Err(match Reply::of(e) {
+                    Reply::Refused(code @ (530 | 532), text) => err!(
+                        Denied,
+                        "FTP server {host}:{port} refused the login of user {}: {} (code {code})",
+                        self.cfg.user,
+                        text
+                    ),
+                    Reply::Refused(_, text) | Reply::Broken(text) => err!(
+                        Unavailable,
+                        "FTP server {host}:{port}: login of user {} failed: {text}",
+                        self.cfg.user
+                    ),
+                });
+            }
+        }
+        drop(password);
+        self.home = ftp.pwd().map_err(|e| unavailable("PWD", e))?;
+        debug!("logged in to {}", self.url());
+        Ok(ftp)
+    }
+
+    /// The TLS settings: certificates verified against `ca_file`, or else the system's CAs.
+    fn tls_config(&self) -> Result<Arc<rustls::ClientConfig>> {
+        let mut roots = rustls::RootCertStore::empty();
+        let (file, what) = match &self.cfg.ca_file {
+            Some(f) => (f.clone(), "ca_file"),
+            None => {
+                let from_env = std::env::var_os("SSL_CERT_FILE").map(std::path::PathBuf::from);
+                let found = from_env.or_else(|| {
+                    CA_BUNDLES
+                        .iter()
+                        .map(std::path::PathBuf::from)
+                        .find(|p| p.exists())
+                });
+                let Some(f) = found else {
+                    return Err(err!(
+                        Config,
+                        "no system CA bundle found (tried $SSL_CERT_FILE, {}); give `ca_file`",
+                        CA_BUNDLES.join(", ")
+                    ));
+                };
+                (f, "system CA bundle")
+            }
+        };
+        let certs = CertificateDer::pem_file_iter(&file)
+            .map_err(|e| err!(Config, "cannot read {what} {}: {e}", file.display()))?;
+        for cert in certs {
+            let cert =
+                cert.map_err(|e| err!(Config, "cannot read {what} {}: {e}", file.display()))?;
+            roots.add(cert).map_err(|e| {
+                err!(
+                    Config,
+                    "{what} {}: unusable certificate: {e}",
+                    file.display()
+                )
+            })?;
+        }
+        if roots.is_empty() {
+            return Err(err!(
+                Config,
+                "{what} {} holds no certificates",
+                file.display()
+            ));
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| err!(Config, "TLS setup: {e}"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Arc::new(config))
+    }
+
+    /// Runs one command on the (re)connected control connection; a broken connection is
+    /// dropped (the next command reconnects) and reported as `Unavailable`.
+    fn cmd<T>(
+        &mut self,
+        what: &str,
+        f: impl FnOnce(&mut Conn) -> suppaftp::FtpResult<T>,
+    ) -> Result<std::result::Result<T, (u32, String)>> {
+        let url = self.url();
+        if self.deadline.is_some() {
+            let t = self.op_timeout()?;
+            self.set_timeout(t);
+        }
+        let conn = self.conn()?;
+        match f(conn) {
+            Ok(v) => Ok(Ok(v)),
+            Err(e) => match Reply::of(e) {
+                Reply::Refused(code, text) => Ok(Err((code, text))),
+                Reply::Broken(why) => {
+                    self.conn = None;
+                    Err(err!(
+                        Unavailable,
+                        "FTP connection for {url} failed during {what}: {why}"
+                    ))
+                }
+            },
+        }
+    }
+
+    /// Whether `dir` is a directory we can enter (`CWD`, then back home).
+    fn is_dir(&mut self, dir: &str) -> Result<bool> {
+        let d = dir.to_string();
+        if self.cmd("CWD", |c| c.cwd(d.as_str()))?.is_err() {
+            return Ok(false);
+        }
+        let home = self.home.clone();
+        if let Err((_, text)) = self.cmd("CWD", |c| c.cwd(home.as_str()))? {
+            self.conn = None; // relative paths would now be wrong
+            return Err(err!(
+                Io,
+                "FTP server: cannot return to the login directory {home}: {text}"
+            ));
+        }
+        Ok(true)
+    }
+
+    /// Lists the lock directory, without changing anything.
+    fn look(&mut self) -> Result<Look> {
+        let path = self.cfg.path.clone();
+        let mut names: Vec<String> = match self.cmd("NLST", |c| c.nlst(Some(path.as_str())))? {
+            Ok(lines) => lines
+                .iter()
+                .map(|l| l.rsplit('/').next().unwrap_or(l).to_string())
+                .filter(|n| !n.is_empty() && n != "." && n != "..")
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        names.sort();
+        if names.iter().any(|n| is_marker(n)) {
+            return Ok(Look::Dir(names));
+        }
+        // Empty, missing, or not a directory: NLST does not tell these apart everywhere.
+        if self.is_dir(&path)? {
+            Ok(Look::Dir(names))
+        } else {
+            Ok(Look::Gone)
+        }
+    }
+
+    /// `MKD`, then the owner marker inside. `Ok(false)`: refused (exists, or see below).
+    fn create(&mut self) -> Result<bool> {
+        let path = self.cfg.path.clone();
+        if let Err((code, text)) = self.cmd("MKD", |c| c.mkdir(path.as_str()))? {
+            debug!("MKD {path}: {text} (code {code})");
+            self.last_mkd = Some(text);
+            return Ok(false);
+        }
+        let rec = Record::ours(&self.profile);
+        let marker = marker_name(&rec, 0);
+        let target = self.inside(&marker);
+        let stored = self.cmd("MKD", |c| c.mkdir(target.as_str()));
+        let refused = match stored {
+            Ok(Ok(_)) => None,
+            Ok(Err((code, text))) => Some(err!(
+                Denied,
+                "cannot create owner marker in {}: {text} (code {code})",
+                self.url()
+            )),
+            Err(e) => Some(e),
+        };
+        if let Some(e) = refused {
+            // Leave nothing behind: the directory is ours and (nearly) empty.
+            let _ = self.cmd("RMD", |c| c.rmdir(target.as_str()));
+            let _ = self.cmd("RMD", |c| c.rmdir(path.as_str()));
+            return Err(e);
+        }
+        self.ours = Some(Ours {
+            rec,
+            seq: 0,
+            marker,
+            claim_sent: false,
+        });
+        Ok(true)
+    }
+
+    /// `MKD PATH` was refused although nothing is there: permission, or a file in the way?
+    /// `None`: neither (the lock came and went meanwhile).
+    fn diagnose_refusal(&mut self) -> Result<Option<Error>> {
+        let mkd = self.last_mkd.clone().unwrap_or_else(|| "refused".into());
+        // Named like a tombstone, so a crash right here leaves litter that gets tidied.
+        let probe = self.tomb(&format!("{:016x}", fastrand::u64(..)));
+        match self.cmd("MKD", |c| c.mkdir(probe.as_str()))? {
+            Ok(()) => {
+                let _ = self.cmd("RMD", |c| c.rmdir(probe.as_str()))?;
+            }
+            Err((code, text)) => {
+                return Ok(Some(err!(
+                    Denied,
+                    "cannot create lock directory {}: {mkd}; nor anything beside it: {text} (code {code}): permission denied",
+                    self.url()
+                )));
+            }
+        }
+        // A file in the way? `LIST PARENT` shows it as an `ls -l` line of type `-` (vsftpd,
+        // pure-ftpd, libunftp); a lock directory never looks like that, however it comes
+        // and goes meanwhile. Other listing formats are simply not diagnosed.
+        let (parent, name) = (self.parent().map(str::to_string), self.name().to_string());
+        if let Ok(lines) = self.cmd("LIST", |c| c.list(parent.as_deref()))? {
+            let file = lines.iter().any(|l| {
+                l.starts_with('-') && l.split_whitespace().last().is_some_and(|n| n == name)
+            });
+            if file {
+                return Ok(Some(err!(
+                    Config,
+                    "cannot create lock directory {}: a file is in the way",
+                    self.url()
+                )));
+            }
+        }
+        Ok(None)
+    }
+
+    /// True when `names` stayed the same for `stale_after` of our own observation.
+    fn silent_for_stale(&mut self, names: &[String]) -> bool {
+        match &self.observed {
+            Some((seen, since)) if seen == names => since.elapsed() >= self.stale_after,
+            _ => {
+                self.observed = Some((names.to_vec(), Instant::now()));
+                false
+            }
+        }
+    }
+
+    /// Claims one acquisition by deleting its marker, then frees the name.
+    /// `Ok(false)`: the marker was not there under that name (renamed by a live holder's
+    /// heartbeat, or claimed by someone else first).
+    fn claim_and_remove(&mut self, marker: &str) -> Result<bool> {
+        let target = self.inside(marker);
+        if !self.remove_marker(&target)? {
+            debug!("{target} is gone: not ours to remove");
+            return Ok(false);
+        }
+        let nonce = parse_marker(marker)
+            .map(|(rec, _)| rec.nonce)
+            .unwrap_or_else(|| format!("{:016x}", fastrand::u64(..)));
+        self.free_name(&nonce)?;
+        Ok(true)
+    }
+
+    /// Removes a marker by its exact name: `RMD` (ours are directories), else `DELE` (a
+    /// file left by something else). `Ok(false)`: not there under that name.
+    fn remove_marker(&mut self, target: &str) -> Result<bool> {
+        let t = target.to_string();
+        if self.cmd("RMD", |c| c.rmdir(t.as_str()))?.is_ok() {
+            return Ok(true);
+        }
+        Ok(self.cmd("DELE", |c| c.rm(t.as_str()))?.is_ok())
+    }
+
+    /// Frees the name after a claim: `RMD` if the directory is empty (the usual case: the
+    /// claim removed the only entry), else rename it to a tombstone (frees the name whatever
+    /// sits inside) and tidy that; tidying may fail without leaving the lock held.
+    fn free_name(&mut self, nonce: &str) -> Result<()> {
+        let (path, tomb) = (self.cfg.path.clone(), self.tomb(nonce));
+        let rmd_err = match self.cmd("RMD", |c| c.rmdir(path.as_str()))? {
+            Ok(()) => return Ok(()),
+            Err((_, text)) => text,
+        };
+        match self.cmd("RNFR/RNTO", |c| c.rename(path.as_str(), tomb.as_str()))? {
+            Ok(()) => {
+                self.tidy(&tomb);
+                Ok(())
+            }
+            Err((code, text)) => match self.look()? {
+                Look::Gone => Ok(()), // freed by someone else meanwhile
+                Look::Dir(_) => Err(err!(
+                    Io,
+                    "cannot remove lock directory {}: RMD: {rmd_err}; rename: {text} (code {code})",
+                    self.url()
+                )),
+            },
+        }
+    }
+
+    /// Removes a tombstone and what it holds; failures only leave litter.
+    fn tidy(&mut self, tomb: &str) {
+        let t = tomb.to_string();
+        let names = match self.cmd("NLST", |c| c.nlst(Some(t.as_str()))) {
+            Ok(Ok(lines)) => lines,
+            _ => Vec::new(),
+        };
+        for n in names {
+            let base = n.rsplit('/').next().unwrap_or(&n);
+            if base.is_empty() || base == "." || base == ".." {
+                continue;
+            }
+            let f = format!("{t}/{base}");
+            let _ = self.remove_marker(&f);
+        }
+        match self.cmd("RMD", |c| c.rmdir(t.as_str())) {
+            Ok(Ok(())) => {}
+            Ok(Err((_, text))) => debug!("left tombstone {t} behind: {text}"),
+            Err(e) => debug!("left tombstone {t} behind: {e}"),
+        }
+    }
+
+    /// Tidies tombstones that crashed releasers or breakers left beside the lock.
+    fn tidy_leftovers(&mut self) {
+        let parent = self.parent().map(str::to_string);
+        let prefix = format!("{}.tomb.", self.name());
+        let listed = self.cmd("NLST", |c| c.nlst(parent.as_deref()));
+        let Ok(Ok(lines)) = listed else {
+            return;
+        };
+        for l in lines {
+            let base = l.rsplit('/').next().unwrap_or(&l);
+            if let Some(nonce) = base.strip_prefix(&prefix) {
+                let tomb = self.tomb(nonce);
+                debug!("tidying leftover tombstone {tomb}");
+                self.tidy(&tomb);
+            }
+        }
+    }
+
+    /// Breaks a lock directory without a marker. `RMD` fails if a holder's marker (or
+    /// anything) appeared meanwhile, so a successor is never removed; only `force` renames a
+    /// non-empty one away. `Ok(false)`: not removed.
+    fn remove_ownerless(&mut self, force: bool) -> Result<bool> {
+        let path = self.cfg.path.clone();
+        if let Err((code, text)) = self.cmd("RMD", |c| c.rmdir(path.as_str()))? {
+            if !force {
+                debug!("RMD {path}: {text} (code {code}): not empty, or gone");
+                return Ok(false);
+            }
+            let nonce = format!("{:016x}", fastrand::u64(..));
+            self.free_name(&nonce)?;
+        }
+        Ok(true)
+    }
+
+    /// Decides about an existing lock: `Some(holders)` busy, `None` it was just broken.
+    fn judge(&mut self, names: Vec<String>) -> Result<Option<Vec<Holder>>> {
+        let Some(marker) = names.iter().find(|n| is_marker(n)).cloned() else {
+            if self.silent_for_stale(&names) {
+                info!(
+                    "breaking lock {} without owner marker, unchanged for {}",
+                    self.url(),
+                    fmt_duration(self.stale_after)
+                );
+                if !self.remove_ownerless(false)? {
+                    return Ok(Some(Vec::new()));
+                }
+                self.observed = None;
+                return Ok(None);
+            }
+            return Ok(Some(Vec::new()));
+        };
+        let Some((rec, _)) = parse_marker(&marker) else {
+            return Ok(Some(vec![Parsed::Foreign(marker).holder()]));
+        };
+        let mut holder = rec.holder();
+        if rec.same_host() {
+            if crate::host::alive(rec.pid, rec.start) {
+                self.watch_holder(rec.pid);
+                if crate::host::alive(rec.pid, rec.start) {
+                    return Ok(Some(vec![holder]));
+                }
+            }
+            info!(
+                "breaking lock {} of dead holder {holder} (same host: proof of death)",
+                self.url()
+            );
+        } else {
+            if !self.silent_for_stale(&names) {
+                return Ok(Some(vec![holder]));
+            }
+            holder.alive = Some(false);
+            info!(
+                "breaking lock {} of {holder}: no heartbeat for {}",
+                self.url(),
+                fmt_duration(self.stale_after)
+            );
+        }
+        self.observed = None;
+        if self.claim_and_remove(&marker)? {
+            self.prev_crashed = true;
+        }
+        Ok(None)
+    }
+
+    fn watch_holder(&mut self, pid: i32) {
+        if self.holder_pidfd.as_ref().is_some_and(|(p, _)| *p == pid) {
+            return;
+        }
+        self.holder_pidfd = sys::pidfd_open(pid).ok().map(|fd| (pid, fd));
+    }
+
+    /// Our marker's current name on the server, found by our nonce (`None`: it is gone).
+    fn find_ours(&mut self) -> Result<Option<(String, u64)>> {
+        let Some(nonce) = self.ours.as_ref().map(|o| o.rec.nonce.clone()) else {
+            return Ok(None);
+        };
+        let Look::Dir(names) = self.look()? else {
+            return Ok(None);
+        };
+        Ok(names.into_iter().find_map(|n| {
+            let (rec, seq) = parse_marker(&n)?;
+            (rec.nonce == nonce).then_some((n, seq))
+        }))
+    }
+
+    /// One heartbeat: rename our marker to the next sequence number.
+    fn beat(&mut self) -> Result<()> {
+        let Some(ours) = &self.ours else {
+            return Err(err!(Lost, "not holding"));
+        };
+        let next = marker_name(&ours.rec, ours.seq + 1);
+        let (from, to) = (self.inside(&ours.marker), self.inside(&next));
+        match self.cmd("heartbeat (RNFR/RNTO)", |c| {
+            c.rename(from.as_str(), to.as_str())
+        })? {
+            Ok(()) => {
+                let ours = self.ours.as_mut().expect("checked above");
+                ours.seq += 1;
+                ours.marker = next;
+                Ok(())
+            }
+            Err((code, text)) => match self.find_ours()? {
+                // Our marker moved (a rename whose reply was lost): adopt it, retry soon.
+                Some((name, seq)) => {
+                    let ours = self.ours.as_mut().expect("checked above");
+                    ours.marker = name;
+                    ours.seq = seq;
+                    Err(err!(
+                        Unavailable,
+                        "heartbeat of {} refused: {text} (code {code})",
+                        self.url()
+                    ))
+                }
+                None => Err(err!(
+                    Lost,
+                    "lock {} was broken: our owner marker is gone",
+                    self.url()
+                )),
+            },
+        }
+    }
+
+    /// One round of attempts on the current connection.
+    fn try_once(&mut self) -> Result<Attempt> {
+        let mut holders = Vec::new();
+        let mut gone = 0;
+        for _ in 0..4 {
+            if self.create()? {
+                self.observed = None;
+                self.holder_pidfd = None;
+                self.set_timeout(self.hold_timeout());
+                // Tombstones are left only by a release or break cut short: look for them
+                // after a break, and now and then (a listing costs a data connection).
+                if self.prev_crashed || fastrand::u8(..16) == 0 {
+                    self.tidy_leftovers();
+                }
+                return Ok(Attempt::Acquired(Grant {
+                    token: None,
+                    prev_crashed: std::mem::take(&mut self.prev_crashed),
+                }));
+            }
+            // 550 is ambiguous (exists, missing parent, permission, a file in the way):
+            // decide by looking, never by the reply's text.
+            match self.look()? {
+                Look::Dir(names) => match self.judge(names)? {
+                    Some(h) => {
+                        holders = h;
+                        break;
+                    }
+                    None => continue,
+                },
+                Look::Gone => {
+                    if let Some(parent) = self.parent().map(str::to_string)
+                        && !self.is_dir(&parent)?
+                        && {
+                            // Confirm on a fresh session before calling it a config error
+                            // (libunftp was seen to refuse a CWD spuriously under races).
+                            self.conn = None;
+                            !self.is_dir(&parent)?
+                        }
+                    {
+                        return Err(err!(
+                            Config,
+                            "cannot create lock directory {}: the parent directory {parent} does not exist on the server (locksmith never creates parent directories)",
+                            self.url()
+                        ));
+                    }
+                    // Usually released between our MKD and our look; if it keeps
+                    // happening, find out whether something else refuses us.
+                    gone += 1;
+                    if gone >= 2
+                        && let Some(e) = self.diagnose_refusal()?
+                    {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(Attempt::Busy(holders))
+    }
+
+    /// Releases (see `Backend::release`): remove our marker (the claim), then the name.
+    fn release_once(&mut self) -> Result<()> {
+        let Some(ours) = self.ours.as_mut() else {
+            return Ok(());
+        };
+        let marker = ours.marker.clone();
+        let claim_was_sent = ours.claim_sent;
+        ours.claim_sent = true;
+        let nonce = ours.rec.nonce.clone();
+        let target = self.inside(&marker);
+        // An error here keeps `ours`: the caller retries until stale_after.
+        if !self.remove_marker(&target)? {
+            match self.find_ours()? {
+                Some((name, seq)) => {
+                    let ours = self.ours.as_mut().expect("checked above");
+                    ours.marker = name;
+                    ours.seq = seq;
+                    ours.claim_sent = false;
+                    return Err(err!(
+                        Io,
+                        "cannot release lock {}: the server refused to remove our owner marker",
+                        self.url()
+                    ));
+                }
+                None => {
+                    let ownerless = claim_was_sent
+                        && matches!(self.look()?, Look::Dir(n) if !n.iter().any(|n| is_marker(n)));
+                    if !ownerless {
+                        self.ours = None;
+                        return Err(err!(
+                            Lost,
+                            "lock {} was broken while held: our owner marker is gone",
+                            self.url()
+                        ));
+                    }
+                    // Our RMD went through but its reply was lost: finish our release.
+                }
+            }
+        }
+        self.free_name(&nonce)?;
+        self.ours = None;
+        if let Some(mut c) = self.conn.take() {
+            let _ = c.quit();
+        }
+        Ok(())
+    }
+}
+
+/// The marker name of an acquisition at heartbeat `seq`.
+fn marker_name(rec: &Record, seq: u64) -> String {
+    let since = rec.since.replace(['-', ':'], "");
+    let pidns = rec
+        .pidns
+        .trim_start_matches("pid:[")
+        .trim_end_matches(']')
+        .to_string();
+    let fields = [
+        MARKER.to_string(),
+        FORMAT.to_string(),
+        rec.nonce.clone(),
+        seq.to_string(),
+        word(&rec.host, 40),
+        rec.pid.to_string(),
+        rec.ppid.to_string(),
+        rec.start.to_string(),
+        word(&rec.boot_id, 40),
+        word(&pidns, 24),
+        since,
+        word(&rec.profile, 64),
+    ];
+    fields.join(&SEP.to_string())
+}
+
+/// A field safe in a file name on any server: no separator, slash, space or control.
+fn word(s: &str, max: usize) -> String {
+    let w: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(max)
+        .collect();
+    if w.is_empty() { "_".into() } else { w }
+}
+
+fn is_marker(name: &str) -> bool {
+    name.starts_with(MARKER) && name[MARKER.len()..].starts_with(SEP)
+}
+
+/// Reads a marker name: the record and its heartbeat sequence number; `None` for another
+/// format version or a name locksmith cannot read (counts as held, `--force` breaks it).
+fn parse_marker(name: &str) -> Option<(Record, u64)> {
+    let f: Vec<&str> = name.split(SEP).collect();
+    if f.len() < 12 || f[0] != MARKER || f[1] != FORMAT || f[2].is_empty() {
+        return None;
+    }
+    let seq = f[3].parse().ok()?;
+    let pid: i32 = f[5].parse().ok().filter(|p| *p > 0)?;
+    let since = unsquash_time(f[10]);
+    let rec = Record {
+        host: f[4].to_string(),
+        pid,
+        ppid: f[6].parse().unwrap_or(0),
+        start: f[7].parse().unwrap_or(0),
+        boot_id: f[8].to_string(),
+        pidns: format!("pid:[{}]", f[9]),
+        since,
+        profile: f[11].to_string(),
+        nonce: f[2].to_string(),
+        ..Record::ours("")
+    };
+    Some((rec, seq))
+}
+
+/// `20261122T055000Z` → `2026-11-22T05:50:00Z`.
+fn unsquash_time(s: &str) -> String {
+    let b = s.as_bytes();
+    if b.len() == 16 && b[8] == b'T' && s.is_ascii() {
+        format!(
+            "{}-{}-{}T{}:{}:{}Z",
+            &s[0..4],
+            &s[4..6],
+            &s[6..8],
+            &s[9..11],
+            &s[11..13],
+            &s[13..15]
+        )
+    } else {
+        s.to_string()
+    }
+}
+
+impl Backend for Ftp {
+    fn name(&self) -> &'static str {
+        "ftp"
+    }
+
+    fn try_acquire(&mut self) -> Result<Attempt> {
+        self.set_timeout(ACQUIRE_TIMEOUT);
+        // A connection that worked and then broke (server restart, a dropped session) is
+        // re-established a few times; a server that cannot be reached at all is an error.
+        let mut retries = 0;
+        loop {
+            let had_conn = self.conn.is_some();
+            match self.try_once() {
+                Err(e) if e.kind() == Kind::Unavailable && had_conn && retries < 3 => {
+                    retries += 1;
+                    debug!("{e}; reconnecting");
+                    std::thread::sleep(self.poll.min(Duration::from_secs(1)));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn prepare_wait(&mut self) -> Result<WaitHint> {
+        Ok(WaitHint { poll: true })
+    }
+
+    fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.holder_pidfd
+            .as_ref()
+            .map(|(_, fd)| fd.as_fd())
+            .into_iter()
+            .collect()
+    }
+
+    fn heartbeat_period(&self) -> Option<Duration> {
+        Some(self.heartbeat)
+    }
+
+    fn heartbeat(&mut self) -> Result<()> {
+        let was_connected = self.conn.is_some();
+        self.deadline = Some(Instant::now() + self.hold_timeout());
+        let r = self.beat();
+        self.deadline = None;
+        self.set_timeout(self.hold_timeout());
+        if r.is_ok() && !was_connected {
+            info!("reconnected to {}; the lock is still ours", self.url());
+        }
+        r
+    }
+
+    fn release(&mut self) -> Result<()> {
+        self.release_once()
+    }
+
+    fn status(&mut self) -> Result<Vec<Holder>> {
+        Ok(match self.look()? {
+            Look::Gone => Vec::new(),
+            Look::Dir(names) => match names.iter().find(|n| is_marker(n)) {
+                Some(m) => match parse_marker(m) {
+                    Some((rec, _)) => vec![rec.holder()],
+                    None => vec![Parsed::Foreign(m.clone()).holder()],
+                },
+                None => vec![Holder::default()],
+            },
+        })
+    }
+
+    fn break_lock(
+        &mut self,
+        force: bool,
+        token: Option<u64>,
+        watcher: &mut Watcher,
+    ) -> Result<BreakOutcome> {
+        if let Some(t) = token {
+            return Err(err!(
+                Usage,
+                "backend `ftp` keeps no fencing tokens; `break --token {t}` does not apply"
+            ));
+        }
+        let mut announced = false;
+        loop {
+            let names = match self.look()? {
+                Look::Gone => return Ok(BreakOutcome::Free),
+                Look::Dir(names) => names,
+            };
+            let marker = names.iter().find(|n| is_marker(n)).cloned();
+            let parsed = marker.as_deref().map(parse_marker);
+            let holder = match (&marker, &parsed) {
+                (Some(_), Some(Some((rec, _)))) => rec.holder(),
+                (Some(m), _) => Parsed::Foreign(m.clone()).holder(),
+                (None, _) => Holder::default(),
+            };
+            let decided = match &parsed {
+                _ if force => true,
+                Some(None) => {
+                    return Err(err!(
+                        Busy,
+                        "lock {} has an owner marker of another format ({holder}); only --force breaks it",
+                        self.url()
+                    ));
+                }
+                Some(Some((rec, _))) if rec.same_host() => {
+                    if crate::host::alive(rec.pid, rec.start) {
+                        return Err(err!(
+                            Busy,
+                            "lock {} is held by {holder}, which is alive; use --force to break it anyway",
+                            self.url()
+                        ));
+                    }
+                    true
+                }
+                _ => self.silent_for_stale(&names),
+            };
+            if decided {
+                let done = match &marker {
+                    Some(m) => self.claim_and_remove(m)?,
+                    None => {
+                        if !self.remove_ownerless(force)? {
+                            return Err(err!(
+                                Busy,
+                                "lock {} has no owner marker but is not empty (another tool's directory, or a new holder just arrived); only --force breaks it",
+                                self.url()
+                            ));
+                        }
+                        true
+                    }
+                };
+                if done {
+                    info!("broke lock {} of {holder}", self.url());
+                    return Ok(BreakOutcome::Broken(holder));
+                }
+                continue;
+            }
+            if !announced {
+                info!(
+                    "lock {} is held by {holder} on another host; breaking it if it stays silent for {}",
+                    self.url(),
+                    fmt_duration(self.stale_after)
+                );
+                announced = true;
+            }
+            if let Event::Release(cause) = watcher.wait(&[], Some(self.poll))? {
+                return Err(Error::new(
+                    Kind::Busy,
+                    format!("stopped before breaking: {cause}"),
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marker_round_trips() {
+        let rec = Record::ours("phone.stuff-1");
+        let name = marker_name(&rec, 7);
+        assert!(is_marker(&name));
+        assert!(name.len() < 255, "{name}");
+        assert!(!name.contains('/') && !name.contains(' '), "{name}");
+        let (back, seq) = parse_marker(&name).expect("parses");
+        assert_eq!(seq, 7);
+        assert_eq!(back.nonce, rec.nonce);
+        assert_eq!(back.pid, rec.pid);
+        assert_eq!(back.since, rec.since);
+        assert_eq!(back.pidns, rec.pidns);
+        assert!(back.same_host());
+        assert_eq!(back.holder().alive, Some(true));
+    }
+
+    #[test]
+    fn other_formats_are_foreign() {
+        let name = marker_name(&Record::ours("p"), 0).replacen("owner~1~", "owner~2~", 1);
+        assert!(is_marker(&name));
+        assert!(parse_marker(&name).is_none());
+        assert!(!is_marker("ownerless"));
+    }
+}

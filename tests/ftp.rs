@@ -1,0 +1,714 @@
+//! `backend = "ftp"` against a real FTP server (libunftp, embedded; see `ftp_server.rs`):
+//! the pipe protocol, contention, races, crash takeover after `stale_after` and never
+//! before, error kinds, and a server restart while holding.
+
+use std::fs;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::ftp_server::{FtpServer, PASSWORD, USER};
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(20);
+
+/// A sandbox whose profiles talk to `srv`: `p` (lock `locks/p`, short stale_after) and
+/// a few broken variants.
+fn sandbox(srv: &FtpServer) -> Sandbox {
+    let port = srv.port;
+    Sandbox::new(&format!(
+        r#"
+[defaults]
+poll = "20ms"
+max_poll = "100ms"
+keepalive = "200ms"
+stale_after = "1500ms"
+
+[profile.p]
+backend = "ftp"
+host = "127.0.0.1"
+port = {port}
+user = "{USER}"
+password = "{PASSWORD}"
+path = "locks/p"
+
+[profile.race]
+backend = "ftp"
+host = "127.0.0.1"
+port = {port}
+user = "{USER}"
+password = "{PASSWORD}"
+path = "locks/p"
+poll = "5ms"
+max_poll = "25ms"
+
+[profile.filepw]
+backend = "ftp"
+host = "127.0.0.1"
+port = {port}
+user = "{USER}"
+password_file = "{{dir}}/ftp.pass"
+path = "locks/p"
+
+[profile.wrongpw]
+backend = "ftp"
+host = "127.0.0.1"
+port = {port}
+user = "{USER}"
+password = "not-the-password"
+path = "locks/p"
+
+[profile.noparent]
+backend = "ftp"
+host = "127.0.0.1"
+port = {port}
+user = "{USER}"
+password = "{PASSWORD}"
+path = "missing/p"
+
+[profile.closed]
+backend = "ftp"
+host = "127.0.0.1"
+port = {closed}
+user = "{USER}"
+password = "{PASSWORD}"
+path = "locks/p"
+"#,
+        closed = closed_port(),
+    ))
+}
+
+/// A port nothing listens on.
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+fn markers(srv: &FtpServer) -> Vec<String> {
+    match fs::read_dir(srv.path("locks/p")) {
+        Err(_) => Vec::new(),
+        Ok(d) => d
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect(),
+    }
+}
+
+fn leftovers(srv: &FtpServer) -> Vec<String> {
+    fs::read_dir(srv.path("locks"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn ok_line_and_the_lock_directory_lives_exactly_while_held() {
+    let srv = FtpServer::start();
+    let sb = sandbox(&srv);
+    let mut a = sb.hold(["p"]);
+    let line = a.line.clone();
+    assert_eq!(
+        line.as_deref(),
+        Some("OK p backend=ftp mode=exclusive\n"),
+        "{}",
+        a.stderr_text()
+    );
+    assert!(srv.path("locks/p").is_dir());
+    let m = markers(&srv);
+    assert_eq!(m.len(), 1, "{m:?}");
+    assert!(m[0].starts_with("owner~1~"), "{m:?}");
+    assert!(m[0].contains(&format!("~{}~", a.pid())), "{m:?}");
+    // The heartbeat renames the marker (liveness visible without clocks).
+    let first = m[0].clone();
+    eventually(T, "the marker to be renamed by a heartbeat", || {
+        let m = markers(&srv);
+        m.len() == 1 && m[0] != first
+    });
+    let t0 = Instant::now();
+    a.close_stdout();
+    assert_eq!(code(a.wait_exit(T)), 0, "{}", a.stderr_text());
+    let took = t0.elapsed();
+    assert!(!srv.path("locks/p").exists(), "lock left behind");
+    assert!(leftovers(&srv).is_empty(), "litter: {:?}", leftovers(&srv));
+    eprintln!("ftp: release after pipe close took {took:?}");
+}
+
+#[test]
+fn uncontended_cycles_are_quick() {
+    let srv = FtpServer::start();
+    let sb = sandbox(&srv);
+    let mut took: Vec<Duration> = (0..15)
+        .map(|_| {
+            let t0 = Instant::now();
+            let o = sb.output(["--wait", "0", "run", "p", "--", "true"]);
+            assert_eq!(code(o.status), 0, "{}", stderr(&o));
+            t0.elapsed()
+        })
+        .collect();
+    took.sort();
+    eprintln!("ftp: `run p -- true` median {:?}", took[took.len() / 2]);
+    assert!(took[took.len() / 2] < Duration::from_secs(1));
+}
+
+#[test]
+fn second_locker_is_busy_and_names_the_holder() {
+    let srv = FtpServer::start();
+    let sb = sandbox(&srv);
+    let a = sb.hold(["p"]);
+    a.ok();
+    let o = sb.output(["--wait", "0", "p"]);
+    assert_eq!(code(o.status), 75, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.starts_with("ERROR busy: lock `p` is held by host="),
+        "{out}"
+    );
+    assert!(out.contains(&format!(" pid={} ", a.pid())), "{out}");
+    assert!(
+        out.contains(&format!(" ppid={} ", std::process::id())),
+        "{out}"
+    );
+    // status names the holder too; it exits 1 while held.
+    let o = sb.output(["status", "--json", "p"]);
+    assert_eq!(code(o.status), 1, "{}", stderr(&o));
+    let s = stdout(&o);
+    assert!(s.contains(&format!("\"pid\":{}", a.pid())), "{s}");
+    assert!(s.contains("\"alive\":true"), "{s}");
+    drop(a);
+    eventually(T, "the lock to be released", || {
+        !srv.path("locks/p").exists()
+    });
+    let o = sb.output(["status", "p"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+}
+
+#[test]
+fn eight_racing_lockers_exactly_one_ok() {
+    let srv = FtpServer::start();
+    let sb = sandbox(&srv);
+    for round in 0..3 {
+        let mut all: Vec<Held> = (0..8)
+            .map(|_| sb.spawn_hold(["--wait", "0", "p"]))
+            .collect();
+        let mut oks = 0;
+        for h in &mut all {
+            match h.read_line(T) {
+                Some(l) if l.starts_with("OK ") => oks += 1,
+                Some(l) => assert!(l.starts_with("ERROR busy:"), "round {round}: {l}"),
+                None => panic!("round {round}: no line: {}", h.stderr_text()),
+            }
+        }
+        assert_eq!(oks, 1, "round {round}");
+        drop(all);
+        eventually(T, "the lock to be released", || {
+            !srv.path("locks/p").exists()
+        });
+    }
+}
+
+/// Read, widen the window, write back; `set -C` makes `>` use O_EXCL for the marker.
+const CRITICAL: &str = r#"
+if ! (set -C; : > "$D/inside") 2>/dev/null; then echo overlap >> "$D/overlaps"; fi
+n=$(cat "$D/counter")
+i=0; while [ $i -lt 30 ]; do i=$((i+1)); done
+echo $((n+1)) > "$D/counter"
+rm -f "$D/inside"
+"#;
+
+#[test]
+fn counter_race_through_ftp_is_exact() {
+    const PROCS: usize = 4;
+    const INCREMENTS: usize = 100;
+    let srv = FtpServer::start();
+    let sb = sandbox(&srv);
+    let d = sb.path().join("race");
+    fs::create_dir(&d).unwrap();
+    fs::write(d.join("counter"), "0\n").unwrap();
+    let t0 = Instant::now();
+    let workers: Vec<_> = (0..PROCS)
+        .map(|_| {
+            let mut c = sb.cmd(["-q", "run", "race", "--", "sh", "-c", CRITICAL]);
+            c.env("D", &d);
+            std::thread::spawn(move || {
+                for _ in 0..INCREMENTS {
+                    let o = c.output().unwrap();
+                    assert!(
+                        o.status.success(),
+                        "increment failed: {:?} {}",
+                        o.status,
+                        String::from_utf8_lossy(&o.stderr)
+                    );
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let count: usize = fs::read_to_string(d.join("counter"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let overlaps = fs::read_to_string(d.join("overlaps")).map_or(0, |s| s.lines().count());
+    eprintln!(
+        "ftp: {} locked increments in {:?}",
+        PROCS * INCREMENTS,
+        t0.elapsed()
+    );
+    assert_eq!(overlaps, 0, "two holders at once");
+    assert_eq!(count, PROCS * INCREMENTS, "lost updates");
+    assert!(!srv.path("locks/p").exists());
+    assert!(leftovers(&srv).is_empty(), "{:?}", leftovers(&srv));
+}
+
+#[test]
+fn error_kinds_wrong_password_closed_port_missing_parent() {
+    let srv = FtpServer::start();
+    let sb = sandbox(&srv);
+    let o = sb.output(["-v", "--wait", "0", "wrongpw"]);
+    assert_eq!(code(o.status), 77, "{} {}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).starts_with("ERROR denied: "), "{}", stdout(&o));
+    for text in [stdout(&o), stderr(&o)] {
+        assert!(
+            !text.contains("not-the-password"),
+            "password leaked: {text}"
+        );
+    }
+    let o = sb.output(["--wait", "0", "closed"]);
+    assert_eq!(code(o.status), 69, "{} {}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).starts_with("ERROR unavailable: "),
+        "{}",
+        stdout(&o)
+    );
+    let o = sb.output(["--wait", "0", "noparent"]);
+    assert_eq!(code(o.status), 78, "{} {}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("parent directory"), "{}", stdout(&o));
+    assert!(!srv.path("missing").exists());
+    // password_file must be private; then it works.
+    let pw = sb.join("ftp.pass");
+    fs::write(&pw, format!("{PASSWORD}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&pw, fs::Permissions::from_mode(0o644)).unwrap();
+    let o = sb.output(["--wait", "0", "run", "filepw", "--", "true"]);
+    assert_eq!(code(o.status), 78, "{} {}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("chmod 600"), "{}", stderr(&o));
+    fs::set_permissions(&pw, fs::Permissions::from_mode(0o600)).unwrap();
+    let o = sb.output(["--wait", "0", "run", "filepw", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{} {}", stdout(&o), stderr(&o));
+}
+
+#[test]
+fn killed_holder_on_this_host_is_broken_at_once() {
+    let srv = FtpServer::start();
+    let sb = sandbox(&srv);
+    let mut a = sb.hold(["p"]);
+    a.ok();
+    let mut w = sb.spawn_hold(["--wait", "20s", "p"]);
+    w.wait_stderr("waiting for lock", T);
+    let t0 = Instant::now();
+    kill9(a.pid());
+    let line = w.read_line(T).expect("waiter got nothing");
+    let took = t0.elapsed();
+    assert_eq!(line, "OK p backend=ftp mode=exclusive prev=crashed\n");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    let _ = a.wait_exit(T);
+}
+
+/// A marker written straight into the server's directory, as a holder on another host
+/// would leave it: waiters break it only after `stale_after` of silence.
+#[test]
+fn silent_holder_from_another_host_is_broken_after_stale_after_and_not_before() {
+    let srv = FtpServer::start();
+    let sb = sandbox(&srv);
+    fs::create_dir(srv.path("locks/p")).unwrap();
+    fs::create_dir(srv.path(
+        "locks/p/owner~1~0123456789abcdef~7~elsewhere~4242~1~1~not-this-boot~1~20260101T000000Z~p",
+    ))
+    .unwrap();
+    let o = sb.output(["--wait", "0", "p"]);
+    assert_eq!(code(o.status), 75);
+    assert!(
+        stdout(&o).starts_with(
+            "ERROR busy: lock `p` is held by host=elsewhere pid=4242 ppid=1 since=2026-01-01T00:00:00Z"
+        ),
+        "{}",
+        stdout(&o)
+    );
+    let t0 = Instant::now();
+    let mut w = sb.hold(["--wait", "10s", "p"]);
+    let took = t0.elapsed();
+    let line = w.line.clone();
+    assert_eq!(
+        line.as_deref(),
+        Some("OK p backend=ftp mode=exclusive prev=crashed\n"),
+        "{}",
+        w.stderr_text()
+    );
+    assert!(
+        took >= Duration::from_millis(1500),
+        "broken too early: {took:?}"
+    );
+    assert!(took < Duration::from_secs(4), "broken too late: {took:?}");
+    w.wait_stderr("no heartbeat for 1s500ms", T);
+}
+
+/// A pid namespace of our own is "another host" for SPEC §6.
+fn other_host_holder(sb: &Sandbox, profile: &str) -> Option<Held> {
+    let probe = Command::new("unshare")
+        .args(["--pid", "--fork", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        assert!(
+            std::env::var("CI").is_err(),
+            "unshare --pid is needed under CI (run as root)"
+        );
+        eprintln!("SKIP: unshare --pid --fork is not available here");
+        return None;
+    }
+    let mut c = Command::new("unshare");
+    c.args([
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "sh",
+        "-c",
+        r#""$@"; :"#,
+        "sh",
+        bin(),
+    ])
+    .arg("--profiles")
+    .arg(&sb.profiles)
+    .arg(profile)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut h = Held::spawn(c);
+    h.read_line(T);
+    Some(h)
+}
+
+#[test]
+fn other_host_holder_live_is_never_broken_killed_is_taken_over_after_stale_after() {
+    let srv = FtpServer::start();
+    let sb = sandbox(&srv);
+    let Some(a) = other_host_holder(&sb, "p") else {
+        return;
+    };
+    a.ok();
+    // Alive and heartbeating: never broken while a waiter hammers for > 2 × stale_after.
+    let o = sb.output(["--wait", "3500ms", "p"]);
+    assert_eq!(
+        code(o.status),
+        75,
+        "a live holder was broken: {}",
+        stdout(&o)
+    );
+    // Killed silently (the namespace's init dies, taking locksmith with it).
+    let t0 = Instant::now();
+    kill9(a.pid());
+    let w = sb.hold(["--wait", "10s", "p"]);
+    let took = t0.elapsed();
+    assert_eq!(
+        w.line.as_deref(),
+        Some("OK p backend=ftp mode=exclusive prev=crashed\n")
+    );
+    // stale_after 1500ms, heartbeat 200ms, max_poll 100ms: [1.3 s, 1.8 s] plus slack.
+    assert!(
+        took >= Duration::from_millis(1300),
+        "broken too early: {took:?}"
+    );
+    assert!(took < Duration::from_secs(3), "broken too late: {took:?}");
+    eprintln!("ftp: takeover after a silent death took {took:?}");
+}
+
+#[test]
+fn server_restart_while_holding_reconnects_and_release_works() {
+    let mut srv = FtpServer::start();
+    let sb = sandbox(&srv);
+    let mut a = sb.hold(["-v", "p"]);
+    a.ok();
+    srv.restart();
+    a.wait_stderr("reconnected to", T);
+    assert!(a.exited().is_none(), "{}", a.stderr_text());
+    let o = sb.output(["--wait", "0", "p"]);
+    assert_eq!(code(o.status), 75, "{}", stdout(&o));
+    // Cut the control connection again and release at once: release reconnects.
+    srv.restart();
+    a.close_stdout();
+    assert_eq!(code(a.wait_exit(T)), 0, "{}", a.stderr_text());
+    assert!(!srv.path("locks/p").exists());
+}
+
+#[test]
+fn break_a_stale_lock_and_refuse_a_live_one() {
+    let srv = FtpServer::start();
+    let sb = sandbox(&srv);
+    let a = sb.hold(["p"]);
+    a.ok();
+    let o = sb.output(["break", "p"]);
+    assert_eq!(code(o.status), 75, "{}", stderr(&o));
+    assert!(stderr(&o).contains("alive"), "{}", stderr(&o));
+    drop(a);
+    eventually(T, "the lock to be released", || {
+        !srv.path("locks/p").exists()
+    });
+    fs::create_dir(srv.path("locks/p")).unwrap();
+    // A marker left as a plain file (not what locksmith writes) is removed just as well.
+    fs::write(
+        srv.path("locks/p/owner~1~0123456789abcdef~0~elsewhere~4242~1~1~not-this-boot~1~20260101T000000Z~p"),
+        "",
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    let o = sb.output(["break", "p"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert!(t0.elapsed() >= Duration::from_millis(1500));
+    assert!(!srv.path("locks/p").exists());
+}
+
+#[test]
+fn a_file_in_the_way_is_config_and_no_permission_is_denied() {
+    let srv = FtpServer::start();
+    let sb = sandbox(&srv);
+    fs::write(srv.path("locks/p"), "not a lock").unwrap();
+    let o = sb.output(["--wait", "0", "p"]);
+    assert_eq!(code(o.status), 78, "{} {}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("a file is in the way"),
+        "{}",
+        stdout(&o)
+    );
+    fs::remove_file(srv.path("locks/p")).unwrap();
+    if nix::unistd::geteuid().is_root() {
+        eprintln!("SKIP: permission checks do not bind root");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(srv.path("locks"), fs::Permissions::from_mode(0o555)).unwrap();
+    let o = sb.output(["--wait", "0", "p"]);
+    fs::set_permissions(srv.path("locks"), fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(code(o.status), 77, "{} {}", stdout(&o), stderr(&o));
+}
+
+/// A test CA and a leaf for 127.0.0.1 signed by it (rustls rejects a self-signed CA used as
+/// the server certificate). Returns (ca.pem, leaf chain, leaf key), or `None` without openssl.
+fn make_certs(
+    dir: &std::path::Path,
+) -> Option<(std::path::PathBuf, std::path::PathBuf, std::path::PathBuf)> {
+    let sh = r#"
+set -e
+cd "$1"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=locksmith-test-ca 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout leaf.key -out leaf.csr -subj /CN=127.0.0.1 2>/dev/null
+printf 'basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n' > leaf.ext
+openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out leaf.pem -days 2 -extfile leaf.ext 2>/dev/null
+"#;
+    let ok = Command::new("sh")
+        .args(["-c", sh, "sh"])
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(std::env::var("CI").is_err(), "openssl is needed under CI");
+        eprintln!("SKIP: openssl cannot make test certificates here");
+        return None;
+    }
+    Some((
+        dir.join("ca.pem"),
+        dir.join("leaf.pem"),
+        dir.join("leaf.key"),
+    ))
+}
+
+#[test]
+fn ftps_explicit_verifies_the_certificate() {
+    let certs = tempfile::tempdir().unwrap();
+    let Some((ca, leaf, key)) = make_certs(certs.path()) else {
+        return;
+    };
+    let srv = FtpServer::start_tls(&leaf, &key);
+    let port = srv.port;
+    let sb = Sandbox::new(&format!(
+        r#"
+[profile.tls]
+backend = "ftp"
+host = "127.0.0.1"
+port = {port}
+user = "{USER}"
+password = "{PASSWORD}"
+tls = "explicit"
+ca_file = "{ca}"
+path = "locks/p"
+
+[profile.untrusted]
+backend = "ftp"
+host = "127.0.0.1"
+port = {port}
+user = "{USER}"
+password = "{PASSWORD}"
+tls = "explicit"
+path = "locks/p"
+
+[profile.plain]
+backend = "ftp"
+host = "127.0.0.1"
+port = {port}
+user = "{USER}"
+password = "{PASSWORD}"
+path = "locks/p"
+"#,
+        ca = ca.display()
+    ));
+    let mut a = sb.hold(["tls"]);
+    let line = a.line.clone();
+    assert_eq!(
+        line.as_deref(),
+        Some("OK tls backend=ftp mode=exclusive\n"),
+        "{}",
+        a.stderr_text()
+    );
+    assert!(srv.path("locks/p").is_dir());
+    // A second locker over TLS lists the lock (a TLS data connection) and names the holder.
+    let o = sb.output(["--wait", "0", "tls"]);
+    assert_eq!(code(o.status), 75, "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(&format!(" pid={} ", a.pid())),
+        "{}",
+        stdout(&o)
+    );
+    a.close_stdout();
+    assert_eq!(code(a.wait_exit(T)), 0, "{}", a.stderr_text());
+    assert!(!srv.path("locks/p").exists());
+    // Without the private CA: verification fails, 69, and the message says so.
+    let o = sb.output(["--wait", "0", "untrusted"]);
+    assert_eq!(code(o.status), 69, "{}", stdout(&o));
+    assert!(stdout(&o).contains("TLS"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("ca_file"), "{}", stdout(&o));
+    // The server requires TLS: a plain login is refused (so the first run really used TLS).
+    let o = sb.output(["--wait", "0", "plain"]);
+    assert_ne!(code(o.status), 0, "{}", stdout(&o));
+}
+
+#[test]
+fn a_hold_outlives_the_server_idle_timeout() {
+    let srv = FtpServer::start_idle(1);
+    let sb = sandbox(&srv);
+    let mut a = sb.hold(["-v", "p"]);
+    a.ok();
+    // Three idle timeouts: the heartbeat (every 200ms) keeps the session busy.
+    std::thread::sleep(Duration::from_millis(3200));
+    assert!(a.exited().is_none(), "{}", a.stderr_text());
+    let o = sb.output(["--wait", "0", "p"]);
+    assert_eq!(code(o.status), 75, "{}", stdout(&o));
+    a.close_stdout();
+    assert_eq!(code(a.wait_exit(T)), 0, "{}", a.stderr_text());
+    let err = a.stderr_text();
+    assert!(
+        !err.contains("reconnected"),
+        "the session was dropped: {err}"
+    );
+    assert!(!srv.path("locks/p").exists());
+}
+
+#[test]
+fn ftp_profiles_are_validated_and_secrets_stay_hidden() {
+    let sb = Sandbox::new(
+        r#"
+[profile.ok]
+backend = "ftp"
+host = "127.0.0.1"
+port = 9
+user = "u"
+password_env = "SOME_VAR_THAT_IS_NOT_SET"
+path = "a/b"
+
+[profile.implicit]
+backend = "ftp"
+host = "h"
+user = "u"
+tls = "implicit"
+path = "p"
+
+[profile.cawithout]
+backend = "ftp"
+host = "h"
+user = "u"
+ca_file = "ca.pem"
+path = "p"
+
+[profile.twopw]
+backend = "ftp"
+host = "h"
+user = "u"
+password = "x"
+password_env = "Y"
+path = "p"
+
+[profile.badpath]
+backend = "ftp"
+host = "h"
+user = "u"
+path = "../p"
+
+[profile.badport]
+backend = "ftp"
+host = "h"
+port = 70000
+user = "u"
+path = "p"
+
+[profile.unknown]
+backend = "ftp"
+host = "h"
+user = "u"
+path = "p"
+file_mode = "0600"
+"#,
+    );
+    let o = sb.output(["profiles"]);
+    let out = stdout(&o);
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("{name}\t")))
+            .unwrap_or_else(|| panic!("{name} missing: {out}"))
+            .to_string()
+    };
+    assert_eq!(line("ok"), "ok\tftp", "{out}");
+    assert!(line("implicit").contains("not built"), "{out}");
+    assert!(line("cawithout").contains("ca_file"), "{out}");
+    assert!(line("twopw").contains("only one"), "{out}");
+    assert!(line("badpath").contains("`path`"), "{out}");
+    assert!(line("badport").contains("`port`"), "{out}");
+    assert!(line("unknown").contains("unknown key `file_mode`"), "{out}");
+    // The password variable is read only when connecting: a clear config error then.
+    let o = sb.output(["--wait", "0", "ok"]);
+    assert_eq!(code(o.status), 78, "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("SOME_VAR_THAT_IS_NOT_SET"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn the_password_never_shows_even_verbose() {
+    let srv = FtpServer::start();
+    let sb = sandbox(&srv);
+    let o = sb.output(["-vvv", "run", "p", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert!(!stderr(&o).contains(PASSWORD), "{}", stderr(&o));
+    assert!(!stdout(&o).contains(PASSWORD), "{}", stdout(&o));
+}
+
+#[test]
+fn a_holder_whose_lock_was_broken_says_lost() {
+    let srv = FtpServer::start();
+    let sb = sandbox(&srv);
+    let mut a = sb.hold(["p"]);
+    a.ok();
+    let o = sb.output(["break", "--force", "p"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    let line = a.read_line(T).expect("no LOST line");
+    assert!(line.starts_with("LOST "), "{line}");
+    assert_eq!(code(a.wait_exit(T)), 74, "{}", a.stderr_text());
+}

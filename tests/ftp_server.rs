@@ -1,0 +1,170 @@
+//! A real FTP server for the tests: libunftp serving a temporary directory on 127.0.0.1,
+//! on a background thread with its own tokio runtime. We bind the port ourselves and hand
+//! each accepted socket to `Server::service` (`listen()` does not report the port).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use async_trait::async_trait;
+use libunftp::ServerBuilder;
+use unftp_core::auth::{AuthenticationError, Authenticator, Credentials, Principal};
+use unftp_sbe_fs::Filesystem;
+
+pub const USER: &str = "locker";
+pub const PASSWORD: &str = "s3cret-pw-do-not-log";
+
+#[derive(Debug)]
+struct OneUser;
+
+#[async_trait]
+impl Authenticator for OneUser {
+    async fn authenticate(
+        &self,
+        username: &str,
+        creds: &Credentials,
+    ) -> Result<Principal, AuthenticationError> {
+        if username == USER && creds.password.as_deref() == Some(PASSWORD) {
+            Ok(Principal {
+                username: username.to_string(),
+            })
+        } else {
+            Err(AuthenticationError::BadPassword)
+        }
+    }
+}
+
+/// A running server; stopped (every session closed) when dropped.
+pub struct FtpServer {
+    pub port: u16,
+    pub root: tempfile::TempDir,
+    /// Certificate chain and key: FTPS (explicit, `AUTH TLS`) required for every session.
+    tls: Option<(PathBuf, PathBuf)>,
+    /// Sessions idle this long are closed by the server (libunftp's default: 600 s).
+    idle_secs: Option<u64>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl FtpServer {
+    pub fn start() -> FtpServer {
+        FtpServer::start_with(None, None)
+    }
+
+    /// A server that closes sessions idle for `secs` seconds.
+    pub fn start_idle(secs: u64) -> FtpServer {
+        FtpServer::start_with(None, Some(secs))
+    }
+
+    /// A server that requires explicit FTPS with this certificate chain and key (PEM).
+    pub fn start_tls(certs: &Path, key: &Path) -> FtpServer {
+        FtpServer::start_with(Some((certs.to_path_buf(), key.to_path_buf())), None)
+    }
+
+    fn start_with(tls: Option<(PathBuf, PathBuf)>, idle_secs: Option<u64>) -> FtpServer {
+        let root = tempfile::Builder::new()
+            .prefix("locksmith-ftp-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::create_dir(root.path().join("locks")).unwrap();
+        let mut s = FtpServer {
+            port: 0,
+            root,
+            tls,
+            idle_secs,
+            stop: None,
+            thread: None,
+        };
+        s.serve(0);
+        s
+    }
+
+    /// Serves on `port` (0: any free port).
+    fn serve(&mut self, port: u16) {
+        let (port_tx, port_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let root: PathBuf = self.root.path().to_path_buf();
+        let tls = self.tls.clone();
+        let idle = self.idle_secs;
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+                    .await
+                    .expect("bind 127.0.0.1");
+                port_tx.send(listener.local_addr().unwrap().port()).unwrap();
+                let serve = async {
+                    loop {
+                        let Ok((sock, _)) = listener.accept().await else {
+                            continue;
+                        };
+                        let root = root.clone();
+                        let mut b = ServerBuilder::with_authenticator(
+                            Box::new(move || Filesystem::new(root.clone()).expect("fs backend")),
+                            Arc::new(OneUser),
+                        )
+                        .greeting("locksmith test server");
+                        if let Some(secs) = idle {
+                            b = b.idle_session_timeout(secs);
+                        }
+                        if let Some((certs, key)) = &tls {
+                            b = b.ftps(certs.clone(), key.clone()).ftps_required(
+                                libunftp::options::FtpsRequired::All,
+                                libunftp::options::FtpsRequired::All,
+                            );
+                        }
+                        let server = b.build().expect("build server");
+                        tokio::spawn(async move {
+                            let _ = server.service(sock).await;
+                        });
+                    }
+                };
+                tokio::select! {
+                    _ = serve => {}
+                    _ = stop_rx => {}
+                }
+            });
+            // Dropping the runtime cancels every session: their connections close.
+            drop(rt);
+        });
+        self.port = port_rx.recv().expect("server thread started");
+        self.stop = Some(stop_tx);
+        self.thread = Some(thread);
+    }
+
+    /// Stops the server: every session is cut, the port refuses connections.
+    pub fn stop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// Stops and starts again on the same port (a server restart).
+    pub fn restart(&mut self) {
+        let port = self.port;
+        self.stop();
+        self.serve(port);
+    }
+
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.root.path().join(p)
+    }
+
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+}
+
+impl Drop for FtpServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -70,6 +70,7 @@ pub struct FsConfig {
 pub enum BackendConfig {
     Flock(FsConfig),
     Mkdir(FsConfig),
+    Link(FsConfig),
 }
 
 impl BackendConfig {
@@ -77,6 +78,7 @@ impl BackendConfig {
         match self {
             BackendConfig::Flock(_) => "flock",
             BackendConfig::Mkdir(_) => "mkdir",
+            BackendConfig::Link(_) => "link",
         }
     }
 
@@ -261,13 +263,16 @@ impl ProfilesFile {
         let backend = match backend_name.as_str() {
             "flock" => BackendConfig::Flock(self.fs_config(&mut f, false)?),
             "mkdir" => BackendConfig::Mkdir(self.fs_config(&mut f, true)?),
-            "link" | "symlink" | "ftp" | "etcd" | "postgres" => {
+            "link" => BackendConfig::Link(self.fs_config(&mut f, true)?),
+            "symlink" | "ftp" | "etcd" | "postgres" => {
                 return Err(f.error(&format!(
                     "backend `{backend_name}` is not built into this version of locksmith yet"
                 )));
             }
             other => {
-                return Err(f.error(&format!("unknown backend `{other}` (known: flock, mkdir)")));
+                return Err(f.error(&format!(
+                    "unknown backend `{other}` (known: flock, mkdir, link)"
+                )));
             }
         };
         f.finish()?;

@@ -7,6 +7,7 @@
 //! see a backend's details and new backends plug in without touching them.
 
 pub mod flock;
+pub mod link;
 pub mod mkdir;
 pub mod owner;
 
@@ -161,6 +162,7 @@ pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
     Ok(match &profile.backend {
         BackendConfig::Flock(cfg) => Box::new(flock::Flock::new(cfg.clone(), mode)),
         BackendConfig::Mkdir(cfg) => Box::new(mkdir::Mkdir::new(cfg.clone(), profile)),
+        BackendConfig::Link(cfg) => Box::new(link::Link::new(cfg.clone(), profile)),
     })
 }
 

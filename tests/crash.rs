@@ -195,3 +195,34 @@ fn killed_holder_is_broken_at_once_with_plain_mkdir() {
         Some("OK m backend=mkdir mode=exclusive token=2 prev=crashed\n")
     );
 }
+
+#[test]
+fn killed_link_holder_is_broken_at_once() {
+    let sb = Sandbox::standard();
+    let a = sb.hold(["l"]);
+    assert_eq!(
+        a.line.as_deref(),
+        Some("OK l backend=link mode=exclusive token=1\n")
+    );
+    let mut w = sb.spawn_hold(["--wait", "20s", "l"]);
+    w.wait_stderr("waiting for lock", T);
+    let t0 = Instant::now();
+    kill9(a.pid());
+    let line = w.read_line(T).expect("waiter got nothing");
+    assert_eq!(
+        line,
+        "OK l backend=link mode=exclusive token=2 prev=crashed\n"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        t0.elapsed()
+    );
+    drop(w);
+    let leftovers: Vec<_> = sb
+        .listing()
+        .into_iter()
+        .filter(|n| n.contains(".tmp") || n.contains(".break"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

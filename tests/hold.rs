@@ -68,7 +68,7 @@ fn handoff(sb: &Sandbox, profile: &str, release: impl FnOnce(&mut Held)) -> Dura
 #[test]
 fn release_after_pipe_close() {
     let sb = Sandbox::standard();
-    for p in ["f", "m"] {
+    for p in ["f", "m", "l"] {
         let took = handoff(&sb, p, |a| a.close_stdout());
         assert!(took < AT_ONCE, "{p}: handoff took {took:?}");
     }
@@ -78,7 +78,14 @@ fn release_after_pipe_close() {
 #[test]
 fn release_on_sigterm_sigint_sighup() {
     let sb = Sandbox::standard();
-    for (p, sig) in [("f", 15), ("m", 15), ("m", 2), ("f", 1)] {
+    for (p, sig) in [
+        ("f", 15),
+        ("m", 15),
+        ("m", 2),
+        ("f", 1),
+        ("l", 15),
+        ("l", 1),
+    ] {
         let took = handoff(&sb, p, |a| a.signal(sig));
         assert!(took < AT_ONCE, "{p} signal {sig}: handoff took {took:?}");
     }
@@ -87,7 +94,7 @@ fn release_on_sigterm_sigint_sighup() {
 #[test]
 fn release_after_parent_sigkill() {
     let sb = Sandbox::standard();
-    for p in ["f", "m"] {
+    for p in ["f", "m", "l"] {
         let parent = perl_parent(&sb, p, false);
         parent.ok();
         let mut b = sb.spawn_hold(["--wait", "20s", p]);
@@ -104,7 +111,7 @@ fn release_after_parent_sigkill() {
 #[test]
 fn release_after_parent_sigkill_while_grandchild_holds_pipe() {
     let sb = Sandbox::standard();
-    for p in ["f", "m"] {
+    for p in ["f", "m", "l"] {
         let mut parent = perl_parent(&sb, p, true);
         parent.ok();
         let gc_line = parent.read_line(T).expect("grandchild line");
@@ -130,7 +137,7 @@ fn release_after_parent_sigkill_while_grandchild_holds_pipe() {
 #[test]
 fn watch_stdin_releases_on_eof_and_is_off_by_default() {
     let sb = Sandbox::standard();
-    for p in ["f", "m"] {
+    for p in ["f", "m", "l"] {
         // Default: the parent's stdin reaching EOF decides nothing.
         let mut c = sb.cmd([p]);
         c.stdin(std::process::Stdio::piped())
@@ -184,7 +191,7 @@ fn seed_style_perl_parent() {
         close(L);
         printf "closed status=%d ms=%.1f\n", $?, (time - $t0) * 1000;
     "#;
-    for p in ["f", "m"] {
+    for p in ["f", "m", "l"] {
         let cmd = format!("{} --profiles {} {p}", bin(), sb.profiles.display());
         let o = std::process::Command::new("perl")
             .arg("-e")

@@ -9,8 +9,12 @@ const T: Duration = Duration::from_secs(10);
 #[test]
 fn status_free_and_held_text_and_json() {
     let sb = Sandbox::standard();
-    for p in ["f", "m"] {
-        let backend = if p == "f" { "flock" } else { "mkdir" };
+    for p in ["f", "m", "l"] {
+        let backend = match p {
+            "f" => "flock",
+            "m" => "mkdir",
+            _ => "link",
+        };
         let o = sb.output(["status", p]);
         assert_eq!(code(o.status), 0);
         assert_eq!(stdout(&o), format!("{p}: free (backend {backend})\n"));
@@ -124,5 +128,8 @@ fn profiles_lists_names_and_backends() {
     let sb = Sandbox::standard();
     let o = sb.output(["profiles"]);
     assert_eq!(code(o.status), 0);
-    assert_eq!(stdout(&o), "f\tflock\nfast\tmkdir\nm\tmkdir\n");
+    assert_eq!(
+        stdout(&o),
+        "f\tflock\nfast\tmkdir\nl\tlink\nlfast\tlink\nm\tmkdir\n"
+    );
 }

@@ -30,7 +30,16 @@ rm -f "$m"
 "#;
 
 #[test]
-fn random_kill9_never_double_holds_and_tokens_increase() {
+fn random_kill9_never_double_holds_and_tokens_increase_mkdir() {
+    soak("fast");
+}
+
+#[test]
+fn random_kill9_never_double_holds_and_tokens_increase_link() {
+    soak("lfast");
+}
+
+fn soak(profile: &str) {
     let sb = Sandbox::standard();
     let d = sb.path().join("soak");
     fs::create_dir(&d).unwrap();
@@ -39,7 +48,7 @@ fn random_kill9_never_double_holds_and_tokens_increase() {
     let workers: Vec<_> = (0..4)
         .map(|_| {
             let mut c = sb.cmd([
-                "-q", "--wait", "60s", "run", "fast", "--", "sh", "-c", CRITICAL,
+                "-q", "--wait", "60s", "run", profile, "--", "sh", "-c", CRITICAL,
             ]);
             c.env("D", &d).stdout(Stdio::null()).stderr(Stdio::piped());
             let live = live.clone();
@@ -93,7 +102,7 @@ fn random_kill9_never_double_holds_and_tokens_increase() {
         .map(|l| l.parse().unwrap())
         .collect();
     assert!(
-        tokens.len() > 150,
+        tokens.len() > 50,
         "too few acquisitions got through: {}",
         tokens.len()
     );
@@ -107,7 +116,10 @@ fn random_kill9_never_double_holds_and_tokens_increase() {
     }
     assert!(kills > 10, "the killer hardly killed anything ({kills})");
     // Whatever state the last kill left, the lock is recoverable (at once by proof of death; after stale_after if a kill hit the microseconds between claim and rename).
-    let o = sb.output(["--wait", "10s", "run", "fast", "--", "true"]);
+    let o = sb.output(["--wait", "10s", "run", profile, "--", "true"]);
     assert_eq!(code(o.status), 0, "{}", stderr(&o));
-    eprintln!("soak: {} acquisitions, {kills} kills", tokens.len());
+    eprintln!(
+        "soak {profile}: {} acquisitions, {kills} kills",
+        tokens.len()
+    );
 }

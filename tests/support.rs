@@ -36,7 +36,8 @@ impl Sandbox {
         s
     }
 
-    /// The usual pair: `f` (flock) and `m` (mkdir), plus `m2` with a short stale_after.
+    /// The usual set: `f` (flock), `m` (mkdir), `l` (link), plus `fast` (mkdir with a short
+    /// stale_after).
     pub fn standard() -> Sandbox {
         Sandbox::new(
             r#"
@@ -48,9 +49,21 @@ path = "{dir}/f.lock"
 backend = "mkdir"
 path = "{dir}/m.lock"
 
+[profile.l]
+backend = "link"
+path = "{dir}/l.lock"
+
 [profile.fast]
 backend = "mkdir"
 path = "{dir}/fast.lock"
+poll = "20ms"
+max_poll = "100ms"
+keepalive = "200ms"
+stale_after = "1500ms"
+
+[profile.lfast]
+backend = "link"
+path = "{dir}/lfast.lock"
 poll = "20ms"
 max_poll = "100ms"
 keepalive = "200ms"

@@ -14,7 +14,7 @@ const T: Duration = Duration::from_secs(10);
 #[test]
 fn wait_zero_names_the_holder() {
     let sb = Sandbox::standard();
-    for p in ["f", "m"] {
+    for p in ["f", "m", "l"] {
         let h = sb.hold([p]);
         h.ok();
         let o = sb.output(["--wait", "0", p]);
@@ -31,7 +31,7 @@ fn wait_zero_names_the_holder() {
             "{line:?} should start with {want:?}"
         );
         assert_eq!(line.lines().count(), 1);
-        if p == "m" {
+        if p != "f" {
             assert!(line.contains(" since=20"), "mkdir records since: {line:?}");
         }
     }
@@ -40,7 +40,7 @@ fn wait_zero_names_the_holder() {
 #[test]
 fn wait_duration_gives_up_in_bounds() {
     let sb = Sandbox::standard();
-    for p in ["f", "m"] {
+    for p in ["f", "m", "l"] {
         let h = sb.hold([p]);
         h.ok();
         let t0 = Instant::now();
@@ -78,7 +78,7 @@ fn quiet_waiter_says_nothing() {
 #[test]
 fn waiter_stops_when_its_pipe_closes() {
     let sb = Sandbox::standard();
-    for p in ["f", "m"] {
+    for p in ["f", "m", "l"] {
         let h = sb.hold([p]);
         h.ok();
         let mut w = sb.spawn_hold(["--wait", "60s", p]);
@@ -100,7 +100,7 @@ fn waiter_stops_when_its_pipe_closes() {
 fn waiter_stops_when_its_parent_dies() {
     nix::sys::prctl::set_child_subreaper(true).unwrap();
     let sb = Sandbox::standard();
-    for p in ["f", "m"] {
+    for p in ["f", "m", "l"] {
         let mut h = sb.hold([p]);
         h.ok();
         let script = r#"
@@ -152,8 +152,12 @@ fn waiter_stops_when_its_parent_dies() {
         );
         h.close_stdout();
         assert_eq!(code(h.wait_exit(T)), 0);
-        if p == "m" {
-            assert!(!sb.join("m.lock").exists(), "nothing left behind");
+        if p != "f" {
+            let lock = sb.join(&format!("{p}.lock"));
+            assert!(
+                std::fs::symlink_metadata(lock).is_err(),
+                "nothing left behind"
+            );
         }
     }
 }

@@ -147,6 +147,7 @@ pub struct FtpConfig {
 pub enum BackendConfig {
     Flock(FsConfig),
     Mkdir(FsConfig),
+    Link(FsConfig),
     Ftp(FtpConfig),
 }
 
@@ -155,6 +156,7 @@ impl BackendConfig {
         match self {
             BackendConfig::Flock(_) => "flock",
             BackendConfig::Mkdir(_) => "mkdir",
+            BackendConfig::Link(_) => "link",
             BackendConfig::Ftp(_) => "ftp",
         }
     }
@@ -340,15 +342,16 @@ impl ProfilesFile {
         let backend = match backend_name.as_str() {
             "flock" => BackendConfig::Flock(self.fs_config(&mut f, false)?),
             "mkdir" => BackendConfig::Mkdir(self.fs_config(&mut f, true)?),
+            "link" => BackendConfig::Link(self.fs_config(&mut f, true)?),
             "ftp" => BackendConfig::Ftp(self.ftp_config(&mut f)?),
-            "link" | "symlink" | "etcd" | "postgres" => {
+            "symlink" | "etcd" | "postgres" => {
                 return Err(f.error(&format!(
                     "backend `{backend_name}` is not built into this version of locksmith yet"
                 )));
             }
             other => {
                 return Err(f.error(&format!(
-                    "unknown backend `{other}` (known: flock, mkdir, ftp)"
+                    "unknown backend `{other}` (known: flock, mkdir, link, ftp)"
                 )));
             }
         };

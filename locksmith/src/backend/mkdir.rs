@@ -55,7 +55,7 @@ use nix::sys::stat::{FileStat, Mode as FileMode, UtimensatFlags, fstatat, mkdira
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
-use super::owner::{Parsed, Record, State};
+use super::owner::{self, Parsed, Record, State};
 use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
@@ -378,38 +378,14 @@ impl Mkdir {
     /// The state beside the lock (`.NAME.state`), `None` if there is none yet.
     fn read_state(&mut self) -> Result<Option<State>> {
         let name = self.state_name();
-        let path = self.parent.join(&name);
-        let parent = self.parent_fd()?;
-        match readlinkat(parent, name.as_os_str()) {
-            Ok(text) => State::parse(&String::from_utf8_lossy(text.as_bytes()))
-                .map(Some)
-                .ok_or_else(|| {
-                    err!(
-                        Io,
-                        "state record {} is of an unknown version; refusing to issue fencing tokens",
-                        path.display()
-                    )
-                }),
-            Err(Errno::ENOENT) => Ok(None),
-            Err(e) => Err(Error::path("cannot read lock state", &path, e.into())),
-        }
+        let shown = self.parent.join(&name);
+        owner::read_state(self.parent_fd()?, &name, &shown)
     }
 
-    /// Replaces the state atomically: a new symlink beside it, renamed over it. Only called
-    /// while holding the lock.
     fn write_state(&mut self, st: State) -> Result<()> {
         let name = self.state_name();
-        let mut tmp = name.clone();
-        tmp.push(format!(".{:016x}", fastrand::u64(..)));
-        let path = self.parent.join(&name);
-        let parent = self.parent_fd()?;
-        let r = nix::unistd::symlinkat(st.render().as_str(), parent, tmp.as_os_str())
-            .and_then(|()| renameat(parent, tmp.as_os_str(), parent, name.as_os_str()));
-        if let Err(e) = r {
-            let _ = unlinkat(parent, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
-            return Err(Error::path("cannot write lock state", &path, e.into()));
-        }
-        Ok(())
+        let shown = self.parent.join(&name);
+        owner::write_state(self.parent_fd()?, &name, &shown, st)
     }
 
     /// Looks at the lock without changing it. `None`: there is no lock right now.
@@ -838,6 +814,22 @@ impl Backend for Mkdir {
                         ));
                     }
                     true
+                }
+                Some((entry, _, lst))
+                    if self.observed.as_ref().is_some_and(|(seen, _)| {
+                        *seen
+                            != Observed::Owner {
+                                entry: entry.clone(),
+                                ctime: (lst.st_ctime, lst.st_ctime_nsec),
+                                mtime: (lst.st_mtime, lst.st_mtime_nsec),
+                            }
+                    }) =>
+                {
+                    return Err(err!(
+                        Busy,
+                        "lock {} is held by {holder}, which is alive: its heartbeat changed the lock",
+                        self.cfg.path.display()
+                    ));
                 }
                 Some((entry, _, lst)) => self.silent_for_stale(Observed::Owner {
                     entry: entry.clone(),

@@ -8,6 +8,7 @@
 
 pub mod flock;
 pub mod ftp;
+pub mod link;
 pub mod mkdir;
 pub mod owner;
 
@@ -163,6 +164,7 @@ pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
         BackendConfig::Flock(cfg) => Box::new(flock::Flock::new(cfg.clone(), mode)),
         BackendConfig::Mkdir(cfg) => Box::new(mkdir::Mkdir::new(cfg.clone(), profile)),
         BackendConfig::Ftp(cfg) => Box::new(ftp::Ftp::new(cfg.clone(), profile)),
+        BackendConfig::Link(cfg) => Box::new(link::Link::new(cfg.clone(), profile)),
     })
 }
 

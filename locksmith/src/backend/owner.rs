@@ -5,9 +5,18 @@
 //! It is stored as the *target of a symbolic link* (`readlink(2)` reads it whole and
 //! atomically, and never opens a file inside the lock directory: no `.nfsXXXX` trap).
 
+use std::ffi::{OsStr, OsString};
+use std::os::fd::BorrowedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::time::SystemTime;
 
+use nix::errno::Errno;
+use nix::fcntl::{readlinkat, renameat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
+
 use super::Holder;
+use crate::error::{Error, Result, err};
 use crate::host;
 
 /// The record format this build writes and understands.
@@ -234,6 +243,38 @@ impl State {
             clean: clean?,
         })
     }
+}
+
+/// Reads the state symlink `name` in `parent` (`shown` names it in messages); `None` if
+/// there is none yet. A record of an unknown version stops the issuing of tokens.
+pub fn read_state(parent: BorrowedFd<'_>, name: &OsStr, shown: &Path) -> Result<Option<State>> {
+    match readlinkat(parent, name) {
+        Ok(text) => State::parse(&String::from_utf8_lossy(text.as_bytes()))
+            .map(Some)
+            .ok_or_else(|| {
+                err!(
+                    Io,
+                    "state record {} is of an unknown version; refusing to issue fencing tokens",
+                    shown.display()
+                )
+            }),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(Error::path("cannot read lock state", shown, e.into())),
+    }
+}
+
+/// Replaces the state atomically: a new symlink beside it, renamed over it. Only called
+/// while holding the lock.
+pub fn write_state(parent: BorrowedFd<'_>, name: &OsStr, shown: &Path, st: State) -> Result<()> {
+    let mut tmp = OsString::from(name);
+    tmp.push(format!(".{:016x}", fastrand::u64(..)));
+    let r = nix::unistd::symlinkat(st.render().as_str(), parent, tmp.as_os_str())
+        .and_then(|()| renameat(parent, tmp.as_os_str(), parent, name));
+    if let Err(e) = r {
+        let _ = unlinkat(parent, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+        return Err(Error::path("cannot write lock state", shown, e.into()));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ fn ok_line_is_byte_exact() {
     let h = sb.hold(["f"]);
     assert_eq!(
         h.line.as_deref(),
-        Some("OK f backend=flock mode=exclusive\n")
+        Some("OK f backend=flock mode=exclusive token=1\n")
     );
     let h2 = sb.hold(["m"]);
     assert_eq!(

@@ -18,11 +18,41 @@ fn token_of(line: &str) -> u64 {
 
 #[test]
 fn mkdir_tokens_increase_and_crashes_are_reported() {
+    tokens_increase_and_crashes_are_reported("m");
+}
+
+#[test]
+fn link_tokens_increase_and_crashes_are_reported() {
+    tokens_increase_and_crashes_are_reported("l");
+}
+
+/// flock: the kernel frees a killed holder's lock at once; the state beside the file still
+/// tells the next holder that the previous one did not release cleanly.
+#[test]
+fn flock_tokens_increase_and_crashes_are_reported() {
+    tokens_increase_and_crashes_are_reported("f");
+}
+
+/// A shared (reader) acquisition reports the write epoch: the last exclusive token.
+#[test]
+fn shared_flock_reports_the_write_epoch() {
+    let sb = Sandbox::standard();
+    let w = sb.hold(["f"]);
+    let t = token_of(w.ok());
+    drop(w);
+    let r = sb.hold(["--shared", "f"]);
+    assert_eq!(
+        r.ok(),
+        format!("OK f backend=flock mode=shared token={t}\n")
+    );
+}
+
+fn tokens_increase_and_crashes_are_reported(p: &str) {
     let sb = Sandbox::standard();
     let mut last = 0;
     let mut crashed_before = false;
     for i in 0..40 {
-        let mut h = sb.hold(["--wait", "5s", "m"]);
+        let mut h = sb.hold(["--wait", "5s", p]);
         let line = h.ok().to_string();
         let t = token_of(&line);
         assert!(t > last, "round {i}: token {t} after {last}");
@@ -43,7 +73,7 @@ fn mkdir_tokens_increase_and_crashes_are_reported() {
         }
     }
     // State lives beside the lock, never inside it.
-    assert!(std::fs::symlink_metadata(sb.join(".m.lock.state")).is_ok());
+    assert!(std::fs::symlink_metadata(sb.join(&format!(".{p}.lock.state"))).is_ok());
 }
 
 #[test]

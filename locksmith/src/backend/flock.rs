@@ -10,14 +10,18 @@
 //! waiter still stops at once when its parent dies. If the process exits in the instant the
 //! kernel granted the lock, closing the descriptors releases it.
 //!
+//! Fencing tokens and `prev=crashed` come from a state record beside the file
+//! (`.NAME.state`, see `docs/LAYOUT.md`), written only while holding `LOCK_EX`.
+//!
 //! # Limits
 //! flock(2) over NFS is emulated with byte-range locks on Linux and **may block forever**
 //! if the server loses track of a client; owner information comes from `/proc/locks`, so
 //! only holders on this host are named.
 
+use std::ffi::OsString;
 use std::fs::{self, File, TryLockError};
 use std::io::Write;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::thread::JoinHandle;
@@ -26,9 +30,11 @@ use std::time::Duration;
 use nix::fcntl::{OFlag, open};
 use nix::sys::stat::Mode as FileMode;
 
+use super::owner::{self, State};
 use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint, refuse_break};
 use crate::error::{Error, Result};
 use crate::host;
+use crate::log::{debug, info};
 use crate::profile::FsConfig;
 use crate::protocol::Mode;
 use crate::watch::Watcher;
@@ -38,6 +44,8 @@ pub struct Flock {
     mode: Mode,
     file: Option<File>,
     waiter: Option<Waiter>,
+    /// The fencing token of our exclusive acquisition, to mark its clean release.
+    token: Option<u64>,
 }
 
 /// A thread blocked in flock(2) on a duplicate descriptor; it writes one byte when done.
@@ -53,6 +61,65 @@ impl Flock {
             mode,
             file: None,
             waiter: None,
+            token: None,
+        }
+    }
+
+    /// The state record beside the semaphore file (`.NAME.state`, as for mkdir), and the
+    /// directory it lives in; `None` if the directory cannot be opened.
+    fn state_at(&self) -> Option<(OwnedFd, OsString, std::path::PathBuf)> {
+        let dir = self.cfg.path.parent()?;
+        let mut name = OsString::from(".");
+        name.push(self.cfg.path.file_name()?);
+        name.push(".state");
+        let fd = nix::fcntl::open(
+            dir,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            FileMode::empty(),
+        )
+        .ok()?;
+        Some((fd, name.clone(), dir.join(name)))
+    }
+
+    /// Holding: the fencing token and whether the last exclusive holder released cleanly.
+    /// Exclusive holders take the next token (written while holding, so serialised among
+    /// locksmith users); shared ones report the current write epoch. Only locksmith keeps
+    /// the state: flock(1) users on the same file neither see nor advance it. In a directory
+    /// we cannot write, there are no tokens (flock itself does not need the directory).
+    fn grant(&mut self) -> Grant {
+        let Some((dir, name, shown)) = self.state_at() else {
+            return Grant::default();
+        };
+        let state = match owner::read_state(dir.as_fd(), &name, &shown) {
+            Ok(s) => s,
+            Err(e) => {
+                debug!("no fencing token: {e}");
+                return Grant::default();
+            }
+        };
+        if self.mode == Mode::Shared {
+            return Grant {
+                token: state.map(|s| s.token),
+                prev_crashed: false,
+            };
+        }
+        let token = state.map_or(1, |s| s.token + 1);
+        let next = State {
+            token,
+            clean: false,
+        };
+        match owner::write_state(dir.as_fd(), &name, &shown, next) {
+            Ok(()) => {
+                self.token = Some(token);
+                Grant {
+                    token: Some(token),
+                    prev_crashed: state.is_some_and(|s| !s.clean),
+                }
+            }
+            Err(e) => {
+                debug!("no fencing token: {e}");
+                Grant::default()
+            }
         }
     }
 
@@ -130,7 +197,7 @@ impl Backend for Flock {
             file.try_lock()
         };
         match r {
-            Ok(()) => Ok(Attempt::Acquired(Grant::default())),
+            Ok(()) => Ok(Attempt::Acquired(self.grant())),
             Err(TryLockError::WouldBlock) => Ok(Attempt::Busy(self.holders())),
             Err(TryLockError::Error(e)) => Err(Error::path("flock", &path, e)),
         }
@@ -188,6 +255,14 @@ impl Backend for Flock {
     /// Closes our descriptor. Deliberately no `LOCK_UN`: in run mode the command shares
     /// the open file description, and the lock must live exactly as long as it does.
     fn release(&mut self) -> Result<()> {
+        // Still holding: say this acquisition ended cleanly, then close.
+        if let Some(token) = self.token.take()
+            && let Some((dir, name, shown)) = self.state_at()
+            && let Err(e) =
+                owner::write_state(dir.as_fd(), &name, &shown, State { token, clean: true })
+        {
+            info!("{e}; the next holder will see prev=crashed");
+        }
         self.file = None;
         Ok(())
     }

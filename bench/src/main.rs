@@ -319,6 +319,10 @@ fn bench(args: &Args) -> Result<()> {
             run: Box::new(|_| ctx.cycle_locksmith("m")),
         },
         Tool {
+            name: "locksmith run l -- true".into(),
+            run: Box::new(|_| ctx.cycle_locksmith("l")),
+        },
+        Tool {
             name: "true (spawn+reap floor)".into(),
             run: Box::new(|_| ctx.cycle_true()),
         },
@@ -351,6 +355,7 @@ fn bench(args: &Args) -> Result<()> {
     // ---- 2. spawn → OK (and RSS at OK) -------------------------------------------------
     let mut rss_f = Samples::default();
     let mut rss_m = Samples::default();
+    let mut rss_l = Samples::default();
     let mut spawn_tools: Vec<Tool<'_>> = vec![
         Tool {
             name: "flock F echo OK".into(),
@@ -363,6 +368,10 @@ fn bench(args: &Args) -> Result<()> {
         Tool {
             name: "locksmith m".into(),
             run: Box::new(|rec| ctx.spawn_ok_locksmith("m", rec.then_some(&mut rss_m))),
+        },
+        Tool {
+            name: "locksmith l".into(),
+            run: Box::new(|rec| ctx.spawn_ok_locksmith("l", rec.then_some(&mut rss_l))),
         },
     ];
     let s = alternate("spawn → OK", args.runs, &mut spawn_tools)?;
@@ -387,6 +396,10 @@ fn bench(args: &Args) -> Result<()> {
             name: "locksmith m: close holder's stdout pipe".into(),
             run: Box::new(|_| ctx.handoff_locksmith("m")),
         },
+        Tool {
+            name: "locksmith l: close holder's stdout pipe".into(),
+            run: Box::new(|_| ctx.handoff_locksmith("l")),
+        },
     ];
     let s = alternate("handoff", args.runs, &mut handoff_tools)?;
     table.extend(rows("handoff", &handoff_tools, s, 0));
@@ -409,6 +422,10 @@ fn bench(args: &Args) -> Result<()> {
         Tool {
             name: "locksmith m: kill -9 its parent".into(),
             run: Box::new(|_| ctx.crash_locksmith("m")),
+        },
+        Tool {
+            name: "locksmith l: kill -9 its parent".into(),
+            run: Box::new(|_| ctx.crash_locksmith("l")),
         },
     ];
     let s = alternate("crash release", args.runs, &mut crash_tools)?;
@@ -434,7 +451,11 @@ fn bench(args: &Args) -> Result<()> {
         ratio: Ratio::IsReference,
     });
     let ref_rss_median = hold.reference_rss_kib as f64 / 1024.0;
-    for (name, s) in [("locksmith f", &rss_f), ("locksmith m", &rss_m)] {
+    for (name, s) in [
+        ("locksmith f", &rss_f),
+        ("locksmith m", &rss_m),
+        ("locksmith l", &rss_l),
+    ] {
         table.push(Row {
             metric: "RSS while holding".into(),
             tool: format!("{name} (at OK, every spawn → OK run)"),
@@ -539,7 +560,7 @@ fn print_targets(table: &[Row], hold: &scenarios::Holding) {
             }
         };
     let cyc = median_of(table, "full cycle", "flock F true");
-    for b in ["f", "m"] {
+    for b in ["f", "m", "l"] {
         ratio(
             format!("run cycle: `locksmith run {b} -- true` / `flock F true`"),
             median_of(table, "full cycle", &format!("locksmith run {b}")),
@@ -550,7 +571,7 @@ fn print_targets(table: &[Row], hold: &scenarios::Holding) {
     }
     let crash_ref = median_of(table, "crash release", "flock(1): kill");
     let crash_strict = median_of(table, "crash release", "flock(1): same");
-    for b in ["f", "m"] {
+    for b in ["f", "m", "l"] {
         ratio(
             format!("pipe close → waiter holds, locksmith {b} / flock(1) crash release"),
             median_of(table, "handoff", &format!("locksmith {b}")),
@@ -568,7 +589,7 @@ fn print_targets(table: &[Row], hold: &scenarios::Holding) {
     }
     let handoff_ref = median_of(table, "handoff", "flock(1): close");
     let handoff_strict = median_of(table, "handoff", "flock(1): same");
-    for b in ["f", "m"] {
+    for b in ["f", "m", "l"] {
         ratio(
             format!("handoff, locksmith {b} / flock(1) handoff (issue 5)"),
             median_of(table, "handoff", &format!("locksmith {b}")),
@@ -577,7 +598,7 @@ fn print_targets(table: &[Row], hold: &scenarios::Holding) {
             handoff_strict,
         );
     }
-    for b in ["f", "m"] {
+    for b in ["f", "m", "l"] {
         let prefix = format!("locksmith {b}");
         if let Some(mib) = table
             .iter()

@@ -61,7 +61,8 @@ impl Ctx {
             "# written by locksmith-bench; every lock lives in this private directory\n\
              [profile.f]\nbackend = \"flock\"\npath = \"{d}/f.lock\"\n\n\
              [profile.m]\nbackend = \"mkdir\"\npath = \"{d}/m.lock\"\n\n\
-             [profile.ml]\nbackend = \"mkdir\"\npath = \"{d}/ml.lock\"\nlocal = true\n"
+             [profile.ml]\nbackend = \"mkdir\"\npath = \"{d}/ml.lock\"\nlocal = true\n\n\
+             [profile.l]\nbackend = \"link\"\npath = \"{d}/l.lock\"\n"
         );
         fs::write(&profiles, text)
             .map_err(|e| format!("cannot write {}: {e}", profiles.display()))?;
@@ -80,7 +81,7 @@ impl Ctx {
             .output()
             .map_err(|e| format!("cannot run {}: {e}", ctx.locksmith.display()))?;
         let listed = String::from_utf8_lossy(&out.stdout);
-        if !out.status.success() || ["f", "m", "ml"].iter().any(|p| !listed.contains(p)) {
+        if !out.status.success() || ["f", "m", "ml", "l"].iter().any(|p| !listed.contains(p)) {
             return Err(format!(
                 "locksmith rejects the bench's profiles ({}): {}{}",
                 out.status,
@@ -489,9 +490,9 @@ impl Ctx {
         Ok(t1 - t0)
     }
 
-    /// After a scenario, the lock must be free (a mkdir lock's directory gone).
+    /// After a scenario, the lock must be free (a mkdir lock's directory, a link lock's file gone).
     fn check_free(&self, profile: &str) -> Result<()> {
-        if profile.starts_with('m') {
+        if profile.starts_with('m') || profile == "l" {
             let path = self.dir.join(format!("{profile}.lock"));
             if path.exists() {
                 return Err(format!(
@@ -517,6 +518,7 @@ impl Ctx {
             ("f", "locksmith f (flock)"),
             ("m", "locksmith m (mkdir, heartbeat)"),
             ("ml", "locksmith ml (mkdir, local = true)"),
+            ("l", "locksmith l (link, heartbeat)"),
         ] {
             let (p, out) = self.locksmith_holder(profile)?;
             holders.push((name.to_string(), p, Some(out)));
@@ -559,7 +561,7 @@ impl Ctx {
             drop(out.take());
             p.wait_ok(T)?;
         }
-        for profile in ["m", "ml"] {
+        for profile in ["m", "ml", "l"] {
             self.check_free(profile)?;
         }
         Ok(Holding {

@@ -432,6 +432,19 @@ fn bench(args: &Args) -> Result<()> {
     table.extend(rows("crash release", &crash_tools, s, 0));
     drop(crash_tools);
 
+    // ---- 4b. takeover after the helper itself is SIGKILLed (same host) ---------------------
+    let c = &ctx;
+    let mut kill_tools: Vec<Tool<'_>> = ["f", "m", "l"]
+        .into_iter()
+        .map(|b| Tool {
+            name: format!("locksmith {b}: kill -9 the holding locksmith"),
+            run: Box::new(move |_| c.helper_kill_locksmith(b)),
+        })
+        .collect();
+    let s = alternate("helper SIGKILL → waiter holds", args.runs, &mut kill_tools)?;
+    table.extend(rows("helper killed", &kill_tools, s, 0));
+    drop(kill_tools);
+
     // ---- 5. RSS and wakeups while holding --------------------------------------------------
     let kib = |s: &Samples| {
         let mut m = Samples::default();

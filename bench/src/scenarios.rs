@@ -353,6 +353,26 @@ impl Ctx {
         Ok(t1 - t0)
     }
 
+    /// Takeover after the *helper itself* is SIGKILLed while a waiter blocks: on this host
+    /// flock is freed by the kernel, mkdir and link by proof of death (the waiter watches
+    /// the holder's pidfd); the killed holder stays an unreaped zombie until the waiter holds.
+    pub fn helper_kill_locksmith(&self, profile: &str) -> Result<Duration> {
+        let (mut a, a_out) = self.locksmith_holder(profile)?;
+        let w = self.locksmith_waiter(profile)?;
+        let t0 = Instant::now();
+        a.kill()?;
+        let (t1, line) = self.finish_waiter(w, "the holder itself was SIGKILLed")?;
+        drop(a_out);
+        a.wait(T)?;
+        if !line.contains("prev=crashed") {
+            self.note(format!(
+                "locksmith {profile}: no `prev=crashed` after the holder itself was killed"
+            ));
+        }
+        self.check_free(profile)?;
+        Ok(t1 - t0)
+    }
+
     /// Crash release: A's parent (the bench re-executed as `__hold-parent`, reading A's
     /// stdout) is SIGKILLed; time until B's OK line is read.
     pub fn crash_locksmith(&self, profile: &str) -> Result<Duration> {

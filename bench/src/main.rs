@@ -445,6 +445,26 @@ fn bench(args: &Args) -> Result<()> {
     table.extend(rows("helper killed", &kill_tools, s, 0));
     drop(kill_tools);
 
+    // ---- 4c. the seed's counter race: time per increment with 1, 2, 4, 8 contenders ---------
+    let race_runs = (args.runs / 10).max(1);
+    let per = if args.runs >= 30 { 25 } else { 10 };
+    for n in [1usize, 2, 4, 8] {
+        let c = &ctx;
+        let mut race_tools: Vec<Tool<'_>> = vec![Tool {
+            name: format!("flock F sh (n={n})"),
+            run: Box::new(move |_| c.race(None, n, per)),
+        }];
+        for b in ["f", "m", "l"] {
+            race_tools.push(Tool {
+                name: format!("locksmith run {b} sh (n={n})"),
+                run: Box::new(move |_| c.race(Some(b), n, per)),
+            });
+        }
+        let metric = format!("race, {n} contenders");
+        let s = alternate(&metric, race_runs, &mut race_tools)?;
+        table.extend(rows(&metric, &race_tools, s, 0));
+    }
+
     // ---- 5. RSS and wakeups while holding --------------------------------------------------
     let kib = |s: &Samples| {
         let mut m = Samples::default();

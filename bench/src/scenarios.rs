@@ -168,6 +168,60 @@ impl Ctx {
         self.cycle(&format!("locksmith run {profile}"), &mut c)
     }
 
+    /// The seed's counter race: `n` contenders × `k` read-modify-write increments of a
+    /// counter file, each under the lock (`locksmith run P` or `flock F`). Returns the wall
+    /// time per increment, after checking the count is exactly n×k (a lost update is an error).
+    pub fn race(&self, profile: Option<&str>, n: usize, k: usize) -> Result<Duration> {
+        const CRITICAL: &str = "n=$(cat \"$D/counter\"); echo $((n+1)) > \"$D/counter\"";
+        let d = self
+            .dir
+            .join(format!("race-{}", profile.unwrap_or("flock1")));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        std::fs::write(d.join("counter"), "0\n").map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        std::thread::scope(|scope| -> Result<()> {
+            let workers: Vec<_> = (0..n)
+                .map(|_| {
+                    let mut c = match profile {
+                        Some(p) => self.locksmith_cmd(&[
+                            "-q", "--wait", "60s", "run", p, "--", "sh", "-c", CRITICAL,
+                        ]),
+                        None => Self::plain_cmd(
+                            "flock",
+                            &["-w", "60", &self.ref_lock(), "sh", "-c", CRITICAL],
+                        ),
+                    };
+                    c.env("D", &d);
+                    scope.spawn(move || -> Result<()> {
+                        for _ in 0..k {
+                            Proc::spawn("race increment", &mut c)?.wait_ok(T)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for w in workers {
+                w.join()
+                    .map_err(|_| "a race worker panicked".to_string())??;
+            }
+            Ok(())
+        })?;
+        let took = t0.elapsed();
+        let count: usize = std::fs::read_to_string(d.join("counter"))
+            .map_err(|e| e.to_string())?
+            .trim()
+            .parse()
+            .map_err(|e| format!("counter: {e}"))?;
+        if count != n * k {
+            return Err(format!(
+                "counter race with {n} contenders: {count}, not {} (lost updates!)",
+                n * k
+            ));
+        }
+        Ok(took / (n * k) as u32)
+    }
+
     pub fn cycle_flock1(&self) -> Result<Duration> {
         let mut c = Self::plain_cmd("flock", &["-w", "10", &self.ref_lock(), "true"]);
         self.cycle("flock F true", &mut c)

@@ -1,20 +1,67 @@
-//! `backend = "ftp"` against a real FTP server (libunftp, embedded; see `ftp_server.rs`):
-//! the pipe protocol, contention, races, crash takeover after `stale_after` and never
-//! before, error kinds, and a server restart while holding.
+//! `backend = "ftp"` against real FTP servers: the pipe protocol, contention, races, crash
+//! takeover after `stale_after` and never before, error kinds, and a server restart while
+//! holding. Each body takes a `TestFtp`; `every_server!` makes the `#[test]`s for one server:
+//! the embedded libunftp (`ftp_server.rs`, below in `libunftp`) and Debian's pure-ftpd and
+//! vsftpd (`ftp_debian.rs`).
 
 use std::fs;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::ftp_server::{FtpServer, PASSWORD, USER};
+use crate::ftp_server::{FtpServer, PASSWORD, TestFtp};
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(20);
 
+/// `#[test]` wrappers that run suite bodies of this module against a server made by
+/// `$start` (an `Option`: `None` skips, the fixture having said why).
+macro_rules! ftp_suite {
+    ($start:expr; $($t:ident),* $(,)?) => {$(
+        #[test]
+        fn $t() {
+            let Some(mut srv) = $start else { return };
+            crate::ftp::$t(&mut srv);
+        }
+    )*};
+}
+pub(crate) use ftp_suite;
+
+/// The bodies that run against every server: this embedded one, and the Debian servers of
+/// `ftp_debian.rs`.
+macro_rules! every_server {
+    ($start:expr) => {
+        crate::ftp::ftp_suite!($start;
+            ok_line_and_the_lock_directory_lives_exactly_while_held,
+            uncontended_cycles_are_quick,
+            second_locker_is_busy_and_names_the_holder,
+            eight_racing_lockers_exactly_one_ok,
+            counter_race_through_ftp_is_exact,
+            error_kinds_wrong_password_closed_port_missing_parent,
+            killed_holder_on_this_host_is_broken_at_once,
+            silent_holder_from_another_host_is_broken_after_stale_after_and_not_before,
+            other_host_holder_live_is_never_broken_killed_is_taken_over_after_stale_after,
+            server_restart_while_holding_reconnects_and_release_works,
+            break_a_stale_lock_and_refuse_a_live_one,
+            a_file_in_the_way_is_config_and_no_permission_is_denied,
+            the_password_never_shows_even_verbose,
+            a_holder_whose_lock_was_broken_says_lost,
+        );
+    };
+}
+pub(crate) use every_server;
+
+/// The suite against the embedded libunftp server.
+mod libunftp {
+    use crate::ftp_server::FtpServer;
+    crate::ftp::every_server!(Some(FtpServer::start()));
+    crate::ftp::ftp_suite!(Some(FtpServer::start_idle(1)); a_hold_outlives_the_server_idle_timeout);
+}
+
 /// A sandbox whose profiles talk to `srv`: `p` (lock `locks/p`, short stale_after) and
 /// a few broken variants.
-fn sandbox(srv: &FtpServer) -> Sandbox {
-    let port = srv.port;
+fn sandbox(srv: &dyn TestFtp) -> Sandbox {
+    let port = srv.port();
+    let user = srv.user();
     Sandbox::new(&format!(
         r#"
 [defaults]
@@ -27,7 +74,7 @@ stale_after = "1500ms"
 backend = "ftp"
 host = "127.0.0.1"
 port = {port}
-user = "{USER}"
+user = "{user}"
 password = "{PASSWORD}"
 path = "locks/p"
 
@@ -35,7 +82,7 @@ path = "locks/p"
 backend = "ftp"
 host = "127.0.0.1"
 port = {port}
-user = "{USER}"
+user = "{user}"
 password = "{PASSWORD}"
 path = "locks/p"
 poll = "5ms"
@@ -45,7 +92,7 @@ max_poll = "25ms"
 backend = "ftp"
 host = "127.0.0.1"
 port = {port}
-user = "{USER}"
+user = "{user}"
 password_file = "{{dir}}/ftp.pass"
 path = "locks/p"
 
@@ -53,7 +100,7 @@ path = "locks/p"
 backend = "ftp"
 host = "127.0.0.1"
 port = {port}
-user = "{USER}"
+user = "{user}"
 password = "not-the-password"
 path = "locks/p"
 
@@ -61,7 +108,7 @@ path = "locks/p"
 backend = "ftp"
 host = "127.0.0.1"
 port = {port}
-user = "{USER}"
+user = "{user}"
 password = "{PASSWORD}"
 path = "missing/p"
 
@@ -69,7 +116,7 @@ path = "missing/p"
 backend = "ftp"
 host = "127.0.0.1"
 port = {closed}
-user = "{USER}"
+user = "{user}"
 password = "{PASSWORD}"
 path = "locks/p"
 "#,
@@ -83,7 +130,7 @@ fn closed_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
-fn markers(srv: &FtpServer) -> Vec<String> {
+fn markers(srv: &dyn TestFtp) -> Vec<String> {
     match fs::read_dir(srv.path("locks/p")) {
         Err(_) => Vec::new(),
         Ok(d) => d
@@ -92,17 +139,15 @@ fn markers(srv: &FtpServer) -> Vec<String> {
     }
 }
 
-fn leftovers(srv: &FtpServer) -> Vec<String> {
+fn leftovers(srv: &dyn TestFtp) -> Vec<String> {
     fs::read_dir(srv.path("locks"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect()
 }
 
-#[test]
-fn ok_line_and_the_lock_directory_lives_exactly_while_held() {
-    let srv = FtpServer::start();
-    let sb = sandbox(&srv);
+pub fn ok_line_and_the_lock_directory_lives_exactly_while_held(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
     let mut a = sb.hold(["p"]);
     let line = a.line.clone();
     assert_eq!(
@@ -112,14 +157,14 @@ fn ok_line_and_the_lock_directory_lives_exactly_while_held() {
         a.stderr_text()
     );
     assert!(srv.path("locks/p").is_dir());
-    let m = markers(&srv);
+    let m = markers(srv);
     assert_eq!(m.len(), 1, "{m:?}");
     assert!(m[0].starts_with("owner~1~"), "{m:?}");
     assert!(m[0].contains(&format!("~{}~", a.pid())), "{m:?}");
     // The heartbeat renames the marker (liveness visible without clocks).
     let first = m[0].clone();
     eventually(T, "the marker to be renamed by a heartbeat", || {
-        let m = markers(&srv);
+        let m = markers(srv);
         m.len() == 1 && m[0] != first
     });
     let t0 = Instant::now();
@@ -127,14 +172,15 @@ fn ok_line_and_the_lock_directory_lives_exactly_while_held() {
     assert_eq!(code(a.wait_exit(T)), 0, "{}", a.stderr_text());
     let took = t0.elapsed();
     assert!(!srv.path("locks/p").exists(), "lock left behind");
-    assert!(leftovers(&srv).is_empty(), "litter: {:?}", leftovers(&srv));
-    eprintln!("ftp: release after pipe close took {took:?}");
+    assert!(leftovers(srv).is_empty(), "litter: {:?}", leftovers(srv));
+    eprintln!(
+        "ftp ({}): release after pipe close took {took:?}",
+        srv.name()
+    );
 }
 
-#[test]
-fn uncontended_cycles_are_quick() {
-    let srv = FtpServer::start();
-    let sb = sandbox(&srv);
+pub fn uncontended_cycles_are_quick(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
     let mut took: Vec<Duration> = (0..15)
         .map(|_| {
             let t0 = Instant::now();
@@ -144,14 +190,16 @@ fn uncontended_cycles_are_quick() {
         })
         .collect();
     took.sort();
-    eprintln!("ftp: `run p -- true` median {:?}", took[took.len() / 2]);
+    eprintln!(
+        "ftp ({}): `run p -- true` median {:?}",
+        srv.name(),
+        took[took.len() / 2]
+    );
     assert!(took[took.len() / 2] < Duration::from_secs(1));
 }
 
-#[test]
-fn second_locker_is_busy_and_names_the_holder() {
-    let srv = FtpServer::start();
-    let sb = sandbox(&srv);
+pub fn second_locker_is_busy_and_names_the_holder(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
     let a = sb.hold(["p"]);
     a.ok();
     let o = sb.output(["--wait", "0", "p"]);
@@ -180,10 +228,8 @@ fn second_locker_is_busy_and_names_the_holder() {
     assert_eq!(code(o.status), 0, "{}", stderr(&o));
 }
 
-#[test]
-fn eight_racing_lockers_exactly_one_ok() {
-    let srv = FtpServer::start();
-    let sb = sandbox(&srv);
+pub fn eight_racing_lockers_exactly_one_ok(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
     for round in 0..3 {
         let mut all: Vec<Held> = (0..8)
             .map(|_| sb.spawn_hold(["--wait", "0", "p"]))
@@ -213,12 +259,10 @@ echo $((n+1)) > "$D/counter"
 rm -f "$D/inside"
 "#;
 
-#[test]
-fn counter_race_through_ftp_is_exact() {
+pub fn counter_race_through_ftp_is_exact(srv: &mut dyn TestFtp) {
     const PROCS: usize = 4;
     const INCREMENTS: usize = 100;
-    let srv = FtpServer::start();
-    let sb = sandbox(&srv);
+    let sb = sandbox(srv);
     let d = sb.path().join("race");
     fs::create_dir(&d).unwrap();
     fs::write(d.join("counter"), "0\n").unwrap();
@@ -250,20 +294,19 @@ fn counter_race_through_ftp_is_exact() {
         .unwrap();
     let overlaps = fs::read_to_string(d.join("overlaps")).map_or(0, |s| s.lines().count());
     eprintln!(
-        "ftp: {} locked increments in {:?}",
+        "ftp ({}): {} locked increments in {:?}",
+        srv.name(),
         PROCS * INCREMENTS,
         t0.elapsed()
     );
     assert_eq!(overlaps, 0, "two holders at once");
     assert_eq!(count, PROCS * INCREMENTS, "lost updates");
     assert!(!srv.path("locks/p").exists());
-    assert!(leftovers(&srv).is_empty(), "{:?}", leftovers(&srv));
+    assert!(leftovers(srv).is_empty(), "{:?}", leftovers(srv));
 }
 
-#[test]
-fn error_kinds_wrong_password_closed_port_missing_parent() {
-    let srv = FtpServer::start();
-    let sb = sandbox(&srv);
+pub fn error_kinds_wrong_password_closed_port_missing_parent(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
     let o = sb.output(["-v", "--wait", "0", "wrongpw"]);
     assert_eq!(code(o.status), 77, "{} {}", stdout(&o), stderr(&o));
     assert!(stdout(&o).starts_with("ERROR denied: "), "{}", stdout(&o));
@@ -297,10 +340,8 @@ fn error_kinds_wrong_password_closed_port_missing_parent() {
     assert_eq!(code(o.status), 0, "{} {}", stdout(&o), stderr(&o));
 }
 
-#[test]
-fn killed_holder_on_this_host_is_broken_at_once() {
-    let srv = FtpServer::start();
-    let sb = sandbox(&srv);
+pub fn killed_holder_on_this_host_is_broken_at_once(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
     let mut a = sb.hold(["p"]);
     a.ok();
     let mut w = sb.spawn_hold(["--wait", "20s", "p"]);
@@ -316,15 +357,14 @@ fn killed_holder_on_this_host_is_broken_at_once() {
 
 /// A marker written straight into the server's directory, as a holder on another host
 /// would leave it: waiters break it only after `stale_after` of silence.
-#[test]
-fn silent_holder_from_another_host_is_broken_after_stale_after_and_not_before() {
-    let srv = FtpServer::start();
-    let sb = sandbox(&srv);
-    fs::create_dir(srv.path("locks/p")).unwrap();
-    fs::create_dir(srv.path(
+pub fn silent_holder_from_another_host_is_broken_after_stale_after_and_not_before(
+    srv: &mut dyn TestFtp,
+) {
+    let sb = sandbox(srv);
+    srv.mkdir("locks/p");
+    srv.mkdir(
         "locks/p/owner~1~0123456789abcdef~7~elsewhere~4242~1~1~not-this-boot~1~20260101T000000Z~p",
-    ))
-    .unwrap();
+    );
     let o = sb.output(["--wait", "0", "p"]);
     assert_eq!(code(o.status), 75);
     assert!(
@@ -387,10 +427,10 @@ fn other_host_holder(sb: &Sandbox, profile: &str) -> Option<Held> {
     Some(h)
 }
 
-#[test]
-fn other_host_holder_live_is_never_broken_killed_is_taken_over_after_stale_after() {
-    let srv = FtpServer::start();
-    let sb = sandbox(&srv);
+pub fn other_host_holder_live_is_never_broken_killed_is_taken_over_after_stale_after(
+    srv: &mut dyn TestFtp,
+) {
+    let sb = sandbox(srv);
     let Some(a) = other_host_holder(&sb, "p") else {
         return;
     };
@@ -418,13 +458,14 @@ fn other_host_holder_live_is_never_broken_killed_is_taken_over_after_stale_after
         "broken too early: {took:?}"
     );
     assert!(took < Duration::from_secs(3), "broken too late: {took:?}");
-    eprintln!("ftp: takeover after a silent death took {took:?}");
+    eprintln!(
+        "ftp ({}): takeover after a silent death took {took:?}",
+        srv.name()
+    );
 }
 
-#[test]
-fn server_restart_while_holding_reconnects_and_release_works() {
-    let mut srv = FtpServer::start();
-    let sb = sandbox(&srv);
+pub fn server_restart_while_holding_reconnects_and_release_works(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
     let mut a = sb.hold(["-v", "p"]);
     a.ok();
     srv.restart();
@@ -439,10 +480,8 @@ fn server_restart_while_holding_reconnects_and_release_works() {
     assert!(!srv.path("locks/p").exists());
 }
 
-#[test]
-fn break_a_stale_lock_and_refuse_a_live_one() {
-    let srv = FtpServer::start();
-    let sb = sandbox(&srv);
+pub fn break_a_stale_lock_and_refuse_a_live_one(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
     let a = sb.hold(["p"]);
     a.ok();
     let o = sb.output(["break", "p"]);
@@ -452,13 +491,12 @@ fn break_a_stale_lock_and_refuse_a_live_one() {
     eventually(T, "the lock to be released", || {
         !srv.path("locks/p").exists()
     });
-    fs::create_dir(srv.path("locks/p")).unwrap();
+    srv.mkdir("locks/p");
     // A marker left as a plain file (not what locksmith writes) is removed just as well.
-    fs::write(
-        srv.path("locks/p/owner~1~0123456789abcdef~0~elsewhere~4242~1~1~not-this-boot~1~20260101T000000Z~p"),
+    srv.write(
+        "locks/p/owner~1~0123456789abcdef~0~elsewhere~4242~1~1~not-this-boot~1~20260101T000000Z~p",
         "",
-    )
-    .unwrap();
+    );
     let t0 = Instant::now();
     let o = sb.output(["break", "p"]);
     assert_eq!(code(o.status), 0, "{}", stderr(&o));
@@ -466,11 +504,9 @@ fn break_a_stale_lock_and_refuse_a_live_one() {
     assert!(!srv.path("locks/p").exists());
 }
 
-#[test]
-fn a_file_in_the_way_is_config_and_no_permission_is_denied() {
-    let srv = FtpServer::start();
-    let sb = sandbox(&srv);
-    fs::write(srv.path("locks/p"), "not a lock").unwrap();
+pub fn a_file_in_the_way_is_config_and_no_permission_is_denied(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
+    srv.write("locks/p", "not a lock");
     let o = sb.output(["--wait", "0", "p"]);
     assert_eq!(code(o.status), 78, "{} {}", stdout(&o), stderr(&o));
     assert!(
@@ -479,7 +515,12 @@ fn a_file_in_the_way_is_config_and_no_permission_is_denied() {
         stdout(&o)
     );
     fs::remove_file(srv.path("locks/p")).unwrap();
-    if nix::unistd::geteuid().is_root() {
+    // The server acts as us (embedded) or as its own user (Debian servers, started by root).
+    let acts_as_root = srv
+        .owner()
+        .map_or(nix::unistd::geteuid().as_raw(), |(uid, _)| uid)
+        == 0;
+    if acts_as_root {
         eprintln!("SKIP: permission checks do not bind root");
         return;
     }
@@ -522,19 +563,29 @@ openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out lea
 
 #[test]
 fn ftps_explicit_verifies_the_certificate() {
+    ftps_explicit_verifies_the_certificate_on(|leaf, key| Some(FtpServer::start_tls(leaf, key)));
+}
+
+/// `start(leaf chain, leaf key)` starts a server that requires explicit FTPS.
+pub fn ftps_explicit_verifies_the_certificate_on<S: TestFtp>(
+    start: impl FnOnce(&std::path::Path, &std::path::Path) -> Option<S>,
+) {
     let certs = tempfile::tempdir().unwrap();
     let Some((ca, leaf, key)) = make_certs(certs.path()) else {
         return;
     };
-    let srv = FtpServer::start_tls(&leaf, &key);
-    let port = srv.port;
+    let Some(srv) = start(&leaf, &key) else {
+        return;
+    };
+    let port = srv.port();
+    let user = srv.user();
     let sb = Sandbox::new(&format!(
         r#"
 [profile.tls]
 backend = "ftp"
 host = "127.0.0.1"
 port = {port}
-user = "{USER}"
+user = "{user}"
 password = "{PASSWORD}"
 tls = "explicit"
 ca_file = "{ca}"
@@ -544,7 +595,7 @@ path = "locks/p"
 backend = "ftp"
 host = "127.0.0.1"
 port = {port}
-user = "{USER}"
+user = "{user}"
 password = "{PASSWORD}"
 tls = "explicit"
 path = "locks/p"
@@ -553,7 +604,7 @@ path = "locks/p"
 backend = "ftp"
 host = "127.0.0.1"
 port = {port}
-user = "{USER}"
+user = "{user}"
 password = "{PASSWORD}"
 path = "locks/p"
 "#,
@@ -589,10 +640,9 @@ path = "locks/p"
     assert_ne!(code(o.status), 0, "{}", stdout(&o));
 }
 
-#[test]
-fn a_hold_outlives_the_server_idle_timeout() {
-    let srv = FtpServer::start_idle(1);
-    let sb = sandbox(&srv);
+/// `srv` closes sessions idle for 1 s.
+pub fn a_hold_outlives_the_server_idle_timeout(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
     let mut a = sb.hold(["-v", "p"]);
     a.ok();
     // Three idle timeouts: the heartbeat (every 200ms) keeps the session busy.
@@ -690,20 +740,16 @@ file_mode = "0600"
     );
 }
 
-#[test]
-fn the_password_never_shows_even_verbose() {
-    let srv = FtpServer::start();
-    let sb = sandbox(&srv);
+pub fn the_password_never_shows_even_verbose(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
     let o = sb.output(["-vvv", "run", "p", "--", "true"]);
     assert_eq!(code(o.status), 0, "{}", stderr(&o));
     assert!(!stderr(&o).contains(PASSWORD), "{}", stderr(&o));
     assert!(!stdout(&o).contains(PASSWORD), "{}", stdout(&o));
 }
 
-#[test]
-fn a_holder_whose_lock_was_broken_says_lost() {
-    let srv = FtpServer::start();
-    let sb = sandbox(&srv);
+pub fn a_holder_whose_lock_was_broken_says_lost(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
     let mut a = sb.hold(["p"]);
     a.ok();
     let o = sb.output(["break", "--force", "p"]);

@@ -168,3 +168,56 @@ impl Drop for FtpServer {
         self.stop();
     }
 }
+
+/// An FTP server the suite in `ftp.rs` runs against: this embedded one, or a real Debian
+/// server (`ftp_debian.rs`). Paths are relative to the directory the FTP user logs in to.
+pub trait TestFtp {
+    /// Which server, for messages.
+    fn name(&self) -> &'static str;
+    fn port(&self) -> u16;
+    fn user(&self) -> &str;
+    /// Where `p` (relative to the login directory) is on this machine.
+    fn path(&self, p: &str) -> PathBuf;
+    /// Stops (every session is cut) and starts again on the same port.
+    fn restart(&mut self);
+    /// The uid and gid the server acts as, when that is not us: what a test puts into the
+    /// server's tree itself must be theirs, or the server could not remove it.
+    fn owner(&self) -> Option<(u32, u32)> {
+        None
+    }
+    /// `mkdir`, owned by the server's user.
+    fn mkdir(&self, p: &str) {
+        let path = self.path(p);
+        std::fs::create_dir(&path).unwrap();
+        self.give(&path);
+    }
+    /// Writes a file, owned by the server's user.
+    fn write(&self, p: &str, data: &str) {
+        let path = self.path(p);
+        std::fs::write(&path, data).unwrap();
+        self.give(&path);
+    }
+    fn give(&self, path: &Path) {
+        if let Some((uid, gid)) = self.owner() {
+            std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+        }
+    }
+}
+
+impl TestFtp for FtpServer {
+    fn name(&self) -> &'static str {
+        "libunftp"
+    }
+    fn port(&self) -> u16 {
+        self.port
+    }
+    fn user(&self) -> &str {
+        USER
+    }
+    fn path(&self, p: &str) -> PathBuf {
+        FtpServer::path(self, p)
+    }
+    fn restart(&mut self) {
+        FtpServer::restart(self)
+    }
+}

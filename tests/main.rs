@@ -29,3 +29,5 @@ mod client;
 mod example;
 // backend = "ftp" against the embedded server.
 mod ftp;
+// The same suite against real Debian servers: pure-ftpd and an unpacked vsftpd.
+mod ftp_debian;

@@ -60,7 +60,7 @@
 //! without a marker is broken only by `break --force`.
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -71,11 +71,11 @@ use suppaftp::FtpError;
 use suppaftp::RustlsConnector;
 
 use super::owner::{Parsed, Record};
+use super::wake::Wakeups;
 use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::profile::{FtpConfig, Profile, Tls, fmt_duration};
-use crate::sys;
 use crate::watch::{Event, Watcher};
 
 /// The control connection type: plain until `AUTH TLS` (rustls with ring) upgrades it.
@@ -164,7 +164,8 @@ pub struct Ftp {
     ours: Option<Ours>,
     /// What a waiter last saw of a holder it cannot judge at once, and since when.
     observed: Option<(Vec<String>, Instant)>,
-    holder_pidfd: Option<(i32, OwnedFd)>,
+    /// The pidfd of a same-host holder (no directory events over FTP).
+    wake: Wakeups,
     prev_crashed: bool,
     /// While heartbeating: every command must be answered by then (a heartbeat that hangs
     /// would keep the caller from declaring the lock lost in time).
@@ -186,7 +187,7 @@ impl Ftp {
             timeout_ms: Arc::new(AtomicU64::new(ACQUIRE_TIMEOUT.as_millis() as u64)),
             ours: None,
             observed: None,
-            holder_pidfd: None,
+            wake: Wakeups::default(),
             prev_crashed: false,
             deadline: None,
             last_mkd: None,
@@ -712,7 +713,7 @@ impl Ftp {
         let mut holder = rec.holder();
         if rec.same_host() {
             if crate::host::alive(rec.pid, rec.start) {
-                self.watch_holder(rec.pid);
+                self.wake.watch_holder(rec.pid);
                 if crate::host::alive(rec.pid, rec.start) {
                     return Ok(Some(vec![holder]));
                 }
@@ -737,13 +738,6 @@ impl Ftp {
             self.prev_crashed = true;
         }
         Ok(None)
-    }
-
-    fn watch_holder(&mut self, pid: i32) {
-        if self.holder_pidfd.as_ref().is_some_and(|(p, _)| *p == pid) {
-            return;
-        }
-        self.holder_pidfd = sys::pidfd_open(pid).ok().map(|fd| (pid, fd));
     }
 
     /// Our marker's current name on the server, found by our nonce (`None`: it is gone).
@@ -804,7 +798,7 @@ impl Ftp {
         for _ in 0..4 {
             if self.create()? {
                 self.observed = None;
-                self.holder_pidfd = None;
+                self.wake.forget_holder();
                 self.set_timeout(self.hold_timeout());
                 // Tombstones are left only by a release or break cut short: look for them
                 // after a break, and now and then (a listing costs a data connection).
@@ -1020,11 +1014,7 @@ impl Backend for Ftp {
     }
 
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
-        self.holder_pidfd
-            .as_ref()
-            .map(|(_, fd)| fd.as_fd())
-            .into_iter()
-            .collect()
+        self.wake.fds()
     }
 
     fn heartbeat_period(&self) -> Option<Duration> {

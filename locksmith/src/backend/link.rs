@@ -37,17 +37,16 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat};
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nix::sys::stat::{Mode as FileMode, fstat, fstatat};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 
 use super::owner::{self, Parsed, Record, State};
+use super::wake::Wakeups;
 use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
 use crate::error::{Error, Kind, Result, err};
-use crate::log::{debug, info};
+use crate::log::info;
 use crate::profile::{FsConfig, Profile, fmt_duration};
-use crate::sys;
 use crate::watch::{Event, Watcher};
 
 pub struct Link {
@@ -63,8 +62,8 @@ pub struct Link {
     ours: Option<(Record, File)>,
     /// What a waiter last saw of a lock it cannot judge at once (inode, ctime), and since when.
     observed: Option<(Seen, Instant)>,
-    inotify: Option<Inotify>,
-    holder_pidfd: Option<(i32, OwnedFd)>,
+    /// inotify on the parent and the pidfd of a same-host holder.
+    wake: Wakeups,
     prev_crashed: bool,
 }
 
@@ -97,8 +96,7 @@ impl Link {
             parent_fd: None,
             ours: None,
             observed: None,
-            inotify: None,
-            holder_pidfd: None,
+            wake: Wakeups::default(),
             prev_crashed: false,
         }
     }
@@ -250,13 +248,7 @@ impl Link {
         match &rec {
             Some(rec) if rec.same_host() => {
                 if crate::host::alive(rec.pid, rec.start) {
-                    if self
-                        .holder_pidfd
-                        .as_ref()
-                        .is_none_or(|(p, _)| *p != rec.pid)
-                    {
-                        self.holder_pidfd = sys::pidfd_open(rec.pid).ok().map(|fd| (rec.pid, fd));
-                    }
+                    self.wake.watch_holder(rec.pid);
                     if crate::host::alive(rec.pid, rec.start) {
                         return Ok(Some(vec![holder]));
                     }
@@ -406,9 +398,7 @@ impl Backend for Link {
     }
 
     fn try_acquire(&mut self) -> Result<Attempt> {
-        if let Some(ino) = &self.inotify {
-            let _ = ino.read_events();
-        }
+        self.wake.drain();
         let mut holders = Vec::new();
         for _ in 0..4 {
             let name = self.name.clone();
@@ -427,7 +417,7 @@ impl Backend for Link {
                     }
                     self.ours = Some((rec.clone(), file));
                     self.observed = None;
-                    self.holder_pidfd = None;
+                    self.wake.forget_holder();
                     return Ok(Attempt::Acquired(Grant {
                         token: rec.token,
                         prev_crashed: std::mem::take(&mut self.prev_crashed),
@@ -449,29 +439,12 @@ impl Backend for Link {
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
-        if self.inotify.is_none() {
-            let ino = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
-                .map_err(|e| Error::io("inotify_init", e.into()))?;
-            match ino.add_watch(
-                &self.parent,
-                AddWatchFlags::IN_DELETE | AddWatchFlags::IN_MOVED_FROM,
-            ) {
-                Ok(_) => self.inotify = Some(ino),
-                Err(e) => debug!("no inotify on {}: {e}", self.parent.display()),
-            }
-        }
+        self.wake.watch_dir(&self.parent)?;
         Ok(WaitHint { poll: true })
     }
 
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
-        let mut v = Vec::with_capacity(2);
-        if let Some(i) = &self.inotify {
-            v.push(i.as_fd());
-        }
-        if let Some((_, fd)) = &self.holder_pidfd {
-            v.push(fd.as_fd());
-        }
-        v
+        self.wake.fds()
     }
 
     fn heartbeat_period(&self) -> Option<Duration> {

@@ -50,17 +50,16 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, RenameFlags, openat, readlinkat, renameat, renameat2};
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nix::sys::stat::{FileStat, Mode as FileMode, UtimensatFlags, fstatat, mkdirat, utimensat};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::owner::{self, Parsed, Record, State};
+use super::wake::Wakeups;
 use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::profile::{FsConfig, Profile};
-use crate::sys;
 use crate::watch::{Event, Watcher};
 
 const OWNER_PREFIX: &str = "owner.";
@@ -86,9 +85,8 @@ pub struct Mkdir {
     ours: Option<Record>,
     /// What a waiter last saw of a holder it cannot judge at once, and since when.
     observed: Option<(Observed, Instant)>,
-    inotify: Option<Inotify>,
-    /// pidfd of a same-host holder: readable the moment it dies.
-    holder_pidfd: Option<(i32, OwnedFd)>,
+    /// inotify on the parent and the pidfd of a same-host holder.
+    wake: Wakeups,
     prev_crashed: bool,
     /// The filesystem has no `RENAME_NOREPLACE` (NFS): plain `mkdir` then owner record.
     plain_mkdir: bool,
@@ -135,8 +133,7 @@ impl Mkdir {
             parent_fd: None,
             ours: None,
             observed: None,
-            inotify: None,
-            holder_pidfd: None,
+            wake: Wakeups::default(),
             prev_crashed: false,
             // A debug switch: behave as on NFS (no RENAME_NOREPLACE), so the tests cover the
             // path NFS users take on a machine that cannot mount NFS.
@@ -542,7 +539,7 @@ impl Mkdir {
         let mut holder = rec.holder();
         if rec.same_host() {
             if crate::host::alive(rec.pid, rec.start) {
-                self.watch_holder(&rec);
+                self.wake.watch_holder(rec.pid);
                 // The pidfd may have been opened on a successor of a dead pid: re-check.
                 if crate::host::alive(rec.pid, rec.start) {
                     return Ok(Some(vec![holder]));
@@ -580,17 +577,6 @@ impl Mkdir {
             self.prev_crashed = true;
         }
         Ok(None)
-    }
-
-    fn watch_holder(&mut self, rec: &Record) {
-        if self
-            .holder_pidfd
-            .as_ref()
-            .is_some_and(|(p, _)| *p == rec.pid)
-        {
-            return;
-        }
-        self.holder_pidfd = sys::pidfd_open(rec.pid).ok().map(|fd| (rec.pid, fd));
     }
 }
 
@@ -635,14 +621,12 @@ impl Backend for Mkdir {
         // A few rounds: the lock may vanish between our mkdir and our look, or be broken.
         // Drain old notifications *before* trying: a release after this point leaves a
         // fresh event, so the wait that may follow cannot miss it.
-        if let Some(ino) = &self.inotify {
-            let _ = ino.read_events();
-        }
+        self.wake.drain();
         let mut holders = Vec::new();
         for _ in 0..4 {
             if self.create()? {
                 self.observed = None;
-                self.holder_pidfd = None;
+                self.wake.forget_holder();
                 return Ok(Attempt::Acquired(Grant {
                     token: self.ours.as_ref().and_then(|r| r.token),
                     prev_crashed: std::mem::take(&mut self.prev_crashed),
@@ -663,31 +647,12 @@ impl Backend for Mkdir {
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
-        if self.inotify.is_none() {
-            // Instant handoff on a local filesystem; NFS delivers no remote events, so the
-            // backoff timer stays on as well.
-            let ino = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
-                .map_err(|e| Error::io("inotify_init", e.into()))?;
-            match ino.add_watch(
-                &self.parent,
-                AddWatchFlags::IN_DELETE | AddWatchFlags::IN_MOVED_FROM,
-            ) {
-                Ok(_) => self.inotify = Some(ino),
-                Err(e) => debug!("no inotify on {}: {e}", self.parent.display()),
-            }
-        }
+        self.wake.watch_dir(&self.parent)?;
         Ok(WaitHint { poll: true })
     }
 
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
-        let mut v = Vec::with_capacity(2);
-        if let Some(i) = &self.inotify {
-            v.push(i.as_fd());
-        }
-        if let Some((_, fd)) = &self.holder_pidfd {
-            v.push(fd.as_fd());
-        }
-        v
+        self.wake.fds()
     }
 
     fn heartbeat_period(&self) -> Option<Duration> {

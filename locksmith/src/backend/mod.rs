@@ -11,6 +11,7 @@ pub mod ftp;
 pub mod link;
 pub mod mkdir;
 pub mod owner;
+pub mod wake;
 
 use std::fmt;
 use std::os::fd::BorrowedFd;

@@ -27,6 +27,8 @@ mod inspect;
 mod client;
 // profiles.example.toml stays valid.
 mod example;
+// Random malformed input never panics the helper or its parsers.
+mod robustness;
 // backend = "ftp" against the embedded server.
 mod ftp;
 // The same suite against real Debian servers: pure-ftpd and an unpacked vsftpd.

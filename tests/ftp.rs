@@ -59,7 +59,7 @@ mod libunftp {
 
 /// A sandbox whose profiles talk to `srv`: `p` (lock `locks/p`, short stale_after) and
 /// a few broken variants.
-fn sandbox(srv: &dyn TestFtp) -> Sandbox {
+pub fn sandbox(srv: &dyn TestFtp) -> Sandbox {
     let port = srv.port();
     let user = srv.user();
     Sandbox::new(&format!(

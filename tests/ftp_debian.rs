@@ -428,6 +428,44 @@ idle_session_timeout={idle}
     }
 }
 
+impl DebianFtp {
+    /// Cuts every open session (control connections drop) while the server keeps listening.
+    pub fn cut_sessions(&self) {
+        let Some(child) = &self.child else { return };
+        let server = child.id() as i32;
+        for p in family(server).into_iter().filter(|p| *p != server) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// Release when the control connection was cut but the server stays up: the helper must
+/// reconnect to remove its lock.
+fn release_after_the_control_connection_was_cut(srv: &mut DebianFtp) {
+    use crate::support::*;
+    let sb = crate::ftp::sandbox(srv);
+    let mut a = sb.hold(["-v", "p"]);
+    a.ok();
+    assert!(srv.path("locks/p").is_dir());
+    srv.cut_sessions();
+    a.close_stdout();
+    assert_eq!(
+        code(a.wait_exit(Duration::from_secs(20))),
+        0,
+        "{}",
+        a.stderr_text()
+    );
+    assert!(
+        !srv.path("locks/p").exists(),
+        "the lock outlived its release"
+    );
+    let o = sb.output(["--wait", "0", "run", "p", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+}
+
 /// `pid`, its descendants, and everything in its process group.
 fn family(pid: i32) -> Vec<i32> {
     let procs: Vec<(i32, i32, i32)> = std::fs::read_dir("/proc")
@@ -529,6 +567,14 @@ mod pure_ftpd {
     crate::ftp::every_server!(DebianFtp::start(Server::PureFtpd));
 
     #[test]
+    fn release_after_the_control_connection_was_cut() {
+        let Some(mut srv) = DebianFtp::start(Server::PureFtpd) else {
+            return;
+        };
+        super::release_after_the_control_connection_was_cut(&mut srv);
+    }
+
+    #[test]
     fn ftps_explicit_verifies_the_certificate() {
         crate::ftp::ftps_explicit_verifies_the_certificate_on(|leaf, key| {
             DebianFtp::start_tls(Server::PureFtpd, leaf, key)
@@ -540,6 +586,14 @@ mod vsftpd {
     use super::{DebianFtp, Server};
     crate::ftp::every_server!(DebianFtp::start(Server::Vsftpd));
     crate::ftp::ftp_suite!(DebianFtp::start_idle(Server::Vsftpd, 1); a_hold_outlives_the_server_idle_timeout);
+
+    #[test]
+    fn release_after_the_control_connection_was_cut() {
+        let Some(mut srv) = DebianFtp::start(Server::Vsftpd) else {
+            return;
+        };
+        super::release_after_the_control_connection_was_cut(&mut srv);
+    }
 
     #[test]
     fn ftps_explicit_verifies_the_certificate() {

@@ -247,11 +247,8 @@ impl Link {
         let mut holder = rec.as_ref().map(Record::holder).unwrap_or_default();
         match &rec {
             Some(rec) if rec.same_host() => {
-                if crate::host::alive(rec.pid, rec.start) {
-                    self.wake.watch_holder(rec.pid);
-                    if crate::host::alive(rec.pid, rec.start) {
-                        return Ok(Some(vec![holder]));
-                    }
+                if self.wake.holder_alive(rec.pid, rec.start) {
+                    return Ok(Some(vec![holder]));
                 }
                 info!(
                     "breaking lock {} of dead holder {holder} (same host: proof of death)",

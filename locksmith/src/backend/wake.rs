@@ -43,11 +43,21 @@ impl Wakeups {
 
     /// Watches the holder `pid` (same host) for its death. The caller re-checks liveness
     /// afterwards: the pid may have died and been reused before the pidfd existed.
-    pub fn watch_holder(&mut self, pid: i32) {
+    fn watch_holder(&mut self, pid: i32) {
         if self.holder.as_ref().is_some_and(|(p, _)| *p == pid) {
             return;
         }
         self.holder = sys::pidfd_open(pid).ok().map(|fd| (pid, fd));
+    }
+
+    /// Proof of death for a same-host holder, watching it while it lives: alive → watched
+    /// and re-checked (the pid may have died and been reused before the pidfd existed).
+    pub fn holder_alive(&mut self, pid: i32, start: u64) -> bool {
+        if !crate::host::alive(pid, start) {
+            return false;
+        }
+        self.watch_holder(pid);
+        crate::host::alive(pid, start)
     }
 
     pub fn forget_holder(&mut self) {

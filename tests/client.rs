@@ -44,7 +44,7 @@ fn lock_then_unlock_returns_once_the_lock_is_gone() {
 #[test]
 fn try_lock_is_none_when_busy() {
     let sb = Sandbox::standard();
-    for p in ["f", "m", "l"] {
+    for p in LOCAL {
         let held = builder(&sb, p).lock().unwrap();
         assert!(builder(&sb, p).try_lock().unwrap().is_none(), "{p}");
         let e = builder(&sb, p)

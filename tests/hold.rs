@@ -68,7 +68,7 @@ fn handoff(sb: &Sandbox, profile: &str, release: impl FnOnce(&mut Held)) -> Dura
 #[test]
 fn release_after_pipe_close() {
     let sb = Sandbox::standard();
-    for p in ["f", "m", "l"] {
+    for p in LOCAL {
         let took = handoff(&sb, p, |a| a.close_stdout());
         assert!(took < AT_ONCE, "{p}: handoff took {took:?}");
     }
@@ -85,6 +85,8 @@ fn release_on_sigterm_sigint_sighup() {
         ("f", 1),
         ("l", 15),
         ("l", 1),
+        ("s", 15),
+        ("s", 2),
     ] {
         let took = handoff(&sb, p, |a| a.signal(sig));
         assert!(took < AT_ONCE, "{p} signal {sig}: handoff took {took:?}");
@@ -94,7 +96,7 @@ fn release_on_sigterm_sigint_sighup() {
 #[test]
 fn release_after_parent_sigkill() {
     let sb = Sandbox::standard();
-    for p in ["f", "m", "l"] {
+    for p in LOCAL {
         let parent = perl_parent(&sb, p, false);
         parent.ok();
         let mut b = sb.spawn_hold(["--wait", "20s", p]);
@@ -111,7 +113,7 @@ fn release_after_parent_sigkill() {
 #[test]
 fn release_after_parent_sigkill_while_grandchild_holds_pipe() {
     let sb = Sandbox::standard();
-    for p in ["f", "m", "l"] {
+    for p in LOCAL {
         let mut parent = perl_parent(&sb, p, true);
         parent.ok();
         let gc_line = parent.read_line(T).expect("grandchild line");
@@ -137,7 +139,7 @@ fn release_after_parent_sigkill_while_grandchild_holds_pipe() {
 #[test]
 fn watch_stdin_releases_on_eof_and_is_off_by_default() {
     let sb = Sandbox::standard();
-    for p in ["f", "m", "l"] {
+    for p in LOCAL {
         // Default: the parent's stdin reaching EOF decides nothing.
         let mut c = sb.cmd([p]);
         c.stdin(std::process::Stdio::piped())
@@ -191,7 +193,7 @@ fn seed_style_perl_parent() {
         close(L);
         printf "closed status=%d ms=%.1f\n", $?, (time - $t0) * 1000;
     "#;
-    for p in ["f", "m", "l"] {
+    for p in LOCAL {
         let cmd = format!("{} --profiles {} {p}", bin(), sb.profiles.display());
         let o = std::process::Command::new("perl")
             .arg("-e")

@@ -9,11 +9,12 @@ const T: Duration = Duration::from_secs(10);
 #[test]
 fn status_free_and_held_text_and_json() {
     let sb = Sandbox::standard();
-    for p in ["f", "m", "l"] {
+    for p in LOCAL {
         let backend = match p {
             "f" => "flock",
             "m" => "mkdir",
-            _ => "link",
+            "l" => "link",
+            _ => "symlink",
         };
         let o = sb.output(["status", p]);
         assert_eq!(code(o.status), 0);
@@ -130,6 +131,6 @@ fn profiles_lists_names_and_backends() {
     assert_eq!(code(o.status), 0);
     assert_eq!(
         stdout(&o),
-        "f\tflock\nfast\tmkdir\nl\tlink\nlfast\tlink\nm\tmkdir\n"
+        "f\tflock\nfast\tmkdir\nl\tlink\nlfast\tlink\nm\tmkdir\ns\tsymlink\nsfast\tsymlink\n"
     );
 }

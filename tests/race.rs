@@ -73,7 +73,7 @@ fn counter_race_is_exact_under_every_local_backend() {
         count < PROCS * INCREMENTS || overlaps > 0,
         "the harness shows no race without a lock (count {count}, overlaps {overlaps}): it would prove nothing"
     );
-    for p in ["f", "m", "l"] {
+    for p in LOCAL {
         let (count, overlaps) = race(&sb, Some(p));
         assert_eq!(overlaps, 0, "{p}: two holders at once");
         assert_eq!(count, PROCS * INCREMENTS, "{p}: lost updates");

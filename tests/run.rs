@@ -11,7 +11,7 @@ const T: Duration = Duration::from_secs(10);
 #[test]
 fn exit_status_and_stdout_belong_to_cmd() {
     let sb = Sandbox::standard();
-    for p in ["f", "m", "l"] {
+    for p in LOCAL {
         let o = sb.output(["run", p, "--", "sh", "-c", "echo hi; exit 7"]);
         assert_eq!(code(o.status), 7, "{p}");
         assert_eq!(stdout(&o), "hi\n", "{p}: stdout is CMD's alone");
@@ -53,7 +53,7 @@ fn cmd_sees_its_profile() {
 #[test]
 fn busy_exits_75_or_the_conflict_code_without_running_cmd() {
     let sb = Sandbox::standard();
-    for p in ["f", "m", "l"] {
+    for p in LOCAL {
         let h = sb.hold([p]);
         h.ok();
         let marker = sb.join("ran");
@@ -75,7 +75,7 @@ fn busy_exits_75_or_the_conflict_code_without_running_cmd() {
 #[test]
 fn signals_are_forwarded_to_cmd() {
     let sb = Sandbox::standard();
-    for p in ["f", "m", "l"] {
+    for p in LOCAL {
         let mut c = sb.cmd([
             "run",
             p,

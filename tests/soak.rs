@@ -39,6 +39,11 @@ fn random_kill9_never_double_holds_and_tokens_increase_link() {
     soak("lfast");
 }
 
+#[test]
+fn random_kill9_never_double_holds_and_tokens_increase_symlink() {
+    soak("sfast");
+}
+
 fn soak(profile: &str) {
     let sb = Sandbox::standard();
     let d = sb.path().join("soak");

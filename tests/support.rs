@@ -17,6 +17,9 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_locksmith")
 }
 
+/// The local backends' profiles in [`Sandbox::standard`]: flock, mkdir, link, symlink.
+pub const LOCAL: [&str; 4] = ["f", "m", "l", "s"];
+
 /// A private directory with a profiles file in it.
 pub struct Sandbox {
     pub dir: tempfile::TempDir,
@@ -36,8 +39,8 @@ impl Sandbox {
         s
     }
 
-    /// The usual set: `f` (flock), `m` (mkdir), `l` (link), plus `fast` (mkdir with a short
-    /// stale_after).
+    /// The usual set: `f` (flock), `m` (mkdir), `l` (link), `s` (symlink), plus `fast`,
+    /// `lfast`, `sfast` (mkdir, link, symlink with a short stale_after).
     pub fn standard() -> Sandbox {
         Sandbox::new(
             r#"
@@ -53,6 +56,10 @@ path = "{dir}/m.lock"
 backend = "link"
 path = "{dir}/l.lock"
 
+[profile.s]
+backend = "symlink"
+path = "{dir}/s.lock"
+
 [profile.fast]
 backend = "mkdir"
 path = "{dir}/fast.lock"
@@ -64,6 +71,14 @@ stale_after = "1500ms"
 [profile.lfast]
 backend = "link"
 path = "{dir}/lfast.lock"
+poll = "20ms"
+max_poll = "100ms"
+keepalive = "200ms"
+stale_after = "1500ms"
+
+[profile.sfast]
+backend = "symlink"
+path = "{dir}/sfast.lock"
 poll = "20ms"
 max_poll = "100ms"
 keepalive = "200ms"

@@ -26,6 +26,11 @@ fn link_tokens_increase_and_crashes_are_reported() {
     tokens_increase_and_crashes_are_reported("l");
 }
 
+#[test]
+fn symlink_tokens_increase_and_crashes_are_reported() {
+    tokens_increase_and_crashes_are_reported("s");
+}
+
 /// flock: the kernel frees a killed holder's lock at once; the state beside the file still
 /// tells the next holder that the previous one did not release cleanly.
 #[test]

@@ -14,7 +14,7 @@ const T: Duration = Duration::from_secs(10);
 #[test]
 fn wait_zero_names_the_holder() {
     let sb = Sandbox::standard();
-    for p in ["f", "m", "l"] {
+    for p in LOCAL {
         let h = sb.hold([p]);
         h.ok();
         let o = sb.output(["--wait", "0", p]);
@@ -40,7 +40,7 @@ fn wait_zero_names_the_holder() {
 #[test]
 fn wait_duration_gives_up_in_bounds() {
     let sb = Sandbox::standard();
-    for p in ["f", "m", "l"] {
+    for p in LOCAL {
         let h = sb.hold([p]);
         h.ok();
         let t0 = Instant::now();
@@ -78,7 +78,7 @@ fn quiet_waiter_says_nothing() {
 #[test]
 fn waiter_stops_when_its_pipe_closes() {
     let sb = Sandbox::standard();
-    for p in ["f", "m", "l"] {
+    for p in LOCAL {
         let h = sb.hold([p]);
         h.ok();
         let mut w = sb.spawn_hold(["--wait", "60s", p]);
@@ -100,7 +100,7 @@ fn waiter_stops_when_its_pipe_closes() {
 fn waiter_stops_when_its_parent_dies() {
     nix::sys::prctl::set_child_subreaper(true).unwrap();
     let sb = Sandbox::standard();
-    for p in ["f", "m", "l"] {
+    for p in LOCAL {
         let mut h = sb.hold([p]);
         h.ok();
         let script = r#"

@@ -148,6 +148,7 @@ pub enum BackendConfig {
     Flock(FsConfig),
     Mkdir(FsConfig),
     Link(FsConfig),
+    Symlink(FsConfig),
     Ftp(FtpConfig),
 }
 
@@ -157,13 +158,14 @@ impl BackendConfig {
             BackendConfig::Flock(_) => "flock",
             BackendConfig::Mkdir(_) => "mkdir",
             BackendConfig::Link(_) => "link",
+            BackendConfig::Symlink(_) => "symlink",
             BackendConfig::Ftp(_) => "ftp",
         }
     }
 
     /// Whether the backend can take a shared (reader) lock.
     pub fn supports_shared(&self) -> bool {
-        matches!(self, BackendConfig::Flock(_))
+        matches!(self, BackendConfig::Flock(_) | BackendConfig::Symlink(_))
     }
 }
 
@@ -343,15 +345,16 @@ impl ProfilesFile {
             "flock" => BackendConfig::Flock(self.fs_config(&mut f, false)?),
             "mkdir" => BackendConfig::Mkdir(self.fs_config(&mut f, true)?),
             "link" => BackendConfig::Link(self.fs_config(&mut f, true)?),
+            "symlink" => BackendConfig::Symlink(self.fs_config(&mut f, true)?),
             "ftp" => BackendConfig::Ftp(self.ftp_config(&mut f)?),
-            "symlink" | "etcd" | "postgres" => {
+            "etcd" | "postgres" => {
                 return Err(f.error(&format!(
                     "backend `{backend_name}` is not built into this version of locksmith yet"
                 )));
             }
             other => {
                 return Err(f.error(&format!(
-                    "unknown backend `{other}` (known: flock, mkdir, link, ftp)"
+                    "unknown backend `{other}` (known: flock, mkdir, link, symlink, ftp)"
                 )));
             }
         };

@@ -11,6 +11,7 @@ pub mod ftp;
 pub mod link;
 pub mod mkdir;
 pub mod owner;
+pub mod symlink;
 pub mod wake;
 
 use std::fmt;
@@ -166,6 +167,7 @@ pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
         BackendConfig::Mkdir(cfg) => Box::new(mkdir::Mkdir::new(cfg.clone(), profile)),
         BackendConfig::Ftp(cfg) => Box::new(ftp::Ftp::new(cfg.clone(), profile)),
         BackendConfig::Link(cfg) => Box::new(link::Link::new(cfg.clone(), profile)),
+        BackendConfig::Symlink(cfg) => Box::new(symlink::Symlink::new(cfg.clone(), profile)),
     })
 }
 

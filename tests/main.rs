@@ -17,6 +17,8 @@ mod race;
 mod crash;
 // Bad input: one ERROR line, the SPEC's exit code, nothing left behind.
 mod bad_input;
+// Shared locks: readers overlap, writers exclude and are not starved, seed 004's race.
+mod shared;
 // Fencing tokens and prev=crashed.
 mod tokens;
 // Fault injection: random kill -9 while many workers contend.

@@ -10,6 +10,14 @@
 //! waiter still stops at once when its parent dies. If the process exits in the instant the
 //! kernel granted the lock, closing the descriptors releases it.
 //!
+//! Writer preference: flock(2) lets a stream of `LOCK_SH` holders starve a `LOCK_EX` waiter,
+//! so locksmith users also pass a gate beside the file (`.NAME.gate`, never unlinked either):
+//! a waiting writer holds the gate `LOCK_EX` while it waits for the lock; readers take the gate
+//! `LOCK_SH` only for the moment of taking their lock, so new readers queue behind a waiting
+//! writer while the readers inside drain. flock(1) users on the same file do not pass the gate
+//! (they are neither slowed nor preferred); where the gate cannot be created (a directory we
+//! may not write), there is no preference.
+//!
 //! Fencing tokens and `prev=crashed` come from a state record beside the file
 //! (`.NAME.state`, see `docs/LAYOUT.md`), written only while holding `LOCK_EX`.
 //!
@@ -43,12 +51,15 @@ pub struct Flock {
     cfg: FsConfig,
     mode: Mode,
     file: Option<File>,
+    /// The writer-preference gate; `None` where it cannot be opened.
+    gate: Option<Option<File>>,
     waiter: Option<Waiter>,
     /// The fencing token of our exclusive acquisition, to mark its clean release.
     token: Option<u64>,
 }
 
-/// A thread blocked in flock(2) on a duplicate descriptor; it writes one byte when done.
+/// A thread blocked in flock(2) on a duplicate descriptor; it writes one byte when done:
+/// `1` holding, `0` failed.
 struct Waiter {
     rx: UnixStream,
     thread: JoinHandle<()>,
@@ -60,6 +71,7 @@ impl Flock {
             cfg,
             mode,
             file: None,
+            gate: None,
             waiter: None,
             token: None,
         }
@@ -156,6 +168,39 @@ impl Flock {
         Ok(self.file.as_ref().expect("opened above"))
     }
 
+    /// The gate beside the lock file (opened once; `None` if it cannot be).
+    fn gate(&mut self) -> Option<&File> {
+        if self.gate.is_none() {
+            let opened = (|| {
+                let mut name = OsString::from(".");
+                name.push(self.cfg.path.file_name()?);
+                name.push(".gate");
+                let path = self.cfg.path.parent()?.join(name);
+                let mode = FileMode::from_bits_truncate(self.cfg.file_mode.unwrap_or(0o666));
+                let flags = OFlag::O_RDONLY
+                    | OFlag::O_CREAT
+                    | OFlag::O_NOFOLLOW
+                    | OFlag::O_CLOEXEC
+                    | OFlag::O_NOCTTY;
+                match open(&path, flags, mode) {
+                    Ok(fd) => {
+                        let file = File::from(fd);
+                        if let Ok(md) = file.metadata() {
+                            self.fix_owner(&file, &md);
+                        }
+                        Some(file)
+                    }
+                    Err(e) => {
+                        debug!("no writer preference: cannot open {}: {e}", path.display());
+                        None
+                    }
+                }
+            })();
+            self.gate = Some(opened);
+        }
+        self.gate.as_ref().and_then(Option::as_ref)
+    }
+
     /// Applies `file_mode` and `group` to a file we own (best effort: a file made by
     /// another user keeps its mode).
     fn fix_owner(&self, file: &File, md: &fs::Metadata) {
@@ -188,14 +233,42 @@ impl Backend for Flock {
     }
 
     fn try_acquire(&mut self) -> Result<Attempt> {
+        if let Some(w) = &self.waiter {
+            // The waiter thread decides; it answers with one byte.
+            let mut buf = [0u8; 1];
+            match std::io::Read::read(&mut &w.rx, &mut buf) {
+                Ok(1) => {
+                    let w = self.waiter.take().expect("checked above");
+                    let _ = w.thread.join();
+                    if buf[0] == b'1' {
+                        return Ok(Attempt::Acquired(self.grant()));
+                    }
+                    // It failed: try directly below, which reports the error.
+                }
+                _ => return Ok(Attempt::Busy(self.holders())),
+            }
+        }
         let shared = self.mode == Mode::Shared;
         let path = self.cfg.path.clone();
-        let file = self.file()?;
+        self.file()?;
+        // Readers pass the gate (a waiting writer holds it); writers trying go straight in.
+        let gate = if shared { self.gate() } else { None };
+        if let Some(g) = gate {
+            match g.try_lock_shared() {
+                Ok(()) => {}
+                Err(TryLockError::WouldBlock) => return Ok(Attempt::Busy(self.holders())),
+                Err(TryLockError::Error(e)) => return Err(Error::path("flock", &path, e)),
+            }
+        }
+        let file = self.file.as_ref().expect("opened above");
         let r = if shared {
             file.try_lock_shared()
         } else {
             file.try_lock()
         };
+        if let Some(Some(g)) = &self.gate {
+            let _ = g.unlock();
+        }
         match r {
             Ok(()) => Ok(Attempt::Acquired(self.grant())),
             Err(TryLockError::WouldBlock) => Ok(Attempt::Busy(self.holders())),
@@ -204,14 +277,9 @@ impl Backend for Flock {
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
-        if let Some(w) = &self.waiter {
-            if !w.thread.is_finished() {
-                return Ok(WaitHint { poll: false });
-            }
-            // It finished (granted, or failed): drain its byte before starting anew.
-            let mut buf = [0u8; 8];
-            let _ = std::io::Read::read(&mut &w.rx, &mut buf);
-            self.waiter = None;
+        if self.waiter.is_some() {
+            // Still blocked (its answer is read by the next try).
+            return Ok(WaitHint { poll: false });
         }
         let shared = self.mode == Mode::Shared;
         let path = self.cfg.path.clone();
@@ -219,6 +287,7 @@ impl Backend for Flock {
             .file()?
             .try_clone()
             .map_err(|e| Error::path("cannot duplicate descriptor of", &path, e))?;
+        let gate = self.gate().and_then(|g| g.try_clone().ok());
         let (rx, mut tx) = UnixStream::pair().map_err(|e| Error::io("socketpair", e))?;
         rx.set_nonblocking(true)
             .map_err(|e| Error::io("socketpair", e))?;
@@ -227,13 +296,22 @@ impl Backend for Flock {
             .stack_size(64 * 1024)
             .spawn(move || {
                 // Same open file description as the main descriptor: when this returns Ok
-                // the main descriptor holds the lock too.
-                let _ = if shared {
-                    dup.lock_shared()
-                } else {
-                    dup.lock()
-                };
-                let _ = tx.write_all(b"!");
+                // the main descriptor holds the lock too. A writer holds the gate while it
+                // waits (new readers queue behind it); a reader only passes through it.
+                let r = (|| {
+                    if let Some(g) = &gate {
+                        if shared { g.lock_shared() } else { g.lock() }?;
+                    }
+                    if shared {
+                        dup.lock_shared()
+                    } else {
+                        dup.lock()
+                    }
+                })();
+                if let Some(g) = &gate {
+                    let _ = g.unlock();
+                }
+                let _ = tx.write_all(if r.is_ok() { b"1" } else { b"0" });
             })
             .map_err(|e| Error::io("cannot start the flock waiter thread", e))?;
         self.waiter = Some(Waiter { rx, thread });

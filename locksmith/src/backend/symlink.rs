@@ -98,9 +98,10 @@ pub struct Symlink {
     observed: HashMap<OsString, (Seen, Instant)>,
     wake: Wakeups,
     prev_crashed: bool,
-    /// A debug switch for the seed-004 race test: skip the confirming `readlink` after
-    /// joining a group (the bug the seed describes). Never set outside that test.
-    unsafe_join: bool,
+    /// A debug switch for the seed-004 race test: seed 004's first shared scheme, one
+    /// well-known group name that joiners (re)create with `mkdir` — the race the seed
+    /// describes. Never set outside that test.
+    seed_scheme: bool,
 }
 
 /// What we hold.
@@ -166,7 +167,7 @@ impl Symlink {
             observed: HashMap::new(),
             wake: Wakeups::default(),
             prev_crashed: false,
-            unsafe_join: std::env::var_os("LOCKSMITH_SYMLINK_UNSAFE_JOIN")
+            seed_scheme: std::env::var_os("LOCKSMITH_SYMLINK_SEED_SCHEME")
                 .is_some_and(|v| v == "1"),
         }
     }
@@ -741,14 +742,23 @@ impl Symlink {
         match self.target()? {
             Target::Missing => {
                 let mut g = self.group_prefix();
-                g.push(&rec.nonce);
+                g.push(if self.seed_scheme { "seed" } else { &rec.nonce });
+                let seed_scheme = self.seed_scheme;
                 let mode = self.dir_mode();
                 let group = self.cfg.group;
                 let path = self.cfg.path.clone();
                 let parent = self.parent_fd()?;
-                mkdirat(parent, g.as_os_str(), mode).map_err(|e| {
-                    Error::path("cannot create shared group beside", &path, e.into())
-                })?;
+                match mkdirat(parent, g.as_os_str(), mode) {
+                    Ok(()) => {}
+                    Err(Errno::EEXIST) if seed_scheme => {}
+                    Err(e) => {
+                        return Err(Error::path(
+                            "cannot create shared group beside",
+                            &path,
+                            e.into(),
+                        ));
+                    }
+                }
                 if let Some(gid) = group {
                     let _ = nix::unistd::fchownat(
                         parent,
@@ -789,10 +799,16 @@ impl Symlink {
                 }
             }
             Target::Group(g, seen) => {
+                if self.seed_scheme {
+                    let mode = self.dir_mode();
+                    let _ = mkdirat(self.parent_fd()?, g.as_os_str(), mode);
+                }
                 let entry = Path::new(&g).join(&reg);
                 match self.make_link(&text, &entry) {
-                    // The group is gone: its last reader left. Look again.
-                    Err(Errno::ENOENT) => return Ok(None),
+                    // The group is gone: its last reader is leaving (or died leaving).
+                    Err(Errno::ENOENT) => {
+                        return Ok(self.judge_group(&g, seen)?.map(Attempt::Busy));
+                    }
                     Err(e) => return Err(self.io("cannot join shared lock", e)),
                     Ok(false) => return Ok(None),
                     Ok(true) => {}
@@ -801,8 +817,7 @@ impl Symlink {
                 // our readlink and our registration, and a writer may hold NAME now. Only
                 // if NAME still names G do we hold it.
                 let name = self.name.clone();
-                let still = self.unsafe_join
-                    || matches!(readlinkat(self.parent_fd()?, name.as_os_str()), Ok(t) if t.as_bytes() == g.as_bytes());
+                let still = matches!(readlinkat(self.parent_fd()?, name.as_os_str()), Ok(t) if t.as_bytes() == g.as_bytes());
                 if still {
                     return Ok(Some(self.finish_shared(g, entry)));
                 }
@@ -813,7 +828,6 @@ impl Symlink {
                 );
                 // We may have kept an emptied group alive for a moment: leave it properly.
                 self.leave_group(&g)?;
-                let _ = seen;
                 Ok(None)
             }
             Target::Exclusive(parsed, t, seen) => {

@@ -327,3 +327,132 @@ fn killed_readers_and_waiting_writers_leave_nothing_behind() {
             .all(|n| !n.starts_with(".s.lock.w.") && !n.starts_with(".s.lock.s."))
     });
 }
+
+/// Is pid $1 gone (or a zombie)? A killed holder's command gets 100 ms to finish dying (its
+/// parent-death SIGKILL is in flight when the lock becomes breakable).
+const DEAD: &str = r#"
+dead() { [ ! -e /proc/$1 ] || [ "$(cut -d' ' -f3 /proc/$1/stat 2>/dev/null)" = Z ]; }
+gone() { i=0; while ! dead "$1" && [ $i -lt 50 ]; do sleep 0.002; i=$((i+1)); done; dead "$1"; }
+"#;
+
+const KILL_READER: &str = r#"
+: > "$D/r.$$"
+p=$(cat "$D/w" 2>/dev/null)
+if [ -n "$p" ] && ! gone "$p"; then echo "reader $$ beside writer $p" >> "$D/violations"; fi
+i=0; while [ $i -lt 40 ]; do i=$((i+1)); done
+rm -f "$D/r.$$"
+"#;
+
+const KILL_WRITER: &str = r#"
+if ! (set -C; echo $$ > "$D/w") 2>/dev/null; then
+  p=$(cat "$D/w" 2>/dev/null)
+  if [ -n "$p" ] && ! gone "$p"; then echo "writer $$ beside writer $p" >> "$D/violations"; fi
+  echo $$ > "$D/w"
+fi
+for f in "$D"/r.*; do
+  [ -e "$f" ] || continue
+  p=${f##*/r.}
+  if gone "$p"; then rm -f "$f"; else echo "writer $$ beside reader $p" >> "$D/violations"; fi
+done
+echo "$LOCKSMITH_TOKEN" >> "$D/tokens"
+i=0; while [ $i -lt 40 ]; do i=$((i+1)); done
+rm -f "$D/w"
+"#;
+
+/// Readers and writers in a loop while a killer SIGKILLs random locksmiths (waiting, holding,
+/// releasing): never a writer beside anyone alive, writer tokens strictly increasing, and
+/// the lock recoverable afterwards.
+fn kill9_soak(p: &str) {
+    use std::sync::Mutex;
+    let sb = Sandbox::standard();
+    let d = sb.path().join("soak");
+    fs::create_dir(&d).unwrap();
+    let live: Arc<Mutex<Vec<i32>>> = Arc::default();
+    let done = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for i in 0..6 {
+        let shared = i < 4;
+        let script = format!("{DEAD}{}", if shared { KILL_READER } else { KILL_WRITER });
+        let mut args = vec!["-q", "--wait", "60s"];
+        if shared {
+            args.push("--shared");
+        }
+        args.extend(["run", p, "--", "sh", "-c", &script]);
+        let mut c = sb.cmd(&args);
+        c.env("D", &d).stdout(Stdio::null()).stderr(Stdio::piped());
+        let live = live.clone();
+        workers.push(std::thread::spawn(move || {
+            for _ in 0..100 {
+                let child = c.spawn().unwrap();
+                let pid = child.id() as i32;
+                live.lock().unwrap().push(pid);
+                let out = child.wait_with_output().unwrap();
+                live.lock().unwrap().retain(|x| *x != pid);
+                assert!(
+                    matches!(code(out.status), 0 | 137),
+                    "unexpected exit {}: {}",
+                    code(out.status),
+                    stderr(&out)
+                );
+            }
+        }));
+    }
+    let killer = {
+        let (live, done) = (live.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut kills = 0;
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(5 + fastrand::u64(..40)));
+                let victim = {
+                    let l = live.lock().unwrap();
+                    (!l.is_empty()).then(|| l[fastrand::usize(..l.len())])
+                };
+                if let Some(pid) = victim {
+                    kill9(pid);
+                    kills += 1;
+                }
+            }
+            kills
+        })
+    };
+    for w in workers {
+        w.join().unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    let kills = killer.join().unwrap();
+    let violations = fs::read_to_string(d.join("violations")).unwrap_or_default();
+    assert!(violations.is_empty(), "{p}:\n{violations}");
+    let tokens: Vec<u64> = fs::read_to_string(d.join("tokens"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert!(
+        tokens.len() > 20,
+        "{p}: few writes got through: {}",
+        tokens.len()
+    );
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "{p}: tokens not strictly increasing: {tokens:?}"
+    );
+    assert!(kills > 10, "the killer hardly killed anything ({kills})");
+    eprintln!("{p}: {kills} kills, {} writes", tokens.len());
+    // Whatever the last kill left, a writer and then a reader get in.
+    for args in [vec!["--wait", "10s"], vec!["--wait", "10s", "--shared"]] {
+        let mut a = args.clone();
+        a.extend(["run", p, "--", "true"]);
+        let o = sb.output(&a);
+        assert_eq!(code(o.status), 0, "{p}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn kill9_soak_shared_flock() {
+    kill9_soak("f");
+}
+
+#[test]
+fn kill9_soak_shared_symlink() {
+    kill9_soak("sfast");
+}

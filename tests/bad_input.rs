@@ -195,7 +195,7 @@ fn no_write_permission_is_denied() {
 /// lock); a symlink planted at the lock path is never followed.
 #[test]
 fn unsafe_lock_directory_and_planted_symlink() {
-    for backend in ["flock", "mkdir"] {
+    for backend in ["flock", "mkdir", "link", "symlink"] {
         let sb = Sandbox::new("");
         let open = sb.join("open");
         fs::create_dir(&open).unwrap();

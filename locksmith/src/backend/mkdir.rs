@@ -164,6 +164,7 @@ impl Mkdir {
                 )
             })?;
             check_dir_mode(st.st_mode, &self.parent)?;
+            super::nfs::check(fd.as_fd(), &self.parent, self.stale_after, self.cfg.local)?;
             self.parent_fd = Some(fd);
         }
         Ok(self.parent_fd.as_ref().expect("opened above").as_fd())

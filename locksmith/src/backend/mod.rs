@@ -10,6 +10,7 @@ pub mod flock;
 pub mod ftp;
 pub mod link;
 pub mod mkdir;
+pub mod nfs;
 pub mod owner;
 pub mod symlink;
 pub mod wake;

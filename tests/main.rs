@@ -35,3 +35,5 @@ mod robustness;
 mod ftp;
 // The same suite against real Debian servers: pure-ftpd and an unpacked vsftpd.
 mod ftp_debian;
+// backend = "postgres" against a throwaway PostgreSQL cluster.
+mod postgres;

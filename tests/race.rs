@@ -7,8 +7,8 @@ use std::process::Command;
 
 use crate::support::*;
 
-const PROCS: usize = 4;
-const INCREMENTS: usize = 200;
+pub const PROCS: usize = 4;
+pub const INCREMENTS: usize = 200;
 
 /// Read, widen the window, write back; `set -C` makes `>` use O_EXCL for the marker.
 const CRITICAL: &str = r#"
@@ -25,7 +25,7 @@ fn race(sb: &Sandbox, profile: Option<&str>) -> (usize, usize) {
     race_env(sb, profile, &[])
 }
 
-fn race_env(sb: &Sandbox, profile: Option<&str>, env: &[(&str, &str)]) -> (usize, usize) {
+pub fn race_env(sb: &Sandbox, profile: Option<&str>, env: &[(&str, &str)]) -> (usize, usize) {
     let d = sb.path().join("race");
     let _ = fs::remove_dir_all(&d);
     fs::create_dir(&d).unwrap();

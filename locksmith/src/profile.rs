@@ -150,6 +150,33 @@ pub enum BackendConfig {
     Link(FsConfig),
     Symlink(FsConfig),
     Ftp(FtpConfig),
+    Postgres(PgConfig),
+}
+
+/// Settings of the `postgres` backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PgConfig {
+    /// A `postgresql://` URL (or key=value string); `None`: the separate keys below.
+    pub url: Option<Hidden>,
+    pub host: String,
+    pub port: u16,
+    pub dbname: Option<String>,
+    pub user: Option<String>,
+    pub password: Password,
+    /// The lock's name, hashed to the 64-bit advisory key on the server.
+    pub lock: String,
+    /// Schema of the fencing-token table (an identifier, created on first use).
+    pub schema: String,
+}
+
+/// A string that may hold a secret (a connection URL with a password): never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Hidden(pub String);
+
+impl std::fmt::Debug for Hidden {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<hidden>")
+    }
 }
 
 impl BackendConfig {
@@ -160,12 +187,16 @@ impl BackendConfig {
             BackendConfig::Link(_) => "link",
             BackendConfig::Symlink(_) => "symlink",
             BackendConfig::Ftp(_) => "ftp",
+            BackendConfig::Postgres(_) => "postgres",
         }
     }
 
     /// Whether the backend can take a shared (reader) lock.
     pub fn supports_shared(&self) -> bool {
-        matches!(self, BackendConfig::Flock(_) | BackendConfig::Symlink(_))
+        matches!(
+            self,
+            BackendConfig::Flock(_) | BackendConfig::Symlink(_) | BackendConfig::Postgres(_)
+        )
     }
 }
 
@@ -347,6 +378,9 @@ impl ProfilesFile {
             "link" => BackendConfig::Link(self.fs_config(&mut f, true)?),
             "symlink" => BackendConfig::Symlink(self.fs_config(&mut f, true)?),
             "ftp" => BackendConfig::Ftp(self.ftp_config(&mut f)?),
+            "postgres" if cfg!(feature = "postgres") => {
+                BackendConfig::Postgres(self.pg_config(&mut f, name)?)
+            }
             "etcd" | "postgres" => {
                 return Err(f.error(&format!(
                     "backend `{backend_name}` is not built into this version of locksmith yet"
@@ -354,7 +388,7 @@ impl ProfilesFile {
             }
             other => {
                 return Err(f.error(&format!(
-                    "unknown backend `{other}` (known: flock, mkdir, link, symlink, ftp)"
+                    "unknown backend `{other}` (known: flock, mkdir, link, symlink, ftp, postgres)"
                 )));
             }
         };
@@ -497,6 +531,113 @@ impl ProfilesFile {
             tls,
             ca_file,
             path,
+        })
+    }
+
+    fn pg_config(&self, f: &mut Fields<'_>, profile: &str) -> Result<PgConfig> {
+        let url = f.string("url")?;
+        let host = f.string("host")?;
+        let port = match f.table.remove("port") {
+            None => None,
+            Some(Value::Integer(p)) if (1..=65535).contains(&p) => Some(p as u16),
+            Some(Value::Integer(p)) => {
+                return Err(f.error(&format!("`port` = {p} is not from 1 to 65535")));
+            }
+            Some(other) => {
+                return Err(f.error(&format!(
+                    "`port` must be an integer, not {}",
+                    other.type_str()
+                )));
+            }
+        };
+        let dbname = f.string("dbname")?;
+        let user = f.string("user")?;
+        let mut sources = Vec::new();
+        if let Some(p) = f.string("password")? {
+            sources.push(Password::Inline(p));
+        }
+        if let Some(v) = f.string("password_env")? {
+            sources.push(Password::Env(v));
+        }
+        if let Some(p) = f.string("password_file")? {
+            sources.push(Password::File(self.dir.join(p)));
+        }
+        if sources.len() > 1 {
+            return Err(f.error("give only one of `password`, `password_env` and `password_file`"));
+        }
+        let password = sources.pop().unwrap_or(Password::None);
+        if let Password::File(p) = &password
+            && p.exists()
+        {
+            check_secret_file(p)?;
+        }
+        match f.string("sslmode")?.as_deref() {
+            None | Some("disable") => {}
+            Some(m @ ("prefer" | "require" | "verify-ca" | "verify-full")) => {
+                return Err(f.error(&format!(
+                    "`sslmode` = \"{m}\" is not built into this version of locksmith yet (only \"disable\"); use a trusted network or an SSH tunnel"
+                )));
+            }
+            Some(other) => {
+                return Err(f.error(&format!(
+                    "`sslmode` = \"{other}\" (expected disable, prefer, require, verify-ca or verify-full)"
+                )));
+            }
+        }
+        let lock = f.string("lock")?.unwrap_or_else(|| profile.to_string());
+        if lock.is_empty() {
+            return Err(f.error("`lock` is empty"));
+        }
+        let schema = f.string("schema")?.unwrap_or_else(|| "locksmith".into());
+        let ident = schema.len() <= 63
+            && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+            && schema
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !ident {
+            return Err(f.error(&format!(
+                "`schema` = {schema:?} must be a lower-case SQL identifier like \"locksmith\""
+            )));
+        }
+        let url = match (url, &host) {
+            (Some(_), Some(_)) => return Err(f.error("give either `url` or `host`, not both")),
+            (None, None) => return Err(f.error("missing required key `url` (or `host`)")),
+            (Some(u), None) => {
+                if port.is_some() || dbname.is_some() || user.is_some() {
+                    return Err(f.error(
+                        "with `url`, put port, dbname and user in the URL, not in separate keys",
+                    ));
+                }
+                #[cfg(feature = "postgres")]
+                let has_password =
+                    crate::backend::postgres::url_has_password(&u).map_err(|why| {
+                        f.error(&format!(
+                            "`url` is not a PostgreSQL connection string: {why}"
+                        ))
+                    })?;
+                #[cfg(not(feature = "postgres"))]
+                let has_password = true;
+                if has_password {
+                    check_secret_file(&self.path)?;
+                    if password != Password::None {
+                        return Err(f.error(
+                            "the `url` holds a password already; drop the other password key",
+                        ));
+                    }
+                }
+                Some(Hidden(u))
+            }
+            (None, Some(_)) => None,
+        };
+        Ok(PgConfig {
+            url,
+            host: host.unwrap_or_default(),
+            port: port.unwrap_or(5432),
+            dbname,
+            user,
+            password,
+            lock,
+            schema,
         })
     }
 

@@ -12,6 +12,8 @@ pub mod link;
 pub mod mkdir;
 pub mod nfs;
 pub mod owner;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod symlink;
 pub mod wake;
 
@@ -167,6 +169,10 @@ pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
         BackendConfig::Flock(cfg) => Box::new(flock::Flock::new(cfg.clone(), mode)),
         BackendConfig::Mkdir(cfg) => Box::new(mkdir::Mkdir::new(cfg.clone(), profile)),
         BackendConfig::Ftp(cfg) => Box::new(ftp::Ftp::new(cfg.clone(), profile)),
+        #[cfg(feature = "postgres")]
+        BackendConfig::Postgres(cfg) => Box::new(postgres::Postgres::new(cfg.clone(), profile)),
+        #[cfg(not(feature = "postgres"))]
+        BackendConfig::Postgres(_) => unreachable!("refused when the profile was read"),
         BackendConfig::Link(cfg) => Box::new(link::Link::new(cfg.clone(), profile)),
         BackendConfig::Symlink(cfg) => Box::new(symlink::Symlink::new(cfg.clone(), profile)),
     })

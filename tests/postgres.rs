@@ -1,0 +1,366 @@
+//! `backend = "postgres"` against a real, throwaway PostgreSQL cluster: `initdb` as the
+//! postgres user into a temp dir, `pg_ctl` on a free loopback port with a private socket
+//! directory. Outside CI an absent server is a visible SKIP; under `CI=true` it fails.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(10);
+
+pub struct Pg {
+    bin: PathBuf,
+    dir: PathBuf,
+    pub port: u16,
+}
+
+fn skip(why: &str) -> Option<Pg> {
+    assert!(
+        std::env::var("CI").is_err(),
+        "CI=true: {why} (.ci/run installs PostgreSQL)"
+    );
+    eprintln!("SKIP: {why}");
+    None
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+fn as_postgres(bin: &Path, tool: &str) -> Command {
+    let mut c = Command::new("runuser");
+    c.args(["-u", "postgres", "--"]).arg(bin.join(tool));
+    c.current_dir("/");
+    c
+}
+
+impl Pg {
+    /// A fresh cluster with role `locker` (password `lockpw`) owning database `app`.
+    pub fn start() -> Option<Pg> {
+        let Some(bin) = fs::read_dir("/usr/lib/postgresql").ok().and_then(|d| {
+            let mut v: Vec<PathBuf> = d
+                .filter_map(|e| Some(e.ok()?.path().join("bin")))
+                .filter(|p| p.join("initdb").is_file())
+                .collect();
+            v.sort();
+            v.pop()
+        }) else {
+            return skip("PostgreSQL server binaries not found under /usr/lib/postgresql");
+        };
+        if nix::unistd::User::from_name("postgres")
+            .ok()
+            .flatten()
+            .is_none()
+        {
+            return skip("no `postgres` user");
+        }
+        let out = Command::new("mktemp")
+            .args(["-d", "/tmp/locksmith-pg.XXXXXX"])
+            .output()
+            .unwrap();
+        let dir = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+        let st = Command::new("chown")
+            .arg("postgres:postgres")
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        fs::write(dir.join("pw"), "super\n").unwrap();
+        Command::new("chown")
+            .arg("postgres")
+            .arg(dir.join("pw"))
+            .status()
+            .unwrap();
+        let pg = Pg {
+            bin,
+            dir,
+            port: free_port(),
+        };
+        let data = pg.dir.join("data");
+        let o = as_postgres(&pg.bin, "initdb")
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "postgres", "-E", "UTF8", "--no-sync"])
+            .args(["--auth-local=trust", "--auth-host=scram-sha-256"])
+            .arg(format!("--pwfile={}", pg.dir.join("pw").display()))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "initdb: {}", stderr(&o));
+        let o = as_postgres(&pg.bin, "pg_ctl")
+            .arg("-D")
+            .arg(&data)
+            .arg("-l")
+            .arg(pg.dir.join("log"))
+            .arg("-w")
+            .arg("-o")
+            .arg(format!(
+                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+                pg.port,
+                pg.dir.display()
+            ))
+            .arg("start")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "pg_ctl start: {}", stderr(&o));
+        pg.sql_in("postgres", "CREATE ROLE locker LOGIN PASSWORD 'lockpw'");
+        pg.sql_in("postgres", "CREATE DATABASE app OWNER locker");
+        Some(pg)
+    }
+
+    /// Runs `q` as the superuser over the private socket; the output, unaligned.
+    pub fn sql_in(&self, db: &str, q: &str) -> String {
+        let o = as_postgres(&self.bin, "psql")
+            .arg("-h")
+            .arg(&self.dir)
+            .args(["-p", &self.port.to_string(), "-U", "postgres", "-d", db])
+            .args(["-v", "ON_ERROR_STOP=1", "-Atc", q])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "psql {q}: {}", stderr(&o));
+        stdout(&o)
+    }
+
+    pub fn sql(&self, q: &str) -> String {
+        self.sql_in("app", q)
+    }
+
+    /// A sandbox with profiles `pg` (exclusive), `pgfast` (200 ms keepalive) and `pgbad`
+    /// (wrong password), all on lock `pg`.
+    pub fn sandbox(&self) -> Sandbox {
+        let sb = Sandbox::new("");
+        fs::write(sb.join("pw"), "lockpw\n").unwrap();
+        fs::write(sb.join("badpw"), "nope\n").unwrap();
+        for f in ["pw", "badpw"] {
+            fs::set_permissions(sb.join(f), fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let common = format!(
+            "backend = \"postgres\"\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"app\"\nuser = \"locker\"\nlock = \"pg\"\n",
+            self.port
+        );
+        sb.write_profiles(&format!(
+            "[profile.pg]\n{common}password_file = \"pw\"\n\n\
+             [profile.pgfast]\n{common}password_file = \"pw\"\nkeepalive = \"200ms\"\nstale_after = \"3s\"\n\n\
+             [profile.pgbad]\n{common}password_file = \"badpw\"\n\n\
+             [profile.pgnodb]\n{}\n\
+             [profile.pgclosed]\nbackend = \"postgres\"\nurl = \"postgresql://locker@127.0.0.1:{}/app\"\npassword_file = \"pw\"\n",
+            common.replace("dbname = \"app\"", "dbname = \"nosuchdb\"") + "password_file = \"pw\"",
+            free_port()
+        ));
+        sb
+    }
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        let _ = as_postgres(&self.bin, "pg_ctl")
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "stop"])
+            .output();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn token_of(line: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("token="))
+        .unwrap_or_else(|| panic!("no token in {line:?}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn hold_busy_release_and_tokens() {
+    let Some(pg) = Pg::start() else { return };
+    let sb = pg.sandbox();
+    let a = sb.hold(["pg"]);
+    assert_eq!(a.ok(), "OK pg backend=postgres mode=exclusive token=1\n");
+    let o = sb.output(["--wait", "0", "pg"]);
+    assert_eq!(code(o.status), 75);
+    assert!(
+        stdout(&o).starts_with("ERROR busy: lock `pg` is held by host="),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains(&format!("pid={}", a.pid())),
+        "{}",
+        stdout(&o)
+    );
+    let o = sb.output(["status", "--json", "pg"]);
+    assert_eq!(code(o.status), 1);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["mode"], "exclusive");
+    assert_eq!(v["holders"][0]["pid"], a.pid());
+    assert_eq!(v["holders"][0]["ppid"], std::process::id());
+    assert_eq!(v["holders"][0]["token"], 1);
+    assert_eq!(v["holders"][0]["alive"], true);
+    // Pipe closed: released at once, cleanly.
+    let mut b = sb.spawn_hold(["--wait", "20s", "pg"]);
+    b.wait_stderr("waiting for lock", T);
+    let t0 = Instant::now();
+    drop(a);
+    let line = b.read_line(T).expect("the waiter got nothing");
+    assert_eq!(line, "OK pg backend=postgres mode=exclusive token=2\n");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    drop(b);
+    let o = sb.output([
+        "--wait",
+        "5s",
+        "run",
+        "pg",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKSMITH_TOKEN",
+    ]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o), "3\n");
+    // Nothing is left on the server: no session holds an advisory lock.
+    eventually(T, "no advisory locks left", || {
+        pg.sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == "0\n"
+    });
+}
+
+#[test]
+fn killed_locksmith_frees_at_once_with_prev_crashed() {
+    let Some(pg) = Pg::start() else { return };
+    let sb = pg.sandbox();
+    let a = sb.hold(["pg"]);
+    let t1 = token_of(a.ok());
+    let mut w = sb.spawn_hold(["--wait", "20s", "pg"]);
+    w.wait_stderr("waiting for lock", T);
+    let t0 = Instant::now();
+    kill9(a.pid());
+    let line = w.read_line(T).expect("the waiter got nothing");
+    assert_eq!(
+        line,
+        format!(
+            "OK pg backend=postgres mode=exclusive token={} prev=crashed\n",
+            t1 + 1
+        )
+    );
+    // The server notices the closed connection at once (the kernel resets it).
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn counter_race_is_exact() {
+    let Some(pg) = Pg::start() else { return };
+    let sb = pg.sandbox();
+    let (count, overlaps) = crate::race::race_env(&sb, Some("pg"), &[]);
+    assert_eq!(overlaps, 0, "two holders at once");
+    assert_eq!(count, crate::race::PROCS * crate::race::INCREMENTS);
+}
+
+#[test]
+fn shared_readers_exclude_writers() {
+    let Some(pg) = Pg::start() else { return };
+    let sb = pg.sandbox();
+    let w = sb.hold(["pg"]);
+    w.ok();
+    drop(w);
+    let r1 = sb.hold(["--shared", "pg"]);
+    let r2 = sb.hold(["--wait", "0", "--shared", "pg"]);
+    for r in [&r1, &r2] {
+        assert_eq!(r.ok(), "OK pg backend=postgres mode=shared token=1\n");
+    }
+    let o = sb.output(["--wait", "0", "pg"]);
+    assert_eq!(code(o.status), 75);
+    let o = sb.output(["status", "--json", "pg"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["mode"], "shared");
+    assert_eq!(v["holders"].as_array().unwrap().len(), 2);
+    // A waiting writer: new readers queue behind it (the server's lock queue).
+    let mut w = sb.spawn_hold(["--wait", "20s", "pg"]);
+    w.wait_stderr("waiting for lock", T);
+    eventually(T, "the writer waits in the server", || {
+        pg.sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted") == "1\n"
+    });
+    let o = sb.output(["--wait", "0", "--shared", "pg"]);
+    assert_eq!(code(o.status), 75, "a reader overtook the waiting writer");
+    drop(r1);
+    drop(r2);
+    let line = w.read_line(T).expect("the writer got nothing");
+    assert!(
+        line.starts_with("OK pg backend=postgres mode=exclusive token=2"),
+        "{line}"
+    );
+}
+
+#[test]
+fn terminated_session_is_lost() {
+    let Some(pg) = Pg::start() else { return };
+    let sb = pg.sandbox();
+    let mut a = sb.hold(["pgfast"]);
+    a.ok();
+    pg.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'locksmith %'");
+    let line = a.read_line(T).expect("a LOST line");
+    assert!(line.starts_with("LOST "), "{line}");
+    assert_eq!(code(a.wait_exit(T)), 74);
+}
+
+#[test]
+fn break_refuses_a_live_session_and_force_terminates_it() {
+    let Some(pg) = Pg::start() else { return };
+    let sb = pg.sandbox();
+    let mut a = sb.hold(["pgfast"]);
+    a.ok();
+    let o = sb.output(["break", "pg"]);
+    assert_eq!(code(o.status), 75, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
+    let o = sb.output(["break", "--token", "99", "--force", "pg"]);
+    assert_eq!(code(o.status), 75, "{}", stderr(&o));
+    let o = sb.output(["break", "--force", "pg"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    let line = a.read_line(T).expect("a LOST line");
+    assert!(line.starts_with("LOST "), "{line}");
+    assert_eq!(code(a.wait_exit(T)), 74);
+}
+
+#[test]
+fn bad_input_wrong_password_closed_port_unknown_database() {
+    let Some(pg) = Pg::start() else { return };
+    let sb = pg.sandbox();
+    for (p, want, text) in [
+        ("pgbad", 77, "password authentication failed"),
+        ("pgclosed", 69, "cannot connect"),
+        ("pgnodb", 78, "nosuchdb"),
+    ] {
+        let o = sb.output(["-vvv", "--wait", "0", p]);
+        assert_eq!(code(o.status), want, "{p}: {}", stdout(&o));
+        let out = stdout(&o);
+        assert!(
+            out.starts_with("ERROR ") && out.contains(text),
+            "{p}: {out}"
+        );
+        assert_eq!(out.lines().count(), 1, "{out}");
+        for secret in ["lockpw", "nope"] {
+            assert!(
+                !out.contains(secret) && !stderr(&o).contains(secret),
+                "{p}: password leaked"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_waiter_that_gives_up_leaves_no_waiting_session() {
+    let Some(pg) = Pg::start() else { return };
+    let sb = pg.sandbox();
+    let a = sb.hold(["pg"]);
+    a.ok();
+    let t0 = Instant::now();
+    let o = sb.output(["--wait", "1s", "pg"]);
+    assert_eq!(code(o.status), 75);
+    assert!(t0.elapsed() >= Duration::from_secs(1));
+    eventually(T, "no session left waiting for the lock", || {
+        pg.sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted") == "0\n"
+    });
+    drop(a);
+}

@@ -236,7 +236,13 @@ impl ProfilesFile {
                 format!("cannot read profiles file {}: {e}", path.display()),
             )
         })?;
-        let mut table: Table = toml::from_str(&text).map_err(|e| {
+        ProfilesFile::parse(path, &text)
+    }
+
+    /// Parses `text` as the profiles file at `path`, which names it in errors, anchors
+    /// relative lock paths and is checked for permissions if a profile holds a `password`.
+    pub fn parse(path: &Path, text: &str) -> Result<ProfilesFile> {
+        let mut table: Table = toml::from_str(text).map_err(|e| {
             let line = e
                 .span()
                 .map(|s| text[..s.start.min(text.len())].lines().count().max(1))

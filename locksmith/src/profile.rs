@@ -815,3 +815,6 @@ mod tests {
         assert!(!valid_name(&"x".repeat(65)));
     }
 }
+
+#[cfg(test)]
+mod proptests;

@@ -269,3 +269,6 @@ mod tests {
         assert_eq!(p(&["--json", "x"]).unwrap_err().kind(), Kind::Usage);
     }
 }
+
+#[cfg(test)]
+mod proptests;

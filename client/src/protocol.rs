@@ -422,3 +422,6 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod proptests;

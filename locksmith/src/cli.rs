@@ -124,19 +124,22 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
     let mut help = false;
     let mut version = false;
     let err = |e: lexopt::Error| usage(e);
+    // lexopt's "cannot parse argument" does not say for which option.
+    let of = |opt: &'static str| move |e: lexopt::Error| usage(format!("{opt}: {e}"));
     while let Some(arg) = p.next().map_err(err)? {
         match arg {
             Long("profiles") => cli.profiles = Some(p.value().map_err(err)?.into()),
             Long("wait") => {
-                let v = p.value().map_err(err)?.string().map_err(err)?;
+                let v = p.value().map_err(err)?.string().map_err(of("--wait"))?;
                 cli.wait = Some(parse_wait(&v).map_err(|m| usage(format!("--wait: {m}")))?);
             }
             Long("shared") => cli.shared = true,
             Long("watch-stdin") => cli.watch_stdin = true,
             Short('E') | Long("conflict-exit-code") => {
-                let v: i32 = p.value().map_err(err)?.parse().map_err(err)?;
+                let opt = "-E/--conflict-exit-code";
+                let v: i32 = p.value().map_err(err)?.parse().map_err(of(opt))?;
                 if !(0..=255).contains(&v) {
-                    return Err(usage("--conflict-exit-code must be 0..255"));
+                    return Err(usage(format!("{opt} must be 0..255, not {v}")));
                 }
                 cli.conflict_exit = Some(v);
             }
@@ -146,7 +149,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
             Short('V') | Long("version") => version = true,
             Long("json") => json = true,
             Long("force") => force = true,
-            Long("token") => token = Some(p.value().map_err(err)?.parse().map_err(err)?),
+            Long("token") => token = Some(p.value().map_err(err)?.parse().map_err(of("--token"))?),
             Value(v) => {
                 let v = v.string().map_err(err)?;
                 if sub.is_none() && profile.is_none() && SUBCOMMANDS.contains(&v.as_str()) {
@@ -266,3 +269,6 @@ mod tests {
         assert_eq!(p(&["--json", "x"]).unwrap_err().kind(), Kind::Usage);
     }
 }
+
+#[cfg(test)]
+mod proptests;

@@ -63,9 +63,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     pub fn new(kind: Kind, msg: impl Into<String>) -> Error {
         let mut msg = msg.into();
-        // The protocol is line based: a message never spans lines.
-        if msg.contains('\n') {
-            msg = msg.replace('\n', " ");
+        // The protocol is line based: a message never spans lines (a bare CR ends a line
+        // for many readers too, Python's universal newlines among them).
+        if msg.contains(['\n', '\r']) {
+            msg = msg.replace(['\n', '\r'], " ");
         }
         Error { kind, msg }
     }

@@ -269,7 +269,13 @@ impl ProfilesFile {
                 format!("cannot read profiles file {}: {e}", path.display()),
             )
         })?;
-        let mut table: Table = toml::from_str(&text).map_err(|e| {
+        ProfilesFile::parse(path, &text)
+    }
+
+    /// Parses `text` as the profiles file at `path`, which names it in errors, anchors
+    /// relative lock paths and is checked for permissions if a profile holds a `password`.
+    pub fn parse(path: &Path, text: &str) -> Result<ProfilesFile> {
+        let mut table: Table = toml::from_str(text).map_err(|e| {
             let line = e
                 .span()
                 .map(|s| text[..s.start.min(text.len())].lines().count().max(1))
@@ -713,11 +719,76 @@ pub fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
+/// The longest duration locksmith accepts anywhere: 100 years. Far beyond any real wait or
+/// timeout (`wait = "forever"` exists), and small enough that a deadline (now + duration)
+/// can never overflow the clock, which would panic.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
+
+/// `humantime::parse_duration`, one term at a time (`1m 30s` is `1m` + `30s`), summed with
+/// checked arithmetic; `Ok(None)` if the sum exceeds [`MAX_DURATION`]. humantime 2.4 panics
+/// ("overflow in Duration::new", its issue #66) when the terms of one string add up to
+/// `u64::MAX` seconds with a nanosecond carry (`18446744073709551615s1000ms`); a single
+/// term cannot. Error offsets are shifted back to positions in `s`.
+fn human_duration(s: &str) -> std::result::Result<Option<Duration>, humantime::DurationError> {
+    use humantime::DurationError as E;
+    // A term starts at a digit that follows a unit (humantime's own rule).
+    let mut starts = vec![0];
+    let mut after_unit = false;
+    for (i, c) in s.char_indices() {
+        if c.is_ascii_digit() && after_unit {
+            starts.push(i);
+        }
+        if c.is_alphabetic() {
+            after_unit = true;
+        } else if !c.is_whitespace() {
+            after_unit = false;
+        }
+    }
+    let mut total = Duration::ZERO;
+    for (n, &at) in starts.iter().enumerate() {
+        let term = &s[at..starts.get(n + 1).copied().unwrap_or(s.len())];
+        if n > 0 && term == "0" {
+            // humantime reads a whole "0" as zero; a last term "0" lacks its unit.
+            return Err(E::UnknownUnit {
+                start: s.len(),
+                end: s.len(),
+                unit: String::new(),
+                value: 0,
+            });
+        }
+        let d = humantime::parse_duration(term).map_err(|e| match e {
+            E::InvalidCharacter(o) => E::InvalidCharacter(at + o),
+            E::NumberExpected(o) => E::NumberExpected(at + o),
+            E::UnknownUnit {
+                start,
+                end,
+                unit,
+                value,
+            } => E::UnknownUnit {
+                start: at + start,
+                end: at + end,
+                unit,
+                value,
+            },
+            other => other,
+        })?;
+        match total.checked_add(d).filter(|t| *t <= MAX_DURATION) {
+            Some(t) => total = t,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(total))
+}
+
+fn too_long(s: &str) -> String {
+    format!("\"{s}\" is longer than the limit of 100 years")
+}
+
 /// A human duration (`250ms`, `3s`, `1m30s`); zero is refused (only `wait` takes it).
 pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
-    let d = humantime::parse_duration(s.trim()).map_err(|e| {
-        format!("\"{s}\" is not a duration like \"250ms\", \"3s\", \"1m30s\" ({e})")
-    })?;
+    let d = human_duration(s.trim())
+        .map_err(|e| format!("\"{s}\" is not a duration like \"250ms\", \"3s\", \"1m30s\" ({e})"))?
+        .ok_or_else(|| too_long(s))?;
     if d.is_zero() {
         return Err(format!("\"{s}\" must be greater than 0"));
     }
@@ -729,8 +800,9 @@ pub fn parse_wait(s: &str) -> std::result::Result<Wait, String> {
     match s.trim() {
         "forever" => Ok(Wait::Forever),
         "0" => Ok(Wait::For(Duration::ZERO)),
-        other => match humantime::parse_duration(other) {
-            Ok(d) => Ok(Wait::For(d)),
+        other => match human_duration(other) {
+            Ok(Some(d)) => Ok(Wait::For(d)),
+            Ok(None) => Err(format!("{} (use \"forever\")", too_long(s))),
             Err(e) => Err(format!(
                 "\"{s}\" is not `0`, `forever` or a duration like \"10m\" ({e})"
             )),
@@ -841,6 +913,42 @@ mod tests {
         assert_eq!(parse_wait("0"), Ok(Wait::For(Duration::ZERO)));
         assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
         assert_eq!(parse_wait("10m"), Ok(Wait::For(Duration::from_secs(600))));
+        assert_eq!(parse_duration("1h 5min 2s"), Ok(Duration::from_secs(3902)));
+        assert_eq!(parse_duration("1.5s250ms"), Ok(Duration::from_millis(1750)));
+        assert_eq!(parse_duration("100y"), Ok(MAX_DURATION));
+    }
+
+    /// Found by the proptests: humantime 2.4 panicked on these (its issue #66), and durations
+    /// too long for a deadline made the helper panic later (`Instant + Duration`).
+    #[test]
+    fn huge_durations_are_errors_not_panics() {
+        for s in [
+            "18446744073709551615s1000ms",
+            "18446744073709551615s 999999999ns 1ns",
+            "18446744073709551615s 1000000000ns",
+            "300000000000y",
+            "100y 1ns",
+            "584542046090y",
+        ] {
+            let e = parse_duration(s).unwrap_err();
+            assert!(e.contains("longer than the limit of 100 years"), "{s}: {e}");
+            let e = parse_wait(s).unwrap_err();
+            assert!(e.contains("use \"forever\""), "{s}: {e}");
+        }
+        // Overflowing one term is still humantime's own error.
+        assert!(
+            parse_duration("99999999999999999999s")
+                .unwrap_err()
+                .contains("too large")
+        );
+    }
+
+    #[test]
+    fn duration_errors_point_into_the_whole_string() {
+        let e = parse_duration("1h 30x").unwrap_err();
+        assert!(e.contains("\"x\""), "{e}");
+        let e = parse_duration("1h 3$s").unwrap_err();
+        assert!(e.contains("invalid character at 4"), "{e}");
     }
 
     #[test]
@@ -851,3 +959,6 @@ mod tests {
         assert!(!valid_name(&"x".repeat(65)));
     }
 }
+
+#[cfg(test)]
+mod proptests;

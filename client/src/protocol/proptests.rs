@@ -1,0 +1,490 @@
+//! Property-based fuzzing of the pipe-protocol reader (issue 5, item 3): [`read_line`] on
+//! arbitrary bytes through buffers of every small size, and [`parse`] on arbitrary strings,
+//! on lines built from the protocol's own words plus junk, and on the helper's real `OK`,
+//! `ERROR` and `LOST` lines, which must come back field for field.
+//!
+//! Properties: nothing panics; every rejection is a typed error (`Protocol` for what the
+//! helper said, never anything else) with a non-empty message; an accepted line satisfies
+//! the grammar in the module docs; real lines round-trip (`OK name backend=x mode=exclusive
+//! token=N` yields token N).
+//!
+//! Bounded pass: 512 cases for each of the 6 properties (3,072 inputs, about 1.5 s in a debug
+//! build). Failures are not persisted (`failure_persistence: None`): nothing is written to
+//! the tree.
+
+use std::io::BufReader;
+
+use proptest::prelude::*;
+use proptest::sample::select;
+
+use super::*;
+
+const CASES: u32 = 512;
+
+/// `CASES` per property; `PROPTEST_CASES=N` asks for a longer pass by hand.
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok());
+    ProptestConfig {
+        cases: cases.unwrap_or(CASES),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+const KINDS: &[&str] = &[
+    "usage",
+    "unavailable",
+    "lost",
+    "io",
+    "busy",
+    "denied",
+    "config",
+];
+
+/// Protocol words, near misses, separators and junk.
+const WORDS: &[&str] = &[
+    "OK",
+    "ERROR",
+    "LOST",
+    "ok",
+    "Ok",
+    "OKAY",
+    "Error",
+    "ERRORS",
+    "LOSTX",
+    "demo",
+    "a.b_c-1",
+    "backend=",
+    "backend=flock",
+    "backend=mkdir",
+    "mode=exclusive",
+    "mode=shared",
+    "mode=",
+    "mode=sideways",
+    "token=",
+    "token=0",
+    "token=7",
+    "token=-1",
+    "token=18446744073709551615",
+    "token=18446744073709551616",
+    "token=+1",
+    "prev=crashed",
+    "since=2025-01-01T00:00:00Z",
+    "=",
+    "==",
+    "=x",
+    "x=y=z",
+    ":",
+    "::",
+    "busy:",
+    "config:",
+    "usage:",
+    "weird:",
+    "spawn:",
+    "protocol:",
+    " ",
+    "  ",
+    "\t",
+    "\r",
+    "\x0b",
+    "\x0c",
+    "\u{a0}",
+    "\u{2028}",
+    "é",
+    "😀",
+    "\0",
+];
+
+fn field_value() -> impl Strategy<Value = &'static str> {
+    prop_oneof![
+        3 => select(vec![
+            "flock", "mkdir", "exclusive", "shared", "sideways", "crashed", "0", "7", "-1", "+1",
+            "18446744073709551615", "18446744073709551616", "1.5", "=", "x=y", "é",
+        ]),
+        1 => Just(""),
+    ]
+}
+
+/// A field of an `OK` line: real keys and values, near misses, junk.
+fn field() -> impl Strategy<Value = String> {
+    let key = select(vec![
+        "backend", "mode", "token", "prev", "since", "host", "", "x", "é",
+    ]);
+    prop_oneof![
+        6 => (key, select(vec!["=", "=", "=", "==", ""]), field_value())
+            .prop_map(|(k, e, v)| format!("{k}{e}{v}")),
+        3 => select(WORDS.to_vec()).prop_map(str::to_owned),
+        1 => select(KINDS.to_vec()).prop_map(|k| format!("{k}:")),
+        1 => ".{0,4}",
+    ]
+}
+
+/// What to do to one word of a valid line.
+#[derive(Clone, Debug)]
+enum Mutation {
+    /// The value of a `key=value` word.
+    SetValue(prop::sample::Index, &'static str),
+    Replace(prop::sample::Index, String),
+    Insert(prop::sample::Index, String),
+    Remove(prop::sample::Index),
+    Duplicate(prop::sample::Index),
+}
+
+fn mutations() -> impl Strategy<Value = Vec<Mutation>> {
+    let m = prop_oneof![
+        3 => (any::<prop::sample::Index>(), field_value()).prop_map(|(i, v)| Mutation::SetValue(i, v)),
+        3 => (any::<prop::sample::Index>(), field()).prop_map(|(i, f)| Mutation::Replace(i, f)),
+        2 => (any::<prop::sample::Index>(), field()).prop_map(|(i, f)| Mutation::Insert(i, f)),
+        1 => any::<prop::sample::Index>().prop_map(Mutation::Remove),
+        1 => any::<prop::sample::Index>().prop_map(Mutation::Duplicate),
+    ];
+    prop::collection::vec(m, 0..3)
+}
+
+/// Lines shaped like the protocol's: real `OK` and `ERROR` lines with up to two words
+/// replaced, inserted, removed or repeated, and free soup of the protocol's words, joined by
+/// whitespace of every ASCII kind and some that is not ASCII.
+fn soup() -> impl Strategy<Value = String> {
+    let error = (
+        select(KINDS.to_vec()),
+        select(vec![": ", ":", " : ", " ", ": :"]),
+        "[^\n]{0,12}",
+    )
+        .prop_map(|(k, colon, m)| format!("ERROR {k}{colon}{m}"));
+    let valid = prop_oneof![
+        3 => ok_spec().prop_map(|s| s.render().trim_end_matches('\n').to_owned()),
+        1 => error,
+        1 => "LOST [^\n]{0,12}",
+    ];
+    let sep = prop_oneof![
+        8 => Just(" ".to_owned()),
+        2 => select(vec!["\t", "  ", "\r", "\x0b", "\x0c", "\u{a0}", ""]).prop_map(str::to_owned),
+    ];
+    let near = (valid, mutations(), prop::collection::vec(sep.clone(), 12)).prop_map(
+        |(line, mutations, seps)| {
+            let mut words: Vec<String> = line.split(' ').map(str::to_owned).collect();
+            for m in mutations {
+                let n = words.len();
+                match m {
+                    Mutation::SetValue(i, v) if n > 0 => {
+                        let w = &mut words[i.index(n)];
+                        if let Some((k, _)) = w.split_once('=') {
+                            *w = format!("{k}={v}");
+                        }
+                    }
+                    Mutation::Replace(i, f) if n > 0 => words[i.index(n)] = f,
+                    Mutation::Insert(i, f) => words.insert(i.index(n + 1), f),
+                    Mutation::Remove(i) if n > 0 => {
+                        words.remove(i.index(n));
+                    }
+                    Mutation::Duplicate(i) if n > 0 => {
+                        let w = words[i.index(n)].clone();
+                        words.insert(i.index(n), w);
+                    }
+                    _ => {}
+                }
+            }
+            let mut line = String::new();
+            for (i, w) in words.iter().enumerate() {
+                if i > 0 {
+                    line.push_str(&seps[i % seps.len()]);
+                }
+                line.push_str(w);
+            }
+            line
+        },
+    );
+    let free = (
+        select(vec!["OK", "ERROR", "LOST", "ok", "OKAY", ""]),
+        prop::collection::vec((sep, field()), 0..8),
+    )
+        .prop_map(|(first, fields)| {
+            let mut line = first.to_owned();
+            for (sep, field) in fields {
+                line.push_str(&sep);
+                line.push_str(&field);
+            }
+            line
+        });
+    prop_oneof![3 => near, 1 => free]
+}
+
+/// Whatever `parse` says about `line` is consistent with the grammar.
+fn check_parse(line: &str) -> Result<(), TestCaseError> {
+    match parse(line) {
+        Err(e) => {
+            prop_assert_eq!(e.kind(), ErrorKind::Protocol, "{} for {:?}", e, line);
+            prop_assert!(!e.message().trim().is_empty());
+            prop_assert!(e.exit_code().is_none());
+        }
+        Ok(Line::Ok(ok)) => {
+            prop_assert!(line.starts_with("OK"));
+            prop_assert_eq!(ok.raw(), line);
+            let p = ok.profile();
+            prop_assert!(
+                !p.is_empty() && !p.contains('=') && !p.contains(|c: char| c.is_ascii_whitespace())
+            );
+            prop_assert!(!ok.backend().is_empty());
+            prop_assert!(matches!(
+                ok.get("mode"),
+                None | Some("exclusive" | "shared")
+            ));
+            prop_assert_eq!(
+                ok.token(),
+                ok.get("token").map(|t| t.parse::<u64>().unwrap())
+            );
+            prop_assert_eq!(ok.shared(), ok.get("mode") == Some("shared"));
+            for (i, (k, v)) in ok.fields.iter().enumerate() {
+                prop_assert!(!k.is_empty() && !k.contains('='));
+                prop_assert!(ok.fields[..i].iter().all(|(k2, _)| k2 != k), "{} twice", k);
+                prop_assert!(!(k.clone() + v).contains(|c: char| c.is_ascii_whitespace()));
+            }
+        }
+        Ok(Line::Error {
+            kind,
+            word,
+            message,
+        }) => {
+            prop_assert!(line.starts_with("ERROR"));
+            prop_assert!(!word.is_empty() && !word.contains(':'));
+            prop_assert_eq!(word.trim_ascii(), word.as_str());
+            prop_assert_eq!(message.trim_ascii(), message.as_str());
+            prop_assert_eq!(kind, ErrorKind::from_word(&word));
+        }
+        Ok(Line::Lost { reason }) => {
+            prop_assert!(line.starts_with("LOST"));
+            prop_assert_eq!(reason.trim_ascii(), reason.as_str());
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn arbitrary_lines_are_parsed_or_rejected_cleanly(line in any::<String>()) {
+        check_parse(&line)?;
+    }
+
+    #[test]
+    fn lines_of_protocol_words_and_junk_are_parsed_or_rejected_cleanly(line in soup()) {
+        check_parse(&line)?;
+    }
+
+    /// `read_line` splits any byte stream into exactly its lines, whatever the buffer size,
+    /// and ends in `None` (clean end) or a typed error (a cut or non-UTF-8 line).
+    #[test]
+    fn read_line_splits_any_bytes_exactly(
+        bytes in prop::collection::vec(
+            prop_oneof![
+                4 => any::<u8>(),
+                1 => Just(b'\n'),
+                1 => Just(b'\r'),
+                1 => select(vec![b'O', b'K', b' ', 0xC3, 0xA9, 0xFF]),
+            ],
+            0..200,
+        ),
+        capacity in 1usize..16,
+    ) {
+        let mut reader = BufReader::with_capacity(capacity, &bytes[..]);
+        let mut rest: &[u8] = &bytes;
+        // Each call consumes at least one byte, so this ends.
+        for _ in 0..=bytes.len() {
+            match read_line(&mut reader) {
+                Ok(None) => {
+                    prop_assert!(rest.is_empty());
+                    break;
+                }
+                Ok(Some(line)) => {
+                    let n = line.len();
+                    prop_assert_eq!(line.as_bytes(), &rest[..n]);
+                    prop_assert_eq!(rest[n], b'\n');
+                    rest = &rest[n + 1..];
+                    check_parse(&line)?;
+                }
+                Err(e) => {
+                    prop_assert_eq!(e.kind(), ErrorKind::Protocol);
+                    prop_assert!(!e.message().is_empty());
+                    let end = rest.iter().position(|&b| b == b'\n');
+                    match end {
+                        // A complete line that is not UTF-8.
+                        Some(n) => {
+                            prop_assert!(std::str::from_utf8(&rest[..n]).is_err());
+                            prop_assert!(e.message().contains("not UTF-8"), "{}", e);
+                            rest = &rest[n + 1..];
+                        }
+                        // The stream ends inside a line: nothing more to read.
+                        None => {
+                            prop_assert!(e.message().contains("middle of a line"), "{}", e);
+                            prop_assert!(read_line(&mut reader).unwrap().is_none());
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Lines around the length cap: accepted up to MAX_LINE bytes with the newline, a
+    /// protocol error beyond.
+    #[test]
+    fn read_line_enforces_the_cap_exactly(extra in -3i64..=3, fill in select(vec![b'x', b' ', b'=', 0xC3])) {
+        let len = (MAX_LINE as i64 + extra - 1) as usize; // without the newline
+        let mut bytes = vec![fill; len];
+        if fill == 0xC3 {
+            // Valid UTF-8: pairs of "é".
+            for (i, b) in bytes.iter_mut().enumerate() {
+                *b = if i % 2 == 0 { 0xC3 } else { 0xA9 };
+            }
+        }
+        bytes.push(b'\n');
+        let got = read_line(&mut &bytes[..]);
+        let utf8 = std::str::from_utf8(&bytes[..len]).is_ok();
+        // len bytes and the newline fit in MAX_LINE.
+        if (len as u64) < MAX_LINE && utf8 {
+            prop_assert_eq!(got.unwrap().map(|l| l.len()), Some(len));
+        } else {
+            let e = got.unwrap_err();
+            prop_assert_eq!(e.kind(), ErrorKind::Protocol);
+        }
+    }
+}
+
+/// Whitespace between fields: what the helper writes (one space) and what a parent
+/// should tolerate (several, tabs).
+fn sep() -> impl Strategy<Value = String> {
+    prop_oneof![4 => Just(" ".to_owned()), 1 => "[ \t]{1,3}"]
+}
+
+/// A word without ASCII whitespace, as the helper's values are (SPEC §4).
+fn value() -> impl Strategy<Value = String> {
+    "[^ \t\n\x0C\r]{0,12}"
+}
+
+#[derive(Clone, Debug)]
+struct OkSpec {
+    profile: String,
+    backend: String,
+    mode: Option<&'static str>,
+    token: Option<u64>,
+    prev_crashed: bool,
+    extra: Vec<(String, String)>,
+    seps: Vec<String>,
+    trailing: &'static str,
+}
+
+fn ok_spec() -> impl Strategy<Value = OkSpec> {
+    (
+        "[A-Za-z0-9._-]{1,64}",
+        "[a-z]{1,8}",
+        prop::option::of(select(vec!["exclusive", "shared"])),
+        prop::option::of(any::<u64>()),
+        any::<bool>(),
+        prop::collection::btree_map("[a-z_][a-z0-9_.-]{0,8}", value(), 0..4),
+        prop::collection::vec(sep(), 8),
+        select(vec!["", " ", "\r", " \r", "\t"]),
+    )
+        .prop_map(
+            |(profile, backend, mode, token, prev_crashed, extra, seps, trailing)| OkSpec {
+                profile,
+                backend,
+                mode,
+                token,
+                prev_crashed,
+                extra: extra
+                    .into_iter()
+                    .filter(|(k, _)| !["backend", "mode", "token", "prev"].contains(&k.as_str()))
+                    .collect(),
+                seps,
+                trailing,
+            },
+        )
+}
+
+impl OkSpec {
+    /// The line as the helper writes it (SPEC §4 order: backend, mode, token, prev,
+    /// others), with the generated separators, newline included.
+    fn render(&self) -> String {
+        let mut fields = vec![format!("backend={}", self.backend)];
+        if let Some(m) = self.mode {
+            fields.push(format!("mode={m}"));
+        }
+        if let Some(t) = self.token {
+            fields.push(format!("token={t}"));
+        }
+        if self.prev_crashed {
+            fields.push("prev=crashed".to_owned());
+        }
+        fields.extend(self.extra.iter().map(|(k, v)| format!("{k}={v}")));
+        let mut line = format!("OK{}{}", self.seps[0], self.profile);
+        for (i, f) in fields.iter().enumerate() {
+            line.push_str(&self.seps[(i + 1) % self.seps.len()]);
+            line.push_str(f);
+        }
+        line.push_str(self.trailing);
+        line.push('\n');
+        line
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// `OK <profile> backend=x mode=m token=N prev=crashed k=v...` yields every field.
+    #[test]
+    fn ok_lines_round_trip(spec in ok_spec()) {
+        let text = spec.render();
+        let line = read_line(&mut text.as_bytes()).unwrap().unwrap();
+        prop_assert_eq!(format!("{line}\n"), text.clone());
+        let Ok(Line::Ok(ok)) = parse(&line) else {
+            return Err(TestCaseError::fail(format!("{text:?} parsed as {:?}", parse(&line))));
+        };
+        prop_assert_eq!(ok.raw(), line.as_str());
+        prop_assert_eq!(ok.profile(), spec.profile.as_str());
+        prop_assert_eq!(ok.backend(), spec.backend.as_str());
+        prop_assert_eq!(ok.token(), spec.token);
+        prop_assert_eq!(ok.shared(), spec.mode == Some("shared"));
+        prop_assert_eq!(ok.get("mode"), spec.mode);
+        prop_assert_eq!(ok.prev_crashed(), spec.prev_crashed);
+        for (k, v) in &spec.extra {
+            prop_assert_eq!(ok.get(k), Some(v.as_str()));
+        }
+    }
+
+    /// `ERROR <kind>: <message>` yields the kind (a known word, or none for an unknown one)
+    /// and the message as written; `LOST <reason>` yields the reason.
+    #[test]
+    fn error_and_lost_lines_round_trip(
+        word in prop_oneof![
+            4 => select(KINDS.to_vec()).prop_map(str::to_owned),
+            1 => "[a-z]{1,10}",
+        ],
+        message in "[^\n]{0,40}",
+        sep in sep(),
+        lost in any::<bool>(),
+    ) {
+        if lost {
+            let line = format!("LOST{sep}{message}");
+            prop_assert_eq!(
+                parse(&line).unwrap(),
+                Line::Lost { reason: message.trim_ascii().to_owned() }
+            );
+        } else {
+            let line = format!("ERROR{sep}{word}: {message}");
+            prop_assert_eq!(
+                parse(&line).unwrap(),
+                Line::Error {
+                    kind: ErrorKind::from_word(&word),
+                    word: word.clone(),
+                    message: message.trim_ascii().to_owned(),
+                }
+            );
+            if KINDS.contains(&word.as_str()) {
+                prop_assert!(ErrorKind::from_word(&word).is_some());
+            }
+        }
+    }
+}

@@ -383,11 +383,16 @@ impl ProfilesFile {
             "mkdir" => BackendConfig::Mkdir(self.fs_config(&mut f, true)?),
             "link" => BackendConfig::Link(self.fs_config(&mut f, true)?),
             "symlink" => BackendConfig::Symlink(self.fs_config(&mut f, true)?),
-            "ftp" => BackendConfig::Ftp(self.ftp_config(&mut f)?),
+            "ftp" if cfg!(feature = "ftp") => BackendConfig::Ftp(self.ftp_config(&mut f)?),
             "postgres" if cfg!(feature = "postgres") => {
                 BackendConfig::Postgres(self.pg_config(&mut f, name)?)
             }
-            "etcd" | "postgres" => {
+            "postgres" | "ftp" => {
+                return Err(f.error(&format!(
+                    "backend `{backend_name}` was left out of this build of locksmith (cargo feature `{backend_name}`)"
+                )));
+            }
+            "etcd" => {
                 return Err(f.error(&format!(
                     "backend `{backend_name}` is not built into this version of locksmith yet"
                 )));

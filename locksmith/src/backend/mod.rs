@@ -7,6 +7,7 @@
 //! see a backend's details and new backends plug in without touching them.
 
 pub mod flock;
+#[cfg(feature = "ftp")]
 pub mod ftp;
 pub mod link;
 pub mod mkdir;
@@ -168,7 +169,10 @@ pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
     Ok(match &profile.backend {
         BackendConfig::Flock(cfg) => Box::new(flock::Flock::new(cfg.clone(), mode)),
         BackendConfig::Mkdir(cfg) => Box::new(mkdir::Mkdir::new(cfg.clone(), profile)),
+        #[cfg(feature = "ftp")]
         BackendConfig::Ftp(cfg) => Box::new(ftp::Ftp::new(cfg.clone(), profile)),
+        #[cfg(not(feature = "ftp"))]
+        BackendConfig::Ftp(_) => unreachable!("refused when the profile was read"),
         #[cfg(feature = "postgres")]
         BackendConfig::Postgres(cfg) => Box::new(postgres::Postgres::new(cfg.clone(), profile)),
         #[cfg(not(feature = "postgres"))]

@@ -23,6 +23,8 @@ mod shared;
 mod tokens;
 // Fault injection: random kill -9 while many workers contend.
 mod soak;
+// The soak: every backend at once, kills of parents and locksmiths, FTP restarts and cuts.
+mod faults;
 // status, break, profiles.
 mod inspect;
 // The netlock client crate against the real helper.

@@ -54,6 +54,7 @@ pub(crate) use every_server;
 mod libunftp {
     use crate::ftp_server::FtpServer;
     crate::ftp::every_server!(Some(FtpServer::start()));
+    crate::ftp_shared::every_server_shared!(Some(FtpServer::start()));
     crate::ftp::ftp_suite!(Some(FtpServer::start_idle(1)); a_hold_outlives_the_server_idle_timeout);
 }
 
@@ -393,7 +394,7 @@ pub fn silent_holder_from_another_host_is_broken_after_stale_after_and_not_befor
 }
 
 /// A pid namespace of our own is "another host" for SPEC §6.
-fn other_host_holder(sb: &Sandbox, profile: &str) -> Option<Held> {
+pub(crate) fn other_host_holder(sb: &Sandbox, profile: &str) -> Option<Held> {
     let probe = Command::new("unshare")
         .args(["--pid", "--fork", "true"])
         .status();

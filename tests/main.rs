@@ -36,6 +36,8 @@ mod robustness;
 // backend = "ftp" against the embedded server.
 mod ftp;
 // The same suite against real Debian servers: pure-ftpd and an unpacked vsftpd.
+// Shared (reader) locks over FTP, against every server.
 mod ftp_debian;
+mod ftp_shared;
 // backend = "postgres" against a throwaway PostgreSQL cluster.
 mod postgres;

@@ -69,7 +69,7 @@ fn readers_share_and_exclude_writers() {
 }
 
 /// A reader's critical section: register, check no writer, count readers, spin, leave.
-const READER: &str = r#"
+pub(crate) const READER: &str = r#"
 : > "$D/r.$$"
 if [ -e "$D/w" ]; then echo "reader $$ beside a writer" >> "$D/violations"; fi
 ls "$D" | grep -c '^r\.' >> "$D/counts"
@@ -78,7 +78,7 @@ rm -f "$D/r.$$"
 "#;
 
 /// A writer's: the O_EXCL marker proves no other writer, then no reader may be registered.
-const WRITER: &str = r#"
+pub(crate) const WRITER: &str = r#"
 if ! (set -C; : > "$D/w") 2>/dev/null; then echo "writer $$ beside a writer" >> "$D/violations"; fi
 if ls "$D" | grep -q '^r\.'; then echo "writer $$ beside a reader" >> "$D/violations"; fi
 echo "$LOCKSMITH_TOKEN" >> "$D/tokens"
@@ -86,24 +86,31 @@ i=0; while [ $i -lt 40 ]; do i=$((i+1)); done
 rm -f "$D/w"
 "#;
 
-/// READERS × READS shared and WRITERS × WRITES exclusive acquisitions through `locksmith run`.
+/// 4 × 200 shared and 2 × 120 exclusive acquisitions through `locksmith run`.
 /// Returns (violations, max concurrent readers seen, writer tokens in order).
 fn reader_writer_checker(
     sb: &Sandbox,
     p: &str,
     env: &[(&str, &str)],
 ) -> (Vec<String>, usize, Vec<u64>) {
-    const READERS: usize = 4;
-    const READS: usize = 200;
-    const WRITERS: usize = 2;
-    const WRITES: usize = 120;
+    reader_writer_checker_sized(sb, p, env, [4, 200, 2, 120])
+}
+
+/// `[READERS, READS, WRITERS, WRITES]`: READERS × READS shared and WRITERS × WRITES
+/// exclusive acquisitions through `locksmith run` (`--shared` added for readers).
+pub(crate) fn reader_writer_checker_sized(
+    sb: &Sandbox,
+    p: &str,
+    env: &[(&str, &str)],
+    [readers, reads, writers, writes]: [usize; 4],
+) -> (Vec<String>, usize, Vec<u64>) {
     let d = sb.path().join(format!("rw-{p}"));
     let _ = fs::remove_dir_all(&d);
     fs::create_dir(&d).unwrap();
     let mut threads = Vec::new();
     for (n, each, script, shared) in [
-        (READERS, READS, READER, true),
-        (WRITERS, WRITES, WRITER, false),
+        (readers, reads, READER, true),
+        (writers, writes, WRITER, false),
     ] {
         for _ in 0..n {
             let mut args = vec!["-q", "--wait", "60s"];
@@ -130,7 +137,7 @@ fn reader_writer_checker(
         .map(String::from)
         .collect();
     let counts = fs::read_to_string(d.join("counts")).unwrap();
-    assert_eq!(counts.lines().count(), READERS * READS, "every read ran");
+    assert_eq!(counts.lines().count(), readers * reads, "every read ran");
     let max = counts
         .lines()
         .map(|l| l.trim().parse::<usize>().unwrap())
@@ -139,9 +146,14 @@ fn reader_writer_checker(
     let tokens: Vec<u64> = fs::read_to_string(d.join("tokens"))
         .unwrap()
         .lines()
+        .filter(|l| !l.trim().is_empty())
         .map(|l| l.trim().parse().unwrap())
         .collect();
-    assert_eq!(tokens.len(), WRITERS * WRITES, "every write ran");
+    let writes_done = fs::read_to_string(d.join("tokens"))
+        .unwrap()
+        .lines()
+        .count();
+    assert_eq!(writes_done, writers * writes, "every write ran");
     (violations, max, tokens)
 }
 
@@ -158,6 +170,7 @@ fn check_readers_and_writers(p: &str) {
         max_readers > 1,
         "{p}: readers never overlapped: the lock is not shared"
     );
+    assert_eq!(tokens.len(), 240, "{p}: every writer saw a token");
     assert!(
         tokens.windows(2).all(|w| w[0] < w[1]),
         "{p}: writer tokens not strictly increasing: {tokens:?}"
@@ -176,8 +189,7 @@ fn reader_writer_checker_symlink() {
 
 /// Readers arrive every 30 ms and each holds for 300 ms, so without writer preference the
 /// lock is never free; a writer must still get in, well within `bound`.
-fn writer_gets_in_behind_a_stream_of_readers(p: &str) -> Duration {
-    let sb = Sandbox::standard();
+pub(crate) fn writer_gets_in_behind_a_stream_of_readers(sb: &Sandbox, p: &str) -> Duration {
     let stop = Arc::new(AtomicBool::new(false));
     let stream = {
         let stop = stop.clone();
@@ -223,7 +235,7 @@ fn writer_gets_in_behind_a_stream_of_readers(p: &str) -> Duration {
 #[test]
 fn writers_are_not_starved_by_readers() {
     for p in SHARING {
-        let took = writer_gets_in_behind_a_stream_of_readers(p);
+        let took = writer_gets_in_behind_a_stream_of_readers(&Sandbox::standard(), p);
         eprintln!("{p}: writer got in after {took:?}");
         assert!(
             took < Duration::from_secs(5),

@@ -195,7 +195,10 @@ impl BackendConfig {
     pub fn supports_shared(&self) -> bool {
         matches!(
             self,
-            BackendConfig::Flock(_) | BackendConfig::Symlink(_) | BackendConfig::Postgres(_)
+            BackendConfig::Flock(_)
+                | BackendConfig::Symlink(_)
+                | BackendConfig::Ftp(_)
+                | BackendConfig::Postgres(_)
         )
     }
 }

@@ -78,6 +78,8 @@ use crate::log::{debug, info};
 use crate::profile::{FtpConfig, Profile, Tls, fmt_duration};
 use crate::watch::{Event, Watcher};
 
+mod shared;
+
 /// The control connection type: plain until `AUTH TLS` (rustls with ring) upgrades it.
 type Conn = suppaftp::RustlsFtpStream;
 
@@ -172,6 +174,9 @@ pub struct Ftp {
     deadline: Option<Instant>,
     /// The last refusal of `MKD`, for the message if it cannot be explained otherwise.
     last_mkd: Option<String>,
+    /// A shared (reader) lock was asked for (see `shared.rs`).
+    shared: bool,
+    sh: shared::State,
 }
 
 impl Ftp {
@@ -191,6 +196,8 @@ impl Ftp {
             prev_crashed: false,
             deadline: None,
             last_mkd: None,
+            shared: profile.common.shared,
+            sh: shared::State::default(),
         }
     }
 
@@ -847,6 +854,25 @@ impl Ftp {
         Ok(Attempt::Busy(holders))
     }
 
+    /// Tries for the gate — the exclusive lock directory — reconnecting a few times.
+    fn try_gate(&mut self) -> Result<Attempt> {
+        self.set_timeout(ACQUIRE_TIMEOUT);
+        // A connection that worked and then broke (server restart, a dropped session) is
+        // re-established a few times; a server that cannot be reached at all is an error.
+        let mut retries = 0;
+        loop {
+            let had_conn = self.conn.is_some();
+            match self.try_once() {
+                Err(e) if e.kind() == Kind::Unavailable && had_conn && retries < 3 => {
+                    retries += 1;
+                    debug!("{e}; reconnecting");
+                    std::thread::sleep(self.poll.min(Duration::from_secs(1)));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Releases (see `Backend::release`): remove our marker (the claim), then the name.
     fn release_once(&mut self) -> Result<()> {
         let Some(ours) = self.ours.as_mut() else {
@@ -888,10 +914,14 @@ impl Ftp {
         }
         self.free_name(&nonce)?;
         self.ours = None;
+        Ok(())
+    }
+
+    /// Ends the session politely (a dropped connection would do, but servers log it).
+    fn quit(&mut self) {
         if let Some(mut c) = self.conn.take() {
             let _ = c.quit();
         }
-        Ok(())
     }
 }
 
@@ -989,21 +1019,7 @@ impl Backend for Ftp {
     }
 
     fn try_acquire(&mut self) -> Result<Attempt> {
-        self.set_timeout(ACQUIRE_TIMEOUT);
-        // A connection that worked and then broke (server restart, a dropped session) is
-        // re-established a few times; a server that cannot be reached at all is an error.
-        let mut retries = 0;
-        loop {
-            let had_conn = self.conn.is_some();
-            match self.try_once() {
-                Err(e) if e.kind() == Kind::Unavailable && had_conn && retries < 3 => {
-                    retries += 1;
-                    debug!("{e}; reconnecting");
-                    std::thread::sleep(self.poll.min(Duration::from_secs(1)));
-                }
-                other => return other,
-            }
-        }
+        self.attempt()
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
@@ -1021,7 +1037,11 @@ impl Backend for Ftp {
     fn heartbeat(&mut self) -> Result<()> {
         let was_connected = self.conn.is_some();
         self.deadline = Some(Instant::now() + self.hold_timeout());
-        let r = self.beat();
+        let r = if self.sh.reader.is_some() {
+            self.beat_reader()
+        } else {
+            self.beat()
+        };
         self.deadline = None;
         self.set_timeout(self.hold_timeout());
         if r.is_ok() && !was_connected {
@@ -1031,11 +1051,47 @@ impl Backend for Ftp {
     }
 
     fn release(&mut self) -> Result<()> {
-        self.release_once()
+        if self.sh.reader.is_some() {
+            self.release_reader()?;
+        } else {
+            self.release_once()?;
+        }
+        self.quit();
+        Ok(())
     }
 
     fn status(&mut self) -> Result<Vec<Holder>> {
-        Ok(match self.look()? {
+        let mut holders = self.gate_holders()?;
+        holders.extend(self.reader_holders()?);
+        Ok(holders)
+    }
+
+    fn break_lock(
+        &mut self,
+        force: bool,
+        token: Option<u64>,
+        watcher: &mut Watcher,
+    ) -> Result<BreakOutcome> {
+        let gate = self.break_gate(force, token, watcher)?;
+        let readers = self.break_readers(force, watcher)?;
+        Ok(match (gate, readers) {
+            (BreakOutcome::Broken(h), _) => BreakOutcome::Broken(h),
+            (BreakOutcome::Free, Some(h)) => BreakOutcome::Broken(h),
+            (BreakOutcome::Free, None) => BreakOutcome::Free,
+        })
+    }
+}
+
+impl Drop for Ftp {
+    fn drop(&mut self) {
+        self.abandon_gate();
+    }
+}
+
+impl Ftp {
+    /// The holder of the gate (exclusive), if any.
+    fn gate_holders(&mut self) -> Result<Vec<Holder>> {
+        let mut holders = match self.look()? {
             Look::Gone => Vec::new(),
             Look::Dir(names) => match names.iter().find(|n| is_marker(n)) {
                 Some(m) => match parse_marker(m) {
@@ -1044,10 +1100,15 @@ impl Backend for Ftp {
                 },
                 None => vec![Holder::default()],
             },
-        })
+        };
+        for h in &mut holders {
+            h.mode = Some(crate::protocol::Mode::Exclusive);
+        }
+        Ok(holders)
     }
 
-    fn break_lock(
+    /// `break` of the gate: the exclusive lock directory.
+    fn break_gate(
         &mut self,
         force: bool,
         token: Option<u64>,

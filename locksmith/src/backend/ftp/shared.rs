@@ -1,0 +1,460 @@
+//! Shared (reader) locks over FTP, with writer preference, using only `MKD`, `RMD`,
+//! `RNFR`/`RNTO`, `CWD` and `NLST`.
+//!
+//! # Layout
+//! ```text
+//! PATH/                          the gate: the exclusive lock, as without readers
+//! PARENT/NAME.readers/           reader registrations (exists while readers may be inside)
+//! PARENT/NAME.readers/reader~1~NONCE~SEQ~HOST~PID~...~PROFILE/
+//!                                one reader: the owner-marker record, renamed every heartbeat
+//! ```
+//! # Protocol
+//! - A **reader** takes the gate exactly as an exclusive locker would (so it waits behind a
+//!   writer, and a dead gate holder is broken as usual), registers its marker in
+//!   `NAME.readers` (`MKD`; that directory is made first if missing), and releases the gate
+//!   at once, keeping its logged-in connection. It holds while its marker exists: it renames
+//!   the marker every heartbeat (gone → `LOST`) and its release is the `RMD` of its marker.
+//! - A **writer** takes the gate and keeps it: from then on no reader can register. It then
+//!   waits for the registered readers to drain, heartbeating the gate meanwhile; readers it
+//!   can prove dead (same host) or that stay unrenamed for `stale_after` on its own clock are
+//!   removed by the exact name (a live reader's heartbeat renames its marker, so a claim on
+//!   an old name fails). When none are left it removes the empty `NAME.readers` and holds.
+//!   If it gives up waiting, dropping the backend frees the gate.
+//! - Writer preference: a waiting writer that got the gate holds back every new reader;
+//!   readers hold the gate only for three commands, so a writer polling for it gets it.
+//! - `NAME.readers` is only created or removed under the gate, so a writer's `RMD` of it can
+//!   never race a registration; leaving readers remove only their own marker.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use super::{Ftp, marker_name, parse_marker};
+use crate::backend::owner::{Parsed, Record};
+use crate::backend::{Attempt, Grant, Holder};
+use crate::error::{Error, Kind, Result, err};
+use crate::log::{debug, info};
+use crate::profile::fmt_duration;
+use crate::protocol::Mode;
+use crate::watch::{Event, Watcher};
+
+/// First word of a reader marker (the rest is an owner marker's record).
+const READER: &str = "reader";
+
+/// A reader registration of ours.
+pub(super) struct Reader {
+    rec: Record,
+    seq: u64,
+    /// The marker's current name inside `NAME.readers`.
+    marker: String,
+    /// Its `RMD` was sent for release; the reply may have been lost.
+    claim_sent: bool,
+}
+
+/// Shared-lock state of one backend value.
+#[derive(Default)]
+pub(super) struct State {
+    pub(super) reader: Option<Reader>,
+    /// A writer holding the gate while readers drain: the grant it will hand out.
+    pub(super) draining: Option<Grant>,
+    /// When each reader marker name was first seen unchanged (a waiter's own clock).
+    seen: HashMap<String, Instant>,
+}
+
+fn reader_name(rec: &Record, seq: u64) -> String {
+    let owner = marker_name(rec, seq);
+    format!("{READER}{}", &owner[super::MARKER.len()..])
+}
+
+fn is_reader(name: &str) -> bool {
+    name.starts_with(READER) && name[READER.len()..].starts_with(super::SEP)
+}
+
+fn parse_reader(name: &str) -> Option<(Record, u64)> {
+    if !is_reader(name) {
+        return None;
+    }
+    parse_marker(&format!("{}{}", super::MARKER, &name[READER.len()..]))
+}
+
+fn reader_holder(name: &str) -> Holder {
+    let mut h = match parse_reader(name) {
+        Some((rec, _)) => rec.holder(),
+        None => Parsed::Foreign(name.to_string()).holder(),
+    };
+    h.mode = Some(Mode::Shared);
+    h
+}
+
+impl Ftp {
+    /// `PARENT/NAME.readers`.
+    fn readers_dir(&self) -> String {
+        let r = format!("{}.readers", self.name());
+        match self.parent() {
+            Some(p) => format!("{p}/{r}"),
+            None => r,
+        }
+    }
+
+    /// The entries of `dir` (base names, sorted); a missing directory lists as empty.
+    fn entries(&mut self, dir: &str) -> Result<Vec<String>> {
+        let d = dir.to_string();
+        let mut names: Vec<String> = match self.cmd("NLST", |c| c.nlst(Some(d.as_str())))? {
+            Ok(lines) => lines
+                .iter()
+                .map(|l| l.rsplit('/').next().unwrap_or(l).to_string())
+                .filter(|n| !n.is_empty() && n != "." && n != "..")
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        names.sort();
+        Ok(names)
+    }
+
+    /// One attempt in the profile's mode (the gate alone is `try_gate`).
+    pub(super) fn attempt(&mut self) -> Result<Attempt> {
+        if self.shared {
+            self.try_reader()
+        } else {
+            self.try_writer()
+        }
+    }
+
+    fn try_reader(&mut self) -> Result<Attempt> {
+        let grant = match self.try_gate()? {
+            Attempt::Busy(h) => return Ok(Attempt::Busy(h)),
+            Attempt::Acquired(g) => g,
+        };
+        let registered = self.register();
+        // The gate goes whatever happened: readers never keep it.
+        let gate = self.release_gate();
+        registered?;
+        if let Err(e) = gate {
+            // Registered, but the gate may still stand: we hold shared regardless (a stuck
+            // gate only delays others until it is broken as stale).
+            debug!("releasing the gate after registering: {e}");
+        }
+        Ok(Attempt::Acquired(grant))
+    }
+
+    /// Registers our reader marker (under the gate).
+    fn register(&mut self) -> Result<()> {
+        let dir = self.readers_dir();
+        let rec = Record::ours(&self.profile);
+        let marker = reader_name(&rec, 0);
+        let target = format!("{dir}/{marker}");
+        let mut refusal = None;
+        for _ in 0..2 {
+            match self.cmd("MKD", |c| c.mkdir(target.as_str()))? {
+                Ok(()) => {
+                    self.sh.reader = Some(Reader {
+                        rec,
+                        seq: 0,
+                        marker,
+                        claim_sent: false,
+                    });
+                    return Ok(());
+                }
+                Err(r) => refusal = Some(r),
+            }
+            // Act, then look: the usual refusal is a missing `NAME.readers`.
+            let _ = self.cmd("MKD", |c| c.mkdir(dir.as_str()))?;
+        }
+        let (code, text) = refusal.expect("refused above");
+        Err(err!(
+            Denied,
+            "cannot register a reader of {} in {dir}: {text} (code {code})",
+            self.url()
+        ))
+    }
+
+    /// Frees the gate after registering, keeping the logged-in connection.
+    fn release_gate(&mut self) -> Result<()> {
+        self.release_once()
+    }
+
+    fn try_writer(&mut self) -> Result<Attempt> {
+        if self.sh.draining.is_some() {
+            // Still ours? A heartbeat renames the gate's marker (so no one judges it
+            // silent while we wait for readers) and tells us if it was broken.
+            self.deadline = None;
+            match self.beat() {
+                Ok(()) => {}
+                Err(e) if e.kind() == Kind::Lost => {
+                    info!("{e}; trying again");
+                    self.sh.draining = None;
+                    self.ours = None;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if self.sh.draining.is_none() {
+            match self.try_gate()? {
+                Attempt::Busy(h) => return Ok(Attempt::Busy(h)),
+                Attempt::Acquired(g) => self.sh.draining = Some(g),
+            }
+        }
+        let readers = self.drain()?;
+        if readers.is_empty() {
+            self.sh.seen.clear();
+            let mut grant = self.sh.draining.take().expect("set above");
+            // A reader that died holding did not release cleanly either.
+            grant.prev_crashed |= std::mem::take(&mut self.prev_crashed);
+            return Ok(Attempt::Acquired(grant));
+        }
+        Ok(Attempt::Busy(readers))
+    }
+
+    /// With the gate held: removes dead and silent readers; the live ones remain.
+    /// Empty: `NAME.readers` is gone (or never was).
+    fn drain(&mut self) -> Result<Vec<Holder>> {
+        let dir = self.readers_dir();
+        // Exclusive-only locks never have readers: one refused `CWD` says so.
+        if !self.is_dir(&dir)? {
+            debug!("drain: CWD {dir} refused: no readers");
+            return Ok(Vec::new());
+        }
+        if self.cmd("RMD", |c| c.rmdir(dir.as_str()))?.is_ok() {
+            debug!("drain: RMD {dir} done: no readers");
+            return Ok(Vec::new());
+        }
+        let names = self.entries(&dir)?;
+        debug!("drain: {dir} lists {names:?}");
+        let now = Instant::now();
+        self.sh.seen.retain(|n, _| names.contains(n));
+        let mut live = Vec::new();
+        for n in names {
+            let Some((rec, _)) = parse_reader(&n) else {
+                live.push(reader_holder(&n));
+                continue;
+            };
+            let first = *self.sh.seen.entry(n.clone()).or_insert(now);
+            let why = if rec.same_host() {
+                (!crate::host::alive(rec.pid, rec.start))
+                    .then_some("same host: proof of death".to_string())
+            } else {
+                (now.duration_since(first) >= self.stale_after)
+                    .then(|| format!("no heartbeat for {}", fmt_duration(self.stale_after)))
+            };
+            let holder = reader_holder(&n);
+            match why {
+                Some(why) => {
+                    // By its exact name: a live reader has renamed it meanwhile.
+                    if self.remove_marker(&format!("{dir}/{n}"))? {
+                        info!("removed reader {holder} of lock {} ({why})", self.url());
+                        self.prev_crashed = true;
+                    }
+                    self.sh.seen.remove(&n);
+                }
+                None => live.push(holder),
+            }
+        }
+        if live.is_empty() {
+            let _ = self.cmd("RMD", |c| c.rmdir(dir.as_str()))?;
+        }
+        Ok(live)
+    }
+
+    /// A reader's heartbeat: rename our marker to the next sequence number.
+    pub(super) fn beat_reader(&mut self) -> Result<()> {
+        let dir = self.readers_dir();
+        let Some(r) = &self.sh.reader else {
+            return Err(err!(Lost, "not holding"));
+        };
+        let next = reader_name(&r.rec, r.seq + 1);
+        let (from, to) = (format!("{dir}/{}", r.marker), format!("{dir}/{next}"));
+        match self.cmd("heartbeat (RNFR/RNTO)", |c| {
+            c.rename(from.as_str(), to.as_str())
+        })? {
+            Ok(()) => {
+                let r = self.sh.reader.as_mut().expect("checked above");
+                r.seq += 1;
+                r.marker = next;
+                Ok(())
+            }
+            Err((code, text)) => match self.find_reader()? {
+                Some((name, seq)) => {
+                    let r = self.sh.reader.as_mut().expect("checked above");
+                    r.marker = name;
+                    r.seq = seq;
+                    Err(err!(
+                        Unavailable,
+                        "heartbeat of reader of {} refused: {text} (code {code})",
+                        self.url()
+                    ))
+                }
+                None => Err(err!(
+                    Lost,
+                    "shared lock {} was broken: our reader marker is gone",
+                    self.url()
+                )),
+            },
+        }
+    }
+
+    /// Our reader marker's current name (`None`: gone).
+    fn find_reader(&mut self) -> Result<Option<(String, u64)>> {
+        let Some(nonce) = self.sh.reader.as_ref().map(|r| r.rec.nonce.clone()) else {
+            return Ok(None);
+        };
+        let dir = self.readers_dir();
+        Ok(self.entries(&dir)?.into_iter().find_map(|n| {
+            let (rec, seq) = parse_reader(&n)?;
+            (rec.nonce == nonce).then_some((n, seq))
+        }))
+    }
+
+    /// A reader's release: the `RMD` of its marker.
+    pub(super) fn release_reader(&mut self) -> Result<()> {
+        let dir = self.readers_dir();
+        let Some(r) = self.sh.reader.as_mut() else {
+            return Ok(());
+        };
+        let claim_was_sent = r.claim_sent;
+        r.claim_sent = true;
+        let target = format!("{dir}/{}", r.marker);
+        if self.remove_marker(&target)? {
+            self.sh.reader = None;
+            return Ok(());
+        }
+        match self.find_reader()? {
+            Some((name, seq)) => {
+                let r = self.sh.reader.as_mut().expect("checked above");
+                r.marker = name;
+                r.seq = seq;
+                r.claim_sent = false;
+                Err(err!(
+                    Io,
+                    "cannot release shared lock {}: the server refused to remove our reader marker",
+                    self.url()
+                ))
+            }
+            None => {
+                self.sh.reader = None;
+                if claim_was_sent {
+                    // Our RMD went through but its reply was lost.
+                    return Ok(());
+                }
+                Err(err!(
+                    Lost,
+                    "shared lock {} was broken while held: our reader marker is gone",
+                    self.url()
+                ))
+            }
+        }
+    }
+
+    /// The registered readers, without changing anything.
+    pub(super) fn reader_holders(&mut self) -> Result<Vec<Holder>> {
+        let dir = self.readers_dir();
+        Ok(self
+            .entries(&dir)?
+            .iter()
+            .map(|n| reader_holder(n))
+            .collect())
+    }
+
+    /// `break` of the readers (the gate is free or was just broken): removes dead and
+    /// silent readers, refuses live ones unless `force`.
+    pub(super) fn break_readers(
+        &mut self,
+        force: bool,
+        watcher: &mut Watcher,
+    ) -> Result<Option<Holder>> {
+        let dir = self.readers_dir();
+        let mut announced = false;
+        let mut broken = None;
+        loop {
+            let names = self.entries(&dir)?;
+            if names.is_empty() {
+                let _ = self.cmd("RMD", |c| c.rmdir(dir.as_str()))?;
+                return Ok(broken);
+            }
+            let now = Instant::now();
+            self.sh.seen.retain(|n, _| names.contains(n));
+            let mut waiting = false;
+            for n in names {
+                let holder = reader_holder(&n);
+                let first = *self.sh.seen.entry(n.clone()).or_insert(now);
+                let remove = match parse_reader(&n) {
+                    _ if force => true,
+                    None => {
+                        return Err(err!(
+                            Busy,
+                            "lock {} has a reader entry of another format ({holder}); only --force breaks it",
+                            self.url()
+                        ));
+                    }
+                    Some((rec, _)) if rec.same_host() => {
+                        if crate::host::alive(rec.pid, rec.start) {
+                            return Err(err!(
+                                Busy,
+                                "lock {} is held shared by {holder}, which is alive; use --force to break it anyway",
+                                self.url()
+                            ));
+                        }
+                        true
+                    }
+                    Some(_) => now.duration_since(first) >= self.stale_after,
+                };
+                if remove {
+                    if self.remove_marker(&format!("{dir}/{n}"))? {
+                        info!("broke shared lock {} of {holder}", self.url());
+                        broken.get_or_insert(holder);
+                    }
+                    self.sh.seen.remove(&n);
+                } else {
+                    waiting = true;
+                }
+            }
+            if !waiting {
+                continue;
+            }
+            if !announced {
+                info!(
+                    "lock {} is held shared by readers on another host; breaking them if they stay silent for {}",
+                    self.url(),
+                    fmt_duration(self.stale_after)
+                );
+                announced = true;
+            }
+            if let Event::Release(cause) = watcher.wait(&[], Some(self.poll))? {
+                return Err(Error::new(
+                    Kind::Busy,
+                    format!("stopped before breaking: {cause}"),
+                ));
+            }
+        }
+    }
+
+    /// A writer that gave up while readers drained frees the gate (best effort: if this
+    /// fails, the gate is broken as stale later).
+    pub(super) fn abandon_gate(&mut self) {
+        if self.sh.draining.take().is_some() {
+            match self.release_once() {
+                Ok(()) => debug!("gave up waiting for readers; gate of {} freed", self.url()),
+                Err(e) => debug!("gave up waiting for readers; freeing the gate: {e}"),
+            }
+            self.quit();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::is_marker;
+    use super::*;
+
+    #[test]
+    fn reader_names_round_trip_and_are_not_owner_markers() {
+        let rec = Record::ours("downloads");
+        let n = reader_name(&rec, 7);
+        assert!(n.starts_with("reader~1~"), "{n}");
+        assert!(is_reader(&n));
+        assert!(!is_marker(&n));
+        let (back, seq) = parse_reader(&n).unwrap();
+        assert_eq!(seq, 7);
+        assert_eq!(back.nonce, rec.nonce);
+        assert_eq!(back.pid, rec.pid);
+        assert!(parse_reader(&marker_name(&rec, 7)).is_none());
+    }
+}

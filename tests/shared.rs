@@ -215,7 +215,8 @@ pub(crate) fn writer_gets_in_behind_a_stream_of_readers(sb: &Sandbox, p: &str) -
     let took = t0.elapsed();
     w.ok();
     let o = sb.output(["status", "--json", p]);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("status --json: {e}: {}", stderr(&o)));
     assert_eq!(v["mode"], "exclusive", "{v}");
     drop(w);
     // After the writer, readers get in again.

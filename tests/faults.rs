@@ -145,7 +145,7 @@ fn soak_every_backend_with_kills_restarts_and_cuts() {
             profile: "race",
             stale_after: stale,
             tolerated: &[3, 69, 74],
-            tokens: false,
+            tokens: true,
             kill_every: (100, 400),
             chaos: Some(Box::new(move |_| {
                 s.lock().unwrap().restart();
@@ -163,7 +163,7 @@ fn soak_every_backend_with_kills_restarts_and_cuts() {
             profile: "race",
             stale_after: stale,
             tolerated: &[3, 69, 74],
-            tokens: false,
+            tokens: true,
             kill_every: (100, 400),
             chaos: Some(Box::new(move |round| {
                 let mut s = srv.lock().unwrap();

@@ -45,6 +45,7 @@ macro_rules! every_server {
             a_file_in_the_way_is_config_and_no_permission_is_denied,
             the_password_never_shows_even_verbose,
             a_holder_whose_lock_was_broken_says_lost,
+            tokens_increase_crashes_are_reported_and_break_takes_a_token,
         );
     };
 }
@@ -140,10 +141,20 @@ fn markers(srv: &dyn TestFtp) -> Vec<String> {
     }
 }
 
+/// What is left beside the lock, but for its fencing-token state (which stays, holding
+/// exactly one entry).
 fn leftovers(srv: &dyn TestFtp) -> Vec<String> {
+    let state: Vec<String> = fs::read_dir(srv.path("locks/p.state"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(state.len() <= 1, "state entries: {state:?}");
     fs::read_dir(srv.path("locks"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "p.state")
         .collect()
 }
 
@@ -153,7 +164,7 @@ pub fn ok_line_and_the_lock_directory_lives_exactly_while_held(srv: &mut dyn Tes
     let line = a.line.clone();
     assert_eq!(
         line.as_deref(),
-        Some("OK p backend=ftp mode=exclusive\n"),
+        Some("OK p backend=ftp mode=exclusive token=1\n"),
         "{}",
         a.stderr_text()
     );
@@ -351,7 +362,10 @@ pub fn killed_holder_on_this_host_is_broken_at_once(srv: &mut dyn TestFtp) {
     kill9(a.pid());
     let line = w.read_line(T).expect("waiter got nothing");
     let took = t0.elapsed();
-    assert_eq!(line, "OK p backend=ftp mode=exclusive prev=crashed\n");
+    assert_eq!(
+        line,
+        "OK p backend=ftp mode=exclusive token=2 prev=crashed\n"
+    );
     assert!(took < Duration::from_secs(1), "took {took:?}");
     let _ = a.wait_exit(T);
 }
@@ -381,7 +395,7 @@ pub fn silent_holder_from_another_host_is_broken_after_stale_after_and_not_befor
     let line = w.line.clone();
     assert_eq!(
         line.as_deref(),
-        Some("OK p backend=ftp mode=exclusive prev=crashed\n"),
+        Some("OK p backend=ftp mode=exclusive token=1 prev=crashed\n"),
         "{}",
         w.stderr_text()
     );
@@ -451,7 +465,7 @@ pub fn other_host_holder_live_is_never_broken_killed_is_taken_over_after_stale_a
     let took = t0.elapsed();
     assert_eq!(
         w.line.as_deref(),
-        Some("OK p backend=ftp mode=exclusive prev=crashed\n")
+        Some("OK p backend=ftp mode=exclusive token=2 prev=crashed\n")
     );
     // stale_after 1500ms, heartbeat 200ms, max_poll 100ms: [1.3 s, 1.8 s] plus slack.
     assert!(
@@ -615,7 +629,7 @@ path = "locks/p"
     let line = a.line.clone();
     assert_eq!(
         line.as_deref(),
-        Some("OK tls backend=ftp mode=exclusive\n"),
+        Some("OK tls backend=ftp mode=exclusive token=1\n"),
         "{}",
         a.stderr_text()
     );
@@ -758,4 +772,78 @@ pub fn a_holder_whose_lock_was_broken_says_lost(srv: &mut dyn TestFtp) {
     let line = a.read_line(T).expect("no LOST line");
     assert!(line.starts_with("LOST "), "{line}");
     assert_eq!(code(a.wait_exit(T)), 74, "{}", a.stderr_text());
+}
+
+fn token_of(line: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("token="))
+        .unwrap_or_else(|| panic!("no token in {line:?}"))
+        .parse()
+        .unwrap()
+}
+
+/// Fencing tokens over FTP (`PARENT/NAME.state/state~1~TOKEN~CLEAN`): strictly increasing,
+/// `prev=crashed` after a kill -9, shown by `status`, exported by `run`, and
+/// `break --token N` breaks only acquisition N.
+pub fn tokens_increase_crashes_are_reported_and_break_takes_a_token(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
+    let mut last = 0;
+    let mut crashed_before = false;
+    for i in 0..8 {
+        let mut h = sb.hold(["-vv", "--wait", "5s", "p"]);
+        if !h.line.as_deref().unwrap_or("").starts_with("OK") {
+            h.wait_exit(T);
+            let l = h.line.clone();
+            panic!("{l:?} {}", h.stderr_text());
+        }
+        let line = h.ok().to_string();
+        let t = token_of(&line);
+        assert!(t > last, "round {i}: token {t} after {last}");
+        last = t;
+        assert_eq!(
+            line.contains(" prev=crashed"),
+            crashed_before,
+            "round {i}: {line:?}"
+        );
+        if i == 0 {
+            let o = sb.output(["status", "--json", "p"]);
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(v["holders"][0]["token"], t, "{v}");
+        }
+        crashed_before = i % 3 == 1;
+        if crashed_before {
+            kill9(h.pid());
+            h.wait_exit(T);
+        } else {
+            h.close_stdout();
+            assert_eq!(code(h.wait_exit(T)), 0, "{}", h.stderr_text());
+        }
+    }
+    assert!(
+        !srv.path("locks/p").exists() || crashed_before,
+        "a clean release left the lock"
+    );
+    // break --token: a wrong token breaks nothing; the right one breaks that acquisition.
+    let mut h = sb.hold(["--wait", "5s", "p"]);
+    let t = token_of(h.ok());
+    kill9(h.pid());
+    h.wait_exit(T);
+    let o = sb.output(["break", "--token", &(t + 1).to_string(), "p"]);
+    assert_eq!(code(o.status), 75, "a wrong token broke: {}", stderr(&o));
+    assert!(srv.path("locks/p").exists());
+    let o = sb.output(["break", "--token", &t.to_string(), "p"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert!(!srv.path("locks/p").exists());
+    let next = sb.hold(["p"]);
+    assert_eq!(
+        next.ok(),
+        format!(
+            "OK p backend=ftp mode=exclusive token={} prev=crashed\n",
+            t + 1
+        )
+    );
+    drop(next);
+    eventually(T, "the release", || !srv.path("locks/p").exists());
+    let o = sb.output(["run", "p", "--", "sh", "-c", "echo $LOCKSMITH_TOKEN"]);
+    assert_eq!(stdout(&o), format!("{}\n", t + 2));
 }

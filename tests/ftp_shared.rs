@@ -62,8 +62,8 @@ pub fn readers_share_writers_exclude_and_nothing_is_left(srv: &mut dyn TestFtp) 
     let sb = sandbox(srv);
     let r1 = sb.hold(["r"]);
     let r2 = sb.hold(["--wait", "0", "--shared", "p"]);
-    assert_eq!(r1.ok(), "OK r backend=ftp mode=shared\n");
-    assert_eq!(r2.ok(), "OK p backend=ftp mode=shared\n");
+    assert_eq!(r1.ok(), "OK r backend=ftp mode=shared token=0\n");
+    assert_eq!(r2.ok(), "OK p backend=ftp mode=shared token=0\n");
     // Readers do not keep the gate.
     assert!(!srv.path("locks/p").exists());
     assert_eq!(readers_dir_entries(srv).len(), 2);
@@ -97,7 +97,7 @@ pub fn readers_share_writers_exclude_and_nothing_is_left(srv: &mut dyn TestFtp) 
     drop(r2);
     assert_eq!(
         w.read_line(T).as_deref(),
-        Some("OK p backend=ftp mode=exclusive\n")
+        Some("OK p backend=ftp mode=exclusive token=1\n")
     );
     assert!(
         !srv.path("locks/p.readers").exists(),
@@ -117,8 +117,14 @@ pub fn readers_share_writers_exclude_and_nothing_is_left(srv: &mut dyn TestFtp) 
 pub fn reader_writer_checker_through_ftp(srv: &mut dyn TestFtp) {
     let sb = sandbox(srv);
     let t0 = Instant::now();
-    let (violations, max_readers, tokens) =
-        crate::shared::reader_writer_checker_sized(&sb, "p", &[], [4, 40, 2, 25]);
+    let (violations, max_readers, tokens) = crate::shared::reader_writer_checker_sized(
+        &sb,
+        "p",
+        // Readers stay inside ~10 ms: an FTP reader spends that long just registering,
+        // and overlap is what is measured.
+        &[("SPIN", "3000")],
+        [4, 40, 2, 25],
+    );
     eprintln!(
         "ftp ({}): 160 shared + 50 exclusive acquisitions in {:?}, max {max_readers} readers at once",
         srv.name(),
@@ -149,7 +155,10 @@ pub fn a_killed_reader_is_drained_at_once_on_this_host(srv: &mut dyn TestFtp) {
     let t0 = Instant::now();
     let w = sb.hold(["--wait", "10s", "p"]);
     let took = t0.elapsed();
-    assert_eq!(w.ok(), "OK p backend=ftp mode=exclusive prev=crashed\n");
+    assert_eq!(
+        w.ok(),
+        "OK p backend=ftp mode=exclusive token=1 prev=crashed\n"
+    );
     assert!(
         took < Duration::from_secs(1),
         "proof of death took {took:?}"
@@ -162,7 +171,7 @@ pub fn a_silent_reader_from_another_host_is_drained_after_stale_after(srv: &mut 
     let Some(r) = crate::ftp::other_host_holder(&sb, "r") else {
         return;
     };
-    assert_eq!(r.ok(), "OK r backend=ftp mode=shared\n");
+    assert_eq!(r.ok(), "OK r backend=ftp mode=shared token=0\n");
     // Alive and heartbeating: a writer hammering for > 2 × stale_after never gets in.
     let mut w = sb.hold(["-vv", "--wait", "3500ms", "p"]);
     let line = w.line.clone().unwrap_or_default();
@@ -180,7 +189,10 @@ pub fn a_silent_reader_from_another_host_is_drained_after_stale_after(srv: &mut 
     kill9(r.pid());
     let w = sb.hold(["--wait", "10s", "p"]);
     let took = t0.elapsed();
-    assert_eq!(w.ok(), "OK p backend=ftp mode=exclusive prev=crashed\n");
+    assert_eq!(
+        w.ok(),
+        "OK p backend=ftp mode=exclusive token=1 prev=crashed\n"
+    );
     assert!(took >= Duration::from_millis(1300), "too early: {took:?}");
     assert!(took < Duration::from_secs(3), "too late: {took:?}");
 }

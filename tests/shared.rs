@@ -73,7 +73,7 @@ pub(crate) const READER: &str = r#"
 : > "$D/r.$$"
 if [ -e "$D/w" ]; then echo "reader $$ beside a writer" >> "$D/violations"; fi
 ls "$D" | grep -c '^r\.' >> "$D/counts"
-i=0; while [ $i -lt 40 ]; do i=$((i+1)); done
+i=0; while [ $i -lt ${SPIN:-40} ]; do i=$((i+1)); done
 rm -f "$D/r.$$"
 "#;
 

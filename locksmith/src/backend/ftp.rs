@@ -7,6 +7,8 @@
 //! PATH/owner~1~NONCE~SEQ~HOST~PID~PPID~START~BOOT~PIDNS~SINCE~PROFILE/
 //!                                         empty directory; its *name* is the owner record
 //! PARENT/NAME.tomb.NONCE/                 a released or broken lock on its way out
+//! PARENT/NAME.state/state~1~TOKEN~CLEAN/   fencing-token state (see `issue_token`)
+//! PARENT/NAME.readers/reader~1~.../        shared holders (see `shared.rs`)
 //! ```
 //! The owner record lives in the marker's *name*, so `NLST PATH` alone reads it: no `RETR`,
 //! no `MLST`/`MDTM` (which vsftpd and pure-ftpd lack on directories), no clock on the server.
@@ -70,7 +72,7 @@ use rustls::pki_types::pem::PemObject;
 use suppaftp::FtpError;
 use suppaftp::RustlsConnector;
 
-use super::owner::{Parsed, Record};
+use super::owner::{Parsed, Record, State};
 use super::wake::Wakeups;
 use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
 use crate::error::{Error, Kind, Result, err};
@@ -854,6 +856,123 @@ impl Ftp {
         Ok(Attempt::Busy(holders))
     }
 
+    /// `PARENT/NAME.state`: the fencing-token state, beside the lock.
+    fn state_dir(&self) -> String {
+        let n = format!("{}.state", self.name());
+        match self.parent() {
+            Some(p) => format!("{p}/{n}"),
+            None => n,
+        }
+    }
+
+    /// The state entry (`state~1~TOKEN~CLEAN`): its name, the last token issued and whether
+    /// that acquisition ended in a clean release. `None`: no token issued yet. Several
+    /// entries (never made by locksmith) count by the highest token.
+    fn read_state(&mut self) -> Result<Option<(String, State)>> {
+        let dir = self.state_dir();
+        // `STAT DIR` lists on the control connection (`ls -l` lines: vsftpd, pure-ftpd),
+        // saving the data connection of `NLST`, which some servers answer slowly. A reply
+        // without a state entry (an unsupported `STAT`, or none yet) is checked by `NLST`.
+        let stat = format!("STAT {dir}");
+        let listed = self.cmd("STAT", |c| {
+            c.custom_command(
+                stat.as_str(),
+                // Not 211: suppaftp then takes "211-" for FEAT's opener and would stop
+                // reading after the first line, leaving the rest of the reply behind.
+                &[suppaftp::Status::Directory, suppaftp::Status::File],
+            )
+        })?;
+        if let Ok(r) = &listed {
+            debug!("STAT {dir}: {:?}", String::from_utf8_lossy(&r.body));
+        }
+        let mut names: Vec<String> = match listed {
+            Ok(r) => String::from_utf8_lossy(&r.body)
+                .split_whitespace()
+                .filter(|w| parse_state(w).is_some())
+                .map(str::to_string)
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        if names.is_empty() {
+            names = self.entries(&dir)?;
+        }
+        let mut best: Option<(String, State)> = None;
+        for n in names {
+            if let Some(st) = parse_state(&n)
+                && best.as_ref().is_none_or(|(_, b)| st.token > b.token)
+            {
+                best = Some((n, st));
+            }
+        }
+        Ok(best)
+    }
+
+    /// Issues the next fencing token, holding the gate: renames the state entry to TOKEN+1,
+    /// marked not clean until our release. Returns the token and whether the previous
+    /// acquisition ended uncleanly. The rename of the exact old name is a compare-and-swap
+    /// (a holder broken as stale and still running cannot interleave a stale write).
+    fn issue_token(&mut self) -> Result<(u64, bool)> {
+        let dir = self.state_dir();
+        for _ in 0..4 {
+            match self.read_state()? {
+                Some((name, st)) => {
+                    let next = state_name(st.token + 1, false);
+                    let (from, to) = (format!("{dir}/{name}"), format!("{dir}/{next}"));
+                    match self.cmd("RNFR/RNTO", |c| c.rename(from.as_str(), to.as_str()))? {
+                        Ok(()) => return Ok((st.token + 1, !st.clean)),
+                        Err((code, text)) => {
+                            debug!("state {from} → {to}: {text} (code {code}); reading again");
+                        }
+                    }
+                }
+                None => {
+                    // A new state directory only when `MKD` says it was missing: an empty
+                    // listing alone (a server's hiccup) must never restart the tokens at 1.
+                    let made = self.cmd("MKD", |c| c.mkdir(dir.as_str()))?.is_ok();
+                    if made || self.entries(&dir)?.is_empty() && self.is_dir(&dir)? {
+                        let first = format!("{dir}/{}", state_name(1, false));
+                        if self.cmd("MKD", |c| c.mkdir(first.as_str()))?.is_ok() {
+                            return Ok((1, false));
+                        }
+                    }
+                }
+            }
+        }
+        Err(err!(
+            Io,
+            "cannot issue a fencing token for {}: the state in {dir} keeps changing or cannot be written",
+            self.url()
+        ))
+    }
+
+    /// Marks our acquisition's state entry clean (before the release removes our marker).
+    /// A failure only makes the next holder say `prev=crashed`.
+    fn mark_clean(&mut self, token: u64) {
+        let dir = self.state_dir();
+        let (from, to) = (
+            format!("{dir}/{}", state_name(token, false)),
+            format!("{dir}/{}", state_name(token, true)),
+        );
+        match self.cmd("RNFR/RNTO", |c| c.rename(from.as_str(), to.as_str())) {
+            Ok(Ok(())) => {}
+            Ok(Err((_, text))) => debug!("state {from} not marked clean: {text}"),
+            Err(e) => debug!("state {from} not marked clean: {e}"),
+        }
+    }
+
+    /// With the lock just taken exclusively: issue the token and put it into our marker
+    /// (the rename doubles as a first heartbeat).
+    fn stamp_token(&mut self, grant: &mut Grant) -> Result<()> {
+        let (token, dirty) = self.issue_token()?;
+        if let Some(o) = self.ours.as_mut() {
+            o.rec.token = Some(token);
+        }
+        self.beat()?;
+        grant.token = Some(token);
+        grant.prev_crashed |= dirty;
+        Ok(())
+    }
+
     /// Tries for the gate — the exclusive lock directory — reconnecting a few times.
     fn try_gate(&mut self) -> Result<Attempt> {
         self.set_timeout(ACQUIRE_TIMEOUT);
@@ -882,7 +1001,13 @@ impl Ftp {
         let claim_was_sent = ours.claim_sent;
         ours.claim_sent = true;
         let nonce = ours.rec.nonce.clone();
+        let token = ours.rec.token;
         let target = self.inside(&marker);
+        if let Some(t) = token
+            && !claim_was_sent
+        {
+            self.mark_clean(t);
+        }
         // An error here keeps `ours`: the caller retries until stale_after.
         if !self.remove_marker(&target)? {
             match self.find_ours()? {
@@ -947,7 +1072,13 @@ fn marker_name(rec: &Record, seq: u64) -> String {
         since,
         word(&rec.profile, 64),
     ];
-    fields.join(&SEP.to_string())
+    let mut name = fields.join(&SEP.to_string());
+    // Field 13, once the acquisition has its fencing token (older markers stop at 12).
+    if let Some(t) = rec.token {
+        name.push(SEP);
+        name.push_str(&t.to_string());
+    }
+    name
 }
 
 /// A field safe in a file name on any server: no separator, slash, space or control.
@@ -990,9 +1121,32 @@ fn parse_marker(name: &str) -> Option<(Record, u64)> {
         since,
         profile: f[11].to_string(),
         nonce: f[2].to_string(),
-        ..Record::ours("")
+        token: f.get(12).and_then(|t| t.parse().ok()),
     };
     Some((rec, seq))
+}
+
+/// First word of the state entry's name.
+const STATE: &str = "state";
+
+/// `state~1~TOKEN~CLEAN`: an empty directory whose name is the state record.
+fn state_name(token: u64, clean: bool) -> String {
+    format!("{STATE}{SEP}{FORMAT}{SEP}{token}{SEP}{}", clean as u8)
+}
+
+fn parse_state(name: &str) -> Option<State> {
+    let f: Vec<&str> = name.split(SEP).collect();
+    match f.as_slice() {
+        [STATE, FORMAT, token, clean] => Some(State {
+            token: token.parse().ok()?,
+            clean: match *clean {
+                "1" => true,
+                "0" => false,
+                _ => return None,
+            },
+        }),
+        _ => None,
+    }
 }
 
 /// `20261122T055000Z` → `2026-11-22T05:50:00Z`.
@@ -1061,8 +1215,10 @@ impl Backend for Ftp {
     }
 
     fn status(&mut self) -> Result<Vec<Holder>> {
-        let mut holders = self.gate_holders()?;
-        holders.extend(self.reader_holders()?);
+        // Readers first: the gate is also held for a moment by each reader registering,
+        // and the mode shown is the first holder's.
+        let mut holders = self.reader_holders()?;
+        holders.extend(self.gate_holders()?);
         Ok(holders)
     }
 
@@ -1073,6 +1229,17 @@ impl Backend for Ftp {
         watcher: &mut Watcher,
     ) -> Result<BreakOutcome> {
         let gate = self.break_gate(force, token, watcher)?;
+        if let Some(want) = token {
+            // A token names one exclusive acquisition: readers are never it.
+            if !self.reader_holders()?.is_empty() {
+                return Err(err!(
+                    Busy,
+                    "lock {} is held shared, not by acquisition {want}; nothing broken",
+                    self.url()
+                ));
+            }
+            return Ok(gate);
+        }
         let readers = self.break_readers(force, watcher)?;
         Ok(match (gate, readers) {
             (BreakOutcome::Broken(h), _) => BreakOutcome::Broken(h),
@@ -1114,12 +1281,6 @@ impl Ftp {
         token: Option<u64>,
         watcher: &mut Watcher,
     ) -> Result<BreakOutcome> {
-        if let Some(t) = token {
-            return Err(err!(
-                Usage,
-                "backend `ftp` keeps no fencing tokens; `break --token {t}` does not apply"
-            ));
-        }
         let mut announced = false;
         loop {
             let names = match self.look()? {
@@ -1133,6 +1294,20 @@ impl Ftp {
                 (Some(m), _) => Parsed::Foreign(m.clone()).holder(),
                 (None, _) => Holder::default(),
             };
+            if let Some(want) = token
+                && holder.token != Some(want)
+            {
+                let which = holder
+                    .token
+                    .map_or("an acquisition without a token".to_string(), |t| {
+                        format!("acquisition {t}")
+                    });
+                return Err(err!(
+                    Busy,
+                    "lock {} is held by {which} ({holder}), not by acquisition {want}; nothing broken",
+                    self.url()
+                ));
+            }
             let decided = match &parsed {
                 _ if force => true,
                 Some(None) => {
@@ -1219,5 +1394,27 @@ mod tests {
         assert!(is_marker(&name));
         assert!(parse_marker(&name).is_none());
         assert!(!is_marker("ownerless"));
+    }
+
+    #[test]
+    fn tokens_ride_in_marker_and_state_names() {
+        let mut rec = Record::ours("p");
+        assert_eq!(parse_marker(&marker_name(&rec, 3)).unwrap().0.token, None);
+        rec.token = Some(41);
+        let (back, seq) = parse_marker(&marker_name(&rec, 3)).unwrap();
+        assert_eq!((back.token, seq), (Some(41), 3));
+        for (t, clean) in [(1, false), (77, true)] {
+            let st = parse_state(&state_name(t, clean)).unwrap();
+            assert_eq!((st.token, st.clean), (t, clean));
+        }
+        for bad in [
+            "state~1~x~1",
+            "state~2~5~1",
+            "state~1~5~2",
+            "state~1~5",
+            "owner~1~5~1",
+        ] {
+            assert!(parse_state(bad).is_none(), "{bad}");
+        }
     }
 }

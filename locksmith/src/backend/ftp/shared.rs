@@ -96,7 +96,7 @@ impl Ftp {
     }
 
     /// The entries of `dir` (base names, sorted); a missing directory lists as empty.
-    fn entries(&mut self, dir: &str) -> Result<Vec<String>> {
+    pub(super) fn entries(&mut self, dir: &str) -> Result<Vec<String>> {
         let d = dir.to_string();
         let mut names: Vec<String> = match self.cmd("NLST", |c| c.nlst(Some(d.as_str())))? {
             Ok(lines) => lines
@@ -120,11 +120,17 @@ impl Ftp {
     }
 
     fn try_reader(&mut self) -> Result<Attempt> {
-        let grant = match self.try_gate()? {
+        let mut grant = match self.try_gate()? {
             Attempt::Busy(h) => return Ok(Attempt::Busy(h)),
             Attempt::Acquired(g) => g,
         };
-        let registered = self.register();
+        // The write epoch: the last exclusive token (0 before the first), read under the
+        // gate so that no writer is between its token and its hold.
+        let registered = self.read_state().and_then(|st| {
+            grant.token = Some(st.as_ref().map_or(0, |(_, s)| s.token));
+            grant.prev_crashed |= st.is_some_and(|(_, s)| !s.clean);
+            self.register()
+        });
         // The gate goes whatever happened: readers never keep it.
         let gate = self.release_gate();
         registered?;
@@ -199,6 +205,11 @@ impl Ftp {
             let mut grant = self.sh.draining.take().expect("set above");
             // A reader that died holding did not release cleanly either.
             grant.prev_crashed |= std::mem::take(&mut self.prev_crashed);
+            if let Err(e) = self.stamp_token(&mut grant) {
+                // No token, no lock: free the gate rather than hold without one.
+                let _ = self.release_once();
+                return Err(e);
+            }
             return Ok(Attempt::Acquired(grant));
         }
         Ok(Attempt::Busy(readers))

@@ -48,6 +48,8 @@ pub struct DebianFtp {
     idle_secs: Option<u64>,
     /// Explicit FTPS required, with `tls/leaf.pem` and `tls/leaf.key` in `dir`.
     tls: bool,
+    /// With `tls`: implicit FTPS (TLS from the first byte; vsftpd only).
+    implicit: bool,
 }
 
 /// `SKIP:` outside CI, a failure under `CI=true`.
@@ -155,6 +157,16 @@ impl DebianFtp {
         DebianFtp::start_with(server, None, Some((leaf, key)))
     }
 
+    /// vsftpd speaking implicit FTPS (pure-ftpd has no implicit mode).
+    pub fn start_implicit_tls(server: Server, leaf: &Path, key: &Path) -> Option<DebianFtp> {
+        assert_eq!(server, Server::Vsftpd, "pure-ftpd has no implicit FTPS");
+        let mut s = DebianFtp::start_with(server, None, Some((leaf, key)))?;
+        s.implicit = true;
+        s.stop();
+        s.restart();
+        Some(s)
+    }
+
     /// vsftpd closing sessions idle for `secs` seconds (pure-ftpd counts in minutes).
     pub fn start_idle(server: Server, secs: u64) -> Option<DebianFtp> {
         assert_eq!(
@@ -211,6 +223,7 @@ impl DebianFtp {
             child: None,
             idle_secs,
             tls: tls.is_some(),
+            implicit: false,
         };
         if let Some((leaf, key)) = tls {
             let d = s.dir.path().join("tls");
@@ -339,9 +352,11 @@ force_local_data_ssl=YES
 require_ssl_reuse=NO
 ssl_tlsv1=YES
 ssl_ciphers=HIGH
+implicit_ssl={}
 ",
                         d.join("tls/leaf.pem").display(),
-                        d.join("tls/leaf.key").display()
+                        d.join("tls/leaf.key").display(),
+                        if self.implicit { "YES" } else { "NO" }
                     )
                 } else {
                     String::new()
@@ -395,7 +410,13 @@ idle_session_timeout={idle}
             if child.try_wait().unwrap().is_some() {
                 return Err(());
             }
-            if greets(self.port) {
+            // Implicit FTPS says nothing before a TLS handshake: a connection must do.
+            let up = if self.implicit {
+                TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            } else {
+                greets(self.port)
+            };
+            if up {
                 self.child = Some(child);
                 return Ok(());
             }
@@ -577,7 +598,7 @@ mod pure_ftpd {
 
     #[test]
     fn ftps_explicit_verifies_the_certificate() {
-        crate::ftp::ftps_explicit_verifies_the_certificate_on(|leaf, key| {
+        crate::ftp::ftps_verifies_the_certificate_on("explicit", |leaf, key| {
             DebianFtp::start_tls(Server::PureFtpd, leaf, key)
         });
     }
@@ -599,8 +620,15 @@ mod vsftpd {
 
     #[test]
     fn ftps_explicit_verifies_the_certificate() {
-        crate::ftp::ftps_explicit_verifies_the_certificate_on(|leaf, key| {
+        crate::ftp::ftps_verifies_the_certificate_on("explicit", |leaf, key| {
             DebianFtp::start_tls(Server::Vsftpd, leaf, key)
+        });
+    }
+
+    #[test]
+    fn ftps_implicit_verifies_the_certificate() {
+        crate::ftp::ftps_verifies_the_certificate_on("implicit", |leaf, key| {
+            DebianFtp::start_implicit_tls(Server::Vsftpd, leaf, key)
         });
     }
 }

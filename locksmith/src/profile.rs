@@ -468,6 +468,7 @@ impl ProfilesFile {
         if host.is_empty() || host.contains(|c: char| c.is_whitespace() || c == '/') {
             return Err(f.error(&format!("`host` = {host:?} is not a host name or address")));
         }
+        let port_given = f.table.contains_key("port");
         let port = match f.table.remove("port") {
             None => 21,
             Some(Value::Integer(p)) if (1..=65535).contains(&p) => p as u16,
@@ -517,11 +518,12 @@ impl ProfilesFile {
         if ca_file.is_some() && tls == Tls::None {
             return Err(f.error("`ca_file` needs `tls` = \"explicit\" or \"implicit\""));
         }
-        if tls == Tls::Implicit {
-            return Err(f.error(
-                "`tls` = \"implicit\" is not built into this version of locksmith yet; use `tls = \"explicit\"` (AUTH TLS), which every common server offers",
-            ));
-        }
+        // Implicit FTPS listens on its own port (990), unless the profile names one.
+        let port = if tls == Tls::Implicit && !port_given {
+            990
+        } else {
+            port
+        };
         let path = f
             .string("path")?
             .ok_or_else(|| f.error("missing required key `path`"))?;

@@ -52,8 +52,8 @@
 //!
 //! # FTPS
 //! `tls = "explicit"`: `AUTH TLS` before login, `PROT P` for data, rustls with ring;
-//! certificates are verified against `ca_file` or the system CA bundle. `implicit` is not
-//! built yet (a config error).
+//! certificates are verified against `ca_file` or the system CA bundle. `tls = "implicit"`
+//! (port 990 unless given): TLS from the first byte, then `PBSZ 0`/`PROT P` after login.
 //!
 //! # Limits
 //! A lock directory without a marker (a locker killed between its two `MKD`s, or a foreign
@@ -295,38 +295,41 @@ impl Ftp {
             .to_socket_addrs()
             .map_err(|e| err!(Unavailable, "cannot resolve FTP server {host}: {e}"))?
             .collect();
-        let mut last = None;
-        let mut stream = None;
-        for addr in &addrs {
-            match TcpStream::connect_timeout(addr, t) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        let Some(stream) = stream else {
-            let why = last.map_or("no address".to_string(), |e| e.to_string());
-            return Err(err!(
-                Unavailable,
-                "cannot connect to FTP server {host}:{port}: {why}"
-            ));
-        };
         let set = |s: &TcpStream, t: Duration| {
             s.set_read_timeout(Some(t))
                 .and_then(|()| s.set_write_timeout(Some(t)))
         };
-        set(&stream, t).map_err(|e| err!(Unavailable, "cannot set socket timeouts: {e}"))?;
-        let _ = stream.set_nodelay(true);
         let unavailable = |what: &str, e: FtpError| -> Error {
             let why = match Reply::of(e) {
                 Reply::Refused(_, text) | Reply::Broken(text) => text,
             };
             err!(Unavailable, "FTP server {host}:{port}: {what}: {why}")
         };
-        let mut ftp =
-            Conn::connect_with_stream(stream).map_err(|e| unavailable("no greeting", e))?;
+        let mut ftp = if self.cfg.tls == Tls::Implicit {
+            self.connect_implicit(&addrs, t)?
+        } else {
+            let mut last = None;
+            let mut stream = None;
+            for addr in &addrs {
+                match TcpStream::connect_timeout(addr, t) {
+                    Ok(s) => {
+                        stream = Some(s);
+                        break;
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            let Some(stream) = stream else {
+                let why = last.map_or("no address".to_string(), |e| e.to_string());
+                return Err(err!(
+                    Unavailable,
+                    "cannot connect to FTP server {host}:{port}: {why}"
+                ));
+            };
+            set(&stream, t).map_err(|e| err!(Unavailable, "cannot set socket timeouts: {e}"))?;
+            let _ = stream.set_nodelay(true);
+            Conn::connect_with_stream(stream).map_err(|e| unavailable("no greeting", e))?
+        };
         let timeout_ms = Arc::clone(&self.timeout_ms);
         ftp = ftp.passive_stream_builder(move |addr| {
             let t = Duration::from_millis(timeout_ms.load(Ordering::Relaxed));
@@ -383,9 +386,85 @@ impl Ftp {
             }
         }
         drop(password);
+        if self.cfg.tls == Tls::Implicit {
+            // Data connections in TLS too (suppaftp wraps them; the server must expect it).
+            for c in ["PBSZ 0", "PROT P"] {
+                ftp.custom_command(c, &[suppaftp::Status::CommandOk])
+                    .map_err(|e| unavailable(c, e))?;
+            }
+        }
         self.home = ftp.pwd().map_err(|e| unavailable("PWD", e))?;
         debug!("logged in to {}", self.url());
         Ok(ftp)
+    }
+
+    /// Implicit FTPS: TLS from the first byte. suppaftp connects without timeouts here, so
+    /// the connect, handshake and greeting run on a thread we wait for at most `t`; one
+    /// that hangs is left behind (it ends with its socket's own timeouts or the process).
+    fn connect_implicit(&self, addrs: &[SocketAddr], t: Duration) -> Result<Conn> {
+        let (host, port) = (self.cfg.host.clone(), self.cfg.port);
+        let config = self.tls_config()?;
+        let hint = if self.cfg.ca_file.is_none() {
+            " (certificates are verified against the system CAs; a private CA needs `ca_file`)"
+        } else {
+            ""
+        };
+        let mut last = "no address".to_string();
+        for &addr in addrs {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let (connector, domain) = (RustlsConnector::from(config.clone()), host.clone());
+            std::thread::spawn(move || {
+                let _ = tx.send(Conn::connect_secure_implicit(addr, connector, &domain));
+            });
+            match rx.recv_timeout(t) {
+                Ok(Ok(ftp)) => {
+                    let s = ftp.get_ref();
+                    s.set_read_timeout(Some(t))
+                        .and_then(|()| s.set_write_timeout(Some(t)))
+                        .map_err(|e| err!(Unavailable, "cannot set socket timeouts: {e}"))?;
+                    let _ = s.set_nodelay(true);
+                    drop(s);
+                    return Ok(ftp);
+                }
+                // rustls reports a rejected certificate on first use: reading the greeting.
+                Ok(Err(FtpError::ConnectionError(e)))
+                    if e.kind() != std::io::ErrorKind::InvalidData =>
+                {
+                    last = e.to_string()
+                }
+                Ok(Err(FtpError::ConnectionError(e))) => {
+                    return Err(err!(
+                        Unavailable,
+                        "TLS with FTP server {host}:{port} (implicit) failed: {e}{hint}"
+                    ));
+                }
+                Ok(Err(FtpError::SecureError(e))) => {
+                    return Err(err!(
+                        Unavailable,
+                        "TLS with FTP server {host}:{port} (implicit) failed: {e}{hint}"
+                    ));
+                }
+                Ok(Err(e)) => {
+                    let why = match Reply::of(e) {
+                        Reply::Refused(_, text) | Reply::Broken(text) => text,
+                    };
+                    return Err(err!(
+                        Unavailable,
+                        "FTP server {host}:{port} (implicit TLS): no greeting: {why}{hint}"
+                    ));
+                }
+                Err(_) => {
+                    last = format!(
+                        "no TLS greeting within {} (is it an implicit-FTPS port?)",
+                        fmt_duration(t)
+                    )
+                }
+            }
+        }
+        Err(err!(
+            Unavailable,
+            "cannot connect to FTP server {host}:{port} (implicit TLS): {last}"
+        ))
     }
 
     /// The TLS settings: certificates verified against `ca_file`, or else the system's CAs.

@@ -1036,7 +1036,6 @@ proptest! {
             Just(("group", V::Str("no-such-group-x".into()))),
             Just(("path", V::Str("a/..".into()))),
             Just(("path", V::Str(String::new()))),
-            Just(("tls", V::Str("implicit".into()))),
         ],
     ) {
         let text = spec.render();

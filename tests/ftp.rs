@@ -855,3 +855,25 @@ pub fn tokens_increase_crashes_are_reported_and_break_takes_a_token(srv: &mut dy
     let o = sb.output(["run", "p", "--", "sh", "-c", "echo $LOCKSMITH_TOKEN"]);
     assert_eq!(stdout(&o), format!("{}\n", t + 2));
 }
+
+/// Someone removes our fresh lock directory between our `MKD PATH` and `MKD PATH/marker`:
+/// the refused marker is not "permission denied", and nothing of anyone's is removed: the
+/// locker looks again and takes the lock.
+#[test]
+fn lock_directory_removed_between_our_two_mkds_is_taken_again() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let fired = Arc::new(AtomicBool::new(false));
+    let f = fired.clone();
+    let srv = FtpServer::start_with_mkd_hook(Arc::new(move |dir: &std::path::Path| {
+        if dir.ends_with("locks/p") && !f.swap(true, Ordering::SeqCst) {
+            fs::remove_dir(dir).unwrap();
+        }
+    }));
+    let sb = sandbox(&srv);
+    let a = sb.hold(["--wait", "5s", "p"]);
+    assert_eq!(a.ok(), "OK p backend=ftp mode=exclusive token=1\n");
+    assert!(fired.load(Ordering::SeqCst), "the hook never ran");
+    assert!(srv.path("locks/p").is_dir());
+    assert_eq!(markers(&srv).len(), 1);
+}

@@ -4,13 +4,15 @@
 
 #![allow(dead_code)]
 
+use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use async_trait::async_trait;
 use libunftp::ServerBuilder;
-use unftp_core::auth::{AuthenticationError, Authenticator, Credentials, Principal};
+use unftp_core::auth::{AuthenticationError, Authenticator, Credentials, Principal, UserDetail};
+use unftp_core::storage::{Fileinfo, Result as StorageResult, StorageBackend};
 use unftp_sbe_fs::Filesystem;
 
 pub const USER: &str = "locker";
@@ -36,6 +38,100 @@ impl Authenticator for OneUser {
     }
 }
 
+/// Fault injection: runs after every successful `MKD`, with the new directory's path on disk,
+/// before the reply goes out — the deterministic way to put another client's step exactly
+/// between two of ours.
+pub type MkdHook = Arc<dyn Fn(&Path) + Send + Sync>;
+
+/// The file-system backend, with an optional [`MkdHook`].
+struct Hooked {
+    fs: Filesystem,
+    root: PathBuf,
+    mkd_hook: Option<MkdHook>,
+}
+
+impl Debug for Hooked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooked").field("fs", &self.fs).finish()
+    }
+}
+
+#[async_trait]
+impl<U: UserDetail> StorageBackend<U> for Hooked {
+    type Metadata = <Filesystem as StorageBackend<U>>::Metadata;
+
+    fn enter(&mut self, user: &U) -> std::io::Result<()> {
+        StorageBackend::<U>::enter(&mut self.fs, user)
+    }
+    fn supported_features(&self) -> u32 {
+        StorageBackend::<U>::supported_features(&self.fs)
+    }
+    async fn metadata<P: AsRef<Path> + Send + Debug>(
+        &self,
+        user: &U,
+        path: P,
+    ) -> StorageResult<Self::Metadata> {
+        self.fs.metadata(user, path).await
+    }
+    async fn list<P: AsRef<Path> + Send + Debug>(
+        &self,
+        user: &U,
+        path: P,
+    ) -> StorageResult<Vec<Fileinfo<PathBuf, Self::Metadata>>>
+    where
+        <Self as StorageBackend<U>>::Metadata: unftp_core::storage::Metadata,
+    {
+        self.fs.list(user, path).await
+    }
+    async fn get<P: AsRef<Path> + Send + Debug>(
+        &self,
+        user: &U,
+        path: P,
+        start_pos: u64,
+    ) -> StorageResult<Box<dyn tokio::io::AsyncRead + Send + Sync + Unpin>> {
+        self.fs.get(user, path, start_pos).await
+    }
+    async fn put<
+        P: AsRef<Path> + Send + Debug,
+        R: tokio::io::AsyncRead + Send + Sync + Unpin + 'static,
+    >(
+        &self,
+        user: &U,
+        input: R,
+        path: P,
+        start_pos: u64,
+    ) -> StorageResult<u64> {
+        self.fs.put(user, input, path, start_pos).await
+    }
+    async fn del<P: AsRef<Path> + Send + Debug>(&self, user: &U, path: P) -> StorageResult<()> {
+        self.fs.del(user, path).await
+    }
+    async fn mkd<P: AsRef<Path> + Send + Debug>(&self, user: &U, path: P) -> StorageResult<()> {
+        let on_disk = self
+            .root
+            .join(path.as_ref().strip_prefix("/").unwrap_or(path.as_ref()));
+        self.fs.mkd(user, path).await?;
+        if let Some(hook) = &self.mkd_hook {
+            hook(&on_disk);
+        }
+        Ok(())
+    }
+    async fn rename<P: AsRef<Path> + Send + Debug>(
+        &self,
+        user: &U,
+        from: P,
+        to: P,
+    ) -> StorageResult<()> {
+        self.fs.rename(user, from, to).await
+    }
+    async fn rmd<P: AsRef<Path> + Send + Debug>(&self, user: &U, path: P) -> StorageResult<()> {
+        self.fs.rmd(user, path).await
+    }
+    async fn cwd<P: AsRef<Path> + Send + Debug>(&self, user: &U, path: P) -> StorageResult<()> {
+        self.fs.cwd(user, path).await
+    }
+}
+
 /// A running server; stopped (every session closed) when dropped.
 pub struct FtpServer {
     pub port: u16,
@@ -44,6 +140,7 @@ pub struct FtpServer {
     tls: Option<(PathBuf, PathBuf)>,
     /// Sessions idle this long are closed by the server (libunftp's default: 600 s).
     idle_secs: Option<u64>,
+    mkd_hook: Option<MkdHook>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -63,6 +160,14 @@ impl FtpServer {
         FtpServer::start_with(Some((certs.to_path_buf(), key.to_path_buf())), None)
     }
 
+    /// A server that calls `hook` after every successful `MKD` (fault injection).
+    pub fn start_with_mkd_hook(hook: MkdHook) -> FtpServer {
+        let mut s = FtpServer::start_with(None, None);
+        s.mkd_hook = Some(hook);
+        s.restart();
+        s
+    }
+
     fn start_with(tls: Option<(PathBuf, PathBuf)>, idle_secs: Option<u64>) -> FtpServer {
         let root = tempfile::Builder::new()
             .prefix("locksmith-ftp-")
@@ -74,6 +179,7 @@ impl FtpServer {
             root,
             tls,
             idle_secs,
+            mkd_hook: None,
             stop: None,
             thread: None,
         };
@@ -88,6 +194,7 @@ impl FtpServer {
         let root: PathBuf = self.root.path().to_path_buf();
         let tls = self.tls.clone();
         let idle = self.idle_secs;
+        let mkd_hook = self.mkd_hook.clone();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -106,9 +213,13 @@ impl FtpServer {
                         // As real servers do: without it, replies written in pieces wait
                         // for the client's delayed ACK (40 ms a round trip).
                         let _ = sock.set_nodelay(true);
-                        let root = root.clone();
+                        let (root, mkd_hook) = (root.clone(), mkd_hook.clone());
                         let mut b = ServerBuilder::with_authenticator(
-                            Box::new(move || Filesystem::new(root.clone()).expect("fs backend")),
+                            Box::new(move || Hooked {
+                                fs: Filesystem::new(root.clone()).expect("fs backend"),
+                                root: root.clone(),
+                                mkd_hook: mkd_hook.clone(),
+                            }),
                             Arc::new(OneUser),
                         )
                         .greeting("locksmith test server");

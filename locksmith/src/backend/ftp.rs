@@ -598,21 +598,35 @@ impl Ftp {
         let rec = Record::ours(&self.profile);
         let marker = marker_name(&rec, 0);
         let target = self.inside(&marker);
-        let stored = self.cmd("MKD", |c| c.mkdir(target.as_str()));
-        let refused = match stored {
-            Ok(Ok(_)) => None,
-            Ok(Err((code, text))) => Some(err!(
-                Denied,
-                "cannot create owner marker in {}: {text} (code {code})",
-                self.url()
-            )),
-            Err(e) => Some(e),
-        };
-        if let Some(e) = refused {
-            // Leave nothing behind: the directory is ours and (nearly) empty.
-            let _ = self.cmd("RMD", |c| c.rmdir(target.as_str()));
-            let _ = self.cmd("RMD", |c| c.rmdir(path.as_str()));
-            return Err(e);
+        match self.cmd("MKD", |c| c.mkdir(target.as_str())) {
+            Ok(Ok(())) => {}
+            Ok(Err((code, text))) => {
+                // Refused right after our `MKD PATH`: look before concluding anything. Gone,
+                // or holding a marker: not ours any more (removed by someone, perhaps taken
+                // since) — try again as a locker would. Still there and empty: we may not
+                // write inside it; remove it (an empty lock directory is nobody's lock).
+                match self.look()? {
+                    Look::Dir(names) if names.is_empty() => {
+                        let _ = self.cmd("RMD", |c| c.rmdir(path.as_str()));
+                        return Err(err!(
+                            Denied,
+                            "cannot create owner marker in {}: {text} (code {code})",
+                            self.url()
+                        ));
+                    }
+                    _ => {
+                        debug!("MKD {target}: {text} (code {code}); the lock changed hands");
+                        return Ok(false);
+                    }
+                }
+            }
+            Err(e) => {
+                // The connection broke: leave nothing behind (the directory is ours, and
+                // empty unless our marker made it).
+                let _ = self.cmd("RMD", |c| c.rmdir(target.as_str()));
+                let _ = self.cmd("RMD", |c| c.rmdir(path.as_str()));
+                return Err(e);
+            }
         }
         self.ours = Some(Ours {
             rec,
@@ -1102,17 +1116,23 @@ impl Ftp {
                     ));
                 }
                 None => {
-                    let ownerless = claim_was_sent
-                        && matches!(self.look()?, Look::Dir(n) if !n.iter().any(|n| is_marker(n)));
-                    if !ownerless {
-                        self.ours = None;
-                        return Err(err!(
-                            Lost,
-                            "lock {} was broken while held: our owner marker is gone",
+                    self.ours = None;
+                    if claim_was_sent {
+                        // Our RMD went through but its reply was lost. The name is not
+                        // freed here: the directory we see may already be a newcomer's,
+                        // between its `MKD PATH` and its marker. Ours, left ownerless, is
+                        // broken after `stale_after` like any lock without a marker.
+                        debug!(
+                            "our marker's removal went through unanswered; leaving {} to stale_after",
                             self.url()
-                        ));
+                        );
+                        return Ok(());
                     }
-                    // Our RMD went through but its reply was lost: finish our release.
+                    return Err(err!(
+                        Lost,
+                        "lock {} was broken while held: our owner marker is gone",
+                        self.url()
+                    ));
                 }
             }
         }

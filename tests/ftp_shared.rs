@@ -31,6 +31,7 @@ macro_rules! every_server_shared {
             a_killed_reader_is_drained_at_once_on_this_host,
             a_silent_reader_from_another_host_is_drained_after_stale_after,
             break_refuses_live_readers_and_removes_dead_ones,
+            kill9_soak_of_readers_and_writers,
         );
     };
 }
@@ -210,4 +211,11 @@ pub fn break_refuses_live_readers_and_removes_dead_ones(srv: &mut dyn TestFtp) {
     assert!(readers_dir_entries(srv).is_empty());
     let o = sb.output(["status", "p"]);
     assert_eq!(code(o.status), 0, "{}", stdout(&o));
+}
+
+/// Readers and writers in a loop while a killer SIGKILLs random locksmiths: never a writer
+/// beside anyone alive, writer tokens strictly increasing, the lock recoverable afterwards.
+pub fn kill9_soak_of_readers_and_writers(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
+    crate::shared::kill9_soak_in(&sb, "race", (30, 120));
 }

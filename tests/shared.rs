@@ -376,8 +376,13 @@ rm -f "$D/w"
 /// releasing): never a writer beside anyone alive, writer tokens strictly increasing, and
 /// the lock recoverable afterwards.
 fn kill9_soak(p: &str) {
+    kill9_soak_in(&Sandbox::standard(), p, (5, 45));
+}
+
+/// `kill9_soak` with the killer pausing `kill_ms` (a range) between kills: a network lock
+/// needs its contenders to live long enough to log in.
+pub(crate) fn kill9_soak_in(sb: &Sandbox, p: &str, kill_ms: (u64, u64)) {
     use std::sync::Mutex;
-    let sb = Sandbox::standard();
     let d = sb.path().join("soak");
     fs::create_dir(&d).unwrap();
     let live: Arc<Mutex<Vec<i32>>> = Arc::default();
@@ -415,7 +420,7 @@ fn kill9_soak(p: &str) {
         std::thread::spawn(move || {
             let mut kills = 0;
             while !done.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(5 + fastrand::u64(..40)));
+                std::thread::sleep(Duration::from_millis(fastrand::u64(kill_ms.0..kill_ms.1)));
                 let victim = {
                     let l = live.lock().unwrap();
                     (!l.is_empty()).then(|| l[fastrand::usize(..l.len())])

@@ -14,10 +14,12 @@
 #![allow(clippy::disallowed_methods)]
 
 mod proc;
+mod report;
 mod scenarios;
 mod stats;
 
 use std::ffi::OsString;
+use std::fmt::Write as _;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::DirBuilderExt;
@@ -26,7 +28,22 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use proc::Result;
-use scenarios::{Ctx, Flock1Wait};
+use scenarios::{Ctx, Flock1Wait, Rival};
+
+/// The local backends' profiles (see `scenarios::Ctx::new`).
+const LOCAL: [&str; 4] = ["f", "m", "l", "s"];
+/// Those that take shared locks.
+const SHARING: [&str; 2] = ["f", "s"];
+
+fn has_filelock() -> bool {
+    Command::new("python3")
+        .args(["-c", "import filelock"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
 use stats::{Ratio, Row, Samples, Unit};
 
 const USAGE: &str = "\
@@ -38,6 +55,11 @@ Options:
   --runs N           measured runs per metric and tool [default: 30; 10 with --quick]
   --quick            short run while developing: 10 runs, 2 s wakeup window
   --window SECS      wakeup-counting window while holding [default: 10; 2 with --quick]
+  --slow-runs N      runs of the dot-lock rivals' handoff (they poll: seconds each) [default: 5]
+  --out DIR          also write bench.json, latency.svg and BENCHMARKS.md there
+                     [default: target/bench]
+  --ftp              also the FTP section (bench/ftp-vs-seed.sh: a private pure-ftpd, the
+                     seed's Perl helper beside locksmith; needs root)
   --locksmith PATH   the locksmith binary [default: $LOCKSMITH_BIN, else build it with
                      `cargo build --release -p locksmith` and use target/release/locksmith]
   -h, --help         this text
@@ -45,8 +67,11 @@ Options:
 
 struct Args {
     runs: usize,
+    slow_runs: usize,
     window: Duration,
     locksmith: Option<PathBuf>,
+    out: PathBuf,
+    ftp: bool,
 }
 
 fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
@@ -54,6 +79,9 @@ fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
     let mut window = None;
     let mut quick = false;
     let mut locksmith = None;
+    let mut slow_runs = 5;
+    let mut out = None;
+    let mut ftp = false;
     while let Some(a) = it.next() {
         let a = a.to_string_lossy().into_owned();
         let mut value = |name: &str| -> Result<String> {
@@ -81,6 +109,13 @@ fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
                 window = Some(Duration::from_secs_f64(s));
             }
             "--quick" => quick = true,
+            "--ftp" => ftp = true,
+            "--slow-runs" => {
+                slow_runs = value("--slow-runs")?
+                    .parse()
+                    .map_err(|e| format!("--slow-runs: {e}"))?;
+            }
+            "--out" => out = Some(PathBuf::from(value("--out")?)),
             "--locksmith" => locksmith = Some(PathBuf::from(value("--locksmith")?)),
             "-h" | "--help" => {
                 print!("{USAGE}");
@@ -90,6 +125,14 @@ fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
         }
     }
     Ok(Some(Args {
+        slow_runs,
+        out: out.unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .map_or_else(|| PathBuf::from("target"), |w| w.join("target"))
+                .join("bench")
+        }),
+        ftp,
         runs: runs.unwrap_or(if quick { 10 } else { 30 }),
         window: window.unwrap_or(Duration::from_secs(if quick { 2 } else { 10 })),
         locksmith,
@@ -311,22 +354,17 @@ fn bench(args: &Args) -> Result<()> {
             run: Box::new(|_| ctx.cycle_flock1()),
         },
         Tool {
-            name: "locksmith run f -- true".into(),
-            run: Box::new(|_| ctx.cycle_locksmith("f")),
-        },
-        Tool {
-            name: "locksmith run m -- true".into(),
-            run: Box::new(|_| ctx.cycle_locksmith("m")),
-        },
-        Tool {
-            name: "locksmith run l -- true".into(),
-            run: Box::new(|_| ctx.cycle_locksmith("l")),
-        },
-        Tool {
             name: "true (spawn+reap floor)".into(),
             run: Box::new(|_| ctx.cycle_true()),
         },
     ];
+    let c = &ctx;
+    for b in LOCAL {
+        cycle_tools.push(Tool {
+            name: format!("locksmith run {b} -- true"),
+            run: Box::new(move |_| c.cycle_locksmith(b)),
+        });
+    }
     let mut skipped = Vec::new();
     if proc::on_path("lockfile-create").is_some() && proc::on_path("lockfile-remove").is_some() {
         cycle_tools.push(Tool {
@@ -344,6 +382,15 @@ fn bench(args: &Args) -> Result<()> {
     } else {
         skipped.push("dotlockfile (liblockfile-bin) is not installed: skipped");
     }
+    let filelock = has_filelock();
+    if filelock {
+        cycle_tools.push(Tool {
+            name: "python3 filelock: lock; unlock (interpreter start included)".into(),
+            run: Box::new(|_| ctx.cycle_filelock()),
+        });
+    } else {
+        skipped.push("Python filelock is not installed (pip install filelock): skipped");
+    }
     let s = alternate("full cycle", args.runs, &mut cycle_tools)?;
     let mut table = rows("full cycle", &cycle_tools, s, 0);
     // The floor row is context, not a competitor.
@@ -353,27 +400,23 @@ fn bench(args: &Args) -> Result<()> {
     drop(cycle_tools);
 
     // ---- 2. spawn → OK (and RSS at OK) -------------------------------------------------
-    let mut rss_f = Samples::default();
-    let mut rss_m = Samples::default();
-    let mut rss_l = Samples::default();
-    let mut spawn_tools: Vec<Tool<'_>> = vec![
-        Tool {
-            name: "flock F echo OK".into(),
-            run: Box::new(|_| ctx.spawn_ok_flock1()),
-        },
-        Tool {
-            name: "locksmith f".into(),
-            run: Box::new(|rec| ctx.spawn_ok_locksmith("f", rec.then_some(&mut rss_f))),
-        },
-        Tool {
-            name: "locksmith m".into(),
-            run: Box::new(|rec| ctx.spawn_ok_locksmith("m", rec.then_some(&mut rss_m))),
-        },
-        Tool {
-            name: "locksmith l".into(),
-            run: Box::new(|rec| ctx.spawn_ok_locksmith("l", rec.then_some(&mut rss_l))),
-        },
-    ];
+    let mut rss: Vec<Samples> = vec![Samples::default(); LOCAL.len()];
+    let mut spawn_tools: Vec<Tool<'_>> = vec![Tool {
+        name: "flock F echo OK".into(),
+        run: Box::new(|_| ctx.spawn_ok_flock1()),
+    }];
+    for (b, r) in LOCAL.into_iter().zip(rss.iter_mut()) {
+        spawn_tools.push(Tool {
+            name: format!("locksmith {b}"),
+            run: Box::new(move |rec| c.spawn_ok_locksmith(b, rec.then_some(&mut *r))),
+        });
+    }
+    for b in SHARING {
+        spawn_tools.push(Tool {
+            name: format!("locksmith --shared {b} (joining a reader)"),
+            run: Box::new(move |_| c.spawn_ok_shared(b)),
+        });
+    }
     let s = alternate("spawn → OK", args.runs, &mut spawn_tools)?;
     table.extend(rows("spawn → OK", &spawn_tools, s, 0));
     drop(spawn_tools);
@@ -388,22 +431,51 @@ fn bench(args: &Args) -> Result<()> {
             name: "flock(1): same; waiter's lock taken (strict)".into(),
             run: Box::new(|_| ctx.handoff_flock1(Flock1Wait::Taken)),
         },
+    ];
+    for b in LOCAL {
+        handoff_tools.push(Tool {
+            name: format!("locksmith {b}: close holder's stdout pipe"),
+            run: Box::new(move |_| c.handoff_locksmith(b)),
+        });
+    }
+    if filelock {
+        handoff_tools.push(Tool {
+            name: "python3 filelock: close holder's stdin (waiter polls)".into(),
+            run: Box::new(|_| ctx.handoff_rival(Rival::Filelock)),
+        });
+    }
+    let s = alternate("handoff", args.runs, &mut handoff_tools)?;
+    table.extend(rows("handoff", &handoff_tools, s, 0));
+    drop(handoff_tools);
+
+    // ---- 3b. handoff against the dot-lock rivals, which poll with sleeps (seconds) --------
+    let mut slow_tools: Vec<Tool<'_>> = vec![
+        Tool {
+            name: "flock(1): close stdin of `flock -F F cat`; waiter's echo OK".into(),
+            run: Box::new(|_| ctx.handoff_flock1(Flock1Wait::Cmd)),
+        },
         Tool {
             name: "locksmith f: close holder's stdout pipe".into(),
             run: Box::new(|_| ctx.handoff_locksmith("f")),
         },
-        Tool {
-            name: "locksmith m: close holder's stdout pipe".into(),
-            run: Box::new(|_| ctx.handoff_locksmith("m")),
-        },
-        Tool {
-            name: "locksmith l: close holder's stdout pipe".into(),
-            run: Box::new(|_| ctx.handoff_locksmith("l")),
-        },
     ];
-    let s = alternate("handoff", args.runs, &mut handoff_tools)?;
-    table.extend(rows("handoff", &handoff_tools, s, 0));
-    drop(handoff_tools);
+    if proc::on_path("lockfile-create").is_some() {
+        slow_tools.push(Tool {
+            name: "lockfile-progs: lockfile-remove; waiter's lockfile-create --retry".into(),
+            run: Box::new(|_| ctx.handoff_rival(Rival::LockfileProgs)),
+        });
+    }
+    if proc::on_path("dotlockfile").is_some() {
+        slow_tools.push(Tool {
+            name: "dotlockfile: dotlockfile -u; waiter's dotlockfile -l -r".into(),
+            run: Box::new(|_| ctx.handoff_rival(Rival::Dotlockfile)),
+        });
+    }
+    if slow_tools.len() > 2 && args.slow_runs > 0 {
+        let s = alternate("handoff (dot-lock rivals)", args.slow_runs, &mut slow_tools)?;
+        table.extend(rows("handoff, dot-lock rivals", &slow_tools, s, 0));
+    }
+    drop(slow_tools);
 
     // ---- 4. crash release: the holder's parent is SIGKILLed → blocked waiter holds ---------
     let mut crash_tools: Vec<Tool<'_>> = vec![
@@ -415,26 +487,25 @@ fn bench(args: &Args) -> Result<()> {
             name: "flock(1): same; waiter's lock taken (strict)".into(),
             run: Box::new(|_| ctx.crash_flock1(Flock1Wait::Taken)),
         },
-        Tool {
-            name: "locksmith f: kill -9 its parent".into(),
-            run: Box::new(|_| ctx.crash_locksmith("f")),
-        },
-        Tool {
-            name: "locksmith m: kill -9 its parent".into(),
-            run: Box::new(|_| ctx.crash_locksmith("m")),
-        },
-        Tool {
-            name: "locksmith l: kill -9 its parent".into(),
-            run: Box::new(|_| ctx.crash_locksmith("l")),
-        },
     ];
+    for b in LOCAL {
+        crash_tools.push(Tool {
+            name: format!("locksmith {b}: kill -9 its parent"),
+            run: Box::new(move |_| c.crash_locksmith(b)),
+        });
+    }
+    if filelock {
+        crash_tools.push(Tool {
+            name: "python3 filelock: kill -9 the holder (waiter polls)".into(),
+            run: Box::new(|_| ctx.crash_filelock()),
+        });
+    }
     let s = alternate("crash release", args.runs, &mut crash_tools)?;
     table.extend(rows("crash release", &crash_tools, s, 0));
     drop(crash_tools);
 
     // ---- 4b. takeover after the helper itself is SIGKILLed (same host) ---------------------
-    let c = &ctx;
-    let mut kill_tools: Vec<Tool<'_>> = ["f", "m", "l"]
+    let mut kill_tools: Vec<Tool<'_>> = LOCAL
         .into_iter()
         .map(|b| Tool {
             name: format!("locksmith {b}: kill -9 the holding locksmith"),
@@ -449,12 +520,11 @@ fn bench(args: &Args) -> Result<()> {
     let race_runs = (args.runs / 10).max(1);
     let per = if args.runs >= 30 { 25 } else { 10 };
     for n in [1usize, 2, 4, 8] {
-        let c = &ctx;
         let mut race_tools: Vec<Tool<'_>> = vec![Tool {
             name: format!("flock F sh (n={n})"),
             run: Box::new(move |_| c.race(None, n, per)),
         }];
-        for b in ["f", "m", "l"] {
+        for b in LOCAL {
             race_tools.push(Tool {
                 name: format!("locksmith run {b} sh (n={n})"),
                 run: Box::new(move |_| c.race(Some(b), n, per)),
@@ -484,14 +554,10 @@ fn bench(args: &Args) -> Result<()> {
         ratio: Ratio::IsReference,
     });
     let ref_rss_median = hold.reference_rss_kib as f64 / 1024.0;
-    for (name, s) in [
-        ("locksmith f", &rss_f),
-        ("locksmith m", &rss_m),
-        ("locksmith l", &rss_l),
-    ] {
+    for (b, s) in LOCAL.into_iter().zip(&rss) {
         table.push(Row {
             metric: "RSS while holding".into(),
-            tool: format!("{name} (at OK, every spawn → OK run)"),
+            tool: format!("locksmith {b} (at OK, every spawn → OK run)"),
             unit: Unit::MiB,
             samples: kib(s),
             ratio: Ratio::Vs(ref_rss_median),
@@ -512,31 +578,42 @@ fn bench(args: &Args) -> Result<()> {
 
     let load_after = read_trim("/proc/loadavg");
 
+    // ---- FTP: locksmith beside the seed's Perl helper, on a private pure-ftpd ---------------
+    let mut ftp_note = None;
+    if args.ftp {
+        match ftp_rows(&locksmith, args) {
+            Ok(r) => table.extend(r),
+            Err(e) => ftp_note = Some(format!("FTP section failed: {e}")),
+        }
+    }
+
     // ---- report ---------------------------------------------------------------------------
-    println!("# locksmith-bench");
-    println!();
-    println!(
-        "{} measured runs per metric and tool (plus one warm-up), order of tools rotated every run.",
-        args.runs
+    let mut head = String::new();
+    let _ = writeln!(
+        head,
+        "{} measured runs per metric and tool (plus one warm-up; {} for the dot-lock rivals' handoff), order of tools rotated every run.",
+        args.runs, args.slow_runs
     );
-    println!(
+    let _ = writeln!(
+        head,
         "machine: {} CPU(s), {}, kernel {}; load average before: {load_before}; after: {load_after}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         cpu_model(),
         read_trim("/proc/sys/kernel/osrelease"),
     );
-    println!(
+    let _ = writeln!(
+        head,
         "locksmith: {} ({}); {}",
         locksmith.display(),
         proc::first_line_of(&locksmith.to_string_lossy(), &["--version"])
             .unwrap_or_else(|| "?".into()),
         proc::first_line_of("flock", &["--version"]).unwrap_or_else(|| "flock ?".into()),
     );
-    println!("times: median and min – max in ms; ratio = median / the metric's reference median");
-    println!();
-    print!("{}", stats::table(&table));
-    println!();
-    print_targets(&table, &hold);
+    let _ = writeln!(
+        head,
+        "times: median and min – max in ms; ratio = median / the metric's reference median"
+    );
+    let targets = targets(&table, &hold);
     let mut notes: Vec<String> = skipped.iter().map(|s| s.to_string()).collect();
     notes.push(format!(
         "threads while holding: {}",
@@ -548,12 +625,97 @@ fn bench(args: &Args) -> Result<()> {
     ));
     notes.extend(ctx.leftovers());
     notes.extend(ctx.take_notes());
+    notes.extend(ftp_note);
+    println!("# locksmith-bench");
+    println!();
+    print!("{head}");
+    println!();
+    print!("{}", stats::table(&table));
+    println!();
+    print!("{targets}");
     println!();
     println!("notes:");
-    for n in notes {
+    for n in &notes {
         println!("- {n}");
     }
+    fs::create_dir_all(&args.out)
+        .map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
+    let date = proc::first_line_of("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default();
+    for (name, text) in [
+        ("bench.json", report::json(&table, &head, &date)),
+        ("latency.svg", report::svg(&table)),
+        (
+            "BENCHMARKS.md",
+            report::markdown(&table, &head, &targets, &notes, &date),
+        ),
+    ] {
+        let path = args.out.join(name);
+        fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    eprintln!(
+        "locksmith-bench: wrote bench.json, latency.svg and BENCHMARKS.md to {}",
+        args.out.display()
+    );
     Ok(())
+}
+
+/// Runs `bench/ftp-vs-seed.sh` (a private pure-ftpd; the seed's Perl helper beside
+/// locksmith) and reads its samples back.
+fn ftp_rows(locksmith: &Path, args: &Args) -> Result<Vec<Row>> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("ftp-vs-seed.sh");
+    let tsv = std::env::temp_dir().join(format!("locksmith-bench-ftp.{}.tsv", std::process::id()));
+    eprintln!("locksmith-bench: FTP section (bench/ftp-vs-seed.sh) ...");
+    let st = Command::new("bash")
+        .arg(&script)
+        .arg(args.runs.min(10).to_string())
+        .env("LOCKSMITH_BIN", locksmith)
+        .env("SLOW_RUNS", args.slow_runs.max(1).to_string())
+        .env("BENCH_TSV", &tsv)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if !st.success() {
+        return Err(format!("{} failed ({st})", script.display()));
+    }
+    let text = fs::read_to_string(&tsv).map_err(|e| format!("{}: {e}", tsv.display()))?;
+    let _ = fs::remove_file(&tsv);
+    let mut out: Vec<Row> = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let [metric, tool, unit, values] = f.as_slice() else {
+            return Err(format!("bad line from the FTP script: {line:?}"));
+        };
+        let mut samples = Samples::default();
+        for v in values.split(',') {
+            samples.push(v.parse().map_err(|e| format!("{v:?}: {e}"))?);
+        }
+        out.push(Row {
+            metric: metric.to_string(),
+            tool: tool.to_string(),
+            unit: if *unit == "MiB" { Unit::MiB } else { Unit::Ms },
+            samples,
+            ratio: Ratio::None,
+        });
+    }
+    // Within each metric, locksmith is the reference the others are compared to.
+    let metrics: Vec<String> = out.iter().map(|r| r.metric.clone()).collect();
+    for m in metrics {
+        if let Some(r) = out
+            .iter()
+            .find(|r| r.metric == m && r.tool.starts_with("locksmith"))
+            .map(|r| r.samples.median())
+        {
+            for row in out.iter_mut().filter(|row| row.metric == m) {
+                row.ratio = if row.tool.starts_with("locksmith") {
+                    Ratio::IsReference
+                } else {
+                    Ratio::Vs(r)
+                };
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn median_of(table: &[Row], metric: &str, tool_prefix: &str) -> Option<f64> {
@@ -563,7 +725,8 @@ fn median_of(table: &[Row], metric: &str, tool_prefix: &str) -> Option<f64> {
         .map(|r| r.samples.median())
 }
 
-fn print_targets(table: &[Row], hold: &scenarios::Holding) {
+fn targets(table: &[Row], hold: &scenarios::Holding) -> String {
+    let mut text = String::new();
     let mark = |ok: bool| if ok { "PASS" } else { "MISS" }.to_string();
     let ms = |v: f64| stats::fmt_value(v, Unit::Ms);
     let mut lines: Vec<[String; 6]> = vec![
@@ -593,7 +756,7 @@ fn print_targets(table: &[Row], hold: &scenarios::Holding) {
             }
         };
     let cyc = median_of(table, "full cycle", "flock F true");
-    for b in ["f", "m", "l"] {
+    for b in LOCAL {
         ratio(
             format!("run cycle: `locksmith run {b} -- true` / `flock F true`"),
             median_of(table, "full cycle", &format!("locksmith run {b}")),
@@ -604,7 +767,7 @@ fn print_targets(table: &[Row], hold: &scenarios::Holding) {
     }
     let crash_ref = median_of(table, "crash release", "flock(1): kill");
     let crash_strict = median_of(table, "crash release", "flock(1): same");
-    for b in ["f", "m", "l"] {
+    for b in LOCAL {
         ratio(
             format!("pipe close → waiter holds, locksmith {b} / flock(1) crash release"),
             median_of(table, "handoff", &format!("locksmith {b}")),
@@ -622,7 +785,7 @@ fn print_targets(table: &[Row], hold: &scenarios::Holding) {
     }
     let handoff_ref = median_of(table, "handoff", "flock(1): close");
     let handoff_strict = median_of(table, "handoff", "flock(1): same");
-    for b in ["f", "m", "l"] {
+    for b in LOCAL {
         ratio(
             format!("handoff, locksmith {b} / flock(1) handoff (issue 5)"),
             median_of(table, "handoff", &format!("locksmith {b}")),
@@ -631,7 +794,7 @@ fn print_targets(table: &[Row], hold: &scenarios::Holding) {
             handoff_strict,
         );
     }
-    for b in ["f", "m", "l"] {
+    for b in LOCAL {
         let prefix = format!("locksmith {b}");
         if let Some(mib) = table
             .iter()
@@ -647,6 +810,16 @@ fn print_targets(table: &[Row], hold: &scenarios::Holding) {
                 String::new(),
             ]);
         }
+    }
+    if let Some(ms_ftp) = median_of(table, "FTP parent SIGKILL → lock gone", "locksmith") {
+        lines.push([
+            "FTP: parent SIGKILL → lock gone on the server (holder-side release)".into(),
+            ms(ms_ftp),
+            String::new(),
+            "≤ 5 ms".into(),
+            mark(ms_ftp <= 5.0),
+            String::new(),
+        ]);
     }
     if let Some(h) = hold.rows.iter().find(|h| h.name.starts_with("locksmith f")) {
         lines.push([
@@ -668,7 +841,7 @@ fn print_targets(table: &[Row], hold: &scenarios::Holding) {
         }
     }
     lines[1] = width.map(|w| "-".repeat(w));
-    println!("targets (issue 2; handoff / handoff is issue 5's):");
+    let _ = writeln!(text, "targets (issue 2; handoff / handoff is issue 5's):");
     for l in &lines {
         let mut out = String::from("  ");
         for (i, (c, w)) in l.iter().zip(width.iter()).enumerate() {
@@ -679,10 +852,12 @@ fn print_targets(table: &[Row], hold: &scenarios::Holding) {
                 out.push_str(&format!("{pad}{c}  "));
             }
         }
-        println!("{}", out.trim_end());
+        let _ = writeln!(text, "{}", out.trim_end());
     }
-    println!(
+    let _ = writeln!(
+        text,
         "  reference = flock(1) until the waiter's CMD prints (`flock F echo OK`); strict ratio = against\n  \
          the moment the flock(1) waiter's flock(2) returned (its --verbose message, before any fork)."
     );
+    text
 }

@@ -62,7 +62,8 @@ impl Ctx {
              [profile.f]\nbackend = \"flock\"\npath = \"{d}/f.lock\"\n\n\
              [profile.m]\nbackend = \"mkdir\"\npath = \"{d}/m.lock\"\n\n\
              [profile.ml]\nbackend = \"mkdir\"\npath = \"{d}/ml.lock\"\nlocal = true\n\n\
-             [profile.l]\nbackend = \"link\"\npath = \"{d}/l.lock\"\n"
+             [profile.l]\nbackend = \"link\"\npath = \"{d}/l.lock\"\n\n\
+             [profile.s]\nbackend = \"symlink\"\npath = \"{d}/s.lock\"\n"
         );
         fs::write(&profiles, text)
             .map_err(|e| format!("cannot write {}: {e}", profiles.display()))?;
@@ -81,7 +82,11 @@ impl Ctx {
             .output()
             .map_err(|e| format!("cannot run {}: {e}", ctx.locksmith.display()))?;
         let listed = String::from_utf8_lossy(&out.stdout);
-        if !out.status.success() || ["f", "m", "ml", "l"].iter().any(|p| !listed.contains(p)) {
+        if !out.status.success()
+            || ["f", "m", "ml", "l", "s"]
+                .iter()
+                .any(|p| !listed.contains(p))
+        {
             return Err(format!(
                 "locksmith rejects the bench's profiles ({}): {}{}",
                 out.status,
@@ -107,12 +112,24 @@ impl Ctx {
     /// What is left in the lock directory once everything has exited: only the profiles
     /// file and the flock semaphore files (never unlinked, by design) are expected.
     pub fn leftovers(&self) -> Vec<String> {
-        let expected = ["profiles.toml", "f.lock", "ref.lock", "ref-hold.lock"];
+        let expected = [
+            "profiles.toml",
+            "f.lock",
+            "ref.lock",
+            "ref-hold.lock",
+            "filelock.lock",
+        ];
         let mut extra: Vec<String> = fs::read_dir(&self.dir)
             .map(|rd| {
                 rd.filter_map(|e| e.ok())
                     .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| !expected.contains(&n.as_str()))
+                    // Fencing-token state and flock's writer gate stay beside their locks.
+                    .filter(|n| {
+                        !expected.contains(&n.as_str())
+                            && !(n.starts_with('.')
+                                && (n.ends_with(".state") || n.ends_with(".gate")))
+                            && !n.starts_with("race-")
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -290,6 +307,30 @@ impl Ctx {
         }
         drop(out);
         p.wait_ok(T)?;
+        self.check_free(profile)?;
+        Ok(t1 - t0)
+    }
+
+    /// Spawn → OK of a shared (reader) lock, another reader already holding it: the
+    /// reader's path through the backend (joining a shared group, registering).
+    pub fn spawn_ok_shared(&self, profile: &str) -> Result<Duration> {
+        let mut first = self.locksmith_cmd(&["--wait", "0", "--shared", profile]);
+        first.stdout(Stdio::piped());
+        let mut a = Proc::spawn(format!("first reader {profile}"), &mut first)?;
+        let mut a_out = BufReader::new(a.stdout());
+        let (line, _) = read_first_line(&mut a_out, "reading the first reader's OK", T, a.pid())?;
+        expect_ok(&line, profile)?;
+        let mut c = self.locksmith_cmd(&["--wait", "0", "--shared", profile]);
+        c.stdout(Stdio::piped());
+        let t0 = Instant::now();
+        let mut p = Proc::spawn(format!("reader {profile}"), &mut c)?;
+        let mut out = BufReader::new(p.stdout());
+        let (line, t1) = read_first_line(&mut out, "reading the reader's OK", T, p.pid())?;
+        expect_ok(&line, profile)?;
+        drop(out);
+        p.wait_ok(T)?;
+        drop(a_out);
+        a.wait_ok(T)?;
         self.check_free(profile)?;
         Ok(t1 - t0)
     }
@@ -566,9 +607,9 @@ impl Ctx {
 
     /// After a scenario, the lock must be free (a mkdir lock's directory, a link lock's file gone).
     fn check_free(&self, profile: &str) -> Result<()> {
-        if profile.starts_with('m') || profile == "l" {
+        if profile.starts_with('m') || profile == "l" || profile == "s" {
             let path = self.dir.join(format!("{profile}.lock"));
-            if path.exists() {
+            if fs::symlink_metadata(&path).is_ok() {
                 return Err(format!(
                     "{} still exists after every holder exited",
                     path.display()
@@ -576,6 +617,145 @@ impl Ctx {
             }
         }
         Ok(())
+    }
+
+    // ---- rivals: lockfile-progs, dotlockfile (dot-lock files: they poll), Python filelock ---
+
+    fn python_filelock(&self, what: &str) -> Command {
+        let lock = self.dir.join("filelock.lock");
+        // Holds until stdin closes (or the process dies: the kernel frees its flock).
+        let script = "import sys, filelock\n\
+             l = filelock.FileLock(sys.argv[1])\n\
+             l.acquire()\n\
+             print('OK', flush=True)\n\
+             sys.stdin.read()\n\
+             l.release()\n";
+        let mut c = Self::plain_cmd("python3", &["-c", script, &lock.to_string_lossy()]);
+        c.stdin(Stdio::piped()).stdout(Stdio::piped());
+        let _ = what;
+        c
+    }
+
+    /// Python filelock's cycle: interpreter start, import, lock, unlock.
+    pub fn cycle_filelock(&self) -> Result<Duration> {
+        let mut c = self.python_filelock("cycle");
+        let t0 = Instant::now();
+        let mut p = Proc::spawn("python filelock", &mut c)?;
+        let mut out = BufReader::new(p.stdout());
+        let (line, _) = read_first_line(&mut out, "filelock's OK", T, p.pid())?;
+        if line != "OK" {
+            return Err(format!("filelock said {line:?}"));
+        }
+        drop(p.stdin());
+        let t1 = p.wait_ok(T)?;
+        Ok(t1 - t0)
+    }
+
+    /// A rival waiter that prints OK once it holds; given `settle` to sit down in its wait
+    /// (these tools poll: nothing to observe but time).
+    fn rival_waiter(&self, name: &str, mut c: Command) -> Result<(Proc, Lines<ChildStdout>)> {
+        c.stdout(Stdio::piped());
+        let mut w = Proc::spawn(format!("{name} waiter"), &mut c)?;
+        let mut out = Lines::start(w.stdout(), false);
+        thread::sleep(Duration::from_millis(150));
+        if let Some(l) = out.try_next() {
+            return Err(format!("{name} waiter said {l:?} while the holder holds"));
+        }
+        if !w.running() {
+            return Err(format!("{name} waiter exited while it should wait"));
+        }
+        Ok((w, out))
+    }
+
+    /// Handoff for a polling rival: the holder's lock is removed by its own command
+    /// (`lockfile-remove`, `dotlockfile -u`) or by closing its stdin (filelock); timed from
+    /// just before that release to the waiter's OK.
+    pub fn handoff_rival(&self, rival: Rival) -> Result<Duration> {
+        let lock = self.dir.join(format!("{}.rival", rival.name()));
+        let l = lock.to_string_lossy().into_owned();
+        let waiter = |c: &str| Self::plain_cmd("sh", &["-c", c, "sh", &l]);
+        match rival {
+            Rival::LockfileProgs | Rival::Dotlockfile => {
+                let (take, take_retry, release): (Vec<&str>, &str, Vec<&str>) =
+                    if rival == Rival::LockfileProgs {
+                        (
+                            vec!["lockfile-create", "--retry", "0", "--lock-name", &l],
+                            "lockfile-create --retry 20 --lock-name \"$1\" && echo OK",
+                            vec!["lockfile-remove", "--lock-name", &l],
+                        )
+                    } else {
+                        (
+                            vec!["dotlockfile", "-l", "-r", "0", &l],
+                            "dotlockfile -l -r 20 \"$1\" && echo OK",
+                            vec!["dotlockfile", "-u", &l],
+                        )
+                    };
+                Proc::spawn("rival take", &mut Self::plain_cmd(take[0], &take[1..]))?.wait_ok(T)?;
+                let (mut w, mut out) = self.rival_waiter(rival.name(), waiter(take_retry))?;
+                let t0 = Instant::now();
+                Proc::spawn(
+                    "rival release",
+                    &mut Self::plain_cmd(release[0], &release[1..]),
+                )?
+                .wait_ok(T)?;
+                let (t1, _) = out.until(
+                    "for the rival waiter's OK",
+                    Duration::from_secs(60),
+                    &[w.pid()],
+                    |l| l == "OK",
+                )?;
+                w.wait_ok(T)?;
+                Proc::spawn(
+                    "rival release",
+                    &mut Self::plain_cmd(release[0], &release[1..]),
+                )?
+                .wait_ok(T)?;
+                Ok(t1 - t0)
+            }
+            Rival::Filelock => {
+                let mut h = Proc::spawn("filelock holder", &mut self.python_filelock("holder"))?;
+                let h_in = h.stdin();
+                let mut h_out = BufReader::new(h.stdout());
+                let (line, _) = read_first_line(&mut h_out, "filelock holder's OK", T, h.pid())?;
+                if line != "OK" {
+                    return Err(format!("filelock holder said {line:?}"));
+                }
+                let mut c = self.python_filelock("waiter");
+                c.stdin(Stdio::piped());
+                let (mut w, mut out) = self.rival_waiter("filelock", c)?;
+                let w_in = w.stdin();
+                let t0 = Instant::now();
+                drop(h_in);
+                let (t1, _) = out.until("for filelock's waiter", T, &[w.pid()], |l| l == "OK")?;
+                drop(w_in);
+                w.wait_ok(T)?;
+                h.wait_ok(T)?;
+                Ok(t1 - t0)
+            }
+        }
+    }
+
+    /// Crash release for Python filelock (flock(2) underneath: the kernel frees it at the
+    /// holder's death; the waiter notices at its next poll).
+    pub fn crash_filelock(&self) -> Result<Duration> {
+        let mut h = Proc::spawn("filelock holder", &mut self.python_filelock("holder"))?;
+        let _h_in = h.stdin();
+        let mut h_out = BufReader::new(h.stdout());
+        let (line, _) = read_first_line(&mut h_out, "filelock holder's OK", T, h.pid())?;
+        if line != "OK" {
+            return Err(format!("filelock holder said {line:?}"));
+        }
+        let mut c = self.python_filelock("waiter");
+        c.stdin(Stdio::piped());
+        let (mut w, mut out) = self.rival_waiter("filelock", c)?;
+        let w_in = w.stdin();
+        let t0 = Instant::now();
+        h.kill()?;
+        let (t1, _) = out.until("for filelock's waiter", T, &[w.pid()], |l| l == "OK")?;
+        drop(w_in);
+        w.wait_ok(T)?;
+        h.wait(T)?;
+        Ok(t1 - t0)
     }
 
     // ---- 5. RSS and wakeups while holding -----------------------------------------------------
@@ -593,6 +773,7 @@ impl Ctx {
             ("m", "locksmith m (mkdir, heartbeat)"),
             ("ml", "locksmith ml (mkdir, local = true)"),
             ("l", "locksmith l (link, heartbeat)"),
+            ("s", "locksmith s (symlink, heartbeat)"),
         ] {
             let (p, out) = self.locksmith_holder(profile)?;
             holders.push((name.to_string(), p, Some(out)));
@@ -635,7 +816,7 @@ impl Ctx {
             drop(out.take());
             p.wait_ok(T)?;
         }
-        for profile in ["m", "ml", "l"] {
+        for profile in ["m", "ml", "l", "s"] {
             self.check_free(profile)?;
         }
         Ok(Holding {
@@ -643,6 +824,24 @@ impl Ctx {
             rows,
             reference_rss_kib,
         })
+    }
+}
+
+/// The rivals measured beside flock(1) when installed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rival {
+    LockfileProgs,
+    Dotlockfile,
+    Filelock,
+}
+
+impl Rival {
+    pub fn name(self) -> &'static str {
+        match self {
+            Rival::LockfileProgs => "lockfile-progs",
+            Rival::Dotlockfile => "dotlockfile",
+            Rival::Filelock => "python-filelock",
+        }
     }
 }
 

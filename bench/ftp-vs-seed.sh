@@ -19,7 +19,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 pure-ftpd -S "127.0.0.1,$port" -l "puredb:$D/pdb" -E -A -H -c 50 -C 50 -p 41000:41200 -P 127.0.0.1 >/dev/null 2>&1 &
 PID=$!
 disown $PID
-trap 'kill -9 $PID 2>/dev/null; pkill -9 -P $PID 2>/dev/null; rm -rf "$D"' EXIT
+trap 'kill -9 $PID 2>/dev/null || true; pkill -9 -P $PID 2>/dev/null || true; rm -rf "$D"' EXIT
 for _ in $(seq 100); do python3 -c "import socket; socket.create_connection(('127.0.0.1',$port),1)" 2>/dev/null && break; sleep 0.05; done
 cat > "$D/p.toml" <<EOF
 [profile.p]

@@ -16,6 +16,7 @@
 mod proc;
 mod report;
 mod scenarios;
+mod servers;
 mod stats;
 
 use std::ffi::OsString;
@@ -60,6 +61,9 @@ Options:
                      [default: target/bench]
   --ftp              also the FTP section (bench/ftp-vs-seed.sh: a private pure-ftpd, the
                      seed's Perl helper beside locksmith; needs root)
+  --pg               also the PostgreSQL section (a throwaway cluster on 127.0.0.1, backend
+                     `postgres` beside flock(1); needs root and the postgres user)
+  --etcd             the etcd section: not measured yet (placeholder, see bench/README.md)
   --locksmith PATH   the locksmith binary [default: $LOCKSMITH_BIN, else build it with
                      `cargo build --release -p locksmith` and use target/release/locksmith]
   -h, --help         this text
@@ -72,6 +76,8 @@ struct Args {
     locksmith: Option<PathBuf>,
     out: PathBuf,
     ftp: bool,
+    pg: bool,
+    etcd: bool,
 }
 
 fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
@@ -82,6 +88,8 @@ fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
     let mut slow_runs = 5;
     let mut out = None;
     let mut ftp = false;
+    let mut pg = false;
+    let mut etcd = false;
     while let Some(a) = it.next() {
         let a = a.to_string_lossy().into_owned();
         let mut value = |name: &str| -> Result<String> {
@@ -110,6 +118,8 @@ fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
             }
             "--quick" => quick = true,
             "--ftp" => ftp = true,
+            "--pg" => pg = true,
+            "--etcd" => etcd = true,
             "--slow-runs" => {
                 slow_runs = value("--slow-runs")?
                     .parse()
@@ -133,6 +143,8 @@ fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
                 .join("bench")
         }),
         ftp,
+        pg,
+        etcd,
         runs: runs.unwrap_or(if quick { 10 } else { 30 }),
         window: window.unwrap_or(Duration::from_secs(if quick { 2 } else { 10 })),
         locksmith,
@@ -344,7 +356,24 @@ fn bench(args: &Args) -> Result<()> {
     }
     let locksmith = find_locksmith(args.locksmith.as_deref())?;
     let dir = TempDir::new()?;
-    let ctx = Ctx::new(locksmith.clone(), dir.0.clone())?;
+    // The PostgreSQL cluster first: its profile goes into the one profiles file.
+    let mut net_notes: Vec<String> = Vec::new();
+    let pg = if args.pg {
+        match servers::Pg::start() {
+            Ok(p) => Some(p),
+            Err(e) => {
+                net_notes.push(format!("PostgreSQL section skipped: {e}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let ctx = Ctx::new(
+        locksmith.clone(),
+        dir.0.clone(),
+        &pg.as_ref().map(servers::Pg::profiles).unwrap_or_default(),
+    )?;
     let load_before = read_trim("/proc/loadavg");
 
     // ---- 1. full cycle -------------------------------------------------------------------
@@ -576,6 +605,64 @@ fn bench(args: &Args) -> Result<()> {
         });
     }
 
+    // ---- PostgreSQL: backend `postgres` beside flock(1), same loop -----------------------------
+    if let Some(pg) = &pg {
+        let c = &ctx;
+        let version = pg.version();
+        let mut tools: Vec<Tool<'_>> = vec![
+            Tool {
+                name: "flock F echo OK".into(),
+                run: Box::new(|_| c.spawn_ok_flock1()),
+            },
+            Tool {
+                name: "locksmith pg (connect, pg_advisory_lock)".into(),
+                run: Box::new(|_| c.spawn_ok_locksmith("pg", None)),
+            },
+        ];
+        let m = format!("postgres: spawn → OK ({version}, TCP loopback)");
+        let s = alternate(&m, args.runs, &mut tools)?;
+        table.extend(rows(&m, &tools, s, 0));
+        let mut tools: Vec<Tool<'_>> = vec![
+            Tool {
+                name: "flock(1): close stdin of `flock -F F cat`; waiter's echo OK".into(),
+                run: Box::new(|_| c.handoff_flock1(Flock1Wait::Cmd)),
+            },
+            Tool {
+                name: "locksmith pg: close holder's stdout pipe".into(),
+                run: Box::new(|_| c.handoff_locksmith("pg")),
+            },
+        ];
+        let s = alternate("postgres: handoff", args.runs, &mut tools)?;
+        table.extend(rows("postgres: handoff", &tools, s, 0));
+        let mut tools: Vec<Tool<'_>> = vec![
+            Tool {
+                name: "flock(1): kill -9 `flock -F F sleep`; waiter's echo OK".into(),
+                run: Box::new(|_| c.crash_flock1(Flock1Wait::Cmd)),
+            },
+            Tool {
+                name: "locksmith pg: kill -9 its parent".into(),
+                run: Box::new(|_| c.crash_locksmith("pg")),
+            },
+            Tool {
+                name: "locksmith pg: kill -9 the holding locksmith".into(),
+                run: Box::new(|_| c.helper_kill_locksmith("pg")),
+            },
+        ];
+        let s = alternate("postgres: crash release", args.runs, &mut tools)?;
+        table.extend(rows("postgres: crash release", &tools, s, 0));
+    }
+    if args.etcd {
+        // TODO(issue 6): when `backend = "etcd"` lands, start a throwaway `etcd` (3.4, installed)
+        // on free loopback ports with --data-dir in the private directory, and compare
+        // `locksmith e` with `etcdctl lock NAME` (and flock(1) for scale) in spawn → OK,
+        // handoff and crash release, exactly as the PostgreSQL section above does.
+        net_notes.push(
+            "etcd section: not measured yet (the etcd backend is being written; see the TODO \
+             in bench/src/main.rs)"
+                .into(),
+        );
+    }
+
     let load_after = read_trim("/proc/loadavg");
 
     // ---- FTP: locksmith beside the seed's Perl helper, on a private pure-ftpd ---------------
@@ -626,6 +713,7 @@ fn bench(args: &Args) -> Result<()> {
     notes.extend(ctx.leftovers());
     notes.extend(ctx.take_notes());
     notes.extend(ftp_note);
+    notes.extend(net_notes);
     println!("# locksmith-bench");
     println!();
     print!("{head}");

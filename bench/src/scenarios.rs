@@ -54,7 +54,8 @@ pub struct Holding {
 
 impl Ctx {
     /// Writes the profiles file into `dir` and checks that locksmith accepts it.
-    pub fn new(locksmith: PathBuf, dir: PathBuf) -> Result<Ctx> {
+    /// `extra`: more profile sections appended (the network sections' servers).
+    pub fn new(locksmith: PathBuf, dir: PathBuf, extra: &str) -> Result<Ctx> {
         let profiles = dir.join("profiles.toml");
         let d = dir.display();
         let text = format!(
@@ -63,7 +64,7 @@ impl Ctx {
              [profile.m]\nbackend = \"mkdir\"\npath = \"{d}/m.lock\"\n\n\
              [profile.ml]\nbackend = \"mkdir\"\npath = \"{d}/ml.lock\"\nlocal = true\n\n\
              [profile.l]\nbackend = \"link\"\npath = \"{d}/l.lock\"\n\n\
-             [profile.s]\nbackend = \"symlink\"\npath = \"{d}/s.lock\"\n"
+             [profile.s]\nbackend = \"symlink\"\npath = \"{d}/s.lock\"\n\n{extra}"
         );
         fs::write(&profiles, text)
             .map_err(|e| format!("cannot write {}: {e}", profiles.display()))?;

@@ -570,10 +570,14 @@ impl Backend for Etcd {
         let key = self.key.clone();
         let r = self.run(limit, async move {
             if let Some(t) = token {
-                // Mark the clean release only while our key still stands.
+                // Mark the clean release only while our key still stands, and free the name
+                // in the same step: the next waiter's watch fires one round trip sooner.
                 let txn = Txn::new()
                     .when([Compare::lease(key.as_str(), CompareOp::Equal, lease)])
-                    .and_then([TxnOp::put(state_key, format!("clean {t}"), None)]);
+                    .and_then([
+                        TxnOp::put(state_key, format!("clean {t}"), None),
+                        TxnOp::delete(key.as_str(), None),
+                    ]);
                 c.txn(txn).await?;
             }
             c.lease_revoke(lease).await

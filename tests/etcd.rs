@@ -293,6 +293,19 @@ fn etcd_wait_timeout_and_fifo_order() {
         1,
         "the waiter left its key"
     );
+    // A waiter whose parent closes the pipe stops at once (75) and takes its key away.
+    let mut w = sb.spawn_hold(["--wait", "30s", "e"]);
+    w.wait_stderr("waiting for lock", T);
+    assert_eq!(e.keys("/t/e/").lines().count(), 2);
+    let t0 = Instant::now();
+    w.close_stdout();
+    assert_eq!(code(w.wait_exit(T)), 75);
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert_eq!(
+        e.keys("/t/e/").lines().count(),
+        1,
+        "the waiter left its key"
+    );
     // Waiters queue in arrival order.
     let mut ws = Vec::new();
     for _ in 0..3 {

@@ -247,9 +247,10 @@ fn etcd_killed_locksmith_frees_after_the_lease_ttl_with_prev_crashed() {
         line,
         format!("OK efast backend=etcd mode=exclusive token={t2} prev=crashed\n")
     );
-    // TTL 3 s, counted from the last keepalive (every 500 ms).
+    // TTL 3 s, counted from the last keepalive (every 500 ms): SPEC's window starts at
+    // stale_after − one heartbeat (2.5 s); 0.5 s of slack for a keepalive sent late under load.
     assert!(
-        took >= Duration::from_millis(2400),
+        took >= Duration::from_millis(2000),
         "freed too early: {took:?}"
     );
     assert!(

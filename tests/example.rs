@@ -18,7 +18,10 @@ fn example_profiles_validate() {
     let out = stdout(&o);
     for line in out.lines() {
         let cols: Vec<&str> = line.split('\t').collect();
-        let built = ["flock", "mkdir", "link", "symlink", "ftp", "postgres"].contains(&cols[1]);
+        let built = [
+            "flock", "mkdir", "link", "symlink", "ftp", "postgres", "etcd",
+        ]
+        .contains(&cols[1]);
         if built {
             assert_eq!(
                 cols.len(),

@@ -41,3 +41,5 @@ mod ftp_debian;
 mod ftp_shared;
 // backend = "postgres" against a throwaway PostgreSQL cluster.
 mod postgres;
+// backend = "etcd" against a throwaway etcd member.
+mod etcd;

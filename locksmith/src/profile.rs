@@ -151,6 +151,19 @@ pub enum BackendConfig {
     Symlink(FsConfig),
     Ftp(FtpConfig),
     Postgres(PgConfig),
+    Etcd(EtcdConfig),
+}
+
+/// Settings of the `etcd` backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdConfig {
+    /// `http://host:port` URLs (a bare `host:port` gets `http://`).
+    pub endpoints: Vec<String>,
+    /// The lock's key prefix: the queue lives under `PREFIX/`, the fencing state at
+    /// `PREFIX.state`.
+    pub prefix: String,
+    pub user: Option<String>,
+    pub password: Password,
 }
 
 /// Settings of the `postgres` backend.
@@ -188,6 +201,7 @@ impl BackendConfig {
             BackendConfig::Symlink(_) => "symlink",
             BackendConfig::Ftp(_) => "ftp",
             BackendConfig::Postgres(_) => "postgres",
+            BackendConfig::Etcd(_) => "etcd",
         }
     }
 
@@ -199,6 +213,7 @@ impl BackendConfig {
                 | BackendConfig::Symlink(_)
                 | BackendConfig::Ftp(_)
                 | BackendConfig::Postgres(_)
+                | BackendConfig::Etcd(_)
         )
     }
 }
@@ -390,19 +405,17 @@ impl ProfilesFile {
             "postgres" if cfg!(feature = "postgres") => {
                 BackendConfig::Postgres(self.pg_config(&mut f, name)?)
             }
-            "postgres" | "ftp" => {
+            "etcd" if cfg!(feature = "etcd") => {
+                BackendConfig::Etcd(self.etcd_config(&mut f, name)?)
+            }
+            "postgres" | "ftp" | "etcd" => {
                 return Err(f.error(&format!(
                     "backend `{backend_name}` was left out of this build of locksmith (cargo feature `{backend_name}`)"
                 )));
             }
-            "etcd" => {
-                return Err(f.error(&format!(
-                    "backend `{backend_name}` is not built into this version of locksmith yet"
-                )));
-            }
             other => {
                 return Err(f.error(&format!(
-                    "unknown backend `{other}` (known: flock, mkdir, link, symlink, ftp, postgres)"
+                    "unknown backend `{other}` (known: flock, mkdir, link, symlink, ftp, postgres, etcd)"
                 )));
             }
         };
@@ -547,6 +560,103 @@ impl ProfilesFile {
             tls,
             ca_file,
             path,
+        })
+    }
+
+    fn etcd_config(&self, f: &mut Fields<'_>, profile: &str) -> Result<EtcdConfig> {
+        let endpoints = match f.table.remove("endpoints") {
+            None => return Err(f.error("missing required key `endpoints`")),
+            Some(Value::String(s)) => vec![s],
+            Some(Value::Array(a)) => {
+                let mut v = Vec::with_capacity(a.len());
+                for e in a {
+                    match e {
+                        Value::String(s) => v.push(s),
+                        other => {
+                            return Err(f.error(&format!(
+                                "`endpoints` must hold strings, not {}",
+                                other.type_str()
+                            )));
+                        }
+                    }
+                }
+                v
+            }
+            Some(other) => {
+                return Err(f.error(&format!(
+                    "`endpoints` must be a list of strings, not {}",
+                    other.type_str()
+                )));
+            }
+        };
+        if endpoints.is_empty() {
+            return Err(f.error("`endpoints` is empty"));
+        }
+        let mut urls = Vec::with_capacity(endpoints.len());
+        for e in endpoints {
+            let url = if e.starts_with("http://") {
+                e
+            } else if e.starts_with("https://") {
+                return Err(f.error(&format!(
+                    "endpoint {e:?}: TLS to etcd is not built into this version of locksmith yet; use http:// on a trusted network or an SSH tunnel"
+                )));
+            } else if e.contains("://") {
+                return Err(f.error(&format!(
+                    "endpoint {e:?}: expected host:port or http://host:port"
+                )));
+            } else {
+                format!("http://{e}")
+            };
+            let hostport = &url["http://".len()..];
+            let hostport = hostport.strip_suffix('/').unwrap_or(hostport);
+            let ok = hostport
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+            if !ok || hostport.contains('/') {
+                return Err(f.error(&format!("endpoint {url:?}: expected host:port")));
+            }
+            urls.push(url);
+        }
+        if f.string("ca_file")?.is_some() {
+            return Err(
+                f.error("`ca_file`: TLS to etcd is not built into this version of locksmith yet")
+            );
+        }
+        let prefix = f
+            .string("prefix")?
+            .unwrap_or_else(|| format!("/locksmith/{profile}"));
+        let prefix = prefix.trim_end_matches('/').to_string();
+        if prefix.is_empty() {
+            return Err(f.error("`prefix` is empty"));
+        }
+        let user = f.string("user")?;
+        let mut sources = Vec::new();
+        if let Some(p) = f.string("password")? {
+            sources.push(Password::Inline(p));
+        }
+        if let Some(v) = f.string("password_env")? {
+            sources.push(Password::Env(v));
+        }
+        if let Some(p) = f.string("password_file")? {
+            sources.push(Password::File(self.dir.join(p)));
+        }
+        if sources.len() > 1 {
+            return Err(f.error("give only one of `password`, `password_env` and `password_file`"));
+        }
+        let password = sources.pop().unwrap_or(Password::None);
+        if let Password::File(p) = &password
+            && p.exists()
+        {
+            check_secret_file(p)?;
+        }
+        if user.is_none() && password != Password::None {
+            return Err(f.error("a password needs `user`"));
+        }
+        Ok(EtcdConfig {
+            endpoints: urls,
+            prefix,
+            user,
+            password,
         })
     }
 

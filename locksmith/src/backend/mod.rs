@@ -6,6 +6,8 @@
 //! `wait` — lives here only (as cargo's `acquire` does), so the protocol and watch code never
 //! see a backend's details and new backends plug in without touching them.
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod flock;
 #[cfg(feature = "ftp")]
 pub mod ftp;
@@ -177,6 +179,10 @@ pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
         BackendConfig::Postgres(cfg) => Box::new(postgres::Postgres::new(cfg.clone(), profile)),
         #[cfg(not(feature = "postgres"))]
         BackendConfig::Postgres(_) => unreachable!("refused when the profile was read"),
+        #[cfg(feature = "etcd")]
+        BackendConfig::Etcd(cfg) => Box::new(etcd::Etcd::new(cfg.clone(), profile)),
+        #[cfg(not(feature = "etcd"))]
+        BackendConfig::Etcd(_) => unreachable!("refused when the profile was read"),
         BackendConfig::Link(cfg) => Box::new(link::Link::new(cfg.clone(), profile)),
         BackendConfig::Symlink(cfg) => Box::new(symlink::Symlink::new(cfg.clone(), profile)),
     })

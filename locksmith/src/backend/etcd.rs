@@ -1,0 +1,650 @@
+//! `backend = "etcd"`: a lease-bound queue key under the profile's prefix (etcd v3 API).
+//!
+//! **Acquire:** grant a lease (TTL = `stale_after` rounded up to whole seconds, at least 2),
+//! put `PREFIX/w/<lease hex>` (a writer) or `PREFIX/r/<lease hex>` (a reader) with it; the
+//! value is the owner record. Keys queue by create revision (the etcd lock recipe): a writer
+//! holds when its key is the oldest under `PREFIX/`, a reader when no writer key is older
+//! (the readers/writers recipe: a waiting writer's key blocks later readers, so writers are
+//! not starved). A waiter watches the deletion of the newest key ahead of it that blocks it
+//! (no thundering herd, FIFO order), on the backend's own tokio runtime; the runtime's
+//! thread writes one byte to a socket the core polls beside every release cause.
+//!
+//! **Release:** revoke the lease: the key goes at once, nothing stays under `PREFIX/`. A
+//! waiter that gives up, or a locksmith whose parent died, revokes too (Drop). A killed
+//! locksmith's key goes when its lease expires, `stale_after` later.
+//!
+//! **Keepalive:** one lease keepalive per heartbeat (min(`keepalive`, `stale_after`/3)), each
+//! bounded by a deadline that ends a quarter TTL before the lease could expire: a member
+//! that does not answer in time means `LOST`, 74, before anyone else can get in.
+//!
+//! **Fencing tokens:** the create revision of our key (strictly increasing across the whole
+//! cluster). `PREFIX.state` holds `dirty N` while writer N holds and `clean N` after its
+//! release; a writer that finds `dirty` says `prev=crashed`. Readers report the write epoch
+//! (the token of the last writer) from it.
+
+use std::io::Write;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp, WatchOptions,
+};
+use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
+
+use super::owner::{Parsed, Record};
+use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
+use crate::error::{Error, Kind, Result, err};
+use crate::log::{debug, info};
+use crate::profile::{EtcdConfig, Password, Profile};
+use crate::protocol::Mode;
+use crate::watch::Watcher;
+
+pub struct Etcd {
+    cfg: EtcdConfig,
+    profile: String,
+    mode: Mode,
+    ttl: i64,
+    heartbeat: Duration,
+    /// Bound for one request that is not a keepalive.
+    timeout: Duration,
+    rt: Option<Runtime>,
+    client: Option<Client>,
+    /// Our lease and queue key, once queued.
+    lease: Option<i64>,
+    key: String,
+    rev: i64,
+    /// When the last successful keepalive (or the grant) was sent.
+    refreshed: Instant,
+    /// Keeps the lease alive while waiting.
+    keeper: Option<JoinHandle<()>>,
+    waiter: Option<Waiter>,
+    /// The key to watch and the revision it was seen blocking at.
+    blocker: Option<(String, i64)>,
+    /// Our exclusive acquisition's token, to mark its clean release.
+    token: Option<i64>,
+    held: bool,
+    /// Who held it at our last look, to name them while we wait.
+    last_holders: Vec<Holder>,
+}
+
+struct Waiter {
+    rx: UnixStream,
+    key: String,
+    task: JoinHandle<()>,
+}
+
+/// One key of the queue.
+struct Entry {
+    key: String,
+    lease: i64,
+    rev: i64,
+    writer: bool,
+    record: Parsed,
+}
+
+impl Entry {
+    fn holder(&self) -> Holder {
+        let mut h = self.record.holder();
+        h.token = Some(self.rev as u64);
+        h.mode = Some(if self.writer {
+            Mode::Exclusive
+        } else {
+            Mode::Shared
+        });
+        // The lease is alive (the key exists); a same-host dead pid still holds until it ends.
+        h.alive = Some(true);
+        h
+    }
+}
+
+fn lost(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+impl Etcd {
+    pub fn new(cfg: EtcdConfig, profile: &Profile) -> Etcd {
+        let ttl = (profile.common.stale_after.as_millis().div_ceil(1000) as i64).max(2);
+        Etcd {
+            cfg,
+            profile: profile.name.clone(),
+            mode: if profile.common.shared {
+                Mode::Shared
+            } else {
+                Mode::Exclusive
+            },
+            ttl,
+            heartbeat: profile.common.heartbeat(),
+            timeout: profile
+                .common
+                .stale_after
+                .clamp(Duration::from_secs(2), Duration::from_secs(10)),
+            rt: None,
+            client: None,
+            lease: None,
+            key: String::new(),
+            rev: 0,
+            refreshed: Instant::now(),
+            keeper: None,
+            waiter: None,
+            blocker: None,
+            token: None,
+            held: false,
+            last_holders: Vec::new(),
+        }
+    }
+
+    fn server(&self) -> String {
+        format!("etcd at {}", self.cfg.endpoints.join(","))
+    }
+
+    fn queue(&self) -> String {
+        format!("{}/", self.cfg.prefix)
+    }
+
+    fn state_key(&self) -> String {
+        format!("{}.state", self.cfg.prefix)
+    }
+
+    fn rt(&mut self) -> Result<&Runtime> {
+        if self.rt.is_none() {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("etcd")
+                .enable_all()
+                .build()
+                .map_err(|e| Error::io("cannot start the etcd client runtime", e))?;
+            self.rt = Some(rt);
+        }
+        Ok(self.rt.as_ref().expect("built above"))
+    }
+
+    /// Runs `f` on the runtime, bounded by `limit`.
+    fn run<T, F>(&mut self, limit: Duration, f: F) -> Result<std::result::Result<T, String>>
+    where
+        F: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let rt = self.rt()?;
+        Ok(
+            match rt.block_on(async { tokio::time::timeout(limit, f).await }) {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(e)) => Err(self.error_text(&e)),
+                Err(_) => Err(format!(
+                    "no answer within {}",
+                    crate::profile::fmt_duration(limit)
+                )),
+            },
+        )
+    }
+
+    fn error_text(&self, e: &etcd_client::Error) -> String {
+        match e {
+            etcd_client::Error::GRpcStatus(s) => {
+                // Unauthenticated (16), PermissionDenied (7); etcd says "authentication
+                // failed" with InvalidArgument.
+                let code = s.code() as i32;
+                if code == 16
+                    || code == 7
+                    || s.message().contains("authentication failed")
+                    || s.message().contains("permission denied")
+                {
+                    format!("denied: {}", s.message())
+                } else {
+                    s.message().to_string()
+                }
+            }
+            other => other.to_string(),
+        }
+    }
+
+    /// Maps a failed request to an error of the right kind.
+    fn fail(&self, what: &str, why: String) -> Error {
+        let kind = if let Some(rest) = why.strip_prefix("denied: ") {
+            return err!(Denied, "{what} ({}): {rest}", self.server());
+        } else if self.held {
+            Kind::Lost
+        } else {
+            Kind::Unavailable
+        };
+        Error::new(kind, format!("{what} ({}): {why}", self.server()))
+    }
+
+    fn client(&mut self) -> Result<Client> {
+        if let Some(c) = &self.client {
+            return Ok(c.clone());
+        }
+        let mut opts = ConnectOptions::new()
+            .with_connect_timeout(self.timeout)
+            .with_timeout(self.timeout)
+            .with_keep_alive(Duration::from_secs(1), self.timeout);
+        if let Some(user) = &self.cfg.user {
+            let pw = match &self.cfg.password {
+                Password::None => String::new(),
+                p => p.resolve(user)?,
+            };
+            opts = opts.with_user(user.clone(), pw);
+        }
+        let endpoints = self.cfg.endpoints.clone();
+        let limit = self.timeout;
+        let c = self
+            .run(limit, Client::connect(endpoints, Some(opts)))?
+            .map_err(|why| self.fail("cannot connect", why))?;
+        self.client = Some(c.clone());
+        Ok(c)
+    }
+
+    /// The queue, oldest first, and the revision it was read at.
+    fn entries(&mut self) -> Result<(Vec<Entry>, i64)> {
+        let mut c = self.client()?;
+        let q = self.queue();
+        let opts = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend);
+        let limit = self.timeout;
+        let resp = self
+            .run(limit, async move { c.get(q, Some(opts)).await })?
+            .map_err(|why| self.fail("cannot read the lock queue", why))?;
+        let at = resp.header().map_or(0, |h| h.revision());
+        let q = self.queue();
+        let v = resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let key = kv.key_str().ok()?.to_string();
+                let rest = key.strip_prefix(&q)?;
+                let writer = rest.starts_with("w/");
+                Some(Entry {
+                    lease: kv.lease(),
+                    rev: kv.create_revision(),
+                    writer,
+                    record: Record::parse(kv.value_str().unwrap_or("")),
+                    key,
+                })
+            })
+            .collect();
+        Ok((v, at))
+    }
+
+    /// Who is ahead of a key of `writer` kind at `rev` and blocks it.
+    fn blockers(entries: &[Entry], rev: i64, writer: bool) -> Vec<&Entry> {
+        entries
+            .iter()
+            .filter(|e| e.rev < rev && (writer || e.writer))
+            .collect()
+    }
+
+    /// The holders of the lock now: the oldest writer if it leads, else the readers ahead
+    /// of the first writer.
+    fn holding(entries: &[Entry]) -> Vec<&Entry> {
+        match entries.first() {
+            None => Vec::new(),
+            Some(e) if e.writer => vec![e],
+            Some(_) => entries.iter().take_while(|e| !e.writer).collect(),
+        }
+    }
+
+    /// Grants a lease and queues our key.
+    fn enqueue(&mut self) -> Result<()> {
+        let mut c = self.client()?;
+        let ttl = self.ttl;
+        let limit = self.timeout;
+        let sent = Instant::now();
+        let lease = self
+            .run(limit, async move { c.lease_grant(ttl, None).await })?
+            .map_err(|why| self.fail("cannot grant a lease", why))?
+            .id();
+        self.lease = Some(lease);
+        self.refreshed = sent;
+        let kind = if self.mode == Mode::Exclusive {
+            "w"
+        } else {
+            "r"
+        };
+        self.key = format!("{}{kind}/{lease:016x}", self.queue());
+        let mut rec = Record::ours(&self.profile);
+        rec.nonce = format!("{lease:016x}");
+        let mut c = self.client()?;
+        let key = self.key.clone();
+        let value = rec.render();
+        let resp = self
+            .run(limit, async move {
+                c.put(key, value, Some(PutOptions::new().with_lease(lease)))
+                    .await
+            })?
+            .map_err(|why| self.fail("cannot queue for the lock", why))?;
+        self.rev = resp.header().map_or(0, |h| h.revision());
+        debug!("queued {} at revision {}", self.key, self.rev);
+        Ok(())
+    }
+
+    /// Holding: the token and whether the previous writer released cleanly.
+    fn grant(&mut self) -> Grant {
+        self.held = true;
+        if let Some(k) = self.keeper.take() {
+            k.abort();
+        }
+        self.waiter = None;
+        let state_key = self.state_key();
+        let limit = self.timeout;
+        let Ok(mut c) = self.client() else {
+            return Grant::default();
+        };
+        let k = state_key.clone();
+        let prev = match self.run(limit, async move { c.get(k, None).await }) {
+            Ok(Ok(r)) => r
+                .kvs()
+                .first()
+                .and_then(|kv| kv.value_str().ok().map(str::to_string)),
+            Ok(Err(e)) => {
+                debug!("cannot read {state_key}: {e}");
+                None
+            }
+            Err(_) => None,
+        };
+        // No state yet: a fresh lock. A value we cannot read counts as a crash.
+        let (dirty, epoch) = match prev.as_deref().map(|p| p.split_once(' ')) {
+            None => (false, None),
+            Some(Some((word, n))) => (word != "clean", n.parse::<u64>().ok()),
+            Some(None) => (true, None),
+        };
+        if self.mode == Mode::Shared {
+            return Grant {
+                token: epoch,
+                prev_crashed: false,
+            };
+        }
+        let token = self.rev;
+        self.token = Some(token);
+        if let Ok(mut c) = self.client() {
+            let v = format!("dirty {token}");
+            if let Ok(Err(e)) | Err(e) = self
+                .run(limit, async move { c.put(state_key, v, None).await })
+                .map_err(|e| e.to_string())
+            {
+                debug!("cannot mark the lock state: {e}");
+            }
+        }
+        Grant {
+            token: Some(token as u64),
+            prev_crashed: dirty,
+        }
+    }
+
+    /// Keeps our lease alive while waiting (holding uses the heartbeat).
+    fn start_keeper(&mut self) -> Result<()> {
+        if self.keeper.is_some() {
+            return Ok(());
+        }
+        let Some(lease) = self.lease else {
+            return Ok(());
+        };
+        let c = self.client()?;
+        let period = self.heartbeat;
+        let task = self.rt()?.spawn(async move {
+            let mut c = c;
+            loop {
+                if let Ok((mut k, mut s)) = c.lease_keep_alive(lease).await {
+                    loop {
+                        tokio::time::sleep(period).await;
+                        if k.keep_alive().await.is_err() {
+                            break;
+                        }
+                        match tokio::time::timeout(period, s.message()).await {
+                            Ok(Ok(Some(_))) => {}
+                            _ => break,
+                        }
+                    }
+                }
+                tokio::time::sleep(period).await;
+            }
+        });
+        self.keeper = Some(task);
+        Ok(())
+    }
+
+    fn revoke(&mut self) {
+        if let Some(k) = self.keeper.take() {
+            k.abort();
+        }
+        if let Some(w) = self.waiter.take() {
+            w.task.abort();
+        }
+        let Some(lease) = self.lease.take() else {
+            return;
+        };
+        let Some(mut c) = self.client.clone() else {
+            return;
+        };
+        let limit = self.timeout.min(Duration::from_secs(3));
+        match self.run(limit, async move { c.lease_revoke(lease).await }) {
+            Ok(Ok(_)) => debug!("revoked lease {lease:016x}"),
+            Ok(Err(e)) => debug!("cannot revoke lease {lease:016x}: {e}"),
+            Err(e) => debug!("cannot revoke lease {lease:016x}: {e}"),
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.revoke();
+    }
+}
+
+impl Backend for Etcd {
+    fn name(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn try_acquire(&mut self) -> Result<Attempt> {
+        if let Some(w) = &self.waiter {
+            let mut buf = [0u8; 8];
+            match std::io::Read::read(&mut &w.rx, &mut buf) {
+                Ok(n) if n > 0 => self.waiter = None,
+                _ => return Ok(Attempt::Busy(self.last_holders.clone())),
+            }
+        }
+        if self.lease.is_none() {
+            self.enqueue()?;
+        }
+        let (entries, at) = self.entries()?;
+        if !entries.iter().any(|e| e.key == self.key) {
+            return Err(self.fail(
+                "lost our place in the queue",
+                format!(
+                    "key {} is gone (its lease expired or was revoked)",
+                    self.key
+                ),
+            ));
+        }
+        let writer = self.mode == Mode::Exclusive;
+        let ahead = Self::blockers(&entries, self.rev, writer);
+        let Some(last) = ahead.last() else {
+            self.blocker = None;
+            return Ok(Attempt::Acquired(self.grant()));
+        };
+        self.blocker = Some((last.key.clone(), at));
+        let holders: Vec<Holder> = Self::holding(&entries)
+            .into_iter()
+            .map(Entry::holder)
+            .collect();
+        self.last_holders = holders.clone();
+        Ok(Attempt::Busy(holders))
+    }
+
+    fn prepare_wait(&mut self) -> Result<WaitHint> {
+        self.start_keeper()?;
+        let Some((key, at)) = self.blocker.clone() else {
+            return Ok(WaitHint { poll: true });
+        };
+        if self.waiter.as_ref().is_some_and(|w| w.key == key) {
+            return Ok(WaitHint { poll: false });
+        }
+        if let Some(w) = self.waiter.take() {
+            w.task.abort();
+        }
+        let c = self.client()?;
+        let (rx, mut tx) = UnixStream::pair().map_err(|e| Error::io("socketpair", e))?;
+        rx.set_nonblocking(true)
+            .map_err(|e| Error::io("socketpair", e))?;
+        let k = key.clone();
+        let task = self.rt()?.spawn(async move {
+            let mut c = c;
+            let opts = WatchOptions::new().with_start_revision(at + 1);
+            if let Ok(mut s) = c.watch(k, Some(opts)).await {
+                'outer: while let Ok(Some(r)) = s.message().await {
+                    if r.canceled() {
+                        break;
+                    }
+                    for ev in r.events() {
+                        if ev.event_type() == EventType::Delete {
+                            break 'outer;
+                        }
+                    }
+                }
+            }
+            let _ = tx.write_all(b"!");
+        });
+        self.waiter = Some(Waiter { rx, key, task });
+        Ok(WaitHint { poll: false })
+    }
+
+    fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.waiter.iter().map(|w| w.rx.as_fd()).collect()
+    }
+
+    fn heartbeat_period(&self) -> Option<Duration> {
+        Some(self.heartbeat)
+    }
+
+    fn heartbeat(&mut self) -> Result<()> {
+        let Some(lease) = self.lease else {
+            return Err(err!(Lost, "not holding"));
+        };
+        // The server counts the TTL from when it saw our last keepalive, which was after
+        // we sent it: stop a quarter TTL before that could run out.
+        let expires = self.refreshed + Duration::from_secs(self.ttl as u64);
+        let deadline = expires - Duration::from_millis(self.ttl as u64 * 250);
+        let limit = deadline.saturating_duration_since(Instant::now());
+        let mut c = self.client()?;
+        let sent = Instant::now();
+        let r = self.run(limit, async move {
+            let (mut k, mut s) = c.lease_keep_alive(lease).await?;
+            k.keep_alive().await?;
+            Ok(s.message().await?.map_or(0, |r| r.ttl()))
+        })?;
+        let server = self.server();
+        match r {
+            Ok(ttl) if ttl > 0 => {
+                self.refreshed = sent;
+                Ok(())
+            }
+            Ok(_) => Err(err!(
+                Lost,
+                "the lease of lock `{}` ({server}) has expired; someone else may hold it now",
+                self.profile
+            )),
+            Err(why) => Err(err!(
+                Lost,
+                "cannot keep the lease of lock `{}` alive ({server}): {}; giving it up before it can expire",
+                self.profile,
+                lost(why)
+            )),
+        }
+    }
+
+    fn release(&mut self) -> Result<()> {
+        if !self.held {
+            return Ok(());
+        }
+        self.held = false;
+        let Some(lease) = self.lease.take() else {
+            return Ok(());
+        };
+        let limit = self.timeout;
+        let state_key = self.state_key();
+        let server = self.server();
+        let mut c = self.client()?;
+        let token = self.token.take();
+        let key = self.key.clone();
+        let r = self.run(limit, async move {
+            if let Some(t) = token {
+                // Mark the clean release only while our key still stands, and free the name
+                // in the same step: the next waiter's watch fires one round trip sooner.
+                let txn = Txn::new()
+                    .when([Compare::lease(key.as_str(), CompareOp::Equal, lease)])
+                    .and_then([
+                        TxnOp::put(state_key, format!("clean {t}"), None),
+                        TxnOp::delete(key.as_str(), None),
+                    ]);
+                c.txn(txn).await?;
+            }
+            c.lease_revoke(lease).await
+        })?;
+        match r {
+            Ok(_) => Ok(()),
+            Err(why) => {
+                info!("{why}; the next holder may see prev=crashed");
+                Err(err!(
+                    Lost,
+                    "cannot release lock `{}` ({server}): {why}",
+                    self.profile
+                ))
+            }
+        }
+    }
+
+    fn status(&mut self) -> Result<Vec<Holder>> {
+        let (entries, _) = self.entries()?;
+        Ok(Self::holding(&entries)
+            .into_iter()
+            .map(Entry::holder)
+            .collect())
+    }
+
+    fn break_lock(
+        &mut self,
+        force: bool,
+        token: Option<u64>,
+        _watcher: &mut Watcher,
+    ) -> Result<BreakOutcome> {
+        let (entries, _) = self.entries()?;
+        let holding = Self::holding(&entries);
+        if holding.is_empty() {
+            return Ok(BreakOutcome::Free);
+        }
+        let targets: Vec<(i64, Holder)> = holding
+            .iter()
+            .filter(|e| token.is_none_or(|t| e.rev as u64 == t))
+            .map(|e| (e.lease, e.holder()))
+            .collect();
+        if let Some(t) = token
+            && targets.is_empty()
+        {
+            return Err(err!(
+                Busy,
+                "lock `{}` is not held by acquisition {t}; nothing broken",
+                self.profile
+            ));
+        }
+        if !force {
+            return Err(err!(
+                Busy,
+                "lock `{}` is held by {}, a live lease (etcd frees it when the lease expires); use --force to revoke it",
+                self.profile,
+                super::describe(&targets.into_iter().map(|(_, h)| h).collect::<Vec<_>>())
+            ));
+        }
+        let mut first = None;
+        let limit = self.timeout;
+        for (lease, h) in targets {
+            let mut c = self.client()?;
+            self.run(limit, async move { c.lease_revoke(lease).await })?
+                .map_err(|why| self.fail("cannot revoke the holder's lease", why))?;
+            info!("revoked lease {lease:016x} of {h}");
+            first.get_or_insert(h);
+        }
+        Ok(BreakOutcome::Broken(first.unwrap_or_default()))
+    }
+}

@@ -1,0 +1,491 @@
+//! `backend = "etcd"` against a real, throwaway etcd member: Debian's `etcd` on free loopback
+//! client and peer ports with `--data-dir` in a temp dir. Outside CI an absent server is a
+//! visible SKIP; under `CI=true` it fails.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(10);
+
+pub struct Etcd {
+    child: Child,
+    _dir: tempfile::TempDir,
+    pub port: u16,
+}
+
+fn skip(why: &str) -> Option<Etcd> {
+    assert!(
+        std::env::var("CI").is_err(),
+        "CI=true: {why} (.ci/run installs etcd-server and etcd-client)"
+    );
+    eprintln!("SKIP: {why}");
+    None
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+fn on_path(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Etcd {
+    /// A fresh single-member cluster on loopback.
+    pub fn start() -> Option<Etcd> {
+        for tool in ["etcd", "etcdctl"] {
+            if !on_path(tool) {
+                return skip(&format!(
+                    "`{tool}` not found (Debian etcd-server / etcd-client)"
+                ));
+            }
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("locksmith-etcd-")
+            .tempdir()
+            .unwrap();
+        let port = free_port();
+        let peer = free_port();
+        let client = format!("http://127.0.0.1:{port}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--name", "t", "--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("t={peer_url}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(dir.path().join("log")).unwrap())
+            .spawn()
+            .unwrap();
+        let e = Etcd {
+            child,
+            _dir: dir,
+            port,
+        };
+        eventually(Duration::from_secs(20), "etcd answers", || {
+            e.ctl(&["endpoint", "health"]).status.success()
+        });
+        Some(e)
+    }
+
+    pub fn ctl(&self, args: &[&str]) -> std::process::Output {
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints=127.0.0.1:{}", self.port))
+            .args(["--dial-timeout=2s", "--command-timeout=3s"])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Keys under `prefix`.
+    pub fn keys(&self, prefix: &str) -> String {
+        let o = self.ctl(&["get", "--prefix", "--keys-only", prefix]);
+        assert!(o.status.success(), "etcdctl get: {}", stderr(&o));
+        stdout(&o)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Profiles `e` (exclusive, stale_after 60 s), `efast` (same lock, stale_after 3 s,
+    /// keepalive 500 ms), `eclosed` (nothing listens).
+    pub fn sandbox(&self) -> Sandbox {
+        let sb = Sandbox::new("");
+        let ep = format!("endpoints = [\"http://127.0.0.1:{}\"]\n", self.port);
+        sb.write_profiles(&format!(
+            "[profile.e]\nbackend = \"etcd\"\n{ep}prefix = \"/t/e\"\n\n\
+             [profile.efast]\nbackend = \"etcd\"\n{ep}prefix = \"/t/e\"\nstale_after = \"3s\"\nkeepalive = \"500ms\"\n\n\
+             [profile.eclosed]\nbackend = \"etcd\"\nendpoints = [\"127.0.0.1:{}\"]\n",
+            free_port()
+        ));
+        sb
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid()),
+            nix::sys::signal::Signal::SIGCONT,
+        );
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn token_of(line: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("token="))
+        .unwrap_or_else(|| panic!("no token in {line:?}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn etcd_hold_busy_release_tokens_and_nothing_left() {
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    let a = sb.hold(["e"]);
+    let t1 = token_of(a.ok());
+    assert_eq!(
+        a.ok(),
+        format!("OK e backend=etcd mode=exclusive token={t1}\n")
+    );
+    assert_eq!(
+        e.keys("/t/e/"),
+        format!("/t/e/w/{}", e.keys("/t/e/w/").rsplit('/').next().unwrap())
+    );
+    let o = sb.output(["--wait", "0", "e"]);
+    assert_eq!(code(o.status), 75);
+    assert!(
+        stdout(&o).starts_with("ERROR busy: lock `e` is held by host="),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains(&format!("pid={}", a.pid())),
+        "{}",
+        stdout(&o)
+    );
+    // The refused try left no key behind.
+    assert_eq!(e.keys("/t/e/").lines().count(), 1);
+    let o = sb.output(["status", "--json", "e"]);
+    assert_eq!(code(o.status), 1);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["mode"], "exclusive");
+    assert_eq!(v["holders"][0]["pid"], a.pid());
+    assert_eq!(v["holders"][0]["ppid"], std::process::id());
+    assert_eq!(v["holders"][0]["token"], t1);
+    assert_eq!(v["holders"][0]["alive"], true);
+    // Pipe closed: released at once, cleanly.
+    let mut b = sb.spawn_hold(["--wait", "20s", "e"]);
+    b.wait_stderr("waiting for lock", T);
+    let t0 = Instant::now();
+    drop(a);
+    let line = b.read_line(T).expect("the waiter got nothing");
+    let took = t0.elapsed();
+    let t2 = token_of(&line);
+    assert!(t2 > t1);
+    assert_eq!(
+        line,
+        format!("OK e backend=etcd mode=exclusive token={t2}\n")
+    );
+    assert!(took < Duration::from_secs(1), "handoff took {took:?}");
+    drop(b);
+    let o = sb.output([
+        "--wait",
+        "5s",
+        "run",
+        "e",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKSMITH_TOKEN",
+    ]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    let t3: u64 = stdout(&o).trim().parse().unwrap();
+    assert!(t3 > t2);
+    // Nothing stays under the prefix; only the state key beside it.
+    eventually(T, "nothing left under the prefix", || {
+        e.keys("/t/e/").is_empty()
+    });
+    assert_eq!(e.keys("/t/e"), "/t/e.state");
+    let o = sb.output(["status", "e"]);
+    assert_eq!(code(o.status), 0, "{}", stdout(&o));
+}
+
+#[test]
+fn etcd_parent_sigkill_releases_at_once() {
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    let parent = perl_parent(&sb, "e", false);
+    parent.ok();
+    let mut b = sb.spawn_hold(["--wait", "20s", "e"]);
+    b.wait_stderr("waiting for lock", T);
+    let t0 = Instant::now();
+    kill9(parent.pid());
+    let line = b.read_line(T).expect("waiter never got the lock");
+    let took = b.line_at.unwrap() - t0;
+    assert!(!line.contains("prev=crashed"), "{line}");
+    assert!(took < Duration::from_secs(1), "crash release took {took:?}");
+}
+
+#[test]
+fn etcd_killed_locksmith_frees_after_the_lease_ttl_with_prev_crashed() {
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    let a = sb.hold(["efast"]);
+    let t1 = token_of(a.ok());
+    let mut w = sb.spawn_hold(["--wait", "20s", "efast"]);
+    w.wait_stderr("waiting for lock", T);
+    let t0 = Instant::now();
+    kill9(a.pid());
+    let line = w.read_line(T).expect("the waiter got nothing");
+    let took = w.line_at.unwrap() - t0;
+    let t2 = token_of(&line);
+    assert!(t2 > t1);
+    assert_eq!(
+        line,
+        format!("OK efast backend=etcd mode=exclusive token={t2} prev=crashed\n")
+    );
+    // TTL 3 s, counted from the last keepalive (every 500 ms): SPEC's window starts at
+    // stale_after − one heartbeat (2.5 s); 0.5 s of slack for a keepalive sent late under load.
+    assert!(
+        took >= Duration::from_millis(2000),
+        "freed too early: {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(4500),
+        "freed too late: {took:?}"
+    );
+    drop(w);
+    // The next one after a clean release is not crashed.
+    let b = sb.hold(["efast"]);
+    assert!(!b.ok().contains("prev=crashed"), "{}", b.ok());
+    assert!(token_of(b.ok()) > t2);
+}
+
+#[test]
+fn etcd_counter_race_is_exact() {
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    let (count, overlaps) = crate::race::race_env(&sb, Some("e"), &[]);
+    assert_eq!(overlaps, 0, "two holders at once");
+    assert_eq!(count, crate::race::PROCS * crate::race::INCREMENTS);
+    assert!(e.keys("/t/e/").is_empty());
+}
+
+#[test]
+fn etcd_wait_timeout_and_fifo_order() {
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    let a = sb.hold(["e"]);
+    a.ok();
+    let t0 = Instant::now();
+    let o = sb.output(["--wait", "1s", "e"]);
+    assert_eq!(code(o.status), 75, "{}", stdout(&o));
+    assert!(t0.elapsed() >= Duration::from_secs(1));
+    assert!(
+        stdout(&o).contains("gave up after waiting 1s"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(
+        e.keys("/t/e/").lines().count(),
+        1,
+        "the waiter left its key"
+    );
+    // A waiter whose parent closes the pipe stops at once (75) and takes its key away.
+    let mut w = sb.spawn_hold(["--wait", "30s", "e"]);
+    w.wait_stderr("waiting for lock", T);
+    assert_eq!(e.keys("/t/e/").lines().count(), 2);
+    let t0 = Instant::now();
+    w.close_stdout();
+    assert_eq!(code(w.wait_exit(T)), 75);
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert_eq!(
+        e.keys("/t/e/").lines().count(),
+        1,
+        "the waiter left its key"
+    );
+    // Waiters queue in arrival order.
+    let mut ws = Vec::new();
+    for _ in 0..3 {
+        let mut w = sb.spawn_hold(["--wait", "30s", "e"]);
+        w.wait_stderr("waiting for lock", T);
+        ws.push(w);
+    }
+    drop(a);
+    let mut last = 0;
+    for i in 0..ws.len() {
+        let line = ws[i].read_line(T).expect("a waiter got nothing");
+        let t = token_of(&line);
+        assert!(t > last);
+        last = t;
+        for later in ws.iter_mut().skip(i + 1) {
+            assert!(later.exited().is_none());
+            assert!(
+                later.read_line(Duration::from_millis(100)).is_none(),
+                "overtaken"
+            );
+        }
+        ws[i].close_stdout();
+        assert_eq!(code(ws[i].wait_exit(T)), 0);
+    }
+    eventually(T, "nothing left under the prefix", || {
+        e.keys("/t/e/").is_empty()
+    });
+}
+
+#[test]
+fn etcd_member_stopped_while_holding_is_lost_before_the_ttl() {
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    let mut a = sb.hold(["efast"]);
+    a.ok();
+    let t0 = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(e.pid()),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+    let line = a.read_line(T).expect("a LOST line");
+    let took = t0.elapsed();
+    assert!(line.starts_with("LOST "), "{line}");
+    assert_eq!(code(a.wait_exit(T)), 74);
+    // TTL 3 s: LOST must come before the lease could run out.
+    assert!(took < Duration::from_millis(3000), "LOST after {took:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(e.pid()),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .unwrap();
+}
+
+#[test]
+fn etcd_break_refuses_a_live_lease_and_force_revokes_it() {
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    let mut a = sb.hold(["efast"]);
+    let t = token_of(a.ok());
+    let o = sb.output(["break", "e"]);
+    assert_eq!(code(o.status), 75, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
+    let o = sb.output(["break", "--token", "99999", "--force", "e"]);
+    assert_eq!(code(o.status), 75, "{}", stderr(&o));
+    let o = sb.output(["break", "--force", "--token", &t.to_string(), "e"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    let line = a.read_line(T).expect("a LOST line");
+    assert!(line.starts_with("LOST "), "{line}");
+    assert_eq!(code(a.wait_exit(T)), 74);
+    let b = sb.hold(["e"]);
+    assert!(b.ok().contains("prev=crashed"), "{}", b.ok());
+    drop(b);
+    let o = sb.output(["break", "e"]);
+    assert_eq!(code(o.status), 0, "a free lock: {}", stderr(&o));
+}
+
+#[test]
+fn etcd_shared_readers_overlap_and_writers_are_not_starved() {
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    let w = sb.hold(["e"]);
+    let tw = token_of(w.ok());
+    drop(w);
+    let r1 = sb.hold(["--shared", "e"]);
+    let r2 = sb.hold(["--wait", "0", "--shared", "e"]);
+    for r in [&r1, &r2] {
+        assert_eq!(
+            r.ok(),
+            format!("OK e backend=etcd mode=shared token={tw}\n")
+        );
+    }
+    let o = sb.output(["--wait", "0", "e"]);
+    assert_eq!(code(o.status), 75);
+    let o = sb.output(["status", "--json", "e"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["mode"], "shared");
+    assert_eq!(v["holders"].as_array().unwrap().len(), 2);
+    let mut w = sb.spawn_hold(["--wait", "20s", "e"]);
+    w.wait_stderr("waiting for lock", T);
+    let o = sb.output(["--wait", "0", "--shared", "e"]);
+    assert_eq!(code(o.status), 75, "a reader overtook the waiting writer");
+    drop(r1);
+    drop(r2);
+    let line = w.read_line(T).expect("the writer got nothing");
+    assert!(token_of(&line) > tw, "{line}");
+    drop(w);
+    let took = crate::shared::writer_gets_in_behind_a_stream_of_readers(&sb, "e");
+    eprintln!("etcd: writer got in after {took:?}");
+    assert!(took < Duration::from_secs(5), "writer waited {took:?}");
+}
+
+#[test]
+fn etcd_reader_writer_checker() {
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    let (violations, max_readers, tokens) =
+        crate::shared::reader_writer_checker_sized(&sb, "e", &[], [4, 30, 2, 20]);
+    assert!(violations.is_empty(), "{violations:?}");
+    assert!(max_readers > 1, "readers never overlapped");
+    assert_eq!(tokens.len(), 40, "every writer saw a token");
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "writer tokens not strictly increasing: {tokens:?}"
+    );
+    assert!(e.keys("/t/e/").is_empty());
+}
+
+#[test]
+fn etcd_bad_input_unreachable_bad_profile_wrong_password() {
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    let o = sb.output(["--wait", "0", "eclosed"]);
+    assert_eq!(code(o.status), 69, "{}", stdout(&o));
+    assert!(
+        stdout(&o).starts_with("ERROR unavailable: "),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(stdout(&o).lines().count(), 1);
+    let bad = Sandbox::new("[profile.x]\nbackend = \"etcd\"\nendpoints = 5\n");
+    let o = bad.output(["x"]);
+    assert_eq!(code(o.status), 78, "{}", stdout(&o));
+    let bad =
+        Sandbox::new("[profile.x]\nbackend = \"etcd\"\nendpoints = [\"127.0.0.1:1\"]\nkey = 1\n");
+    let o = bad.output(["x"]);
+    assert_eq!(code(o.status), 78, "{}", stdout(&o));
+    // Authentication: root with a password, then a wrong one.
+    for args in [
+        &["user", "add", "root", "--new-user-password=rootpw"][..],
+        &["auth", "enable"][..],
+    ] {
+        let o = e.ctl(args);
+        assert!(o.status.success(), "etcdctl {args:?}: {}", stderr(&o));
+    }
+    fs::write(sb.join("pw"), "rootpw\n").unwrap();
+    fs::write(sb.join("badpw"), "nope\n").unwrap();
+    for f in ["pw", "badpw"] {
+        fs::set_permissions(sb.join(f), fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let ep = format!("endpoints = [\"http://127.0.0.1:{}\"]\n", e.port);
+    sb.write_profiles(&format!(
+        "[profile.good]\nbackend = \"etcd\"\n{ep}user = \"root\"\npassword_file = \"pw\"\n\n\
+         [profile.bad]\nbackend = \"etcd\"\n{ep}user = \"root\"\npassword_file = \"badpw\"\n"
+    ));
+    let o = sb.output(["-vvv", "--wait", "0", "bad"]);
+    assert_eq!(code(o.status), 77, "{}", stdout(&o));
+    assert!(stdout(&o).starts_with("ERROR denied: "), "{}", stdout(&o));
+    for secret in ["rootpw", "nope"] {
+        assert!(
+            !stdout(&o).contains(secret) && !stderr(&o).contains(secret),
+            "password leaked"
+        );
+    }
+    let a = sb.hold(["good"]);
+    assert!(
+        a.ok()
+            .starts_with("OK good backend=etcd mode=exclusive token="),
+        "{}",
+        a.ok()
+    );
+}

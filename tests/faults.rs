@@ -113,6 +113,7 @@ struct Report {
 
 #[test]
 fn soak_every_backend_with_kills_restarts_and_cuts() {
+    let _heavy = heavy();
     let secs = soak_secs();
     let stale = Duration::from_millis(1500);
     let mut all: Vec<Target> = [

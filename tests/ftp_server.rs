@@ -147,28 +147,29 @@ pub struct FtpServer {
 
 impl FtpServer {
     pub fn start() -> FtpServer {
-        FtpServer::start_with(None, None)
+        FtpServer::start_with(None, None, None)
     }
 
     /// A server that closes sessions idle for `secs` seconds.
     pub fn start_idle(secs: u64) -> FtpServer {
-        FtpServer::start_with(None, Some(secs))
+        FtpServer::start_with(None, Some(secs), None)
     }
 
     /// A server that requires explicit FTPS with this certificate chain and key (PEM).
     pub fn start_tls(certs: &Path, key: &Path) -> FtpServer {
-        FtpServer::start_with(Some((certs.to_path_buf(), key.to_path_buf())), None)
+        FtpServer::start_with(Some((certs.to_path_buf(), key.to_path_buf())), None, None)
     }
 
     /// A server that calls `hook` after every successful `MKD` (fault injection).
     pub fn start_with_mkd_hook(hook: MkdHook) -> FtpServer {
-        let mut s = FtpServer::start_with(None, None);
-        s.mkd_hook = Some(hook);
-        s.restart();
-        s
+        FtpServer::start_with(None, None, Some(hook))
     }
 
-    fn start_with(tls: Option<(PathBuf, PathBuf)>, idle_secs: Option<u64>) -> FtpServer {
+    fn start_with(
+        tls: Option<(PathBuf, PathBuf)>,
+        idle_secs: Option<u64>,
+        mkd_hook: Option<MkdHook>,
+    ) -> FtpServer {
         let root = tempfile::Builder::new()
             .prefix("locksmith-ftp-")
             .tempdir()
@@ -179,7 +180,7 @@ impl FtpServer {
             root,
             tls,
             idle_secs,
-            mkd_hook: None,
+            mkd_hook,
             stop: None,
             thread: None,
         };
@@ -201,9 +202,20 @@ impl FtpServer {
                 .build()
                 .expect("tokio runtime");
             rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-                    .await
-                    .expect("bind 127.0.0.1");
+                // A restart rebinds the same port, which a client's ephemeral port may hold
+                // for a moment: retry for a while.
+                let mut tries = 0;
+                let listener = loop {
+                    match tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
+                        Ok(l) => break l,
+                        Err(e) if port != 0 && tries < 200 => {
+                            let _ = e;
+                            tries += 1;
+                            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+                        }
+                        Err(e) => panic!("bind 127.0.0.1:{port}: {e}"),
+                    }
+                };
                 port_tx.send(listener.local_addr().unwrap().port()).unwrap();
                 let serve = async {
                     loop {

@@ -395,5 +395,6 @@ fn postgres_writer_is_not_starved_by_readers() {
     let sb = pg.sandbox();
     let took = crate::shared::writer_gets_in_behind_a_stream_of_readers(&sb, "pg");
     eprintln!("postgres: writer got in after {took:?}");
-    assert!(took < Duration::from_secs(5), "writer waited {took:?}");
+    // Generous: a loaded 2-core machine; without the queue it would never get in.
+    assert!(took < Duration::from_secs(15), "writer waited {took:?}");
 }

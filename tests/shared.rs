@@ -104,6 +104,7 @@ pub(crate) fn reader_writer_checker_sized(
     env: &[(&str, &str)],
     [readers, reads, writers, writes]: [usize; 4],
 ) -> (Vec<String>, usize, Vec<u64>) {
+    let _heavy = heavy();
     let d = sb.path().join(format!("rw-{p}"));
     let _ = fs::remove_dir_all(&d);
     fs::create_dir(&d).unwrap();
@@ -190,6 +191,7 @@ fn reader_writer_checker_symlink() {
 /// Readers arrive every 30 ms and each holds for 300 ms, so without writer preference the
 /// lock is never free; a writer must still get in, well within `bound`.
 pub(crate) fn writer_gets_in_behind_a_stream_of_readers(sb: &Sandbox, p: &str) -> Duration {
+    let _heavy = heavy();
     let stop = Arc::new(AtomicBool::new(false));
     let stream = {
         let stop = stop.clone();
@@ -382,6 +384,7 @@ fn kill9_soak(p: &str) {
 /// `kill9_soak` with the killer pausing `kill_ms` (a range) between kills: a network lock
 /// needs its contenders to live long enough to log in.
 pub(crate) fn kill9_soak_in(sb: &Sandbox, p: &str, kill_ms: (u64, u64)) {
+    let _heavy = heavy();
     use std::sync::Mutex;
     let d = sb.path().join("soak");
     fs::create_dir(&d).unwrap();

@@ -45,6 +45,7 @@ fn random_kill9_never_double_holds_and_tokens_increase_symlink() {
 }
 
 fn soak(profile: &str) {
+    let _heavy = heavy();
     let sb = Sandbox::standard();
     let d = sb.path().join("soak");
     fs::create_dir(&d).unwrap();

@@ -454,3 +454,11 @@ pub fn output_within(mut c: Command, t: Duration) -> Output {
         stderr,
     }
 }
+
+/// Taken by the tests that load the machine with many processes (checkers, streams, soaks),
+/// so that no two of them run at once on a 2-core machine: their timing bounds are meant for
+/// a loaded machine, not a thrashing one.
+pub fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    HEAVY.lock().unwrap_or_else(|e| e.into_inner())
+}

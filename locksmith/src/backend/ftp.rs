@@ -923,9 +923,11 @@ impl Ftp {
                     if let Some(parent) = self.parent().map(str::to_string)
                         && !self.is_dir(&parent)?
                         && {
-                            // Confirm on a fresh session before calling it a config error
-                            // (libunftp was seen to refuse a CWD spuriously under races).
+                            // Confirm on a fresh session, a moment later, before calling it a
+                            // config error (libunftp was seen to refuse a CWD spuriously under
+                            // races and heavy load).
                             self.conn = None;
+                            std::thread::sleep(self.poll.min(Duration::from_secs(1)));
                             !self.is_dir(&parent)?
                         }
                     {

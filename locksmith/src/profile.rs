@@ -498,25 +498,7 @@ impl ProfilesFile {
         let user = f
             .string("user")?
             .ok_or_else(|| f.error("missing required key `user`"))?;
-        let mut sources = Vec::new();
-        if let Some(p) = f.string("password")? {
-            sources.push(Password::Inline(p));
-        }
-        if let Some(v) = f.string("password_env")? {
-            sources.push(Password::Env(v));
-        }
-        if let Some(p) = f.string("password_file")? {
-            sources.push(Password::File(self.dir.join(p)));
-        }
-        if sources.len() > 1 {
-            return Err(f.error("give only one of `password`, `password_env` and `password_file`"));
-        }
-        let password = sources.pop().unwrap_or(Password::None);
-        if let Password::File(p) = &password
-            && p.exists()
-        {
-            check_secret_file(p)?;
-        }
+        let password = self.password(f)?;
         let tls = match f.string("tls")?.as_deref() {
             None | Some("none") => Tls::None,
             Some("explicit") => Tls::Explicit,
@@ -630,6 +612,20 @@ impl ProfilesFile {
             return Err(f.error("`prefix` is empty"));
         }
         let user = f.string("user")?;
+        let password = self.password(f)?;
+        if user.is_none() && password != Password::None {
+            return Err(f.error("a password needs `user`"));
+        }
+        Ok(EtcdConfig {
+            endpoints: urls,
+            prefix,
+            user,
+            password,
+        })
+    }
+
+    /// `password` | `password_env` | `password_file` (at most one; a file must be 0600).
+    fn password(&self, f: &mut Fields<'_>) -> Result<Password> {
         let mut sources = Vec::new();
         if let Some(p) = f.string("password")? {
             sources.push(Password::Inline(p));
@@ -649,15 +645,7 @@ impl ProfilesFile {
         {
             check_secret_file(p)?;
         }
-        if user.is_none() && password != Password::None {
-            return Err(f.error("a password needs `user`"));
-        }
-        Ok(EtcdConfig {
-            endpoints: urls,
-            prefix,
-            user,
-            password,
-        })
+        Ok(password)
     }
 
     fn pg_config(&self, f: &mut Fields<'_>, profile: &str) -> Result<PgConfig> {
@@ -678,25 +666,7 @@ impl ProfilesFile {
         };
         let dbname = f.string("dbname")?;
         let user = f.string("user")?;
-        let mut sources = Vec::new();
-        if let Some(p) = f.string("password")? {
-            sources.push(Password::Inline(p));
-        }
-        if let Some(v) = f.string("password_env")? {
-            sources.push(Password::Env(v));
-        }
-        if let Some(p) = f.string("password_file")? {
-            sources.push(Password::File(self.dir.join(p)));
-        }
-        if sources.len() > 1 {
-            return Err(f.error("give only one of `password`, `password_env` and `password_file`"));
-        }
-        let password = sources.pop().unwrap_or(Password::None);
-        if let Password::File(p) = &password
-            && p.exists()
-        {
-            check_secret_file(p)?;
-        }
+        let password = self.password(f)?;
         match f.string("sslmode")?.as_deref() {
             None | Some("disable") => {}
             Some(m @ ("prefer" | "require" | "verify-ca" | "verify-full")) => {

@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,8 @@ pub struct Etcd {
     child: Child,
     _dir: tempfile::TempDir,
     pub port: u16,
+    /// With TLS: the CA that verifies the member (for etcdctl).
+    ca: Option<std::path::PathBuf>,
 }
 
 fn skip(why: &str) -> Option<Etcd> {
@@ -42,6 +45,12 @@ fn on_path(tool: &str) -> bool {
 impl Etcd {
     /// A fresh single-member cluster on loopback.
     pub fn start() -> Option<Etcd> {
+        Etcd::start_with(None)
+    }
+
+    /// As [`Etcd::start`]; with `tls` = (CA, leaf chain, leaf key) its client URL is
+    /// `https://` serving the leaf.
+    pub fn start_with(tls: Option<(&Path, &Path, &Path)>) -> Option<Etcd> {
         for tool in ["etcd", "etcdctl"] {
             if !on_path(tool) {
                 return skip(&format!(
@@ -55,9 +64,14 @@ impl Etcd {
             .unwrap();
         let port = free_port();
         let peer = free_port();
-        let client = format!("http://127.0.0.1:{port}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{port}");
         let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = Command::new("etcd")
+        let mut etcd = Command::new("etcd");
+        if let Some((_, leaf, key)) = tls {
+            etcd.arg("--cert-file").arg(leaf).arg("--key-file").arg(key);
+        }
+        let child = etcd
             .arg("--data-dir")
             .arg(dir.path().join("data"))
             .args(["--name", "t", "--listen-client-urls", &client])
@@ -74,6 +88,7 @@ impl Etcd {
             child,
             _dir: dir,
             port,
+            ca: tls.map(|(ca, _, _)| ca.to_path_buf()),
         };
         eventually(Duration::from_secs(20), "etcd answers", || {
             e.ctl(&["endpoint", "health"]).status.success()
@@ -82,9 +97,14 @@ impl Etcd {
     }
 
     pub fn ctl(&self, args: &[&str]) -> std::process::Output {
-        Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints=127.0.0.1:{}", self.port))
+        let mut c = Command::new("etcdctl");
+        match &self.ca {
+            None => c.arg(format!("--endpoints=127.0.0.1:{}", self.port)),
+            Some(ca) => c
+                .arg(format!("--endpoints=https://127.0.0.1:{}", self.port))
+                .arg(format!("--cacert={}", ca.display())),
+        };
+        c.env("ETCDCTL_API", "3")
             .args(["--dial-timeout=2s", "--command-timeout=3s"])
             .args(args)
             .output()
@@ -488,4 +508,62 @@ fn etcd_bad_input_unreachable_bad_profile_wrong_password() {
         "{}",
         a.ok()
     );
+}
+
+/// `https://` endpoints: the lock is held over TLS with the server verified against
+/// `ca_file`; a CA that did not sign the member's certificate is refused with 69 and a hint,
+/// and plain `http://` to the TLS member fails without holding anything.
+#[test]
+fn etcd_tls_verifies_the_member_certificate() {
+    let certs = tempfile::tempdir().unwrap();
+    let Some((ca, leaf, key)) = test_certs(certs.path()) else {
+        return;
+    };
+    let other = tempfile::tempdir().unwrap();
+    let Some((other_ca, _, _)) = test_certs(other.path()) else {
+        return;
+    };
+    let Some(e) = Etcd::start_with(Some((&ca, &leaf, &key))) else {
+        return;
+    };
+    let sb = Sandbox::new("");
+    fs::copy(&ca, sb.join("ca.pem")).unwrap();
+    let port = e.port;
+    sb.write_profiles(&format!(
+        "[profile.tls]\nbackend = \"etcd\"\nendpoints = [\"https://127.0.0.1:{port}\"]\nprefix = \"/t/tls\"\nca_file = \"ca.pem\"\n\n\
+         [profile.sysca]\nbackend = \"etcd\"\nendpoints = [\"https://127.0.0.1:{port}\"]\nprefix = \"/t/tls\"\n\n\
+         [profile.plain]\nbackend = \"etcd\"\nendpoints = [\"http://127.0.0.1:{port}\"]\nprefix = \"/t/tls\"\nstale_after = \"3s\"\n"
+    ));
+    let a = sb.hold(["tls"]);
+    assert!(
+        a.ok()
+            .starts_with("OK tls backend=etcd mode=exclusive token="),
+        "{}",
+        a.ok()
+    );
+    assert_eq!(
+        e.keys("/t/tls/").lines().count(),
+        1,
+        "{}",
+        e.keys("/t/tls/")
+    );
+    let o = sb.output(["--wait", "0", "tls"]);
+    assert_eq!(code(o.status), 75, "{}", stdout(&o));
+    drop(a);
+    eventually(T, "nothing left under the prefix", || {
+        e.keys("/t/tls/").is_empty()
+    });
+    let mut c = sb.cmd(["--wait", "0", "sysca"]);
+    c.env("SSL_CERT_FILE", &other_ca);
+    let o = output_within(c, T);
+    assert_eq!(code(o.status), 69, "{}", stdout(&o));
+    assert!(
+        stdout(&o).starts_with("ERROR unavailable: ") && stdout(&o).contains("`ca_file`"),
+        "{}",
+        stdout(&o)
+    );
+    let o = output_within(sb.cmd(["--wait", "0", "plain"]), Duration::from_secs(20));
+    assert_ne!(code(o.status), 0, "{}", stdout(&o));
+    assert!(stdout(&o).starts_with("ERROR "), "{}", stdout(&o));
+    assert!(e.keys("/t/tls/").is_empty(), "{}", e.keys("/t/tls/"));
 }

@@ -546,36 +546,6 @@ pub fn a_file_in_the_way_is_config_and_no_permission_is_denied(srv: &mut dyn Tes
     assert_eq!(code(o.status), 77, "{} {}", stdout(&o), stderr(&o));
 }
 
-/// A test CA and a leaf for 127.0.0.1 signed by it (rustls rejects a self-signed CA used as
-/// the server certificate). Returns (ca.pem, leaf chain, leaf key), or `None` without openssl.
-fn make_certs(
-    dir: &std::path::Path,
-) -> Option<(std::path::PathBuf, std::path::PathBuf, std::path::PathBuf)> {
-    let sh = r#"
-set -e
-cd "$1"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=locksmith-test-ca 2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout leaf.key -out leaf.csr -subj /CN=127.0.0.1 2>/dev/null
-printf 'basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n' > leaf.ext
-openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out leaf.pem -days 2 -extfile leaf.ext 2>/dev/null
-"#;
-    let ok = Command::new("sh")
-        .args(["-c", sh, "sh"])
-        .arg(dir)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(std::env::var("CI").is_err(), "openssl is needed under CI");
-        eprintln!("SKIP: openssl cannot make test certificates here");
-        return None;
-    }
-    Some((
-        dir.join("ca.pem"),
-        dir.join("leaf.pem"),
-        dir.join("leaf.key"),
-    ))
-}
-
 #[test]
 fn ftps_explicit_verifies_the_certificate() {
     ftps_verifies_the_certificate_on("explicit", |leaf, key| {
@@ -591,7 +561,7 @@ pub fn ftps_verifies_the_certificate_on<S: TestFtp>(
     start: impl FnOnce(&std::path::Path, &std::path::Path) -> Option<S>,
 ) {
     let certs = tempfile::tempdir().unwrap();
-    let Some((ca, leaf, key)) = make_certs(certs.path()) else {
+    let Some((ca, leaf, key)) = test_certs(certs.path()) else {
         return;
     };
     let Some(srv) = start(&leaf, &key) else {

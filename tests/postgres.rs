@@ -42,6 +42,12 @@ fn as_postgres(bin: &Path, tool: &str) -> Command {
 impl Pg {
     /// A fresh cluster with role `locker` (password `lockpw`) owning database `app`.
     pub fn start() -> Option<Pg> {
+        Pg::start_with(None)
+    }
+
+    /// As [`Pg::start`], with `ssl = on` serving `leaf` (chain) and `key`, and TCP clients
+    /// admitted over TLS only (`hostssl` in pg_hba.conf).
+    pub fn start_with(tls: Option<(&Path, &Path)>) -> Option<Pg> {
         let Some(bin) = fs::read_dir("/usr/lib/postgresql").ok().and_then(|d| {
             let mut v: Vec<PathBuf> = d
                 .filter_map(|e| Some(e.ok()?.path().join("bin")))
@@ -91,6 +97,31 @@ impl Pg {
             .output()
             .unwrap();
         assert!(o.status.success(), "initdb: {}", stderr(&o));
+        let mut opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300",
+            pg.port,
+            pg.dir.display()
+        );
+        if let Some((leaf, key)) = tls {
+            for (from, to) in [(leaf, "server.crt"), (key, "server.key")] {
+                let to = data.join(to);
+                fs::copy(from, &to).unwrap();
+                fs::set_permissions(&to, fs::Permissions::from_mode(0o600)).unwrap();
+                let st = Command::new("chown").arg("postgres").arg(&to).status();
+                assert!(st.unwrap().success());
+            }
+            let hba = data.join("pg_hba.conf");
+            let conf = fs::read_to_string(&hba).unwrap();
+            let conf: String = conf
+                .lines()
+                .map(|l| match l.strip_prefix("host ") {
+                    Some(rest) => format!("hostssl {rest}\n"),
+                    None => format!("{l}\n"),
+                })
+                .collect();
+            fs::write(&hba, conf).unwrap();
+            opts.push_str(" -c ssl=on");
+        }
         let o = as_postgres(&pg.bin, "pg_ctl")
             .arg("-D")
             .arg(&data)
@@ -98,11 +129,7 @@ impl Pg {
             .arg(pg.dir.join("log"))
             .arg("-w")
             .arg("-o")
-            .arg(format!(
-                "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300",
-                pg.port,
-                pg.dir.display()
-            ))
+            .arg(&opts)
             .arg("start")
             .output()
             .unwrap();
@@ -397,4 +424,82 @@ fn postgres_writer_is_not_starved_by_readers() {
     eprintln!("postgres: writer got in after {took:?}");
     // Generous: a loaded 2-core machine; without the queue it would never get in.
     assert!(took < Duration::from_secs(15), "writer waited {took:?}");
+}
+
+/// `sslmode` against a cluster that admits TCP clients over TLS only: the modes that use TLS
+/// hold the lock on an encrypted session, certificates are verified against `ca_file` (a
+/// foreign CA is refused with 69 and a hint), `verify-full` checks the host name where
+/// `verify-ca` does not, and `disable` is turned away by the server.
+#[test]
+fn sslmode_verifies_the_server_certificate() {
+    let certs = tempfile::tempdir().unwrap();
+    let Some((ca, leaf, key)) = test_certs(certs.path()) else {
+        return;
+    };
+    let other = tempfile::tempdir().unwrap();
+    let Some((other_ca, _, _)) = test_certs(other.path()) else {
+        return;
+    };
+    let Some(pg) = Pg::start_with(Some((&leaf, &key))) else {
+        return;
+    };
+    let sb = Sandbox::new("");
+    fs::write(sb.join("pw"), "lockpw\n").unwrap();
+    fs::set_permissions(sb.join("pw"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::copy(&ca, sb.join("ca.pem")).unwrap();
+    let profile = |name: &str, host: &str, mode: &str, ca: bool| {
+        format!(
+            "[profile.{name}]\nbackend = \"postgres\"\nhost = \"{host}\"\nport = {}\ndbname = \"app\"\n\
+             user = \"locker\"\npassword_file = \"pw\"\nlock = \"tls\"\nsslmode = \"{mode}\"\n{}\n",
+            pg.port,
+            if ca { "ca_file = \"ca.pem\"\n" } else { "" }
+        )
+    };
+    sb.write_profiles(
+        &[
+            profile("full", "127.0.0.1", "verify-full", true),
+            profile("req", "127.0.0.1", "require", true),
+            profile("pref", "127.0.0.1", "prefer", true),
+            profile("sysca", "127.0.0.1", "verify-full", false),
+            profile("byname", "localhost", "verify-full", true),
+            profile("caonly", "localhost", "verify-ca", true),
+            profile("plain", "127.0.0.1", "disable", false),
+        ]
+        .concat(),
+    );
+    for p in ["full", "req", "pref", "caonly"] {
+        let a = sb.hold([p]);
+        assert!(
+            a.ok().starts_with(&format!("OK {p} backend=postgres")),
+            "{p}"
+        );
+        let ssl = pg.sql(
+            "SELECT s.ssl FROM pg_stat_ssl s \
+             WHERE s.pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory')",
+        );
+        assert_eq!(ssl, "t\n", "{p}: the holding session is not encrypted");
+        drop(a);
+        eventually(T, "released", || {
+            pg.sql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == "0\n"
+        });
+    }
+    // A CA that did not sign the server's certificate: refused before anything is sent.
+    let mut c = sb.cmd(["--wait", "0", "sysca"]);
+    c.env("SSL_CERT_FILE", &other_ca);
+    let o = output_within(c, T);
+    assert_eq!(code(o.status), 69, "{}", stdout(&o));
+    assert!(
+        stdout(&o).starts_with("ERROR unavailable: ") && stdout(&o).contains("`ca_file`"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(!stdout(&o).contains("lockpw"), "password leaked");
+    // The certificate names 127.0.0.1, not localhost: verify-full refuses it.
+    let o = sb.output(["--wait", "0", "byname"]);
+    assert_eq!(code(o.status), 69, "{}", stdout(&o));
+    assert!(stdout(&o).contains("certificate"), "{}", stdout(&o));
+    // Without TLS the server turns the session away (hostssl only).
+    let o = sb.output(["--wait", "0", "plain"]);
+    assert_eq!(code(o.status), 77, "{}", stdout(&o));
+    assert!(stdout(&o).contains("no encryption"), "{}", stdout(&o));
 }

@@ -462,3 +462,34 @@ pub fn heavy() -> std::sync::MutexGuard<'static, ()> {
     static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
     HEAVY.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// A test CA and a leaf for 127.0.0.1 signed by it (rustls rejects a self-signed CA used as
+/// the server certificate; the leaf names no DNS host, so `localhost` fails a name check).
+/// Returns (ca.pem, leaf chain, leaf key), or `None` without openssl.
+pub fn test_certs(
+    dir: &std::path::Path,
+) -> Option<(std::path::PathBuf, std::path::PathBuf, std::path::PathBuf)> {
+    let sh = r#"
+set -e
+cd "$1"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=locksmith-test-ca 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout leaf.key -out leaf.csr -subj /CN=127.0.0.1 2>/dev/null
+printf 'basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n' > leaf.ext
+openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out leaf.pem -days 2 -extfile leaf.ext 2>/dev/null
+"#;
+    let ok = std::process::Command::new("sh")
+        .args(["-c", sh, "sh"])
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(std::env::var("CI").is_err(), "openssl is needed under CI");
+        eprintln!("SKIP: openssl cannot make test certificates here");
+        return None;
+    }
+    Some((
+        dir.join("ca.pem"),
+        dir.join("leaf.pem"),
+        dir.join("leaf.key"),
+    ))
+}

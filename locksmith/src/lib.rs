@@ -9,7 +9,7 @@
 //! - [`backend`]: the backend trait, the shared waiting policy, one file per backend.
 //! - [`commands`]: hold, run, status, break and profiles, glued from the above.
 //! - [`host`]: host identity and proof of death; [`sys`]: the few raw syscalls.
-//! - [`error`]: error kinds and their exit codes.
+//! - [`error`]: error kinds and their exit codes; `tls`: rustls settings of the network backends.
 
 pub mod backend;
 pub mod cli;
@@ -20,4 +20,6 @@ pub mod log;
 pub mod profile;
 pub mod protocol;
 pub mod sys;
+#[cfg(any(feature = "ftp", feature = "postgres", feature = "etcd"))]
+pub mod tls;
 pub mod watch;

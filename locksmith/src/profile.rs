@@ -157,8 +157,12 @@ pub enum BackendConfig {
 /// Settings of the `etcd` backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EtcdConfig {
-    /// `http://host:port` URLs (a bare `host:port` gets `http://`).
+    /// `http://host:port` or `https://host:port` URLs, all of one scheme (a bare
+    /// `host:port` gets `http://`).
     pub endpoints: Vec<String>,
+    /// `https://` endpoints: TLS, the server verified against `ca_file` or the system CAs.
+    pub tls: bool,
+    pub ca_file: Option<PathBuf>,
     /// The lock's key prefix: the queue lives under `PREFIX/`, the fencing state at
     /// `PREFIX.state`.
     pub prefix: String,
@@ -180,6 +184,35 @@ pub struct PgConfig {
     pub lock: String,
     /// Schema of the fencing-token table (an identifier, created on first use).
     pub schema: String,
+    pub sslmode: SslMode,
+    /// CA certificates (PEM) that verify the server; `None`: the system's CA bundle.
+    pub ca_file: Option<PathBuf>,
+}
+
+/// `sslmode` of the postgres backend, in libpq's words. Unlike libpq, every mode that uses
+/// TLS verifies the server's certificate chain (against `ca_file` or the system CAs):
+/// `require` and `verify-ca` behave as libpq's do when a root certificate is configured,
+/// `verify-full` also checks the host name, `prefer` uses TLS when the server offers it (and
+/// then verifies as `require`), `disable` (the default) never uses TLS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SslMode {
+    Disable,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl SslMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
 }
 
 /// A string that may hold a secret (a connection URL with a password): never printed.
@@ -576,20 +609,16 @@ impl ProfilesFile {
         }
         let mut urls = Vec::with_capacity(endpoints.len());
         for e in endpoints {
-            let url = if e.starts_with("http://") {
+            let url = if e.starts_with("http://") || e.starts_with("https://") {
                 e
-            } else if e.starts_with("https://") {
-                return Err(f.error(&format!(
-                    "endpoint {e:?}: TLS to etcd is not built into this version of locksmith yet; use http:// on a trusted network or an SSH tunnel"
-                )));
             } else if e.contains("://") {
                 return Err(f.error(&format!(
-                    "endpoint {e:?}: expected host:port or http://host:port"
+                    "endpoint {e:?}: expected host:port, http://host:port or https://host:port"
                 )));
             } else {
                 format!("http://{e}")
             };
-            let hostport = &url["http://".len()..];
+            let hostport = url.split_once("://").map_or("", |(_, rest)| rest);
             let hostport = hostport.strip_suffix('/').unwrap_or(hostport);
             let ok = hostport
                 .rsplit_once(':')
@@ -599,9 +628,14 @@ impl ProfilesFile {
             }
             urls.push(url);
         }
-        if f.string("ca_file")?.is_some() {
+        let tls = urls[0].starts_with("https://");
+        if urls.iter().any(|u| u.starts_with("https://") != tls) {
+            return Err(f.error("`endpoints` mix http:// and https://; use one scheme"));
+        }
+        let ca_file = f.string("ca_file")?.map(|p| self.dir.join(p));
+        if ca_file.is_some() && !tls {
             return Err(
-                f.error("`ca_file`: TLS to etcd is not built into this version of locksmith yet")
+                f.error("`ca_file` needs https:// endpoints (a bare host:port means http://)")
             );
         }
         let prefix = f
@@ -618,6 +652,8 @@ impl ProfilesFile {
         }
         Ok(EtcdConfig {
             endpoints: urls,
+            tls,
+            ca_file,
             prefix,
             user,
             password,
@@ -667,19 +703,20 @@ impl ProfilesFile {
         let dbname = f.string("dbname")?;
         let user = f.string("user")?;
         let password = self.password(f)?;
-        match f.string("sslmode")?.as_deref() {
-            None | Some("disable") => {}
-            Some(m @ ("prefer" | "require" | "verify-ca" | "verify-full")) => {
-                return Err(f.error(&format!(
-                    "`sslmode` = \"{m}\" is not built into this version of locksmith yet (only \"disable\"); use a trusted network or an SSH tunnel"
-                )));
-            }
+        let sslmode = match f.string("sslmode")?.as_deref() {
+            None => None,
+            Some("disable") => Some(SslMode::Disable),
+            Some("prefer") => Some(SslMode::Prefer),
+            Some("require") => Some(SslMode::Require),
+            Some("verify-ca") => Some(SslMode::VerifyCa),
+            Some("verify-full") => Some(SslMode::VerifyFull),
             Some(other) => {
                 return Err(f.error(&format!(
                     "`sslmode` = \"{other}\" (expected disable, prefer, require, verify-ca or verify-full)"
                 )));
             }
-        }
+        };
+        let ca_file = f.string("ca_file")?.map(|p| self.dir.join(p));
         let lock = f.string("lock")?.unwrap_or_else(|| profile.to_string());
         if lock.is_empty() {
             return Err(f.error("`lock` is empty"));
@@ -725,6 +762,29 @@ impl ProfilesFile {
             }
             (None, Some(_)) => None,
         };
+        // A connection string may carry its own `sslmode` (disable, prefer or require).
+        #[cfg(feature = "postgres")]
+        let in_url = url
+            .as_ref()
+            .and_then(|u| crate::backend::postgres::url_ssl_mode(&u.0));
+        #[cfg(not(feature = "postgres"))]
+        let in_url = None;
+        let sslmode = match (sslmode, in_url) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(f.error(&format!(
+                    "`sslmode` = \"{}\" but the `url` says sslmode={}; give it once",
+                    a.name(),
+                    b.name()
+                )));
+            }
+            (Some(m), _) | (None, Some(m)) => m,
+            (None, None) => SslMode::Disable,
+        };
+        if ca_file.is_some() && sslmode == SslMode::Disable {
+            return Err(f.error(
+                "`ca_file` needs `sslmode` = \"require\", \"verify-ca\" or \"verify-full\"",
+            ));
+        }
         Ok(PgConfig {
             url,
             host: host.unwrap_or_default(),
@@ -734,6 +794,8 @@ impl ProfilesFile {
             password,
             lock,
             schema,
+            sslmode,
+            ca_file,
         })
     }
 

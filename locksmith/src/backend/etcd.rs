@@ -28,8 +28,8 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder,
-    SortTarget, Txn, TxnOp, WatchOptions,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions,
+    SortOrder, SortTarget, TlsOptions, Txn, TxnOp, WatchOptions,
 };
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
@@ -208,7 +208,13 @@ impl Etcd {
         } else {
             Kind::Unavailable
         };
-        Error::new(kind, format!("{what} ({}): {why}", self.server()))
+        // tonic connects lazily: a refused certificate shows on the first request.
+        let hint = if self.cfg.tls && (why.contains("certificate") || why.contains("TLS")) {
+            crate::tls::hint(self.cfg.ca_file.as_deref())
+        } else {
+            ""
+        };
+        Error::new(kind, format!("{what} ({}): {why}{hint}", self.server()))
     }
 
     fn client(&mut self) -> Result<Client> {
@@ -219,6 +225,10 @@ impl Etcd {
             .with_connect_timeout(self.timeout)
             .with_timeout(self.timeout)
             .with_keep_alive(Duration::from_secs(1), self.timeout);
+        if self.cfg.tls {
+            let pem = crate::tls::ca_pem(self.cfg.ca_file.as_deref())?;
+            opts = opts.with_tls(TlsOptions::new().ca_certificate(Certificate::from_pem(pem)));
+        }
         if let Some(user) = &self.cfg.user {
             let pw = match &self.cfg.password {
                 Password::None => String::new(),

@@ -67,8 +67,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 use suppaftp::FtpError;
 use suppaftp::RustlsConnector;
 
@@ -84,15 +82,6 @@ mod shared;
 
 /// The control connection type: plain until `AUTH TLS` (rustls with ring) upgrades it.
 type Conn = suppaftp::RustlsFtpStream;
-
-/// Well-known locations of the system's CA bundle (as OpenSSL's probe looks for them).
-const CA_BUNDLES: &[&str] = &[
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/ca-bundle.pem",
-    "/etc/ssl/cert.pem",
-    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
-];
 
 /// First word of an owner marker's name; the format version follows.
 const MARKER: &str = "owner";
@@ -341,11 +330,7 @@ impl Ftp {
         ftp.set_passive_nat_workaround(true);
         if self.cfg.tls == Tls::Explicit {
             let connector = RustlsConnector::from(self.tls_config()?);
-            let hint = if self.cfg.ca_file.is_none() {
-                " (certificates are verified against the system CAs; a private CA needs `ca_file`)"
-            } else {
-                ""
-            };
+            let hint = crate::tls::hint(self.cfg.ca_file.as_deref());
             ftp = ftp.into_secure(connector, host).map_err(|e| match e {
                 FtpError::UnexpectedResponse(_) => match Reply::of(e) {
                     Reply::Refused(code, text) => err!(
@@ -404,11 +389,7 @@ impl Ftp {
     fn connect_implicit(&self, addrs: &[SocketAddr], t: Duration) -> Result<Conn> {
         let (host, port) = (self.cfg.host.clone(), self.cfg.port);
         let config = self.tls_config()?;
-        let hint = if self.cfg.ca_file.is_none() {
-            " (certificates are verified against the system CAs; a private CA needs `ca_file`)"
-        } else {
-            ""
-        };
+        let hint = crate::tls::hint(self.cfg.ca_file.as_deref());
         let mut last = "no address".to_string();
         for &addr in addrs {
             let (tx, rx) = std::sync::mpsc::channel();
@@ -469,54 +450,7 @@ impl Ftp {
 
     /// The TLS settings: certificates verified against `ca_file`, or else the system's CAs.
     fn tls_config(&self) -> Result<Arc<rustls::ClientConfig>> {
-        let mut roots = rustls::RootCertStore::empty();
-        let (file, what) = match &self.cfg.ca_file {
-            Some(f) => (f.clone(), "ca_file"),
-            None => {
-                let from_env = std::env::var_os("SSL_CERT_FILE").map(std::path::PathBuf::from);
-                let found = from_env.or_else(|| {
-                    CA_BUNDLES
-                        .iter()
-                        .map(std::path::PathBuf::from)
-                        .find(|p| p.exists())
-                });
-                let Some(f) = found else {
-                    return Err(err!(
-                        Config,
-                        "no system CA bundle found (tried $SSL_CERT_FILE, {}); give `ca_file`",
-                        CA_BUNDLES.join(", ")
-                    ));
-                };
-                (f, "system CA bundle")
-            }
-        };
-        let certs = CertificateDer::pem_file_iter(&file)
-            .map_err(|e| err!(Config, "cannot read {what} {}: {e}", file.display()))?;
-        for cert in certs {
-            let cert =
-                cert.map_err(|e| err!(Config, "cannot read {what} {}: {e}", file.display()))?;
-            roots.add(cert).map_err(|e| {
-                err!(
-                    Config,
-                    "{what} {}: unusable certificate: {e}",
-                    file.display()
-                )
-            })?;
-        }
-        if roots.is_empty() {
-            return Err(err!(
-                Config,
-                "{what} {} holds no certificates",
-                file.display()
-            ));
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| err!(Config, "TLS setup: {e}"))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        Ok(Arc::new(config))
+        crate::tls::client_config(self.cfg.ca_file.as_deref(), true).map(Arc::new)
     }
 
     /// Runs one command on the (re)connected control connection; a broken connection is

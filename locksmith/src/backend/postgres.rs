@@ -33,11 +33,12 @@ use std::time::Duration;
 
 use postgres::error::SqlState;
 use postgres::{CancelToken, Client, Config, NoTls};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
-use crate::profile::{PgConfig, Profile};
+use crate::profile::{PgConfig, Profile, SslMode};
 use crate::protocol::Mode;
 use crate::watch::Watcher;
 
@@ -48,6 +49,18 @@ pub fn url_has_password(url: &str) -> std::result::Result<bool, String> {
         .map_err(|e| e.to_string())
 }
 
+/// The `sslmode` a connection string names, if it names one (disable, prefer or require).
+pub fn url_ssl_mode(url: &str) -> Option<SslMode> {
+    if !url.contains("sslmode") {
+        return None;
+    }
+    Config::from_str(url).ok().map(|c| match c.get_ssl_mode() {
+        postgres::config::SslMode::Disable => SslMode::Disable,
+        postgres::config::SslMode::Prefer => SslMode::Prefer,
+        _ => SslMode::Require,
+    })
+}
+
 pub struct Postgres {
     cfg: PgConfig,
     profile: String,
@@ -55,6 +68,7 @@ pub struct Postgres {
     stale_after: Duration,
     heartbeat: Duration,
     client: Option<Client>,
+    tls: Option<MakeRustlsConnect>,
     waiter: Option<Waiter>,
     /// Our exclusive acquisition's token, to mark its clean release.
     token: Option<i64>,
@@ -83,6 +97,7 @@ impl Postgres {
             stale_after: profile.common.stale_after,
             heartbeat: profile.common.heartbeat(),
             client: None,
+            tls: None,
             waiter: None,
             token: None,
             held: false,
@@ -120,7 +135,19 @@ impl Postgres {
         } else {
             Kind::Unavailable
         };
-        Error::new(kind, format!("{what} ({server}): {e}"))
+        // The error's causes too: "error performing TLS handshake" alone does not say why.
+        let mut msg = e.to_string();
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            msg = format!("{msg}: {c}");
+            cause = c.source();
+        }
+        let hint = if self.cfg.sslmode != SslMode::Disable && msg.contains("TLS") {
+            crate::tls::hint(self.cfg.ca_file.as_deref())
+        } else {
+            ""
+        };
+        Error::new(kind, format!("{what} ({server}): {msg}{hint}"))
     }
 
     fn config(&self) -> Result<Config> {
@@ -161,7 +188,11 @@ impl Postgres {
         );
         app.truncate(63);
         c.application_name(&app)
-            .ssl_mode(postgres::config::SslMode::Disable)
+            .ssl_mode(match self.cfg.sslmode {
+                SslMode::Disable => postgres::config::SslMode::Disable,
+                SslMode::Prefer => postgres::config::SslMode::Prefer,
+                _ => postgres::config::SslMode::Require,
+            })
             .connect_timeout(self.stale_after.min(Duration::from_secs(30)))
             .keepalives(true)
             .keepalives_idle(self.heartbeat.max(Duration::from_secs(1)))
@@ -171,12 +202,27 @@ impl Postgres {
         Ok(c)
     }
 
+    /// The TLS connector for `sslmode`, made once (reading `ca_file`); `None`: plain TCP.
+    fn tls(&mut self) -> Result<Option<MakeRustlsConnect>> {
+        if self.cfg.sslmode == SslMode::Disable {
+            return Ok(None);
+        }
+        if self.tls.is_none() {
+            let check_name = self.cfg.sslmode == SslMode::VerifyFull;
+            let config = crate::tls::client_config(self.cfg.ca_file.as_deref(), check_name)?;
+            self.tls = Some(MakeRustlsConnect::new(config));
+        }
+        Ok(self.tls.clone())
+    }
+
     fn client(&mut self) -> Result<&mut Client> {
         if self.client.is_none() {
-            let c = self
-                .config()?
-                .connect(NoTls)
-                .map_err(|e| self.error("cannot connect", &e))?;
+            let config = self.config()?;
+            let c = match self.tls()? {
+                None => config.connect(NoTls),
+                Some(tls) => config.connect(tls),
+            }
+            .map_err(|e| self.error("cannot connect", &e))?;
             self.client = Some(c);
         }
         Ok(self.client.as_mut().expect("connected above"))
@@ -341,7 +387,10 @@ impl Drop for Postgres {
         // A waiter that gives up: cancel its query so the server does not grant the lock to
         // a session about to close.
         if let Some(w) = &self.waiter {
-            let _ = w.cancel.cancel_query(NoTls);
+            let _ = match &self.tls {
+                None => w.cancel.cancel_query(NoTls),
+                Some(tls) => w.cancel.cancel_query(tls.clone()),
+            };
         }
     }
 }

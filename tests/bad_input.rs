@@ -232,3 +232,48 @@ fn unsafe_lock_directory_and_planted_symlink() {
         assert_eq!(fs::read_to_string(&target).unwrap(), "precious");
     }
 }
+
+/// TLS settings that cannot be honoured are refused before any connection is tried.
+#[test]
+fn engine_tls_settings_that_contradict_each_other() {
+    let etcd = "[profile.p]\nbackend = \"etcd\"\n";
+    rejects(
+        &format!("{etcd}endpoints = [\"http://127.0.0.1:1\"]\nca_file = \"ca.pem\"\n"),
+        &["p"],
+        78,
+        "`ca_file` needs https:// endpoints",
+    );
+    rejects(
+        &format!("{etcd}endpoints = [\"https://127.0.0.1:1\", \"127.0.0.1:2\"]\n"),
+        &["p"],
+        78,
+        "mix http:// and https://",
+    );
+    rejects(
+        &format!("{etcd}endpoints = [\"ftp://127.0.0.1:1\"]\n"),
+        &["p"],
+        78,
+        "expected host:port, http://host:port or https://host:port",
+    );
+    let pg = "[profile.p]\nbackend = \"postgres\"\n";
+    rejects(
+        &format!("{pg}host = \"127.0.0.1\"\nca_file = \"ca.pem\"\n"),
+        &["p"],
+        78,
+        "`ca_file` needs `sslmode`",
+    );
+    rejects(
+        &format!("{pg}host = \"127.0.0.1\"\nsslmode = \"verify\"\n"),
+        &["p"],
+        78,
+        "expected disable, prefer, require, verify-ca or verify-full",
+    );
+    rejects(
+        &format!(
+            "{pg}url = \"postgresql://u@127.0.0.1/app?sslmode=disable\"\nsslmode = \"verify-full\"\n"
+        ),
+        &["p"],
+        78,
+        "the `url` says sslmode=disable",
+    );
+}

@@ -250,9 +250,10 @@ fn etcd_parent_sigkill_releases_at_once() {
 }
 
 #[test]
-fn etcd_killed_locksmith_frees_after_the_lease_ttl_with_prev_crashed() {
+fn etcd_killed_locksmith_frees_by_proof_of_death_or_after_the_lease_ttl() {
     let Some(e) = Etcd::start() else { return };
     let sb = e.sandbox();
+    // Same host: the waiter watches the holder's pidfd and revokes its lease when it dies.
     let a = sb.hold(["efast"]);
     let t1 = token_of(a.ok());
     let mut w = sb.spawn_hold(["--wait", "20s", "efast"]);
@@ -266,6 +267,33 @@ fn etcd_killed_locksmith_frees_after_the_lease_ttl_with_prev_crashed() {
     assert_eq!(
         line,
         format!("OK efast backend=etcd mode=exclusive token={t2} prev=crashed\n")
+    );
+    assert!(
+        took < Duration::from_millis(1500),
+        "same host: not freed at once: {took:?}"
+    );
+    drop(w);
+    // `break` needs no --force for a same-host holder proven dead.
+    let a = sb.hold(["efast"]);
+    kill9(a.pid());
+    let o = sb.output(["break", "efast"]);
+    assert_eq!(code(o.status), 0, "{} {}", stdout(&o), stderr(&o));
+    assert!(e.keys("/t/e/").is_empty(), "{}", e.keys("/t/e/"));
+    drop(a);
+    // Another pid namespace (as another host): no proof of death, the lease runs out.
+    let Some(a) = crate::ftp::other_host_holder(&sb, "efast") else {
+        return;
+    };
+    let t3 = token_of(a.ok());
+    assert!(t3 > t2);
+    let t0 = Instant::now();
+    kill9(a.pid());
+    let w = sb.hold(["--wait", "20s", "efast"]);
+    let took = t0.elapsed();
+    let t4 = token_of(w.ok());
+    assert_eq!(
+        w.ok(),
+        format!("OK efast backend=etcd mode=exclusive token={t4} prev=crashed\n")
     );
     // TTL 3 s, counted from the last keepalive (every 500 ms): SPEC's window starts at
     // stale_after − one heartbeat (2.5 s); 0.5 s of slack for a keepalive sent late under load.
@@ -281,7 +309,7 @@ fn etcd_killed_locksmith_frees_after_the_lease_ttl_with_prev_crashed() {
     // The next one after a clean release is not crashed.
     let b = sb.hold(["efast"]);
     assert!(!b.ok().contains("prev=crashed"), "{}", b.ok());
-    assert!(token_of(b.ok()) > t2);
+    assert!(token_of(b.ok()) > t4);
 }
 
 #[test]

@@ -11,7 +11,10 @@
 //!
 //! **Release:** revoke the lease: the key goes at once, nothing stays under `PREFIX/`. A
 //! waiter that gives up, or a locksmith whose parent died, revokes too (Drop). A killed
-//! locksmith's key goes when its lease expires, `stale_after` later.
+//! locksmith's key goes when its lease expires, `stale_after` later — or at once when a
+//! waiter on the same host (boot id and pid namespace in the owner record) finds its pid
+//! dead: proof of death, as the file backends use, and then the waiter revokes that lease.
+//! A waiter watches a same-host blocker's pidfd beside the key's deletion.
 //!
 //! **Keepalive:** one lease keepalive per heartbeat (min(`keepalive`, `stale_after`/3)), each
 //! bounded by a deadline that ends a quarter TTL before the lease could expire: a member
@@ -42,6 +45,8 @@ use crate::profile::{EtcdConfig, Password, Profile};
 use crate::protocol::Mode;
 use crate::watch::Watcher;
 
+use super::wake::Wakeups;
+
 pub struct Etcd {
     cfg: EtcdConfig,
     profile: String,
@@ -68,6 +73,8 @@ pub struct Etcd {
     held: bool,
     /// Who held it at our last look, to name them while we wait.
     last_holders: Vec<Holder>,
+    /// The pidfd of a same-host blocker (its death wakes us).
+    wake: Wakeups,
 }
 
 struct Waiter {
@@ -94,8 +101,10 @@ impl Entry {
         } else {
             Mode::Shared
         });
-        // The lease is alive (the key exists); a same-host dead pid still holds until it ends.
-        h.alive = Some(true);
+        // The lease is alive (the key exists); a same-host pid proven dead holds until a
+        // waiter (or `break`) revokes its lease.
+        let dead = matches!(&self.record, Parsed::V1(r) if r.alive() == Some(false));
+        h.alive = Some(!dead);
         h
     }
 }
@@ -133,6 +142,7 @@ impl Etcd {
             token: None,
             held: false,
             last_holders: Vec::new(),
+            wake: Wakeups::default(),
         }
     }
 
@@ -452,13 +462,36 @@ impl Backend for Etcd {
             let mut buf = [0u8; 8];
             match std::io::Read::read(&mut &w.rx, &mut buf) {
                 Ok(n) if n > 0 => self.waiter = None,
+                _ if self.wake.holder_exited() => {}
                 _ => return Ok(Attempt::Busy(self.last_holders.clone())),
             }
         }
         if self.lease.is_none() {
             self.enqueue()?;
         }
-        let (entries, at) = self.entries()?;
+        let (mut entries, mut at) = self.entries()?;
+        // Keys ahead of ours whose locksmith is provably dead (same host): revoke their
+        // leases rather than wait out the TTL, then look again.
+        for _ in 0..3 {
+            let dead: Vec<(i64, Holder)> = Self::blockers(&entries, self.rev, true)
+                .into_iter()
+                .filter(|e| e.key != self.key)
+                .filter(|e| matches!(&e.record, Parsed::V1(r) if r.alive() == Some(false)))
+                .map(|e| (e.lease, e.record.holder()))
+                .collect();
+            if dead.is_empty() {
+                break;
+            }
+            for (lease, h) in dead {
+                let mut c = self.client()?;
+                let limit = self.timeout;
+                match self.run(limit, async move { c.lease_revoke(lease).await })? {
+                    Ok(_) => info!("revoked lease {lease:016x} of {h}: its locksmith is dead"),
+                    Err(e) => debug!("cannot revoke lease {lease:016x} of {h}: {e}"),
+                }
+            }
+            (entries, at) = self.entries()?;
+        }
         if !entries.iter().any(|e| e.key == self.key) {
             return Err(self.fail(
                 "lost our place in the queue",
@@ -472,9 +505,19 @@ impl Backend for Etcd {
         let ahead = Self::blockers(&entries, self.rev, writer);
         let Some(last) = ahead.last() else {
             self.blocker = None;
+            self.wake.forget_holder();
             return Ok(Attempt::Acquired(self.grant()));
         };
         self.blocker = Some((last.key.clone(), at));
+        // A blocker on this host: its death (pidfd) wakes us to revoke its lease.
+        match &last.record {
+            Parsed::V1(r) if r.same_host() => {
+                if !self.wake.holder_alive(r.pid, r.start) {
+                    self.wake.forget_holder();
+                }
+            }
+            _ => self.wake.forget_holder(),
+        }
         let holders: Vec<Holder> = Self::holding(&entries)
             .into_iter()
             .map(Entry::holder)
@@ -521,7 +564,9 @@ impl Backend for Etcd {
     }
 
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
-        self.waiter.iter().map(|w| w.rx.as_fd()).collect()
+        let mut v: Vec<BorrowedFd<'_>> = self.waiter.iter().map(|w| w.rx.as_fd()).collect();
+        v.extend(self.wake.fds());
+        v
     }
 
     fn heartbeat_period(&self) -> Option<Duration> {
@@ -638,7 +683,12 @@ impl Backend for Etcd {
                 self.profile
             ));
         }
-        if !force {
+        // Holders on this host whose locksmith is provably dead go without --force.
+        let all_dead = holding
+            .iter()
+            .filter(|e| token.is_none_or(|t| e.rev as u64 == t))
+            .all(|e| matches!(&e.record, Parsed::V1(r) if r.alive() == Some(false)));
+        if !force && !all_dead {
             return Err(err!(
                 Busy,
                 "lock `{}` is held by {}, a live lease (etcd frees it when the lease expires); use --force to revoke it",

@@ -60,6 +60,16 @@ impl Wakeups {
         crate::host::alive(pid, start)
     }
 
+    /// Whether the watched holder has exited (its pidfd is readable).
+    pub fn holder_exited(&self) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let Some((_, fd)) = &self.holder else {
+            return false;
+        };
+        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+        poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
+    }
+
     pub fn forget_holder(&mut self) {
         self.holder = None;
     }

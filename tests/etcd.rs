@@ -595,3 +595,25 @@ fn etcd_tls_verifies_the_member_certificate() {
     assert!(stdout(&o).starts_with("ERROR "), "{}", stdout(&o));
     assert!(e.keys("/t/tls/").is_empty(), "{}", e.keys("/t/tls/"));
 }
+
+/// A waiter whose own key goes (its lease revoked, as when it expires during a member stall)
+/// queues again instead of giving up, and gets the lock when the holder releases.
+#[test]
+fn etcd_waiter_that_loses_its_key_queues_again() {
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    let a = sb.hold(["e"]);
+    let mine = e.keys("/t/e/");
+    let mut w = sb.spawn_hold(["-v", "--wait", "20s", "e"]);
+    w.wait_stderr("waiting for lock", T);
+    let keys = e.keys("/t/e/");
+    let theirs: Vec<&str> = keys.lines().filter(|k| *k != mine.trim()).collect();
+    assert_eq!(theirs.len(), 1, "{keys}");
+    let lease = theirs[0].rsplit('/').next().unwrap();
+    let o = e.ctl(&["lease", "revoke", lease]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    drop(a);
+    let line = w.read_line(T).expect("the waiter got nothing");
+    assert!(line.starts_with("OK e backend=etcd"), "{line}");
+    assert!(w.stderr_text().contains("queueing again"));
+}

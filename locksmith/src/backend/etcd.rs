@@ -95,7 +95,9 @@ struct Entry {
 impl Entry {
     fn holder(&self) -> Holder {
         let mut h = self.record.holder();
-        h.token = Some(self.rev as u64);
+        // A writer's token is its key's create revision; readers get the write epoch, which
+        // lives in the state key, not here.
+        h.token = self.writer.then_some(self.rev as u64);
         h.mode = Some(if self.writer {
             Mode::Exclusive
         } else {
@@ -490,6 +492,17 @@ impl Backend for Etcd {
                     Err(e) => debug!("cannot revoke lease {lease:016x} of {h}: {e}"),
                 }
             }
+            (entries, at) = self.entries()?;
+        }
+        if !entries.iter().any(|e| e.key == self.key) && !self.held {
+            // Our waiting key went (its lease ran out while the member stalled, or someone
+            // revoked it): queue again, at the back.
+            info!(
+                "our place in the queue ({}) is gone; queueing again",
+                self.key
+            );
+            self.revoke();
+            self.enqueue()?;
             (entries, at) = self.entries()?;
         }
         if !entries.iter().any(|e| e.key == self.key) {

@@ -617,3 +617,153 @@ fn etcd_waiter_that_loses_its_key_queues_again() {
     assert!(line.starts_with("OK e backend=etcd"), "{line}");
     assert!(w.stderr_text().contains("queueing again"));
 }
+
+/// A three-member cluster on loopback (names m0..m2), every member's client URL given.
+pub struct EtcdCluster {
+    members: Vec<Option<Child>>,
+    pub ports: Vec<u16>,
+    _dir: tempfile::TempDir,
+}
+
+impl EtcdCluster {
+    pub fn start() -> Option<EtcdCluster> {
+        Etcd::start_with(None)?; // the same SKIP rules; a single member proves the tools run
+        let dir = tempfile::Builder::new()
+            .prefix("locksmith-etcd3-")
+            .tempdir()
+            .unwrap();
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let peers: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let initial = (0..3)
+            .map(|i| format!("m{i}=http://127.0.0.1:{}", peers[i]))
+            .collect::<Vec<_>>()
+            .join(",");
+        let members = (0..3)
+            .map(|i| {
+                let client = format!("http://127.0.0.1:{}", ports[i]);
+                let peer = format!("http://127.0.0.1:{}", peers[i]);
+                let child = Command::new("etcd")
+                    .arg("--data-dir")
+                    .arg(dir.path().join(format!("m{i}")))
+                    .args(["--name", &format!("m{i}")])
+                    .args(["--listen-client-urls", &client])
+                    .args(["--advertise-client-urls", &client])
+                    .args(["--listen-peer-urls", &peer])
+                    .args(["--initial-advertise-peer-urls", &peer])
+                    .args(["--initial-cluster", &initial])
+                    .args(["--initial-cluster-state", "new"])
+                    .args(["--initial-cluster-token", "locksmith-test"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(fs::File::create(dir.path().join(format!("m{i}.log"))).unwrap())
+                    .spawn()
+                    .unwrap();
+                Some(child)
+            })
+            .collect();
+        let c = EtcdCluster {
+            members,
+            ports,
+            _dir: dir,
+        };
+        eventually(Duration::from_secs(30), "the cluster is healthy", || {
+            c.ctl(&["endpoint", "health"]).status.success()
+        });
+        Some(c)
+    }
+
+    fn endpoints(&self) -> String {
+        self.ports
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.members[*i].is_some())
+            .map(|(_, p)| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn ctl(&self, args: &[&str]) -> std::process::Output {
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoints()))
+            .args(["--dial-timeout=2s", "--command-timeout=3s"])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Index of the current leader.
+    pub fn leader(&self) -> usize {
+        let o = self.ctl(&["endpoint", "status", "-w", "json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let rows = v.as_array().unwrap();
+        let leader = rows[0]["Status"]["leader"].as_u64().unwrap();
+        let row = rows
+            .iter()
+            .find(|r| r["Status"]["header"]["member_id"].as_u64() == Some(leader))
+            .expect("the leader answers");
+        let ep = row["Endpoint"].as_str().unwrap();
+        self.ports
+            .iter()
+            .position(|p| ep.ends_with(&format!(":{p}")))
+            .unwrap()
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// Several members: the holder survives the leader's death (the cluster keeps quorum and the
+/// lease), a waiter on the surviving members still finds the lock held, and the release still
+/// hands over.
+#[test]
+fn etcd_cluster_survives_the_leaders_death() {
+    let Some(mut c) = EtcdCluster::start() else {
+        return;
+    };
+    let sb = Sandbox::new("");
+    let eps = c
+        .ports
+        .iter()
+        .map(|p| format!("\"http://127.0.0.1:{p}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    sb.write_profiles(&format!(
+        "[profile.c]\nbackend = \"etcd\"\nendpoints = [{eps}]\nprefix = \"/t/c\"\n\
+         stale_after = \"6s\"\nkeepalive = \"500ms\"\n"
+    ));
+    let mut a = sb.hold(["-v", "c"]);
+    let t1 = token_of(a.ok());
+    let leader = c.leader();
+    c.kill(leader);
+    // Longer than the lease TTL: the holder keeps it, a waiter keeps being refused.
+    let o = output_within(
+        sb.cmd(["-vv", "--wait", "8s", "c"]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(code(o.status), 75, "{} {}", stdout(&o), stderr(&o));
+    assert!(
+        a.exited().is_none(),
+        "the holder ended: {}",
+        a.stderr_text()
+    );
+    let mut w = sb.spawn_hold(["--wait", "20s", "c"]);
+    w.wait_stderr("waiting for lock", T);
+    drop(a);
+    let line = w.read_line(T).expect("the waiter got nothing");
+    assert!(token_of(&line) > t1, "{line}");
+    assert!(!line.contains("prev=crashed"), "{line}");
+}

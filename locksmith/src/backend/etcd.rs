@@ -57,6 +57,8 @@ pub struct Etcd {
     timeout: Duration,
     rt: Option<Runtime>,
     client: Option<Client>,
+    /// The endpoint the client talks to (an index into `cfg.endpoints`, modulo its length).
+    next_ep: usize,
     /// Our lease and queue key, once queued.
     lease: Option<i64>,
     key: String,
@@ -134,6 +136,7 @@ impl Etcd {
                 .clamp(Duration::from_secs(2), Duration::from_secs(10)),
             rt: None,
             client: None,
+            next_ep: 0,
             lease: None,
             key: String::new(),
             rev: 0,
@@ -248,25 +251,105 @@ impl Etcd {
             };
             opts = opts.with_user(user.clone(), pw);
         }
-        let endpoints = self.cfg.endpoints.clone();
+        // One member at a time, starting with the one that answered last: a member that is
+        // down makes the request fail over to the next (see `call`), where etcd-client's own
+        // balancing would keep sending some requests to it.
+        let n = self.cfg.endpoints.len();
         let limit = self.timeout;
-        let c = self
-            .run(limit, Client::connect(endpoints, Some(opts)))?
-            .map_err(|why| self.fail("cannot connect", why))?;
-        self.client = Some(c.clone());
-        Ok(c)
+        let mut last = String::new();
+        for i in 0..n {
+            let at = (self.next_ep + i) % n;
+            let endpoint = [self.cfg.endpoints[at].clone()];
+            match self.run(limit, Client::connect(endpoint, Some(opts.clone())))? {
+                Ok(c) => {
+                    self.next_ep = at;
+                    self.client = Some(c.clone());
+                    return Ok(c);
+                }
+                Err(why) if why.starts_with("denied: ") => {
+                    return Err(self.fail("cannot connect", why));
+                }
+                Err(why) => {
+                    debug!("cannot connect to {}: {why}", self.cfg.endpoints[at]);
+                    last = why;
+                }
+            }
+        }
+        Err(self.fail("cannot connect", last))
+    }
+
+    /// Runs one request `f` on a connected client, bounded by `limit`; a request that could
+    /// not reach its member (connection refused or reset, member unavailable) is sent again
+    /// to the next member, round after round until `limit`. `f` must be safe to repeat: our requests are
+    /// (a put of the same key and lease, a read, a revoke; a repeated lease grant leaves an
+    /// unused lease that expires by itself).
+    fn call<T, F, Fut>(&mut self, limit: Duration, f: F) -> Result<std::result::Result<T, String>>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let deadline = Instant::now() + limit;
+        let n = self.cfg.endpoints.len();
+        let mut tries = 0;
+        loop {
+            let c = self.client()?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let r = self
+                .rt()?
+                .block_on(async { tokio::time::timeout(left, f(c)).await });
+            match r {
+                Ok(Ok(v)) => return Ok(Ok(v)),
+                Ok(Err(e)) => {
+                    let unreachable = match &e {
+                        etcd_client::Error::TransportError(_) => true,
+                        // Unavailable; tonic reports a connection that broke under a
+                        // request as Unknown "transport error".
+                        etcd_client::Error::GRpcStatus(s) => {
+                            s.code() as i32 == 14 || s.message() == "transport error"
+                        }
+                        _ => false,
+                    };
+                    tries += 1;
+                    // After a round over every member, a pause: an election takes a moment.
+                    let pause = if tries % n == 0 {
+                        Duration::from_millis(100)
+                    } else {
+                        Duration::ZERO
+                    };
+                    if unreachable && n > 1 && Instant::now() + pause < deadline {
+                        debug!(
+                            "{} did not take the request ({e}); trying the next member",
+                            self.cfg.endpoints[self.next_ep % n]
+                        );
+                        self.client = None;
+                        self.next_ep += 1;
+                        std::thread::sleep(pause);
+                        continue;
+                    }
+                    return Ok(Err(self.error_text(&e)));
+                }
+                Err(_) => {
+                    return Ok(Err(format!(
+                        "no answer within {}",
+                        crate::profile::fmt_duration(limit)
+                    )));
+                }
+            }
+        }
     }
 
     /// The queue, oldest first, and the revision it was read at.
     fn entries(&mut self) -> Result<(Vec<Entry>, i64)> {
-        let mut c = self.client()?;
         let q = self.queue();
         let opts = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend);
         let limit = self.timeout;
         let resp = self
-            .run(limit, async move { c.get(q, Some(opts)).await })?
+            .call(limit, |mut c| {
+                let (q, opts) = (q.clone(), opts.clone());
+                async move { c.get(q, Some(opts)).await }
+            })?
             .map_err(|why| self.fail("cannot read the lock queue", why))?;
         let at = resp.header().map_or(0, |h| h.revision());
         let q = self.queue();
@@ -309,12 +392,11 @@ impl Etcd {
 
     /// Grants a lease and queues our key.
     fn enqueue(&mut self) -> Result<()> {
-        let mut c = self.client()?;
         let ttl = self.ttl;
         let limit = self.timeout;
         let sent = Instant::now();
         let lease = self
-            .run(limit, async move { c.lease_grant(ttl, None).await })?
+            .call(limit, |mut c| async move { c.lease_grant(ttl, None).await })?
             .map_err(|why| self.fail("cannot grant a lease", why))?
             .id();
         self.lease = Some(lease);
@@ -327,13 +409,15 @@ impl Etcd {
         self.key = format!("{}{kind}/{lease:016x}", self.queue());
         let mut rec = Record::ours(&self.profile);
         rec.nonce = format!("{lease:016x}");
-        let mut c = self.client()?;
         let key = self.key.clone();
         let value = rec.render();
         let resp = self
-            .run(limit, async move {
-                c.put(key, value, Some(PutOptions::new().with_lease(lease)))
-                    .await
+            .call(limit, |mut c| {
+                let (key, value) = (key.clone(), value.clone());
+                async move {
+                    c.put(key, value, Some(PutOptions::new().with_lease(lease)))
+                        .await
+                }
             })?
             .map_err(|why| self.fail("cannot queue for the lock", why))?;
         self.rev = resp.header().map_or(0, |h| h.revision());
@@ -350,11 +434,11 @@ impl Etcd {
         self.waiter = None;
         let state_key = self.state_key();
         let limit = self.timeout;
-        let Ok(mut c) = self.client() else {
-            return Grant::default();
-        };
         let k = state_key.clone();
-        let prev = match self.run(limit, async move { c.get(k, None).await }) {
+        let prev = match self.call(limit, |mut c| {
+            let k = k.clone();
+            async move { c.get(k, None).await }
+        }) {
             Ok(Ok(r)) => r
                 .kvs()
                 .first()
@@ -379,14 +463,15 @@ impl Etcd {
         }
         let token = self.rev;
         self.token = Some(token);
-        if let Ok(mut c) = self.client() {
-            let v = format!("dirty {token}");
-            if let Ok(Err(e)) | Err(e) = self
-                .run(limit, async move { c.put(state_key, v, None).await })
-                .map_err(|e| e.to_string())
-            {
-                debug!("cannot mark the lock state: {e}");
-            }
+        let v = format!("dirty {token}");
+        if let Ok(Err(e)) | Err(e) = self
+            .call(limit, |mut c| {
+                let (k, v) = (state_key.clone(), v.clone());
+                async move { c.put(k, v, None).await }
+            })
+            .map_err(|e| e.to_string())
+        {
+            debug!("cannot mark the lock state: {e}");
         }
         Grant {
             token: Some(token as u64),
@@ -485,9 +570,8 @@ impl Backend for Etcd {
                 break;
             }
             for (lease, h) in dead {
-                let mut c = self.client()?;
                 let limit = self.timeout;
-                match self.run(limit, async move { c.lease_revoke(lease).await })? {
+                match self.call(limit, |mut c| async move { c.lease_revoke(lease).await })? {
                     Ok(_) => info!("revoked lease {lease:016x} of {h}: its locksmith is dead"),
                     Err(e) => debug!("cannot revoke lease {lease:016x} of {h}: {e}"),
                 }
@@ -595,9 +679,8 @@ impl Backend for Etcd {
         let expires = self.refreshed + Duration::from_secs(self.ttl as u64);
         let deadline = expires - Duration::from_millis(self.ttl as u64 * 250);
         let limit = deadline.saturating_duration_since(Instant::now());
-        let mut c = self.client()?;
         let sent = Instant::now();
-        let r = self.run(limit, async move {
+        let r = self.call(limit, |mut c| async move {
             let (mut k, mut s) = c.lease_keep_alive(lease).await?;
             k.keep_alive().await?;
             Ok(s.message().await?.map_or(0, |r| r.ttl()))
@@ -633,22 +716,24 @@ impl Backend for Etcd {
         let limit = self.timeout;
         let state_key = self.state_key();
         let server = self.server();
-        let mut c = self.client()?;
         let token = self.token.take();
         let key = self.key.clone();
-        let r = self.run(limit, async move {
-            if let Some(t) = token {
-                // Mark the clean release only while our key still stands, and free the name
-                // in the same step: the next waiter's watch fires one round trip sooner.
-                let txn = Txn::new()
-                    .when([Compare::lease(key.as_str(), CompareOp::Equal, lease)])
-                    .and_then([
-                        TxnOp::put(state_key, format!("clean {t}"), None),
-                        TxnOp::delete(key.as_str(), None),
-                    ]);
-                c.txn(txn).await?;
+        let r = self.call(limit, |mut c| {
+            let (key, state_key) = (key.clone(), state_key.clone());
+            async move {
+                if let Some(t) = token {
+                    // Mark the clean release only while our key still stands, and free the name
+                    // in the same step: the next waiter's watch fires one round trip sooner.
+                    let txn = Txn::new()
+                        .when([Compare::lease(key.as_str(), CompareOp::Equal, lease)])
+                        .and_then([
+                            TxnOp::put(state_key, format!("clean {t}"), None),
+                            TxnOp::delete(key.as_str(), None),
+                        ]);
+                    c.txn(txn).await?;
+                }
+                c.lease_revoke(lease).await
             }
-            c.lease_revoke(lease).await
         })?;
         match r {
             Ok(_) => Ok(()),
@@ -712,8 +797,7 @@ impl Backend for Etcd {
         let mut first = None;
         let limit = self.timeout;
         for (lease, h) in targets {
-            let mut c = self.client()?;
-            self.run(limit, async move { c.lease_revoke(lease).await })?
+            self.call(limit, |mut c| async move { c.lease_revoke(lease).await })?
                 .map_err(|why| self.fail("cannot revoke the holder's lease", why))?;
             info!("revoked lease {lease:016x} of {h}");
             first.get_or_insert(h);

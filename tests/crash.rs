@@ -4,7 +4,7 @@
 
 use std::fs;
 use std::os::unix::fs::symlink;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
@@ -39,41 +39,6 @@ fn killed_holder_on_this_host_is_broken_at_once() {
         c.line.as_deref(),
         Some("OK m backend=mkdir mode=exclusive token=4 prev=crashed\n")
     );
-}
-
-/// A pid namespace of our own is "another host" for SPEC §6.
-fn other_host_holder(sb: &Sandbox, profile: &str) -> Option<Held> {
-    let probe = Command::new("unshare")
-        .args(["--pid", "--fork", "true"])
-        .status();
-    if !probe.is_ok_and(|s| s.success()) {
-        assert!(
-            std::env::var("CI").is_err(),
-            "unshare --pid is needed under CI (run as root)"
-        );
-        eprintln!("SKIP: unshare --pid --fork is not available here");
-        return None;
-    }
-    let mut c = Command::new("unshare");
-    c.args([
-        "--pid",
-        "--fork",
-        "--kill-child",
-        "sh",
-        "-c",
-        r#""$@"; :"#,
-        "sh",
-        bin(),
-    ])
-    .arg("--profiles")
-    .arg(&sb.profiles)
-    .arg(profile)
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let mut h = Held::spawn(c);
-    h.read_line(T);
-    Some(h)
 }
 
 #[test]

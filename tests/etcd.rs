@@ -281,7 +281,7 @@ fn etcd_killed_locksmith_frees_by_proof_of_death_or_after_the_lease_ttl() {
     assert!(e.keys("/t/e/").is_empty(), "{}", e.keys("/t/e/"));
     drop(a);
     // Another pid namespace (as another host): no proof of death, the lease runs out.
-    let Some(a) = crate::ftp::other_host_holder(&sb, "efast") else {
+    let Some(a) = other_host_holder(&sb, "efast") else {
         return;
     };
     let t3 = token_of(a.ok());
@@ -543,19 +543,21 @@ fn etcd_bad_input_unreachable_bad_profile_wrong_password() {
 /// and plain `http://` to the TLS member fails without holding anything.
 #[test]
 fn etcd_tls_verifies_the_member_certificate() {
-    let certs = tempfile::tempdir().unwrap();
-    let Some((ca, leaf, key)) = test_certs(certs.path()) else {
+    let Some(pki) = TestPki::new() else {
         return;
     };
-    let other = tempfile::tempdir().unwrap();
-    let Some((other_ca, _, _)) = test_certs(other.path()) else {
-        return;
-    };
-    let Some(e) = Etcd::start_with(Some((&ca, &leaf, &key))) else {
+    let TestPki {
+        ca,
+        leaf,
+        key,
+        other_ca,
+        ..
+    } = &pki;
+    let Some(e) = Etcd::start_with(Some((ca, leaf, key))) else {
         return;
     };
     let sb = Sandbox::new("");
-    fs::copy(&ca, sb.join("ca.pem")).unwrap();
+    fs::copy(ca, sb.join("ca.pem")).unwrap();
     let port = e.port;
     sb.write_profiles(&format!(
         "[profile.tls]\nbackend = \"etcd\"\nendpoints = [\"https://127.0.0.1:{port}\"]\nprefix = \"/t/tls\"\nca_file = \"ca.pem\"\n\n\
@@ -582,7 +584,7 @@ fn etcd_tls_verifies_the_member_certificate() {
         e.keys("/t/tls/").is_empty()
     });
     let mut c = sb.cmd(["--wait", "0", "sysca"]);
-    c.env("SSL_CERT_FILE", &other_ca);
+    c.env("SSL_CERT_FILE", other_ca);
     let o = output_within(c, T);
     assert_eq!(code(o.status), 69, "{}", stdout(&o));
     assert!(

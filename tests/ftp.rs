@@ -5,7 +5,6 @@
 //! vsftpd (`ftp_debian.rs`).
 
 use std::fs;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::ftp_server::{FtpServer, PASSWORD, TestFtp};
@@ -405,41 +404,6 @@ pub fn silent_holder_from_another_host_is_broken_after_stale_after_and_not_befor
     );
     assert!(took < Duration::from_secs(4), "broken too late: {took:?}");
     w.wait_stderr("no heartbeat for 1s500ms", T);
-}
-
-/// A pid namespace of our own is "another host" for SPEC §6.
-pub(crate) fn other_host_holder(sb: &Sandbox, profile: &str) -> Option<Held> {
-    let probe = Command::new("unshare")
-        .args(["--pid", "--fork", "true"])
-        .status();
-    if !probe.is_ok_and(|s| s.success()) {
-        assert!(
-            std::env::var("CI").is_err(),
-            "unshare --pid is needed under CI (run as root)"
-        );
-        eprintln!("SKIP: unshare --pid --fork is not available here");
-        return None;
-    }
-    let mut c = Command::new("unshare");
-    c.args([
-        "--pid",
-        "--fork",
-        "--kill-child",
-        "sh",
-        "-c",
-        r#""$@"; :"#,
-        "sh",
-        bin(),
-    ])
-    .arg("--profiles")
-    .arg(&sb.profiles)
-    .arg(profile)
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let mut h = Held::spawn(c);
-    h.read_line(T);
-    Some(h)
 }
 
 pub fn other_host_holder_live_is_never_broken_killed_is_taken_over_after_stale_after(

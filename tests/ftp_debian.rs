@@ -587,7 +587,6 @@ mod pure_ftpd {
     use super::{DebianFtp, Server};
     crate::ftp::every_server!(DebianFtp::start(Server::PureFtpd));
     crate::ftp_shared::every_server_shared!(DebianFtp::start(Server::PureFtpd));
-    crate::ftp_shared::debian_servers_shared!(DebianFtp::start(Server::PureFtpd));
 
     #[test]
     fn release_after_the_control_connection_was_cut() {
@@ -609,7 +608,6 @@ mod vsftpd {
     use super::{DebianFtp, Server};
     crate::ftp::every_server!(DebianFtp::start(Server::Vsftpd));
     crate::ftp_shared::every_server_shared!(DebianFtp::start(Server::Vsftpd));
-    crate::ftp_shared::debian_servers_shared!(DebianFtp::start(Server::Vsftpd));
     crate::ftp::ftp_suite!(DebianFtp::start_idle(Server::Vsftpd, 1); a_hold_outlives_the_server_idle_timeout);
 
     #[test]

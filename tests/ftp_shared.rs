@@ -31,22 +31,11 @@ macro_rules! every_server_shared {
             a_killed_reader_is_drained_at_once_on_this_host,
             break_refuses_live_readers_and_removes_dead_ones,
             kill9_soak_of_readers_and_writers,
-        );
-    };
-}
-pub(crate) use every_server_shared;
-
-/// The Debian servers only: under CI load the embedded libunftp server let a live reader's
-/// marker vanish after ~5 s (the reader ended; cause not found yet — a spurious empty listing
-/// making it declare LOST is the suspect), which a 7 s liveness window cannot tell from a drain.
-macro_rules! debian_servers_shared {
-    ($start:expr) => {
-        crate::ftp_shared::shared_suite!($start;
             a_silent_reader_from_another_host_is_drained_after_stale_after,
         );
     };
 }
-pub(crate) use debian_servers_shared;
+pub(crate) use every_server_shared;
 
 /// `ftp::sandbox` plus profile `r`: the same lock as `p`, shared; and `p3`/`r3`, the same
 /// with stale_after 3 s (for timing tests that must survive a loaded machine).
@@ -184,7 +173,7 @@ pub fn a_killed_reader_is_drained_at_once_on_this_host(srv: &mut dyn TestFtp) {
 
 pub fn a_silent_reader_from_another_host_is_drained_after_stale_after(srv: &mut dyn TestFtp) {
     let sb = sandbox(srv);
-    let Some(r) = crate::ftp::other_host_holder(&sb, "r3") else {
+    let Some(r) = other_host_holder(&sb, "r3") else {
         return;
     };
     assert_eq!(r.ok(), "OK r3 backend=ftp mode=shared token=0\n");

@@ -432,21 +432,23 @@ fn postgres_writer_is_not_starved_by_readers() {
 /// `verify-ca` does not, and `disable` is turned away by the server.
 #[test]
 fn sslmode_verifies_the_server_certificate() {
-    let certs = tempfile::tempdir().unwrap();
-    let Some((ca, leaf, key)) = test_certs(certs.path()) else {
+    let Some(pki) = TestPki::new() else {
         return;
     };
-    let other = tempfile::tempdir().unwrap();
-    let Some((other_ca, _, _)) = test_certs(other.path()) else {
-        return;
-    };
-    let Some(pg) = Pg::start_with(Some((&leaf, &key))) else {
+    let TestPki {
+        ca,
+        leaf,
+        key,
+        other_ca,
+        ..
+    } = &pki;
+    let Some(pg) = Pg::start_with(Some((leaf, key))) else {
         return;
     };
     let sb = Sandbox::new("");
     fs::write(sb.join("pw"), "lockpw\n").unwrap();
     fs::set_permissions(sb.join("pw"), fs::Permissions::from_mode(0o600)).unwrap();
-    fs::copy(&ca, sb.join("ca.pem")).unwrap();
+    fs::copy(ca, sb.join("ca.pem")).unwrap();
     let profile = |name: &str, host: &str, mode: &str, ca: bool| {
         format!(
             "[profile.{name}]\nbackend = \"postgres\"\nhost = \"{host}\"\nport = {}\ndbname = \"app\"\n\
@@ -485,7 +487,7 @@ fn sslmode_verifies_the_server_certificate() {
     }
     // A CA that did not sign the server's certificate: refused before anything is sent.
     let mut c = sb.cmd(["--wait", "0", "sysca"]);
-    c.env("SSL_CERT_FILE", &other_ca);
+    c.env("SSL_CERT_FILE", other_ca);
     let o = output_within(c, T);
     assert_eq!(code(o.status), 69, "{}", stdout(&o));
     assert!(

@@ -493,3 +493,64 @@ openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out lea
         dir.join("leaf.key"),
     ))
 }
+
+/// A holder in a pid namespace of our own: "another host" for SPEC §6 (no proof of death
+/// reaches it). Killing the returned process (`unshare`) takes the namespace down.
+pub fn other_host_holder(sb: &Sandbox, profile: &str) -> Option<Held> {
+    let probe = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        assert!(
+            std::env::var("CI").is_err(),
+            "unshare --pid is needed under CI (run as root)"
+        );
+        eprintln!("SKIP: unshare --pid --fork is not available here");
+        return None;
+    }
+    let mut c = std::process::Command::new("unshare");
+    c.args([
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "sh",
+        "-c",
+        r#""$@"; :"#,
+        "sh",
+        bin(),
+    ])
+    .arg("--profiles")
+    .arg(&sb.profiles)
+    .arg(profile)
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let mut h = Held::spawn(c);
+    h.read_line(Duration::from_secs(20));
+    Some(h)
+}
+
+/// A test CA with a leaf for 127.0.0.1, and a second, unrelated CA (one that must be refused).
+pub struct TestPki {
+    pub ca: PathBuf,
+    pub leaf: PathBuf,
+    pub key: PathBuf,
+    pub other_ca: PathBuf,
+    _dirs: [tempfile::TempDir; 2],
+}
+
+impl TestPki {
+    /// `None` (a SKIP) without openssl, outside CI.
+    pub fn new() -> Option<TestPki> {
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let (ca, leaf, key) = test_certs(dirs[0].path())?;
+        let (other_ca, _, _) = test_certs(dirs[1].path())?;
+        Some(TestPki {
+            ca,
+            leaf,
+            key,
+            other_ca,
+            _dirs: dirs,
+        })
+    }
+}

@@ -545,6 +545,47 @@ fn bench(args: &Args) -> Result<()> {
     table.extend(rows("helper killed", &kill_tools, s, 0));
     drop(kill_tools);
 
+    // ---- 4b'. the same in another pid namespace (as on another host): SPEC §6's window ------
+    if scenarios::Ctx::can_unshare_pid() {
+        let (lo, hi) = scenarios::OTHER_NS_WINDOW_MS;
+        let mut ns_tools: Vec<Tool<'_>> = vec![Tool {
+            name: "locksmith f: kill -9 the holder's pid namespace (the kernel frees flock)".into(),
+            run: Box::new(move |_| c.helper_kill_other_ns("f")),
+        }];
+        for b in ["mx", "lx", "sx"] {
+            ns_tools.push(Tool {
+                name: format!(
+                    "locksmith {b}: kill -9 the holder's pid namespace (stale_after 1.5 s; SPEC §6 window {:.1}–{:.1} s)",
+                    lo / 1e3,
+                    hi / 1e3
+                ),
+                run: Box::new(move |_| c.helper_kill_other_ns(b)),
+            });
+        }
+        // Each run of a file backend waits out stale_after: a third of the runs (≥ 10).
+        let ns_runs = (args.runs / 3).max(10);
+        let s = alternate(
+            "helper SIGKILL in another pid namespace",
+            ns_runs,
+            &mut ns_tools,
+        )?;
+        let mut r = rows("helper killed, other pid namespace", &ns_tools, s, 0);
+        for row in r.iter_mut().skip(1) {
+            row.ratio = Ratio::None;
+            let (min, max) = (row.samples.min(), row.samples.max());
+            if min < lo || max > hi {
+                net_notes.push(format!(
+                    "{}: takeover {min:.0}–{max:.0} ms, outside SPEC §6's window {lo:.0}–{hi:.0} ms",
+                    row.tool
+                ));
+            }
+        }
+        table.extend(r);
+        drop(ns_tools);
+    } else {
+        net_notes.push("helper SIGKILL in another pid namespace: skipped (`unshare --pid --fork` is not allowed here)".into());
+    }
+
     // ---- 4c. the seed's counter race: time per increment with 1, 2, 4, 8 contenders ---------
     let race_runs = (args.runs / 10).max(1);
     let per = if args.runs >= 30 { 25 } else { 10 };

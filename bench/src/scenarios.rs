@@ -52,6 +52,15 @@ pub struct Holding {
     pub reference_rss_kib: u64,
 }
 
+/// Timing of the `mx`, `lx`, `sx` profiles, whose holders the bench kills in another pid
+/// namespace: no proof of death there, the waiter must see the heartbeat stop for
+/// `stale_after`. SPEC §6's window for the takeover: [stale_after − heartbeat, stale_after +
+/// max_poll + heartbeat] = [1.0 s, 2.1 s] (heartbeat = stale_after / 3 = 500 ms).
+const OTHER_NS: &str = "stale_after = \"1500ms\"\npoll = \"20ms\"\nmax_poll = \"100ms\"\n";
+
+/// SPEC §6's takeover window for the `OTHER_NS` profiles, in ms.
+pub const OTHER_NS_WINDOW_MS: (f64, f64) = (1000.0, 2100.0);
+
 impl Ctx {
     /// Writes the profiles file into `dir` and checks that locksmith accepts it.
     /// `extra`: more profile sections appended (the network sections' servers).
@@ -64,7 +73,10 @@ impl Ctx {
              [profile.m]\nbackend = \"mkdir\"\npath = \"{d}/m.lock\"\n\n\
              [profile.ml]\nbackend = \"mkdir\"\npath = \"{d}/ml.lock\"\nlocal = true\n\n\
              [profile.l]\nbackend = \"link\"\npath = \"{d}/l.lock\"\n\n\
-             [profile.s]\nbackend = \"symlink\"\npath = \"{d}/s.lock\"\n\n{extra}"
+             [profile.s]\nbackend = \"symlink\"\npath = \"{d}/s.lock\"\n\n\
+             [profile.mx]\nbackend = \"mkdir\"\npath = \"{d}/mx.lock\"\n{OTHER_NS}\n\
+             [profile.lx]\nbackend = \"link\"\npath = \"{d}/lx.lock\"\n{OTHER_NS}\n\
+             [profile.sx]\nbackend = \"symlink\"\npath = \"{d}/sx.lock\"\n{OTHER_NS}\n{extra}"
         );
         fs::write(&profiles, text)
             .map_err(|e| format!("cannot write {}: {e}", profiles.display()))?;
@@ -469,6 +481,62 @@ impl Ctx {
         Ok(t1 - t0)
     }
 
+    /// Takeover after the helper is SIGKILLed in another pid namespace (as if on another
+    /// host): the holder runs under `unshare --pid --fork --kill-child` and the bench kills
+    /// `unshare`, which takes the namespace down. No proof of death reaches the waiter, so
+    /// mkdir/link/symlink wait out `stale_after`; flock is still freed by the kernel.
+    pub fn helper_kill_other_ns(&self, profile: &str) -> Result<Duration> {
+        let mut c = Command::new("unshare");
+        c.args([
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "sh",
+            "-c",
+            r#""$@"; :"#,
+            "sh",
+        ])
+        .arg(&self.locksmith)
+        .arg("--profiles")
+        .arg(&self.profiles)
+        .args(["--wait", "0", profile])
+        .env_remove("LOCKSMITH_LOG")
+        .env_remove("LOCKSMITH_PROFILES")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+        let mut a = Proc::spawn(
+            format!("holder locksmith {profile} in a pid namespace"),
+            &mut c,
+        )?;
+        let mut a_out = BufReader::new(a.stdout());
+        let (line, _) = read_first_line(&mut a_out, "reading the holder's OK", T, a.pid())?;
+        expect_ok(&line, profile)?;
+        let w = self.locksmith_waiter(profile)?;
+        let t0 = Instant::now();
+        a.kill()?;
+        let (t1, line) = self.finish_waiter(w, "the holder's pid namespace was killed")?;
+        drop(a_out);
+        a.wait(T)?;
+        if !line.contains("prev=crashed") {
+            self.note(format!(
+                "locksmith {profile}: no `prev=crashed` after the holder's namespace was killed"
+            ));
+        }
+        self.check_free(profile)?;
+        Ok(t1 - t0)
+    }
+
+    /// Whether `unshare --pid --fork` works here (root, or user namespaces allowed).
+    pub fn can_unshare_pid() -> bool {
+        Command::new("unshare")
+            .args(["--pid", "--fork", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
     /// Crash release: A's parent (the bench re-executed as `__hold-parent`, reading A's
     /// stdout) is SIGKILLed; time until B's OK line is read.
     pub fn crash_locksmith(&self, profile: &str) -> Result<Duration> {
@@ -608,7 +676,7 @@ impl Ctx {
 
     /// After a scenario, the lock must be free (a mkdir lock's directory, a link lock's file gone).
     fn check_free(&self, profile: &str) -> Result<()> {
-        if profile.starts_with('m') || profile == "l" || profile == "s" {
+        if profile.starts_with('m') || profile.starts_with('l') || profile.starts_with('s') {
             let path = self.dir.join(format!("{profile}.lock"));
             if fs::symlink_metadata(&path).is_ok() {
                 return Err(format!(

@@ -787,6 +787,17 @@ impl Ftp {
         }))
     }
 
+    /// [`Self::find_ours`], and when it says gone, once more on a fresh session: a server
+    /// under load has answered a listing without entries that were there (libunftp), and
+    /// a false "gone" would make a live holder give its lock up.
+    fn find_ours_twice(&mut self) -> Result<Option<(String, u64)>> {
+        if let Some(found) = self.find_ours()? {
+            return Ok(Some(found));
+        }
+        self.quit();
+        self.find_ours()
+    }
+
     /// One heartbeat: rename our marker to the next sequence number.
     fn beat(&mut self) -> Result<()> {
         let Some(ours) = &self.ours else {
@@ -803,7 +814,7 @@ impl Ftp {
                 ours.marker = next;
                 Ok(())
             }
-            Err((code, text)) => match self.find_ours()? {
+            Err((code, text)) => match self.find_ours_twice()? {
                 // Our marker moved (a rename whose reply was lost): adopt it, retry soon.
                 Some((name, seq)) => {
                     let ours = self.ours.as_mut().expect("checked above");

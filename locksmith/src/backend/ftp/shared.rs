@@ -282,7 +282,7 @@ impl Ftp {
                 r.marker = next;
                 Ok(())
             }
-            Err((code, text)) => match self.find_reader()? {
+            Err((code, text)) => match self.find_reader_twice()? {
                 Some((name, seq)) => {
                     let r = self.sh.reader.as_mut().expect("checked above");
                     r.marker = name;
@@ -300,6 +300,16 @@ impl Ftp {
                 )),
             },
         }
+    }
+
+    /// [`Self::find_reader`], confirmed on a fresh session when it says gone (see
+    /// `find_ours_twice`).
+    fn find_reader_twice(&mut self) -> Result<Option<(String, u64)>> {
+        if let Some(found) = self.find_reader()? {
+            return Ok(Some(found));
+        }
+        self.quit();
+        self.find_reader()
     }
 
     /// Our reader marker's current name (`None`: gone).

@@ -63,7 +63,8 @@ Options:
                      seed's Perl helper beside locksmith; needs root)
   --pg               also the PostgreSQL section (a throwaway cluster on 127.0.0.1, backend
                      `postgres` beside flock(1); needs root and the postgres user)
-  --etcd             the etcd section: not measured yet (placeholder, see bench/README.md)
+  --etcd             the etcd section: bench/etcd-vs-etcdctl.sh (a private etcd member;
+                     `etcdctl lock` beside locksmith's etcd backend)
   --locksmith PATH   the locksmith binary [default: $LOCKSMITH_BIN, else build it with
                      `cargo build --release -p locksmith` and use target/release/locksmith]
   -h, --help         this text
@@ -693,15 +694,10 @@ fn bench(args: &Args) -> Result<()> {
         table.extend(rows("postgres: crash release", &tools, s, 0));
     }
     if args.etcd {
-        // TODO(issue 6): when `backend = "etcd"` lands, start a throwaway `etcd` (3.4, installed)
-        // on free loopback ports with --data-dir in the private directory, and compare
-        // `locksmith e` with `etcdctl lock NAME` (and flock(1) for scale) in spawn → OK,
-        // handoff and crash release, exactly as the PostgreSQL section above does.
-        net_notes.push(
-            "etcd section: not measured yet (the etcd backend is being written; see the TODO \
-             in bench/src/main.rs)"
-                .into(),
-        );
+        match etcd_rows(&locksmith, args) {
+            Ok(r) => table.extend(r),
+            Err(e) => net_notes.push(format!("etcd section failed: {e}")),
+        }
     }
 
     let load_after = read_trim("/proc/loadavg");
@@ -791,21 +787,41 @@ fn bench(args: &Args) -> Result<()> {
 /// Runs `bench/ftp-vs-seed.sh` (a private pure-ftpd; the seed's Perl helper beside
 /// locksmith) and reads its samples back.
 fn ftp_rows(locksmith: &Path, args: &Args) -> Result<Vec<Row>> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("ftp-vs-seed.sh");
-    let tsv = std::env::temp_dir().join(format!("locksmith-bench-ftp.{}.tsv", std::process::id()));
-    eprintln!("locksmith-bench: FTP section (bench/ftp-vs-seed.sh) ...");
-    let st = Command::new("bash")
-        .arg(&script)
+    let mut c = Command::new("bash");
+    c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("ftp-vs-seed.sh"))
         .arg(args.runs.min(10).to_string())
         .env("LOCKSMITH_BIN", locksmith)
-        .env("SLOW_RUNS", args.slow_runs.max(1).to_string())
+        .env("SLOW_RUNS", args.slow_runs.max(1).to_string());
+    script_rows("FTP", "ftp-vs-seed.sh", c)
+}
+
+/// Runs `bench/etcd-vs-etcdctl.sh` (a private etcd member; `etcdctl lock` beside locksmith)
+/// and reads its samples back.
+fn etcd_rows(locksmith: &Path, args: &Args) -> Result<Vec<Row>> {
+    let mut c = Command::new("bash");
+    c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("etcd-vs-etcdctl.sh"))
+        .arg(locksmith)
+        .env("RUNS", args.runs.min(20).to_string())
+        .env("SLOW_RUNS", args.slow_runs.max(1).to_string());
+    script_rows("etcd", "etcd-vs-etcdctl.sh", c)
+}
+
+/// Runs a section's script with `BENCH_TSV` set and turns its TSV (metric, tool, unit,
+/// samples) into rows, locksmith the reference of each metric.
+fn script_rows(section: &str, script: &str, mut c: Command) -> Result<Vec<Row>> {
+    let tsv = std::env::temp_dir().join(format!(
+        "locksmith-bench-{section}.{}.tsv",
+        std::process::id()
+    ));
+    eprintln!("locksmith-bench: {section} section (bench/{script}) ...");
+    let st = c
         .env("BENCH_TSV", &tsv)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .status()
-        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        .map_err(|e| format!("cannot run bench/{script}: {e}"))?;
     if !st.success() {
-        return Err(format!("{} failed ({st})", script.display()));
+        return Err(format!("bench/{script} failed ({st})"));
     }
     let text = fs::read_to_string(&tsv).map_err(|e| format!("{}: {e}", tsv.display()))?;
     let _ = fs::remove_file(&tsv);
@@ -813,7 +829,7 @@ fn ftp_rows(locksmith: &Path, args: &Args) -> Result<Vec<Row>> {
     for line in text.lines() {
         let f: Vec<&str> = line.split('\t').collect();
         let [metric, tool, unit, values] = f.as_slice() else {
-            return Err(format!("bad line from the FTP script: {line:?}"));
+            return Err(format!("bad line from bench/{script}: {line:?}"));
         };
         let mut samples = Samples::default();
         for v in values.split(',') {
@@ -827,8 +843,16 @@ fn ftp_rows(locksmith: &Path, args: &Args) -> Result<Vec<Row>> {
             ratio: Ratio::None,
         });
     }
+    // Each metric's rows together, metrics in the order they first appear.
+    let mut order: Vec<String> = Vec::new();
+    for r in &out {
+        if !order.contains(&r.metric) {
+            order.push(r.metric.clone());
+        }
+    }
+    out.sort_by_key(|r| order.iter().position(|m| *m == r.metric));
     // Within each metric, locksmith is the reference the others are compared to.
-    let metrics: Vec<String> = out.iter().map(|r| r.metric.clone()).collect();
+    let metrics = order;
     for m in metrics {
         if let Some(r) = out
             .iter()

@@ -56,7 +56,8 @@ pub struct Holding {
 /// namespace: no proof of death there, the waiter must see the heartbeat stop for
 /// `stale_after`. SPEC §6's window for the takeover: [stale_after − heartbeat, stale_after +
 /// max_poll + heartbeat] = [1.0 s, 2.1 s] (heartbeat = stale_after / 3 = 500 ms).
-const OTHER_NS: &str = "stale_after = \"1500ms\"\npoll = \"20ms\"\nmax_poll = \"100ms\"\n";
+const OTHER_NS: &str =
+    "stale_after = \"1500ms\"\nkeepalive = \"500ms\"\npoll = \"20ms\"\nmax_poll = \"100ms\"\n";
 
 /// SPEC §6's takeover window for the `OTHER_NS` profiles, in ms.
 pub const OTHER_NS_WINDOW_MS: (f64, f64) = (1000.0, 2100.0);

@@ -431,14 +431,15 @@ fn bench(args: &Args) -> Result<()> {
 
     // ---- 2. spawn → OK (and RSS at OK) -------------------------------------------------
     let mut rss: Vec<Samples> = vec![Samples::default(); LOCAL.len()];
+    let mut dirty: Vec<Samples> = vec![Samples::default(); LOCAL.len()];
     let mut spawn_tools: Vec<Tool<'_>> = vec![Tool {
         name: "flock F echo OK".into(),
         run: Box::new(|_| ctx.spawn_ok_flock1()),
     }];
-    for (b, r) in LOCAL.into_iter().zip(rss.iter_mut()) {
+    for ((b, r), d) in LOCAL.into_iter().zip(rss.iter_mut()).zip(dirty.iter_mut()) {
         spawn_tools.push(Tool {
             name: format!("locksmith {b}"),
-            run: Box::new(move |rec| c.spawn_ok_locksmith(b, rec.then_some(&mut *r))),
+            run: Box::new(move |rec| c.spawn_ok_locksmith(b, rec.then_some((&mut *r, &mut *d)))),
         });
     }
     for b in SHARING {
@@ -632,6 +633,25 @@ fn bench(args: &Args) -> Result<()> {
             unit: Unit::MiB,
             samples: kib(s),
             ratio: Ratio::Vs(ref_rss_median),
+        });
+    }
+    let mut ref_dirty = Samples::default();
+    ref_dirty.push(hold.reference_dirty_kib as f64 / 1024.0);
+    table.push(Row {
+        metric: "private dirty memory while holding".into(),
+        tool: "flock(1) process of `flock F cat`".into(),
+        unit: Unit::MiB,
+        samples: ref_dirty,
+        ratio: Ratio::IsReference,
+    });
+    let ref_dirty_median = hold.reference_dirty_kib as f64 / 1024.0;
+    for (b, s) in LOCAL.into_iter().zip(&dirty) {
+        table.push(Row {
+            metric: "private dirty memory while holding".into(),
+            tool: format!("locksmith {b} (at OK; the rest of RSS is shared file pages)"),
+            unit: Unit::MiB,
+            samples: kib(s),
+            ratio: Ratio::Vs(ref_dirty_median),
         });
     }
     let window = format!("wakeups in {:.0} s holding", args.window.as_secs_f64());

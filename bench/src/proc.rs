@@ -303,6 +303,15 @@ pub fn poll_until(
     }
 }
 
+/// `Private_Dirty` of a process in KiB (`/proc/PID/smaps_rollup`): the memory only it uses
+/// and that cannot be dropped and read back (its heap, stacks, written data). The rest of
+/// its RSS is file pages (the binary, libc) in the page cache, shared with every process
+/// that maps them.
+pub fn private_dirty_kib(pid: u32) -> Option<u64> {
+    let s = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    status_field(&s, "Private_Dirty:")
+}
+
 /// `VmRSS` of a process in KiB.
 pub fn vm_rss_kib(pid: u32) -> Option<u64> {
     let s = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

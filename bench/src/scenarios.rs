@@ -50,6 +50,7 @@ pub struct Holding {
     pub window: Duration,
     pub rows: Vec<HoldRow>,
     pub reference_rss_kib: u64,
+    pub reference_dirty_kib: u64,
 }
 
 /// Timing of the `mx`, `lx`, `sx` profiles, whose holders the bench kills in another pid
@@ -303,11 +304,11 @@ impl Ctx {
     // ---- 2. spawn → OK -----------------------------------------------------------------------
 
     /// From just before spawning `locksmith P` (stdout piped) to reading its OK line; then
-    /// (untimed) its RSS, close the pipe and reap it.
+    /// (untimed) its RSS and private dirty memory (KiB), close the pipe and reap it.
     pub fn spawn_ok_locksmith(
         &self,
         profile: &str,
-        rss_kib: Option<&mut Samples>,
+        mem_kib: Option<(&mut Samples, &mut Samples)>,
     ) -> Result<Duration> {
         let mut c = self.locksmith_cmd(&["--wait", "0", profile]);
         c.stdout(Stdio::piped());
@@ -316,8 +317,13 @@ impl Ctx {
         let mut out = BufReader::new(p.stdout());
         let (line, t1) = read_first_line(&mut out, "reading the OK line", T, p.pid())?;
         expect_ok(&line, profile)?;
-        if let (Some(kib), Some(rss)) = (proc::vm_rss_kib(p.pid()), rss_kib) {
-            rss.push(kib as f64);
+        if let Some((rss, dirty)) = mem_kib {
+            if let Some(kib) = proc::vm_rss_kib(p.pid()) {
+                rss.push(kib as f64);
+            }
+            if let Some(kib) = proc::private_dirty_kib(p.pid()) {
+                dirty.push(kib as f64);
+            }
         }
         drop(out);
         p.wait_ok(T)?;
@@ -867,6 +873,7 @@ impl Ctx {
         thread::sleep(window);
         let mut rows = Vec::new();
         let mut reference_rss_kib = 0;
+        let mut reference_dirty_kib = 0;
         for ((name, p, _), b) in holders.iter_mut().zip(before) {
             let a = proc::switches(p.pid()).map_err(|e| format!("{name}: {e}"))?;
             if !p.running() {
@@ -874,6 +881,7 @@ impl Ctx {
             }
             if name.starts_with("flock(1)") {
                 reference_rss_kib = proc::vm_rss_kib(p.pid()).unwrap_or(0);
+                reference_dirty_kib = proc::private_dirty_kib(p.pid()).unwrap_or(0);
             }
             rows.push(HoldRow {
                 name: name.clone(),
@@ -893,6 +901,7 @@ impl Ctx {
             window,
             rows,
             reference_rss_kib,
+            reference_dirty_kib,
         })
     }
 }

@@ -589,6 +589,11 @@ impl Backend for Etcd {
             self.enqueue()?;
             (entries, at) = self.entries()?;
         }
+        // Our place is our key's create revision as the server keeps it (a put repeated after
+        // a lost reply answers with a later revision).
+        if let Some(e) = entries.iter().find(|e| e.key == self.key) {
+            self.rev = e.rev;
+        }
         if !entries.iter().any(|e| e.key == self.key) {
             return Err(self.fail(
                 "lost our place in the queue",

@@ -6,6 +6,9 @@ use locksmith::cli::{self, Command};
 use locksmith::{commands, log, protocol};
 
 fn main() -> ExitCode {
+    // Backoff jitter must differ between helpers started together (fastrand's own seed is
+    // the clock; see host::random_u64).
+    fastrand::seed(locksmith::host::random_u64());
     let args: Vec<_> = std::env::args_os().skip(1).collect();
     if let Some(level) = std::env::var("LOCKSMITH_LOG")
         .ok()

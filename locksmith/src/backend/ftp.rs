@@ -576,7 +576,7 @@ impl Ftp {
     fn diagnose_refusal(&mut self) -> Result<Option<Error>> {
         let mkd = self.last_mkd.clone().unwrap_or_else(|| "refused".into());
         // Named like a tombstone, so a crash right here leaves litter that gets tidied.
-        let probe = self.tomb(&format!("{:016x}", fastrand::u64(..)));
+        let probe = self.tomb(&crate::host::nonce());
         match self.cmd("MKD", |c| c.mkdir(probe.as_str()))? {
             Ok(()) => {
                 let _ = self.cmd("RMD", |c| c.rmdir(probe.as_str()))?;
@@ -630,7 +630,7 @@ impl Ftp {
         }
         let nonce = parse_marker(marker)
             .map(|(rec, _)| rec.nonce)
-            .unwrap_or_else(|| format!("{:016x}", fastrand::u64(..)));
+            .unwrap_or_else(crate::host::nonce);
         self.free_name(&nonce)?;
         Ok(true)
     }
@@ -720,7 +720,7 @@ impl Ftp {
                 debug!("RMD {path}: {text} (code {code}): not empty, or gone");
                 return Ok(false);
             }
-            let nonce = format!("{:016x}", fastrand::u64(..));
+            let nonce = crate::host::nonce();
             self.free_name(&nonce)?;
         }
         Ok(true)

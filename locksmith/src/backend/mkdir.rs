@@ -462,7 +462,7 @@ impl Mkdir {
                 ));
             }
         }
-        let nonce = format!("{:016x}", fastrand::u64(..));
+        let nonce = crate::host::nonce();
         // The directory we looked into may have been renamed to a tombstone meanwhile (its
         // releaser then died while tidying): a claim there claims nothing at NAME.
         let here = nix::sys::stat::fstat(dir).map(|st| (st.st_dev, st.st_ino));
@@ -505,7 +505,7 @@ impl Mkdir {
 
     /// Breaks an ownerless lock directory, provided it is still the one we watched.
     fn remove_ownerless(&mut self, ino: u64) -> Result<()> {
-        let nonce = format!("{:016x}", fastrand::u64(..));
+        let nonce = crate::host::nonce();
         let name = self.name.clone();
         let parent = self.parent_fd()?;
         match fstatat(parent, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {

@@ -60,7 +60,7 @@ impl Record {
             pidns: h.pidns.clone(),
             since: now_rfc3339(),
             profile: profile.to_string(),
-            nonce: format!("{:016x}", fastrand::u64(..)),
+            nonce: crate::host::nonce(),
             token: None,
         }
     }
@@ -267,7 +267,7 @@ pub fn read_state(parent: BorrowedFd<'_>, name: &OsStr, shown: &Path) -> Result<
 /// while holding the lock.
 pub fn write_state(parent: BorrowedFd<'_>, name: &OsStr, shown: &Path, st: State) -> Result<()> {
     let mut tmp = OsString::from(name);
-    tmp.push(format!(".{:016x}", fastrand::u64(..)));
+    tmp.push(format!(".{}", crate::host::nonce()));
     let r = nix::unistd::symlinkat(st.render().as_str(), parent, tmp.as_os_str())
         .and_then(|()| renameat(parent, tmp.as_os_str(), parent, name));
     if let Err(e) = r {

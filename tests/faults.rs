@@ -32,17 +32,20 @@ use crate::support::*;
 /// `T` is the fencing token. A marker made with O_EXCL holds the holder's pid: finding a
 /// marker whose pid still runs is an overlap. A killed predecessor gets 100 ms to finish
 /// dying (with `run`, CMD's parent-death SIGKILL may still be in flight when the lock is
-/// taken over). The counter is overwritten in place (fixed width, one write), so a kill at
+/// taken over). Dead means gone, a zombie (Z) or being reaped (X): a soak once caught a
+/// killed holder between Z and gone and counted it alive. The counter is overwritten in place (fixed width, one write), so a kill at
 /// any instant leaves either the old or the new value.
 const BODY: &str = r#"
 m="$D/inside"
-dead() { local s; [ ! -e /proc/$1 ] || { read -r _ _ s _ < /proc/$1/stat; [ "$s" = Z ]; } 2>/dev/null; }
+dead() { local s=; read -r _ _ s _ 2>/dev/null < /proc/$1/stat; [ -z "$s" ] || [ "$s" = Z ] || [ "$s" = X ]; }
 set -C
 if ! { echo $$ > "$m"; } 2>/dev/null; then
   read -r p < "$m"
   i=0
   while [ -n "$p" ] && ! dead "$p" && [ $i -lt 50 ]; do sleep 0.002; i=$((i+1)); done
-  if [ -n "$p" ] && ! dead "$p"; then echo "overlap $$ $p" >> "$D/overlaps"; fi
+  if [ -n "$p" ] && ! dead "$p"; then
+    echo "overlap $$ $p (its stat: $(cat /proc/$p/stat 2>/dev/null | cut -d' ' -f1-7); its parent: $(cat /proc/$(cut -d' ' -f4 /proc/$p/stat 2>/dev/null)/cmdline 2>/dev/null | tr '\0' ' '))" >> "$D/overlaps"
+  fi
   echo $$ >| "$m"
 fi
 set +C
@@ -351,6 +354,20 @@ fn soak_one(mut t: Target, deadline: Instant) -> Report {
 
     let name = t.name;
     let overlaps = fs::read_to_string(d.join("overlaps")).unwrap_or_default();
+    if !overlaps.is_empty() {
+        // Keep the evidence (log, counter) for a post-mortem.
+        let keep = std::env::temp_dir().join(format!(
+            "locksmith-soak-failed-{}-{}",
+            t.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_"),
+            std::process::id()
+        ));
+        let _ = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&d)
+            .arg(&keep)
+            .status();
+        eprintln!("soak: evidence kept in {}", keep.display());
+    }
     assert!(
         overlaps.is_empty(),
         "{name}: two live holders at once:\n{overlaps}"

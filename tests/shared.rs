@@ -346,7 +346,7 @@ fn killed_readers_and_waiting_writers_leave_nothing_behind() {
 /// Is pid $1 gone (or a zombie)? A killed holder's command gets 100 ms to finish dying (its
 /// parent-death SIGKILL is in flight when the lock becomes breakable).
 const DEAD: &str = r#"
-dead() { [ ! -e /proc/$1 ] || [ "$(cut -d' ' -f3 /proc/$1/stat 2>/dev/null)" = Z ]; }
+dead() { local s=; read -r _ _ s _ 2>/dev/null < /proc/$1/stat; [ -z "$s" ] || [ "$s" = Z ] || [ "$s" = X ]; }
 gone() { i=0; while ! dead "$1" && [ $i -lt 50 ]; do sleep 0.002; i=$((i+1)); done; dead "$1"; }
 "#;
 

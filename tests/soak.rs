@@ -16,7 +16,7 @@ use crate::support::*;
 /// parent-death SIGKILL is in flight when the lock becomes breakable).
 const CRITICAL: &str = r#"
 m="$D/inside"
-dead() { [ ! -e /proc/$1 ] || [ "$(cut -d' ' -f3 /proc/$1/stat 2>/dev/null)" = Z ]; }
+dead() { local s=; read -r _ _ s _ 2>/dev/null < /proc/$1/stat; [ -z "$s" ] || [ "$s" = Z ] || [ "$s" = X ]; }
 if ! (set -C; echo $$ > "$m") 2>/dev/null; then
   p=$(cat "$m" 2>/dev/null)
   i=0

@@ -472,20 +472,8 @@ impl Ctx {
     /// flock is freed by the kernel, mkdir and link by proof of death (the waiter watches
     /// the holder's pidfd); the killed holder stays an unreaped zombie until the waiter holds.
     pub fn helper_kill_locksmith(&self, profile: &str) -> Result<Duration> {
-        let (mut a, a_out) = self.locksmith_holder(profile)?;
-        let w = self.locksmith_waiter(profile)?;
-        let t0 = Instant::now();
-        a.kill()?;
-        let (t1, line) = self.finish_waiter(w, "the holder itself was SIGKILLed")?;
-        drop(a_out);
-        a.wait(T)?;
-        if !line.contains("prev=crashed") {
-            self.note(format!(
-                "locksmith {profile}: no `prev=crashed` after the holder itself was killed"
-            ));
-        }
-        self.check_free(profile)?;
-        Ok(t1 - t0)
+        let (a, a_out) = self.locksmith_holder(profile)?;
+        self.kill_holder(profile, a, a_out, "the holder itself was")
     }
 
     /// Takeover after the helper is SIGKILLed in another pid namespace (as if on another
@@ -519,15 +507,26 @@ impl Ctx {
         let mut a_out = BufReader::new(a.stdout());
         let (line, _) = read_first_line(&mut a_out, "reading the holder's OK", T, a.pid())?;
         expect_ok(&line, profile)?;
+        self.kill_holder(profile, a, a_out, "the holder's pid namespace was")
+    }
+
+    /// With `a` holding: a waiter blocks, `a` is SIGKILLed; the time until the waiter's OK.
+    fn kill_holder(
+        &self,
+        profile: &str,
+        mut a: Proc,
+        a_out: BufReader<ChildStdout>,
+        who: &str,
+    ) -> Result<Duration> {
         let w = self.locksmith_waiter(profile)?;
         let t0 = Instant::now();
         a.kill()?;
-        let (t1, line) = self.finish_waiter(w, "the holder's pid namespace was killed")?;
+        let (t1, line) = self.finish_waiter(w, &format!("{who} SIGKILLed"))?;
         drop(a_out);
         a.wait(T)?;
         if !line.contains("prev=crashed") {
             self.note(format!(
-                "locksmith {profile}: no `prev=crashed` after the holder's namespace was killed"
+                "locksmith {profile}: no `prev=crashed` after {who} killed"
             ));
         }
         self.check_free(profile)?;

@@ -384,6 +384,57 @@ fn etcd_wait_timeout_and_fifo_order() {
     });
 }
 
+/// Issue 13: a waiter granted the lock after a wait longer than `stale_after` (several
+/// keepalive periods) keeps it for as long as its parent wants (here three `stale_after`
+/// periods). The keepalive deadline counted from the start of the wait made such a waiter
+/// exit 74 one heartbeat after OK in 5 of 8 rounds; ten pairs run at once on ten locks, so a
+/// 1-in-2 failure shows with probability 1 - 2^-10.
+#[test]
+fn etcd_a_lock_granted_after_a_long_wait_is_kept() {
+    let Some(e) = Etcd::start() else { return };
+    let sb = Sandbox::new("");
+    const PAIRS: usize = 10;
+    let mut toml = String::new();
+    for i in 0..PAIRS {
+        toml += &format!(
+            "[profile.p{i}]\nbackend = \"etcd\"\nendpoints = [\"http://127.0.0.1:{}\"]\n\
+             prefix = \"/t/long{i}\"\nstale_after = \"2s\"\nkeepalive = \"500ms\"\n\n",
+            e.port
+        );
+    }
+    sb.write_profiles(&toml);
+    let holders: Vec<Held> = (0..PAIRS)
+        .map(|i| {
+            let h = sb.hold([format!("p{i}")]);
+            h.ok();
+            h
+        })
+        .collect();
+    let mut waiters: Vec<Held> = (0..PAIRS)
+        .map(|i| {
+            let mut c = sb.cmd(["--wait", "30s", "run", &format!("p{i}"), "--", "sleep", "6"]);
+            c.stdout(Stdio::piped()).stderr(Stdio::piped());
+            Held::spawn(c)
+        })
+        .collect();
+    for w in &mut waiters {
+        w.wait_stderr("waiting for lock", T);
+    }
+    // The wait itself: longer than stale_after (2 s), six keepalive periods.
+    std::thread::sleep(Duration::from_secs(3));
+    let released = Instant::now();
+    drop(holders);
+    for (i, w) in waiters.iter_mut().enumerate() {
+        let st = w.wait_exit(Duration::from_secs(30));
+        assert_eq!(code(st), 0, "waiter p{i}: {}", w.stderr_text());
+    }
+    // Each waiter held for its whole 6 s command (three stale_after periods).
+    assert!(released.elapsed() >= Duration::from_secs(6));
+    for i in 0..PAIRS {
+        assert!(e.keys(&format!("/t/long{i}/")).is_empty());
+    }
+}
+
 #[test]
 fn etcd_member_stopped_while_holding_is_lost_before_the_ttl() {
     let Some(e) = Etcd::start() else { return };

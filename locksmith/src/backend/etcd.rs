@@ -28,6 +28,7 @@
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
@@ -63,8 +64,11 @@ pub struct Etcd {
     lease: Option<i64>,
     key: String,
     rev: i64,
-    /// When the last successful keepalive (or the grant) was sent.
-    refreshed: Instant,
+    /// When the last keepalive the server confirmed (or the lease grant) was sent: the
+    /// server's TTL runs from no earlier than that. Shared with the keeper task that keeps
+    /// the lease alive while we wait, so that a lock granted after a long wait counts from
+    /// the keeper's last confirmation, not from when the wait began.
+    refreshed: Arc<Mutex<Instant>>,
     /// Keeps the lease alive while waiting.
     keeper: Option<JoinHandle<()>>,
     waiter: Option<Waiter>,
@@ -140,7 +144,7 @@ impl Etcd {
             lease: None,
             key: String::new(),
             rev: 0,
-            refreshed: Instant::now(),
+            refreshed: Arc::new(Mutex::new(Instant::now())),
             keeper: None,
             waiter: None,
             blocker: None,
@@ -161,6 +165,19 @@ impl Etcd {
 
     fn state_key(&self) -> String {
         format!("{}.state", self.cfg.prefix)
+    }
+
+    /// When the last confirmed keepalive was sent.
+    fn refreshed(&self) -> Instant {
+        *self.refreshed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The moment after which we no longer trust our lease: a quarter TTL before the server
+    /// could let it expire (it counts the TTL from when it saw our last keepalive, which was
+    /// after we sent it).
+    fn deadline(&self) -> Instant {
+        let expires = self.refreshed() + Duration::from_secs(self.ttl as u64);
+        expires - Duration::from_millis(self.ttl as u64 * 250)
     }
 
     fn rt(&mut self) -> Result<&Runtime> {
@@ -400,7 +417,9 @@ impl Etcd {
             .map_err(|why| self.fail("cannot grant a lease", why))?
             .id();
         self.lease = Some(lease);
-        self.refreshed = sent;
+        // A new lease: its TTL runs from the grant (a keeper of an earlier lease, aborted
+        // by now, only ever moves this forward with times before `sent`).
+        *self.refreshed.lock().unwrap_or_else(|e| e.into_inner()) = sent;
         let kind = if self.mode == Mode::Exclusive {
             "w"
         } else {
@@ -489,16 +508,24 @@ impl Etcd {
         };
         let c = self.client()?;
         let period = self.heartbeat;
+        let refreshed = Arc::clone(&self.refreshed);
         let task = self.rt()?.spawn(async move {
             let mut c = c;
             loop {
                 if let Ok((mut k, mut s)) = c.lease_keep_alive(lease).await {
                     loop {
                         tokio::time::sleep(period).await;
+                        let sent = Instant::now();
                         if k.keep_alive().await.is_err() {
                             break;
                         }
                         match tokio::time::timeout(period, s.message()).await {
+                            // Confirmed: the lease lives at least a TTL from `sent`.
+                            Ok(Ok(Some(r))) if r.ttl() > 0 => {
+                                let mut at = refreshed.lock().unwrap_or_else(|e| e.into_inner());
+                                *at = (*at).max(sent);
+                            }
+                            // Expired (TTL 0): our key is gone; `try_acquire` queues again.
                             Ok(Ok(Some(_))) => {}
                             _ => break,
                         }
@@ -509,6 +536,28 @@ impl Etcd {
         });
         self.keeper = Some(task);
         Ok(())
+    }
+
+    /// One lease keepalive bounded by `limit`: the TTL the server answers (0: expired).
+    /// A confirmation moves `refreshed` forward.
+    fn keep_alive(
+        &mut self,
+        lease: i64,
+        limit: Duration,
+    ) -> Result<std::result::Result<i64, String>> {
+        let sent = Instant::now();
+        let r = self.call(limit, |mut c| async move {
+            let (mut k, mut s) = c.lease_keep_alive(lease).await?;
+            k.keep_alive().await?;
+            Ok(s.message().await?.map_or(0, |r| r.ttl()))
+        })?;
+        if let Ok(ttl) = r
+            && ttl > 0
+        {
+            let mut at = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
+            *at = (*at).max(sent);
+        }
+        Ok(r)
     }
 
     fn revoke(&mut self) {
@@ -608,6 +657,23 @@ impl Backend for Etcd {
         let Some(last) = ahead.last() else {
             self.blocker = None;
             self.wake.forget_holder();
+            // The keeper confirms our lease every heartbeat while we wait; if it could not
+            // lately (a stalled member), confirm it now, before saying OK: a lock is granted
+            // with at least a heartbeat of lease ahead of it.
+            if Instant::now() + self.heartbeat >= self.deadline()
+                && let Some(lease) = self.lease
+            {
+                let limit = self.timeout;
+                match self.keep_alive(lease, limit)? {
+                    Ok(ttl) if ttl > 0 => {}
+                    // Expired between our read and now: queue again.
+                    Ok(_) => {
+                        self.revoke();
+                        return Ok(Attempt::Busy(self.last_holders.clone()));
+                    }
+                    Err(why) => return Err(self.fail("cannot renew our lease", why)),
+                }
+            }
             return Ok(Attempt::Acquired(self.grant()));
         };
         self.blocker = Some((last.key.clone(), at));
@@ -679,23 +745,10 @@ impl Backend for Etcd {
         let Some(lease) = self.lease else {
             return Err(err!(Lost, "not holding"));
         };
-        // The server counts the TTL from when it saw our last keepalive, which was after
-        // we sent it: stop a quarter TTL before that could run out.
-        let expires = self.refreshed + Duration::from_secs(self.ttl as u64);
-        let deadline = expires - Duration::from_millis(self.ttl as u64 * 250);
-        let limit = deadline.saturating_duration_since(Instant::now());
-        let sent = Instant::now();
-        let r = self.call(limit, |mut c| async move {
-            let (mut k, mut s) = c.lease_keep_alive(lease).await?;
-            k.keep_alive().await?;
-            Ok(s.message().await?.map_or(0, |r| r.ttl()))
-        })?;
+        let limit = self.deadline().saturating_duration_since(Instant::now());
         let server = self.server();
-        match r {
-            Ok(ttl) if ttl > 0 => {
-                self.refreshed = sent;
-                Ok(())
-            }
+        match self.keep_alive(lease, limit)? {
+            Ok(ttl) if ttl > 0 => Ok(()),
             Ok(_) => Err(err!(
                 Lost,
                 "the lease of lock `{}` ({server}) has expired; someone else may hold it now",

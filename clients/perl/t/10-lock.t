@@ -1,0 +1,205 @@
+# NetLock against the real locksmith helper, on flock and mkdir locks in a temporary
+# directory: holding, releasing, busy, waiting, errors. Nothing here sleeps to
+# synchronise: the tests wait on the helper's lines (new) or its exit (unlock).
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::Bin/../lib", "$FindBin::Bin/lib";
+
+use Test::More;
+use Time::HiRes ();
+
+use NetLock;
+use NetLockTest qw(setup_helper sandbox no_children write_file);
+
+my $helper = setup_helper();
+my ($dir, $profiles) = sandbox();
+my %P = (profiles => $profiles);
+
+sub dies_with {
+    my ($code, $class, $name) = @_;
+    my $ok  = eval { $code->(); 1 };
+    my $err = $@;
+    if ($ok) { fail("$name: did not die"); return undef }
+    isa_ok($err, $class, $name) or diag("got: $err");
+    return $err;
+}
+
+subtest 'hold and unlock (flock)' => sub {
+    my $lock = NetLock->new('f', %P);
+    isa_ok($lock, 'NetLock');
+    is($lock->profile,   'f');
+    is($lock->backend,   'flock');
+    is($lock->is_shared, 0);
+    like($lock->token, qr/^[0-9]+$/, 'a fencing token');
+    like($lock->status_line, qr/^OK f backend=flock /);
+    ok($lock->is_held,  'held');
+    ok(!$lock->lost,    'not lost');
+    ok(!defined NetLock->try_new('f', %P), 'try_new: undef while someone holds it');
+    ok($lock->is_held, 'a failed try did not disturb the holder');
+    is($lock->unlock, 1, 'unlock');
+    ok(!$lock->is_held, 'not held after unlock');
+    is($lock->unlock, 0, 'a second unlock returns 0');
+    my $again = NetLock->try_new('f', %P);
+    ok($again, 'the lock is free as soon as unlock returned');
+    $again->unlock;
+    no_children();
+};
+
+subtest 'unlock returns once the lock is gone (mkdir)' => sub {
+    my $lock = NetLock->new('m', %P);
+    is($lock->backend, 'mkdir');
+    ok(-d "$dir/m.lock", 'the lock directory exists while held');
+    $lock->unlock;
+    ok(!-e "$dir/m.lock", 'and is gone when unlock returns');
+    no_children();
+};
+
+subtest 'release on DESTROY' => sub {
+    {
+        my $lock = NetLock->new('m', %P);
+        ok(-d "$dir/m.lock", 'held inside the block');
+    }
+    ok(!-e "$dir/m.lock", 'released as the object went out of scope');
+    my $lock = NetLock->new('f', %P);
+    undef $lock;
+    my $next = NetLock->try_new('f', %P);
+    ok($next, 'undef $lock released it');
+    $next->unlock;
+    # An exception leaving the scope releases too.
+    eval {
+        my $l = NetLock->new('m', %P);
+        die "boom\n";
+    };
+    is($@, "boom\n");
+    ok(!-e "$dir/m.lock", 'a die through the scope released it');
+    no_children();
+};
+
+subtest 'a lock held in a global is released at exit, quietly' => sub {
+    my $lib = "$FindBin::Bin/../lib";
+    my $out = `$^X -I$lib -MNetLock -e 'our \$l = NetLock->new("m", profiles => "$profiles"); print "held\n"' 2>&1`;
+    is($?,   0,        'the script exited 0');
+    is($out, "held\n", 'no warning or error at global destruction');
+    ok(!-e "$dir/m.lock", 'DESTROY at exit released the lock before the script ended');
+    no_children();
+};
+
+subtest 'busy: try_new and wait' => sub {
+    my $holder = NetLock->new('f', %P);
+    ok(!defined NetLock->try_new('f', %P),               'try_new: undef');
+    ok(!defined NetLock->try_new('f', { %P, wait => 0.1 }), 'try_new with a wait: undef after it');
+    for my $wait (0.3, '300ms') {
+        my $start = Time::HiRes::time();
+        my $err   = dies_with(sub { NetLock->new('f', %P, wait => $wait) },
+            'NetLock::Error::Busy', "wait => $wait");
+        my $took = Time::HiRes::time() - $start;
+        next unless $err;
+        is($err->kind,      'busy');
+        is($err->exit_code, 75);
+        like($err->message, qr/held by/, 'names the holder');
+        like("$err", qr/^locksmith: busy: /);
+        cmp_ok($took, '>=', 0.3, 'gave up only after the wait');
+    }
+    ok($holder->is_held, 'the holder still holds');
+    $holder->unlock;
+    no_children();
+};
+
+subtest 'a waiter gets the lock when it is released' => sub {
+    my $holder = NetLock->new('m', %P);
+    pipe(my $r, my $w) or die $!;
+    my $pid = fork // die "fork: $!";
+    if ($pid == 0) {
+        close $r;
+        my $status = eval {
+            syswrite $w, "waiting\n";
+            my $l = NetLock->new('m', %P, wait => 20);
+            syswrite $w, "got " . $l->token . "\n";
+            $l->unlock;
+            0;
+        } // do { syswrite $w, "error $@"; 1 };
+        POSIX::_exit($status);
+    }
+    close $w;
+    is(scalar <$r>, "waiting\n", 'the child waits');
+    $holder->unlock;
+    my $got = <$r>;
+    like($got, qr/^got (\d+)$/, 'the child got the lock');
+    cmp_ok(($got =~ /(\d+)/)[0], '>', $holder->token, 'with a larger token');
+    waitpid $pid, 0;
+    is($?, 0, 'the child exited 0');
+    no_children();
+};
+
+subtest 'errors by kind' => sub {
+    my $err = dies_with(sub { NetLock->new('nope', %P) }, 'NetLock::Error::Config', 'unknown profile');
+    if ($err) {
+        is($err->kind,      'config');
+        is($err->exit_code, 78);
+        like($err->message, qr/unknown profile/);
+    }
+    dies_with(sub { NetLock->try_new('nope', %P) }, 'NetLock::Error::Config', 'try_new: only busy is undef');
+    $err = dies_with(sub { NetLock->new('f', profiles => "$dir/missing.toml") },
+        'NetLock::Error::Config', 'missing profiles file');
+    $err = dies_with(sub { NetLock->new('m', %P, shared => 1) }, 'NetLock::Error::Usage',
+        'mkdir has no shared mode');
+    is_deeply([ $err->kind, $err->exit_code ], [ 'usage', 64 ]) if $err;
+    $err = dies_with(sub { NetLock->new('-v', %P) }, 'NetLock::Error::Usage', 'a tag like an option');
+    ok(!defined $err->exit_code, 'refused before anything was spawned') if $err;
+    $err = dies_with(sub { NetLock->new('f', %P, helper => "$dir/no-such-locksmith") },
+        'NetLock::Error::Spawn', 'a missing helper');
+    is($err->kind, 'spawn') if $err;
+    {
+        local $ENV{LOCKSMITH_BIN} = "$dir/nope";
+        dies_with(sub { NetLock->new('f', %P) }, 'NetLock::Error::Spawn',
+            '$LOCKSMITH_BIN naming a missing file does not fall through');
+    }
+    no_children();
+};
+
+subtest 'shared locks (flock)' => sub {
+    my $r1 = NetLock->new('f', %P, shared => 1);
+    my $r2 = NetLock->try_new('f', %P, shared => 1);
+    ok($r2, 'two readers hold together');
+    ok($r1->is_shared && $r2->is_shared, 'both shared');
+    ok(!defined NetLock->try_new('f', %P), 'a writer does not get in beside readers');
+    $r1->unlock;
+    $r2->unlock;
+    my $w = NetLock->try_new('f', %P);
+    ok($w && !$w->is_shared, 'a writer after the readers left');
+    $w->unlock;
+};
+
+subtest 'tokens increase, prev_crashed stays false after clean releases' => sub {
+    my (@m, @f);
+    for my $tag (qw(m m m f f)) {
+        my $lock = NetLock->new($tag, %P);
+        ok(!$lock->prev_crashed, "clean release before this $tag");
+        push @{ $tag eq 'm' ? \@m : \@f }, $lock->token;
+        $lock->unlock;
+    }
+    ok($m[0] < $m[1] && $m[1] < $m[2], "mkdir tokens strictly increase: @m");
+    ok($f[0] < $f[1], "flock tokens strictly increase: @f");
+};
+
+subtest 'the helper found on $PATH' => sub {
+    mkdir "$dir/bin", 0755 or die $!;
+    chmod 0755, "$dir/bin";
+    write_file("$dir/bin/locksmith", qq{#!/bin/sh\nexec "$helper" "\$@"\n});
+    chmod 0755, "$dir/bin/locksmith";
+    local $ENV{LOCKSMITH_BIN} = '';
+    local $ENV{PATH}          = "relative/dir:$dir/bin:/usr/bin:/bin";
+    my $lock = NetLock->new('f', %P);
+    is($lock->backend, 'flock', 'found and ran it');
+    $lock->unlock;
+    chmod 0777, "$dir/bin";
+    my $err = dies_with(sub { NetLock->new('f', %P) }, 'NetLock::Error::Spawn',
+        'not from a directory others can write');
+    like($err->message, qr/writable by group or others/) if $err;
+    chmod 0755, "$dir/bin";
+    no_children();
+};
+
+done_testing;

@@ -1,0 +1,122 @@
+package NetLockTest;
+
+# Shared set-up for the tests: the real helper, a sandbox with a profiles file, and the
+# checks every test file uses. The tests run against the real `locksmith` binary:
+# $LOCKSMITH_BIN, else target/debug/locksmith of this repository (`cargo build` makes it).
+# Without it they are skipped, except under CI=true, where a missing helper is a failure.
+
+use strict;
+use warnings;
+
+use Cwd ();
+use Exporter 'import';
+use Fcntl qw(O_WRONLY O_CREAT O_EXCL);
+use File::Temp ();
+use FindBin ();
+use POSIX ();
+use Test::More ();
+
+our @EXPORT_OK = qw(setup_helper sandbox no_children fake_helper write_file read_file);
+
+# Every blocking call in the tests is bounded: the profiles say wait = "20s" unless a test
+# passes its own wait, so a regression fails instead of hanging.
+my $PROFILES = <<'TOML';
+[defaults]
+wait = "20s"
+
+[profile.f]
+backend = "flock"
+path = "{dir}/f.lock"
+
+[profile.m]
+backend = "mkdir"
+path = "{dir}/m.lock"
+
+[profile.fast]
+backend = "mkdir"
+path = "{dir}/fast.lock"
+poll = "20ms"
+max_poll = "100ms"
+keepalive = "200ms"
+stale_after = "1500ms"
+TOML
+
+sub repo_root { Cwd::abs_path("$FindBin::Bin/../../..") }
+
+# Points NetLock at the real helper and quiets its stderr, or skips the whole file.
+sub setup_helper {
+    my $bin = $ENV{LOCKSMITH_BIN} || repo_root() . '/target/debug/locksmith';
+    unless (-f $bin && -x _) {
+        my $why = "no locksmith helper at $bin (run `cargo build`, or set LOCKSMITH_BIN)";
+        die "$why\n" if ($ENV{CI} // '') eq 'true';
+        Test::More::plan(skip_all => $why);
+    }
+    $ENV{LOCKSMITH_BIN} = Cwd::abs_path($bin);
+    $ENV{LOCKSMITH_LOG} //= 'quiet';
+    return $ENV{LOCKSMITH_BIN};
+}
+
+# A temporary directory (removed at exit) with a profiles file (mode 0600) naming locks
+# inside it. Returns (dir, profiles file).
+sub sandbox {
+    my $dir = File::Temp::tempdir('netlock-pl-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    (my $text = $PROFILES) =~ s/\{dir\}/$dir/g;
+    my $file = "$dir/profiles.toml";
+    sysopen(my $fh, $file, O_WRONLY | O_CREAT | O_EXCL, 0600) or die "$file: $!";
+    print {$fh} $text;
+    close $fh or die "$file: $!";
+    return ($dir, $file);
+}
+
+# No child process is left, running or zombie: every helper has been reaped.
+sub no_children {
+    my ($name) = @_;
+    my $r = waitpid(-1, POSIX::WNOHANG());
+    Test::More::ok($r == -1, $name // 'no child process left behind')
+      or Test::More::diag("waitpid(-1, WNOHANG) returned $r");
+}
+
+# A fake helper: a shell script that acts by the tag's prefix (as the Rust client's
+# unit tests do). Returns its path.
+sub fake_helper {
+    my ($dir) = @_;
+    my $path = "$dir/fake-locksmith";
+    write_file($path, <<'SH');
+#!/bin/sh
+for a in "$@"; do tag=$a; done
+dir=$(dirname "$0")
+printf '%s\n' "$@" > "$dir/$tag.args"
+case $tag in
+busy*)    echo "ERROR busy: held by host=h pid=1 ppid=0"; exit 75 ;;
+odd*)     echo "ERROR strange: what"; exit 78 ;;
+quiet*)   exit 69 ;;
+zero*)    exit 0 ;;
+garbage*) echo "hello there"; exec cat >/dev/null ;;
+other*)   echo "OK someone-else backend=fake"; exec cat >/dev/null ;;
+lost*)    echo "OK $tag backend=fake mode=exclusive token=9"; echo "LOST server went away"; exit 74 ;;
+early*)   echo "OK $tag backend=fake"; exit 0 ;;
+relfail*) echo "OK $tag backend=fake"; cat >/dev/null; exit 74 ;;
+*)        echo "OK $tag backend=fake mode=exclusive token=42 prev=crashed since=2025-01-01T00:00:00Z"
+          cat >/dev/null
+          touch "$dir/$tag.released" ;;
+esac
+SH
+    chmod 0755, $path or die "$path: $!";
+    return $path;
+}
+
+sub write_file {
+    my ($path, $text) = @_;
+    open my $fh, '>', $path or die "$path: $!";
+    print {$fh} $text;
+    close $fh or die "$path: $!";
+}
+
+sub read_file {
+    my ($path) = @_;
+    open my $fh, '<', $path or die "$path: $!";
+    local $/;
+    return scalar <$fh>;
+}
+
+1;

@@ -1,0 +1,189 @@
+"""The reader side of the pipe protocol (SPEC section 4).
+
+Grammar accepted (fields are separated by ASCII whitespace, so a stray trailing space or
+``\\r`` does not break a parent)::
+
+    OK <profile> key=value ...     backend= required; token= an unsigned 64-bit integer;
+                                   mode= exclusive | shared
+    ERROR <kind>: <message>        kind: usage unavailable lost io busy denied config
+    LOST [<reason>]                only after OK
+
+Anything else is a ``ProtocolError``.
+"""
+
+import os
+import re
+from typing import Dict, List, Optional, Tuple
+
+from . import _errors
+from ._errors import ProtocolError
+
+# Longest line accepted from the helper, newline included. A real OK line is a few hundred
+# bytes; the cap keeps a wrong program from making us buffer without end.
+MAX_LINE = 64 * 1024
+
+_WS = re.compile(r"[ \t\n\r\f\v]+")
+_U64_MAX = 2**64 - 1
+
+
+class OkLine:
+    """The fields of an ``OK`` line."""
+
+    __slots__ = ("raw", "profile", "fields", "token")
+
+    def __init__(self, raw: str, profile: str, fields: List[Tuple[str, str]], token: Optional[int]):
+        self.raw = raw
+        self.profile = profile
+        self.fields = fields
+        self.token = token
+
+    def get(self, key: str) -> Optional[str]:
+        for k, v in self.fields:
+            if k == key:
+                return v
+        return None
+
+
+class ErrorLine:
+    """An ``ERROR <kind>: <message>`` line; ``cls`` is ``None`` for a word we do not know."""
+
+    __slots__ = ("word", "message", "cls")
+
+    def __init__(self, word: str, message: str):
+        self.word = word
+        self.message = message
+        self.cls = _errors.class_for_word(word)
+
+
+class LostLine:
+    """A ``LOST [<reason>]`` line."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+def parse(line: str):
+    """Parses one line (without its newline) into ``OkLine``, ``ErrorLine`` or ``LostLine``.
+
+    Raises ``ProtocolError`` for anything else.
+    """
+
+    def bad(why: str) -> ProtocolError:
+        return ProtocolError(f"unexpected line from helper ({why}): {line!r}")
+
+    parts = _WS.split(line, maxsplit=1)
+    first = parts[0]
+    rest = parts[1].strip(" \t\n\r\f\v") if len(parts) > 1 else ""
+    if first == "OK":
+        try:
+            return _parse_ok(line, rest)
+        except ValueError as e:
+            raise bad(str(e)) from None
+    if first == "ERROR":
+        if ":" not in rest:
+            raise bad("ERROR without `<kind>:`")
+        word, message = rest.split(":", 1)
+        word = word.strip(" \t\n\r\f\v")
+        if not word:
+            raise bad("ERROR with an empty kind")
+        return ErrorLine(word, message.strip(" \t\n\r\f\v"))
+    if first == "LOST":
+        return LostLine(rest)
+    raise bad("expected OK, ERROR or LOST")
+
+
+def _parse_ok(line: str, rest: str) -> OkLine:
+    words = [w for w in _WS.split(rest) if w]
+    if not words or "=" in words[0]:
+        raise ValueError("OK without a profile name")
+    profile = words[0]
+    fields: List[Tuple[str, str]] = []
+    seen: Dict[str, str] = {}
+    for word in words[1:]:
+        if "=" not in word:
+            raise ValueError(f"`{word}` is not key=value")
+        key, value = word.split("=", 1)
+        if not key:
+            raise ValueError(f"`{word}` has an empty key")
+        if key in seen:
+            raise ValueError(f"`{key}=` appears twice")
+        seen[key] = value
+        fields.append((key, value))
+    if not seen.get("backend"):
+        raise ValueError("OK without backend=")
+    mode = seen.get("mode")
+    if mode not in (None, "exclusive", "shared"):
+        raise ValueError(f"mode={mode} is neither exclusive nor shared")
+    token = None
+    if "token" in seen:
+        t = seen["token"]
+        if not (t.isascii() and t.isdigit()) or int(t) > _U64_MAX:
+            raise ValueError(f"token={t} is not an unsigned 64-bit integer")
+        token = int(t)
+    return OkLine(line, profile, fields, token)
+
+
+class LineReader:
+    """Reads ``\\n``-terminated lines from a file descriptor with a buffer of its own,
+    so that a non-blocking read after ``OK`` sees exactly what the helper wrote.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = bytearray()
+        self.eof = False
+
+    def fill(self) -> bool:
+        """One ``read(2)``. Returns ``False`` if the descriptor is non-blocking and nothing
+        is there yet; sets ``eof`` at end-of-file. Raises ``Io`` on a read error."""
+        try:
+            data = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return False
+        except OSError as e:
+            if e.errno is None:
+                raise  # not from read(2): raised by a signal handler (TimeoutError...)
+            self.eof = True
+            raise _errors.Io(f"reading the helper's stdout: {e}") from None
+        if data:
+            self.buf += data
+        else:
+            self.eof = True
+        return True
+
+    def take_line(self) -> Optional[str]:
+        """The next complete line in the buffer, without its newline, or ``None``.
+
+        At end-of-file, leftover bytes without a newline are a ``ProtocolError``; so are a
+        line over ``MAX_LINE`` bytes and one that is not UTF-8.
+        """
+        nl = self.buf.find(b"\n", 0, MAX_LINE)
+        if nl < 0:
+            if len(self.buf) >= MAX_LINE:
+                self.buf.clear()
+                raise ProtocolError(f"helper wrote a line longer than {MAX_LINE} bytes")
+            if self.eof and self.buf:
+                partial = bytes(self.buf).decode("utf-8", "replace")
+                self.buf.clear()
+                raise ProtocolError(f"helper's stdout ended in the middle of a line: {partial!r}")
+            return None
+        raw = bytes(self.buf[:nl])
+        del self.buf[: nl + 1]
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            shown = raw.decode("utf-8", "replace")
+            raise ProtocolError(f"helper wrote a line that is not UTF-8: {shown!r}") from None
+
+    def read_line(self) -> Optional[str]:
+        """Blocks until a whole line (returned without its newline) or end-of-file (``None``)."""
+        while True:
+            line = self.take_line()
+            if line is not None:
+                return line
+            if self.eof:
+                return None
+            self.fill()
+

@@ -1,0 +1,394 @@
+"""The package against the real ``locksmith`` helper, on flock and mkdir locks in a
+temporary directory. Nothing here sleeps to synchronise: the tests wait on the helper's
+lines (``lock()``, ``wait_lost()``), on its exit (``unlock()``), or on a child's output."""
+
+import datetime
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+from pathlib import Path
+from unittest import mock
+
+import support
+
+import netlock
+
+
+def setUpModule():
+    support.setup_environment()
+
+
+class NetlockTest(unittest.TestCase):
+    def setUp(self):
+        self.sb = support.Sandbox()
+
+    def tearDown(self):
+        self.sb.cleanup()
+
+    # -- hold and release ------------------------------------------------------------
+
+    def test_hold_and_unlock_flock(self):
+        lk = self.sb.lock("f")
+        self.assertEqual((lk.profile, lk.backend, lk.shared), ("f", "flock", False))
+        self.assertIsInstance(lk.token, int)
+        self.assertTrue(lk.status_line.startswith("OK f backend=flock"))
+        self.assertFalse(lk.lost)
+        self.assertTrue(lk.held)
+        self.assertIsNone(self.sb.try_lock("f"), "a second holder got a held lock")
+        self.assertTrue(lk.unlock())
+        self.assertTrue(lk.lost, "an unlocked lock is no longer held")
+        self.assertFalse(lk.unlock(), "a second unlock is a no-op")
+        again = self.sb.try_lock("f")
+        self.assertIsNotNone(again, "the lock was not free right after unlock returned")
+        again.unlock()
+        support.assert_no_children(self)
+
+    def test_unlock_returns_once_the_lock_is_gone_mkdir(self):
+        lock_dir = self.sb.path("m.lock")
+        lk = self.sb.lock("m")
+        self.assertEqual(lk.backend, "mkdir")
+        self.assertTrue(lock_dir.is_dir(), "the mkdir lock directory exists while held")
+        lk.unlock()
+        self.assertFalse(lock_dir.exists(), "unlock returned before the lock directory was removed")
+        support.assert_no_children(self)
+
+    def test_with_block_releases(self):
+        lock_dir = self.sb.path("m.lock")
+        with self.sb.lock("m") as lk:
+            self.assertTrue(lock_dir.is_dir())
+            self.assertFalse(lk.lost)
+        self.assertFalse(lock_dir.exists(), "the with block ended without releasing")
+        self.assertTrue(lk.lost)
+        with self.assertRaises(ZeroDivisionError):
+            with self.sb.lock("m"):
+                1 / 0
+        self.assertFalse(lock_dir.exists(), "an exception in the block kept the lock")
+        support.assert_no_children(self)
+
+    def test_release_on_garbage_collection(self):
+        def work():
+            lk = self.sb.lock("f")
+            self.assertFalse(lk.lost)
+            # lk goes out of scope here
+
+        work()
+        lk = self.sb.try_lock("f")
+        self.assertIsNotNone(lk, "the lock outlived its object")
+        del lk
+        self.assertIsNotNone(self.sb.try_lock("f"), "del did not release")
+        support.assert_no_children(self)
+
+    def test_lock_held_in_a_global_is_released_at_exit_quietly(self):
+        code = 'import sys, netlock\nl = netlock.lock("m", profiles=sys.argv[1])\nprint("held")\n'
+        out = subprocess.run(
+            [sys.executable, "-X", "dev", "-c", code, str(self.sb.profiles)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=support.child_env(),
+            text=True,
+            timeout=60,
+        )
+        self.assertEqual((out.returncode, out.stdout), (0, "held\n"), "no warning or error at exit")
+        lk = self.sb.lock("m", wait=10)
+        self.assertFalse(lk.prev_crashed, "the exit was a clean release")
+        lk.unlock()
+
+    # -- busy, waiting, errors --------------------------------------------------------
+
+    def test_try_lock_returns_none_when_busy(self):
+        holder = self.sb.lock("m")
+        self.assertIsNone(self.sb.try_lock("m"))
+        self.assertIsNone(netlock.try_lock("m", profiles=str(self.sb.profiles)))
+        self.assertFalse(holder.lost, "a failed try disturbed the holder")
+        holder.unlock()
+        support.assert_no_children(self)
+
+    def test_wait_timeout_raises_busy(self):
+        holder = self.sb.lock("f")
+        for wait in (0.3, "300ms", datetime.timedelta(milliseconds=300)):
+            start = time.monotonic()
+            with self.assertRaises(netlock.Busy) as c:
+                self.sb.lock("f", wait=wait)
+            took = time.monotonic() - start
+            err = c.exception
+            self.assertIsInstance(err, netlock.Error)
+            self.assertEqual((err.kind, err.exit_code), ("busy", 75))
+            self.assertIn("held by", err.message)
+            self.assertTrue(str(err).startswith("locksmith: busy: "), str(err))
+            self.assertGreaterEqual(took, 0.3, f"gave up after {took:.3f} s, before the wait ran out")
+        # try_lock with a wait waits that long, then says None.
+        self.assertIsNone(self.sb.try_lock("f", wait=0.1))
+        holder.unlock()
+        support.assert_no_children(self)
+
+    def test_waiter_gets_the_lock_when_released(self):
+        holder = self.sb.lock("m")
+        code = textwrap.dedent(
+            """
+            import sys, netlock
+            print("waiting", flush=True)
+            with netlock.lock("m", profiles=sys.argv[1], wait=20) as l:
+                print("got", l.token, flush=True)
+            """
+        )
+        child = subprocess.Popen(
+            [sys.executable, "-c", code, str(self.sb.profiles)],
+            stdout=subprocess.PIPE,
+            env=support.child_env(),
+            text=True,
+        )
+        self.assertEqual(child.stdout.readline(), "waiting\n")
+        holder.unlock()
+        got = child.stdout.readline().split()
+        self.assertEqual(got[0], "got")
+        self.assertGreater(int(got[1]), holder.token)
+        self.assertEqual(child.wait(30), 0)
+        child.stdout.close()
+
+    def test_config_error_unknown_profile(self):
+        with self.assertRaises(netlock.Config) as c:
+            self.sb.lock("nope")
+        err = c.exception
+        self.assertEqual((err.kind, err.exit_code), ("config", 78))
+        self.assertIn("unknown profile", err.message)
+        with self.assertRaises(netlock.Config):
+            self.sb.try_lock("nope")  # only busy becomes None
+        with self.assertRaises(netlock.Config) as c:
+            netlock.lock("f", profiles=self.sb.path("missing.toml"))
+        self.assertEqual(c.exception.exit_code, 78)
+        support.assert_no_children(self)
+
+    def test_usage_errors(self):
+        with self.assertRaises(netlock.Usage) as c:
+            self.sb.lock("m", shared=True)  # mkdir has no shared mode
+        self.assertEqual((c.exception.kind, c.exception.exit_code), ("usage", 64))
+        with self.assertRaises(netlock.Usage) as c:
+            self.sb.lock("-v")  # refused before anything is spawned
+        self.assertIsNone(c.exception.exit_code)
+        support.assert_no_children(self)
+
+    def test_spawn_error(self):
+        with self.assertRaises(netlock.SpawnError) as c:
+            self.sb.lock("f", helper=self.sb.path("no-such-locksmith"))
+        self.assertEqual(c.exception.kind, "spawn")
+        with mock.patch.dict(os.environ, {"LOCKSMITH_BIN": str(self.sb.path("nope"))}):
+            with self.assertRaises(netlock.SpawnError, msg="$LOCKSMITH_BIN missing must not fall through"):
+                self.sb.lock("f")
+
+    def test_helper_found_on_path(self):
+        bindir = self.sb.path("bin")
+        bindir.mkdir(mode=0o755)
+        wrapper = bindir / "locksmith"
+        wrapper.write_text(f'#!/bin/sh\nexec "{os.environ["LOCKSMITH_BIN"]}" "$@"\n')
+        wrapper.chmod(0o755)
+        env = {"LOCKSMITH_BIN": "", "PATH": f"relative/dir:{bindir}:/usr/bin:/bin"}
+        with mock.patch.dict(os.environ, env):
+            with self.sb.lock("f") as lk:
+                self.assertEqual(lk.backend, "flock")
+            bindir.chmod(0o777)
+            try:
+                with self.assertRaisesRegex(netlock.SpawnError, "writable by group or others"):
+                    self.sb.lock("f")
+            finally:
+                bindir.chmod(0o755)
+        support.assert_no_children(self)
+
+    def test_shared_flock(self):
+        r1 = self.sb.lock("f", shared=True)
+        r2 = self.sb.try_lock("f", shared=True)
+        self.assertIsNotNone(r2, "two readers must hold together")
+        self.assertTrue(r1.shared and r2.shared)
+        self.assertIsNone(self.sb.try_lock("f"), "a writer got in beside readers")
+        r1.unlock()
+        r2.unlock()
+        w = self.sb.try_lock("f")
+        self.assertIsNotNone(w)
+        self.assertFalse(w.shared)
+        w.unlock()
+
+    # -- tokens, crashes, LOST ---------------------------------------------------------
+
+    def test_tokens_increase(self):
+        tokens = []
+        for tag in ("m", "m", "m", "f", "f"):
+            with self.sb.lock(tag) as lk:
+                self.assertFalse(lk.prev_crashed, "a clean release left prev=crashed")
+                tokens.append((tag, lk.token))
+        m = [t for tag, t in tokens if tag == "m"]
+        f = [t for tag, t in tokens if tag == "f"]
+        self.assertTrue(all(isinstance(t, int) for t in m + f), tokens)
+        self.assertEqual(m, sorted(set(m)), f"mkdir tokens must strictly increase: {m}")
+        self.assertEqual(f, sorted(set(f)), f"flock tokens must strictly increase: {f}")
+
+    def test_killed_helper_is_lost_and_next_holder_sees_prev_crashed(self):
+        first = self.sb.lock("m")
+        self.assertFalse(first.lost)
+        os.kill(first.helper_pid, signal.SIGKILL)
+        self.assertTrue(first.wait_lost(20), "the helper's death was not noticed")
+        self.assertTrue(first.lost)
+        with self.assertRaisesRegex(netlock.Lost, "killed by signal 9") as c:
+            first.unlock()
+        self.assertIsNone(c.exception.exit_code)
+        # Same host: the dead holder's lock is broken by proof of death, not after stale_after.
+        second = self.sb.lock("m", wait=10)
+        self.assertTrue(second.prev_crashed, second.status_line)
+        self.assertGreater(second.token, first.token)
+        second.unlock()
+        third = self.sb.lock("m")
+        self.assertFalse(third.prev_crashed, "a clean release must clear prev=crashed")
+        self.assertGreater(third.token, second.token)
+        third.unlock()
+        support.assert_no_children(self)
+
+    def test_lost_when_the_lock_directory_is_removed(self):
+        lk = self.sb.lock("fast")
+        self.assertFalse(lk.lost)
+        self.assertIsNone(lk.check())
+        # Someone removes the lock under us: the next heartbeat (200 ms) says LOST.
+        shutil.rmtree(self.sb.path("fast.lock"))
+        start = time.monotonic()
+        self.assertTrue(lk.wait_lost(20), "no LOST after the lock directory was removed")
+        self.assertLess(time.monotonic() - start, 1.5, "LOST must come before stale_after")
+        self.assertTrue(lk.lost)
+        self.assertFalse(lk.held)
+        with self.assertRaises(netlock.Lost) as c:
+            lk.check()
+        self.assertIn("broken", c.exception.message)
+        with self.assertRaises(netlock.Lost) as c:
+            lk.unlock()
+        self.assertEqual((c.exception.kind, c.exception.exit_code), ("lost", 74))
+        support.assert_no_children(self)
+
+    def test_lost_check_does_not_block(self):
+        lk = self.sb.lock("m")
+        start = time.monotonic()
+        for _ in range(1000):
+            self.assertFalse(lk.lost)
+        self.assertLess(time.monotonic() - start, 1.0)
+        self.assertFalse(lk.wait_lost(0.05), "wait_lost(timeout) on a held lock is False")
+        lk.unlock()
+
+    # -- processes ----------------------------------------------------------------------
+
+    def test_release_on_process_death(self):
+        code = textwrap.dedent(
+            """
+            import sys, netlock
+            l = netlock.lock("m", profiles=sys.argv[1])
+            print("held", l.token, flush=True)
+            sys.stdin.read()  # until killed
+            """
+        )
+        child = subprocess.Popen(
+            [sys.executable, "-c", code, str(self.sb.profiles)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=support.child_env(),
+            text=True,
+        )
+        line = child.stdout.readline().split()
+        self.assertEqual(line[0], "held")
+        self.assertIsNone(self.sb.try_lock("m"), "the child does not hold the lock")
+        child.kill()
+        child.wait()
+        child.stdin.close()
+        child.stdout.close()
+        # The child's helper sees its parent die and releases at once (a normal release).
+        lk = self.sb.lock("m", wait=10)
+        self.assertFalse(lk.prev_crashed, "a parent's death is a clean release")
+        self.assertGreater(lk.token, int(line[1]))
+        lk.unlock()
+
+    def test_exception_from_a_signal_handler_while_waiting_stops_and_reaps_the_helper(self):
+        holder = self.sb.lock("f")
+
+        def timed_out(signum, frame):
+            raise TimeoutError("timed out")
+
+        old = signal.signal(signal.SIGALRM, timed_out)
+        try:
+            signal.alarm(1)
+            with self.assertRaisesRegex(TimeoutError, "timed out"):
+                self.sb.lock("f", wait="forever")
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
+        self.assertFalse(holder.lost, "the holder was disturbed")
+        holder.unlock()
+        support.assert_no_children(self)  # the interrupted waiter's helper was reaped
+        nxt = self.sb.try_lock("f")
+        self.assertIsNotNone(nxt, "the interrupted waiter took the lock")
+        nxt.unlock()
+
+    @unittest.skipUnless(hasattr(os, "fork"), "needs fork")
+    def test_forked_child_does_not_keep_the_lock(self):
+        lk = self.sb.lock("f")
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: our copies of the helper's pipes were closed at fork
+            try:
+                os.close(w)
+                os.read(r, 1)  # until the parent says go
+            finally:
+                os._exit(0)
+        os.close(r)
+        try:
+            self.assertTrue(lk.unlock())
+            self.assertIsNotNone(self.sb.try_lock("f"), "a forked child kept the lock alive")
+        finally:
+            os.close(w)
+            os.waitpid(pid, 0)
+        support.assert_no_children(self)
+
+    def test_counter_race_flock(self):
+        self.counter_race("f")
+
+    def test_counter_race_mkdir(self):
+        self.counter_race("m")
+
+    def counter_race(self, tag, procs=4, rounds=100):
+        """procs processes each add 1 to a counter file rounds times, under the lock."""
+        counter = self.sb.path(f"counter-{tag}")
+        counter.write_text("0")
+        code = textwrap.dedent(
+            """
+            import sys, netlock
+            profiles, tag, path, rounds = sys.argv[1:]
+            crashed = 0
+            for _ in range(int(rounds)):
+                with netlock.lock(tag, profiles=profiles, wait=60) as l:
+                    crashed += l.prev_crashed
+                    with open(path) as f:
+                        value = int(f.read())
+                    with open(path, "w") as f:  # truncate, then write: not atomic
+                        f.write(str(value + 1))
+            print(crashed)
+            """
+        )
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-c", code, str(self.sb.profiles), tag, str(counter), str(rounds)],
+                stdout=subprocess.PIPE,
+                env=support.child_env(),
+                text=True,
+            )
+            for _ in range(procs)
+        ]
+        outs = []
+        for child in children:
+            out, _ = child.communicate(timeout=300)
+            outs.append(out.strip())
+            self.assertEqual(child.returncode, 0, f"a worker failed: {out}")
+        self.assertEqual(int(counter.read_text()), procs * rounds)
+        self.assertEqual(outs, ["0"] * procs, "prev=crashed after clean releases")
+        support.assert_no_children(self)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,313 @@
+"""The parts that need no real helper: line parsing, argument building, helper lookup,
+and the guard against a fake helper (a shell script that acts by the tag's prefix)."""
+
+import datetime
+import io
+import os
+import stat
+import tempfile
+import unittest
+from pathlib import Path
+from unittest import mock
+
+import support  # noqa: F401  (puts the package under test on sys.path)
+
+import netlock
+from netlock import _protocol, _spawn
+
+FAKE = r"""#!/bin/sh
+# Fake locksmith: behaves according to the tag (the last argument).
+for a in "$@"; do tag=$a; done
+dir=$(dirname "$0")
+printf '%s\n' "$@" > "$dir/$tag.args"
+case $tag in
+busy*)    echo "ERROR busy: held by host=h pid=1 ppid=0"; exit 75 ;;
+odd*)     echo "ERROR strange: what"; exit 78 ;;
+quiet*)   exit 69 ;;
+zero*)    exit 0 ;;
+garbage*) echo "hello there"; exec cat >/dev/null ;;
+other*)   echo "OK someone-else backend=fake"; exec cat >/dev/null ;;
+lost*)    echo "OK $tag backend=fake mode=exclusive token=9"; echo "LOST server went away"; exit 74 ;;
+early*)   echo "OK $tag backend=fake"; exit 0 ;;
+relfail*) echo "OK $tag backend=fake"; cat >/dev/null; exit 74 ;;
+*)        echo "OK $tag backend=fake mode=exclusive token=42 prev=crashed since=2025-01-01T00:00:00Z"
+          cat >/dev/null
+          touch "$dir/$tag.released" ;;
+esac
+"""
+
+
+class ParseTest(unittest.TestCase):
+    def test_ok_line_fields(self):
+        line = "OK deploy backend=etcd mode=exclusive token=18446744073709551615 since=2025-01-02T03:04:05Z"
+        ok = _protocol.parse(line)
+        self.assertIsInstance(ok, _protocol.OkLine)
+        self.assertEqual(ok.raw, line)
+        self.assertEqual(ok.profile, "deploy")
+        self.assertEqual(ok.get("backend"), "etcd")
+        self.assertEqual(ok.token, 2**64 - 1)
+        self.assertEqual(ok.get("since"), "2025-01-02T03:04:05Z")
+        self.assertIsNone(ok.get("nope"))
+
+    def test_ok_tolerates_extra_whitespace_and_cr(self):
+        ok = _protocol.parse("OK  demo   backend=flock token=3 \r")
+        self.assertEqual((ok.profile, ok.token), ("demo", 3))
+        self.assertIsNone(_protocol.parse("OK x backend=flock").token)
+
+    def test_ok_rejects_malformed(self):
+        for line in [
+            "OK",
+            "OK backend=flock",
+            "OK demo",
+            "OK demo backend=",
+            "OK demo backend=flock junk",
+            "OK demo backend=flock =x",
+            "OK demo backend=flock backend=mkdir",
+            "OK demo backend=flock mode=weird",
+            "OK demo backend=flock token=-1",
+            "OK demo backend=flock token=18446744073709551616",
+            "OK demo backend=flock token=１",
+        ]:
+            with self.assertRaises(netlock.ProtocolError, msg=line):
+                _protocol.parse(line)
+
+    def test_error_lines(self):
+        for word, cls in [
+            ("busy", netlock.Busy),
+            ("config", netlock.Config),
+            ("unavailable", netlock.Unavailable),
+            ("denied", netlock.Denied),
+            ("lost", netlock.Lost),
+            ("usage", netlock.Usage),
+            ("io", netlock.Io),
+        ]:
+            e = _protocol.parse(f"ERROR {word}: it went: wrong ")
+            self.assertIs(e.cls, cls)
+            self.assertEqual(e.message, "it went: wrong")
+        self.assertIsNone(_protocol.parse("ERROR spawn: x").cls, "spawn is the client's word")
+        for line in ["ERROR no colon", "ERROR : empty kind", "hello", ""]:
+            with self.assertRaises(netlock.ProtocolError, msg=line):
+                _protocol.parse(line)
+
+    def test_lost_lines(self):
+        self.assertEqual(_protocol.parse("LOST server went away").reason, "server went away")
+        self.assertEqual(_protocol.parse("LOST").reason, "")
+
+    def test_line_reader_is_byte_exact(self):
+        r, w = os.pipe()
+        os.write(w, b"OK a backend=flock\nLOST gone\npartial")
+        os.close(w)
+        reader = _protocol.LineReader(r)
+        self.assertEqual(reader.read_line(), "OK a backend=flock")
+        self.assertEqual(reader.read_line(), "LOST gone")
+        with self.assertRaisesRegex(netlock.ProtocolError, "middle of a line"):
+            reader.read_line()
+        self.assertIsNone(reader.read_line())
+        os.close(r)
+
+    def test_line_reader_caps_and_utf8(self):
+        r, w = os.pipe()
+        os.write(w, b"OK \xff\n")
+        os.close(w)
+        with self.assertRaisesRegex(netlock.ProtocolError, "not UTF-8"):
+            _protocol.LineReader(r).read_line()
+        os.close(r)
+        reader = _protocol.LineReader(-1)
+        reader.buf += b"x" * _protocol.MAX_LINE
+        with self.assertRaisesRegex(netlock.ProtocolError, "longer than"):
+            reader.take_line()
+
+
+class ArgsTest(unittest.TestCase):
+    def test_wait_arguments(self):
+        w = _spawn.wait_arg
+        self.assertIsNone(w(None))
+        self.assertEqual(w(0), "0")
+        self.assertEqual(w(0.0), "0")
+        self.assertEqual(w("0"), "0")
+        self.assertEqual(w(0.3), "300ms")
+        self.assertEqual(w(1e-9), "1ms", "a non-zero wait never becomes try-once")
+        self.assertEqual(w(0.0025), "3ms")
+        self.assertEqual(w(10), "10000ms")
+        self.assertEqual(w("1.5"), "1500ms")
+        self.assertEqual(w(datetime.timedelta(minutes=1)), "60000ms")
+        self.assertEqual(w(float("inf")), "forever")
+        self.assertEqual(w("forever"), "forever")
+        self.assertEqual(w("1m30s"), "1m30s")
+        for bad in [-1, float("nan"), "", " ", "-5s", "1 m", True, [1]]:
+            with self.assertRaises(netlock.Usage, msg=repr(bad)):
+                w(bad)
+
+    def test_helper_args(self):
+        self.assertEqual(_spawn.helper_args("demo", None, None, False), ["--watch-stdin", "hold", "demo"])
+        self.assertEqual(
+            _spawn.helper_args("demo", Path("/etc/p.toml"), "1500ms", True),
+            ["--watch-stdin", "--profiles", "/etc/p.toml", "--wait", "1500ms", "--shared", "hold", "demo"],
+        )
+
+    def test_tags(self):
+        for good in ["demo", "a", "phone.stuff_1-2", "x-", "/var/lock/x.lock"]:
+            self.assertEqual(_spawn.check_tag(good), good)
+        for bad in ["", "-v", "--help", "a\nb", "a\x00", 5, None]:
+            with self.assertRaises(netlock.Usage, msg=repr(bad)):
+                _spawn.check_tag(bad)
+
+
+class LookupTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="netlock-lookup-"))
+        self.bin = self.dir / "bin"
+        self.bin.mkdir(mode=0o755)
+        self.exe = self.bin / "locksmith"
+        self.exe.write_text("#!/bin/sh\nexit 0\n")
+        self.exe.chmod(0o755)
+
+    def tearDown(self):
+        for p in (self.bin, self.dir):
+            p.chmod(0o700)
+        import shutil
+
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_order_explicit_env_path(self):
+        env = {"PATH": f"{self.bin}", "LOCKSMITH_BIN": "/env/ls"}
+        with mock.patch.dict(os.environ, env, clear=True):
+            self.assertEqual(_spawn.find_helper("/x/ls"), ("/x/ls", "given as helper="))
+            self.assertEqual(_spawn.find_helper(), ("/env/ls", "from $LOCKSMITH_BIN"))
+        with mock.patch.dict(os.environ, {"PATH": f"{self.bin}", "LOCKSMITH_BIN": ""}, clear=True):
+            self.assertEqual(_spawn.find_helper(), (str(self.exe), "looked up on $PATH"))
+
+    def test_path_skips_relative_and_writable_directories(self):
+        with mock.patch.dict(os.environ, {"PATH": "relative:.:"}, clear=True):
+            with self.assertRaises(netlock.SpawnError):
+                _spawn.find_helper()
+        self.bin.chmod(0o777)
+        with mock.patch.dict(os.environ, {"PATH": str(self.bin)}, clear=True):
+            with self.assertRaisesRegex(netlock.SpawnError, "writable by group or others"):
+                _spawn.find_helper()
+        self.bin.chmod(0o775)
+        self.assertIn("writable", _spawn.untrusted(str(self.exe)))
+        self.bin.chmod(0o755)
+        self.exe.chmod(0o777)
+        self.assertIn("writable", _spawn.untrusted(str(self.exe)))
+        self.exe.chmod(0o755)
+        self.assertIsNone(_spawn.untrusted(str(self.exe)))
+        # An ancestor writable by others without the sticky bit could rename bin/ away.
+        self.dir.chmod(0o777)
+        self.assertIn("writable", _spawn.untrusted(str(self.exe)))
+        self.dir.chmod(0o777 | stat.S_ISVTX)
+        self.assertIsNone(_spawn.untrusted(str(self.exe)), "a sticky ancestor, as /tmp, is fine")
+
+    def test_symlink_target_is_checked_too(self):
+        other = self.dir / "other"
+        other.mkdir(mode=0o777)
+        other.chmod(0o777)
+        real = other / "locksmith-real"
+        real.write_text("#!/bin/sh\n")
+        real.chmod(0o755)
+        link = self.bin / "ls-link"
+        link.symlink_to(real)
+        self.assertIn("writable", _spawn.untrusted(str(link)))
+
+
+class FakeHelperTest(unittest.TestCase):
+    """The guard's handling of every kind of helper answer, against a fake helper."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = Path(tempfile.mkdtemp(prefix="netlock-fake-"))
+        cls.fake = cls.dir / "fake-locksmith"
+        cls.fake.write_text(FAKE)
+        cls.fake.chmod(0o755)
+
+    @classmethod
+    def tearDownClass(cls):
+        import shutil
+
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def lock(self, tag, **kw):
+        return netlock.lock(tag, helper=self.fake, **kw)
+
+    def test_ok_fields_and_release(self):
+        lk = self.lock("plain1", profiles="/p.toml", wait=1.5, shared=True)
+        self.assertEqual(
+            (self.dir / "plain1.args").read_text().split("\n")[:-1],
+            ["--watch-stdin", "--profiles", "/p.toml", "--wait", "1500ms", "--shared", "hold", "plain1"],
+        )
+        self.assertEqual((lk.token, lk.prev_crashed, lk.backend, lk.profile), (42, True, "fake", "plain1"))
+        self.assertEqual(lk.field("since"), "2025-01-01T00:00:00Z")
+        self.assertFalse(lk.lost)
+        self.assertTrue(lk.unlock())
+        self.assertTrue((self.dir / "plain1.released").exists(), "unlock returned before the helper finished")
+        self.assertFalse(lk.unlock(), "a second unlock is a no-op")
+        self.assertTrue(lk.lost)
+        support.assert_no_children(self)
+
+    def test_error_kinds(self):
+        with self.assertRaises(netlock.Busy) as c:
+            self.lock("busy1")
+        self.assertEqual((c.exception.kind, c.exception.exit_code), ("busy", 75))
+        self.assertEqual(str(c.exception), "locksmith: busy: held by host=h pid=1 ppid=0")
+        self.assertIsNone(netlock.try_lock("busy2", helper=self.fake))
+        with self.assertRaises(netlock.Config) as c:
+            self.lock("odd1")  # unknown word: the exit code decides, the word is kept
+        self.assertEqual(c.exception.message, "strange: what")
+        with self.assertRaises(netlock.Unavailable) as c:
+            self.lock("quiet1")
+        self.assertEqual(c.exception.exit_code, 69)
+        self.assertIn("without writing a status line", c.exception.message)
+        with self.assertRaises(netlock.ProtocolError):
+            self.lock("zero1")
+        with self.assertRaises(netlock.ProtocolError):
+            self.lock("garbage1")
+        with self.assertRaisesRegex(netlock.ProtocolError, "instead of"):
+            self.lock("other1")
+        with self.assertRaises(netlock.SpawnError):
+            netlock.lock("x", helper=self.dir / "missing")
+        support.assert_no_children(self)
+
+    def test_lost_line_is_seen_and_reported(self):
+        lk = self.lock("lost1")
+        self.assertEqual(lk.token, 9)
+        self.assertTrue(lk.wait_lost(10))
+        self.assertTrue(lk.lost)
+        with self.assertRaises(netlock.Lost) as c:
+            lk.check()
+        self.assertEqual(c.exception.message, "server went away")
+        with self.assertRaises(netlock.Lost) as c:
+            lk.unlock()
+        self.assertEqual((c.exception.message, c.exception.exit_code), ("server went away", 74))
+        support.assert_no_children(self)
+
+    def test_early_exit_and_failed_release(self):
+        lk = self.lock("early1")
+        self.assertTrue(lk.wait_lost(10))
+        with self.assertRaisesRegex(netlock.Lost, "before unlock was asked for") as c:
+            lk.unlock()
+        self.assertEqual(c.exception.exit_code, 0)
+        lk = self.lock("relfail1")
+        self.assertFalse(lk.lost)
+        with self.assertRaisesRegex(netlock.Lost, "while releasing") as c:
+            lk.unlock()
+        self.assertEqual(c.exception.exit_code, 74)
+        support.assert_no_children(self)
+
+    def test_with_block(self):
+        with self.lock("with1") as lk:
+            self.assertFalse(lk.lost)
+        self.assertTrue((self.dir / "with1.released").exists())
+        # The body's exception wins over a failed release, which is reported on stderr.
+        with mock.patch("sys.stderr", new_callable=io.StringIO) as err:
+            with self.assertRaises(KeyError):
+                with self.lock("relfail2"):
+                    raise KeyError("body")
+        self.assertIn("netlock: releasing 'relfail2': locksmith: lost:", err.getvalue())
+        with self.assertRaises(netlock.Lost):
+            with self.lock("relfail3"):
+                pass
+        support.assert_no_children(self)
+
+
+if __name__ == "__main__":
+    unittest.main()

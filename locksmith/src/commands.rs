@@ -127,12 +127,17 @@ fn release(lock: &mut dyn Backend, common: &Common) -> Result<()> {
 }
 
 /// The heartbeat schedule of a holder: every min(keepalive, stale_after/3); a failure to
-/// confirm is retried, and declared lost before a waiter could legally break in (timed
-/// with CLOCK_BOOTTIME, which counts suspend).
+/// confirm is retried, and declared lost early enough that `run`'s CMD is gone (SIGTERM, the
+/// grace, SIGKILL) before a waiter could legally break in: SPEC §6's window opens at
+/// `stale_after − period` after the last confirmed heartbeat — counted from when it was
+/// *sent*, since the server may have seen it at any moment after. Every attempt is bounded by
+/// that point (the backend gets it as a deadline). Timed with CLOCK_BOOTTIME, which counts
+/// suspend.
 struct Heartbeat {
     period: Option<Duration>,
     stale_after: Duration,
     retry: Duration,
+    /// When the last confirmed heartbeat (or the acquisition) began.
     last_ok: Duration,
     next: Instant,
 }
@@ -160,6 +165,12 @@ impl Heartbeat {
         self.period.map_or(Duration::from_secs(1), |p| p / 2)
     }
 
+    /// The moment (CLOCK_BOOTTIME) by which LOST must be declared: the grace before the
+    /// earliest legal break-in.
+    fn lost_by(&self, period: Duration) -> Duration {
+        (self.last_ok + self.stale_after).saturating_sub(period + self.grace())
+    }
+
     fn beat(&mut self, lock: &mut dyn Backend) -> Result<()> {
         let Some(period) = self.period else {
             return Ok(());
@@ -167,9 +178,12 @@ impl Heartbeat {
         if Instant::now() < self.next {
             return Ok(());
         }
-        match lock.heartbeat() {
+        let start = sys::boottime();
+        let lost_by = self.lost_by(period);
+        let deadline = Instant::now() + lost_by.saturating_sub(start);
+        match lock.heartbeat(deadline) {
             Ok(()) => {
-                self.last_ok = sys::boottime();
+                self.last_ok = start;
                 self.next = Instant::now() + period;
                 Ok(())
             }
@@ -177,9 +191,8 @@ impl Heartbeat {
             Err(e) => {
                 let silent = sys::boottime().saturating_sub(self.last_ok);
                 let retry = self.retry.min(period);
-                // Give up while a waiter still cannot break in: it may from
-                // stale_after - period on, and our next try would come after `retry`.
-                if silent + retry + period >= self.stale_after {
+                // Give up if the next try would begin past the point of no return.
+                if sys::boottime() + retry >= lost_by {
                     return Err(err!(
                         Lost,
                         "no heartbeat confirmed for {}: {}",

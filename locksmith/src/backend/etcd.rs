@@ -741,11 +741,14 @@ impl Backend for Etcd {
         Some(self.heartbeat)
     }
 
-    fn heartbeat(&mut self) -> Result<()> {
+    fn heartbeat(&mut self, deadline: Instant) -> Result<()> {
         let Some(lease) = self.lease else {
             return Err(err!(Lost, "not holding"));
         };
-        let limit = self.deadline().saturating_duration_since(Instant::now());
+        let limit = self
+            .deadline()
+            .min(deadline)
+            .saturating_duration_since(Instant::now());
         let server = self.server();
         match self.keep_alive(lease, limit)? {
             Ok(ttl) if ttl > 0 => Ok(()),

@@ -326,7 +326,7 @@ impl Backend for Flock {
         None
     }
 
-    fn heartbeat(&mut self) -> Result<()> {
+    fn heartbeat(&mut self, _deadline: std::time::Instant) -> Result<()> {
         Ok(())
     }
 

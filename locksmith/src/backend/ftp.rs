@@ -1234,9 +1234,9 @@ impl Backend for Ftp {
         Some(self.heartbeat)
     }
 
-    fn heartbeat(&mut self) -> Result<()> {
+    fn heartbeat(&mut self, deadline: Instant) -> Result<()> {
         let was_connected = self.conn.is_some();
-        self.deadline = Some(Instant::now() + self.hold_timeout());
+        self.deadline = Some((Instant::now() + self.hold_timeout()).min(deadline));
         let r = if self.sh.reader.is_some() {
             self.beat_reader()
         } else {

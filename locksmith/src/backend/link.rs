@@ -449,7 +449,7 @@ impl Backend for Link {
         (!self.cfg.local).then_some(self.heartbeat)
     }
 
-    fn heartbeat(&mut self) -> Result<()> {
+    fn heartbeat(&mut self, _deadline: Instant) -> Result<()> {
         let path = self.cfg.path.clone();
         let Some((_, file)) = &self.ours else {
             return Err(err!(Lost, "not holding"));

@@ -656,7 +656,7 @@ impl Backend for Mkdir {
         (!self.cfg.local).then_some(self.heartbeat)
     }
 
-    fn heartbeat(&mut self) -> Result<()> {
+    fn heartbeat(&mut self, _deadline: Instant) -> Result<()> {
         let Some(rec) = &self.ours else {
             return Err(err!(Lost, "not holding"));
         };

@@ -138,8 +138,10 @@ pub trait Backend {
     /// How often the holder must heartbeat; `None`: never (zero wakeups while holding).
     fn heartbeat_period(&self) -> Option<Duration>;
 
-    /// Refreshes liveness and checks the lock is still ours. `Kind::Lost`: it is not.
-    fn heartbeat(&mut self) -> Result<()>;
+    /// Refreshes liveness and checks the lock is still ours. `Kind::Lost`: it is not. A
+    /// backend that talks to a server returns by `deadline` (an error if unconfirmed): past
+    /// it the holder could no longer stop its command before a waiter may break in.
+    fn heartbeat(&mut self, deadline: Instant) -> Result<()>;
 
     /// Frees the lock. `Kind::Lost` if it was no longer ours.
     fn release(&mut self) -> Result<()>;

@@ -15,8 +15,17 @@
 //! exits. PostgreSQL queues a new request behind a *waiting* conflicting one, so a waiting
 //! writer is not starved by a stream of readers.
 //!
-//! **Keepalive:** TCP keepalives plus a `SELECT 1` every heartbeat period; a failed one means
-//! the server has ended the session and freed the lock: `LOST`, 74.
+//! **The server's clock and ours:** the server, not a waiter, decides when a lost holder's
+//! lock is free — when it gives up on the holder's connection. Every session tells the server
+//! when to do that (`SET tcp_user_timeout` = `stale_after`, plus TCP keepalives probing every
+//! second), so a holder cut off from the server loses the lock `stale_after` after the server
+//! last heard from it, whatever the server's defaults (hours), and never before: the kernel
+//! aborts a connection only once nothing has arrived from the peer for the user timeout.
+//!
+//! **Heartbeat:** an empty query every heartbeat period, bounded so that an unconfirmed one
+//! declares `LOST` (and `run` stops CMD) before `stale_after − period` has passed since the
+//! last confirmed one was *sent* — half a period before the earliest moment the server could
+//! free the lock. A failed one means the session is gone: `LOST`, 74.
 //!
 //! **Fencing tokens:** a row per lock in `SCHEMA.tokens (lock, token, clean)`, created on first
 //! use and only written while holding the lock exclusively: the holder takes token + 1 and sets
@@ -29,7 +38,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::str::FromStr;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use postgres::error::SqlState;
 use postgres::{CancelToken, Client, Config, NoTls};
@@ -73,6 +82,9 @@ pub struct Postgres {
     /// Our exclusive acquisition's token, to mark its clean release.
     token: Option<i64>,
     held: bool,
+    /// When the last request the server answered while we held was sent: the server heard
+    /// from us no earlier, so it cannot free the lock before this + `stale_after`.
+    confirmed: Instant,
 }
 
 /// A thread blocked in `pg_advisory_lock` on our connection; one byte when done.
@@ -101,7 +113,39 @@ impl Postgres {
             waiter: None,
             token: None,
             held: false,
+            confirmed: Instant::now(),
         }
+    }
+
+    /// What every session tells the server: give up on this connection once nothing has
+    /// arrived from us for `stale_after` (TCP_USER_TIMEOUT, which also bounds keepalive
+    /// probing), probing an idle connection every second — and, while a query runs (a
+    /// waiter blocked in `pg_advisory_lock`), check every second that we are still there.
+    /// Keepalive settings are whole seconds; `count` makes idle + count × interval reach
+    /// `stale_after` too, for a server where the user timeout cannot be set.
+    fn session_settings(&self) -> (String, String) {
+        let s = self.stale_after.as_millis().max(1);
+        let secs = s.div_ceil(1000) as u64;
+        let idle = (secs / 2).max(1);
+        let count = secs.saturating_sub(idle).max(1);
+        (
+            format!(
+                "SET tcp_keepalives_idle = {idle}; SET tcp_keepalives_interval = 1; \
+                 SET tcp_keepalives_count = {count}"
+            ),
+            format!("SET tcp_user_timeout = {s}; SET client_connection_check_interval = 1000"),
+        )
+    }
+
+    /// How long a heartbeat sent now may take: it must be answered, or LOST declared, by
+    /// `confirmed + stale_after − period` (then `run` gives CMD half a period to stop, which
+    /// still leaves half a period before the server could free the lock).
+    fn heartbeat_limit(&self) -> Duration {
+        (self.confirmed + self.stale_after)
+            .checked_sub(self.heartbeat)
+            .map_or(Duration::ZERO, |d| {
+                d.saturating_duration_since(Instant::now())
+            })
     }
 
     fn server(&self) -> String {
@@ -224,8 +268,31 @@ impl Postgres {
             }
             .map_err(|e| self.error("cannot connect", &e))?;
             self.client = Some(c);
+            self.tell_server_when_to_give_up()?;
         }
         Ok(self.client.as_mut().expect("connected above"))
+    }
+
+    /// Sends [`Postgres::session_settings`]. A server without `tcp_user_timeout` (< 12) or
+    /// `client_connection_check_interval` (< 14) gets what it knows, and the holder's guarantee
+    /// then rests on the keepalive settings alone (said at `-v`).
+    fn tell_server_when_to_give_up(&mut self) -> Result<()> {
+        let (keepalives, rest) = self.session_settings();
+        let client = self.client.as_mut().expect("connected");
+        client
+            .batch_execute(&keepalives)
+            .map_err(|e| self.error("cannot set the session's keepalives", &e))?;
+        let client = self.client.as_mut().expect("connected");
+        for set in rest.split("; ") {
+            if let Err(e) = client.batch_execute(set) {
+                if e.code() == Some(&SqlState::UNDEFINED_OBJECT) {
+                    info!("this server does not know `{set}`: {e}");
+                } else {
+                    return Err(self.error("cannot set the session's timeouts", &e));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn lock_fn(&self, try_: bool) -> String {
@@ -239,24 +306,40 @@ impl Postgres {
     }
 
     /// Holding: the fencing token and whether the previous exclusive holder released cleanly.
-    fn grant(&mut self) -> Grant {
+    /// The server's answer to one of our requests, sent now, starts the holder's clock.
+    fn grant(&mut self) -> Result<Grant> {
+        let sent = Instant::now();
+        let grant = self.tokens();
+        if grant.is_none() {
+            // No token query answered: confirm the session by itself (a waiter's grant may
+            // come long after its last request).
+            let limit = self.stale_after;
+            let r = self.client()?.is_valid(limit);
+            if let Err(e) = r {
+                return Err(self.error("cannot confirm the session that took the lock", &e));
+            }
+        }
+        self.confirmed = sent;
         self.held = true;
+        Ok(grant.unwrap_or_default())
+    }
+
+    /// The token query of [`Postgres::grant`]; `None` if the server answered none of it.
+    fn tokens(&mut self) -> Option<Grant> {
         let schema = self.cfg.schema.clone();
         let lock = self.cfg.lock.clone();
         let shared = self.mode == Mode::Shared;
-        let Ok(client) = self.client() else {
-            return Grant::default();
-        };
+        let client = self.client().ok()?;
         if shared {
             let q = format!("SELECT token FROM {schema}.tokens WHERE lock = $1");
             return match client.query_opt(&q, &[&lock]) {
-                Ok(row) => Grant {
+                Ok(row) => Some(Grant {
                     token: row.map(|r| r.get::<_, i64>(0) as u64),
                     prev_crashed: false,
-                },
+                }),
                 Err(e) => {
                     debug!("no fencing token: {e}");
-                    Grant::default()
+                    e.as_db_error().map(|_| Grant::default())
                 }
             };
         }
@@ -277,10 +360,10 @@ impl Postgres {
                     let token: i64 = row.get(0);
                     let clean: Option<bool> = row.get(1);
                     self.token = Some(token);
-                    return Grant {
+                    return Some(Grant {
                         token: Some(token as u64),
                         prev_crashed: clean == Some(false),
-                    };
+                    });
                 }
                 Err(e)
                     if attempt < 2
@@ -296,14 +379,18 @@ impl Postgres {
                 }
                 Err(e) => {
                     debug!("no fencing token: {e}");
-                    return Grant::default();
+                    // The server answered (an error of its own): the session is confirmed.
+                    return e.as_db_error().map(|_| Grant::default());
                 }
             }
         }
-        Grant::default()
+        Some(Grant::default())
     }
 
-    /// Holders per `pg_locks` (granted advisory locks on our key).
+    /// Holders per `pg_locks` (granted advisory locks on our key). A locksmith session the
+    /// server has not heard from for `stale_after` (its own clock: the time since the session
+    /// last went idle) is not called alive: its holder heartbeats every period, and declares
+    /// LOST before that much silence.
     fn holders(&mut self) -> Result<Vec<(i32, Holder)>> {
         let lock = self.cfg.lock.clone();
         let schema = self.cfg.schema.clone();
@@ -311,7 +398,10 @@ impl Postgres {
             "WITH k AS (SELECT {KEY} AS k) \
              SELECT a.pid, host(a.client_addr), a.application_name, \
                     to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), \
-                    l.mode \
+                    l.mode, \
+                    CASE WHEN a.state = 'idle' \
+                         THEN (EXTRACT(EPOCH FROM clock_timestamp() - a.state_change) * 1000)::int8 \
+                         ELSE 0 END \
              FROM k, pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
              WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
                AND l.classid::int8 = ((k.k >> 32) & 4294967295) \
@@ -342,6 +432,7 @@ impl Postgres {
                 let app: Option<String> = r.get(2);
                 let since: Option<String> = r.get(3);
                 let mode: String = r.get(4);
+                let silent_ms: Option<i64> = r.get(5);
                 let word = |k: &str| {
                     app.as_deref().and_then(|a| {
                         a.split_whitespace()
@@ -367,8 +458,15 @@ impl Postgres {
                         } else {
                             Mode::Exclusive
                         }),
-                        // The server holds it for a live session.
-                        alive: Some(true),
+                        // The server holds it for a live session; a silent locksmith may
+                        // be cut off (the server frees it at `stale_after`).
+                        alive: if ours
+                            && silent_ms.unwrap_or(0) as u128 > self.stale_after.as_millis()
+                        {
+                            None
+                        } else {
+                            Some(true)
+                        },
                         foreign: (!ours).then(|| {
                             format!(
                                 "session pid {backend_pid} ({})",
@@ -414,7 +512,7 @@ impl Backend for Postgres {
                     if let Err(e) = r {
                         return Err(self.error("cannot take the advisory lock", &e));
                     }
-                    return Ok(Attempt::Acquired(self.grant()));
+                    return Ok(Attempt::Acquired(self.grant()?));
                 }
                 _ => return Ok(Attempt::Busy(Vec::new())),
             }
@@ -427,7 +525,7 @@ impl Backend for Postgres {
         }
         .map_err(|e| self.error("cannot take the advisory lock", &e))?;
         if got {
-            return Ok(Attempt::Acquired(self.grant()));
+            return Ok(Attempt::Acquired(self.grant()?));
         }
         let holders = self
             .holders()
@@ -467,19 +565,39 @@ impl Backend for Postgres {
         Some(self.heartbeat)
     }
 
-    fn heartbeat(&mut self) -> Result<()> {
+    fn heartbeat(&mut self, deadline: Instant) -> Result<()> {
+        let limit = self
+            .heartbeat_limit()
+            .min(deadline.saturating_duration_since(Instant::now()));
+        let sent = Instant::now();
         let r = match self.client.as_mut() {
-            Some(c) => c.simple_query("SELECT 1").map(|_| ()),
+            Some(c) => c.is_valid(limit),
             None => return Err(err!(Lost, "not holding")),
         };
-        r.map_err(|e| {
-            let server = self.server();
-            err!(
-                Lost,
-                "lost the session holding lock `{}` ({server}): {e}; the server has released it",
-                self.cfg.lock
+        let Err(e) = r else {
+            self.confirmed = sent;
+            return Ok(());
+        };
+        // The session is unusable: a timed-out request is still in flight. Closing it would
+        // wait for that request; the process is about to exit and the kernel closes it.
+        self.held = false;
+        if let Some(c) = self.client.take() {
+            std::mem::forget(c);
+        }
+        let server = self.server();
+        let why = if e.to_string().contains("timeout") || e.to_string().contains("timed out") {
+            format!(
+                "no answer within {}; giving it up before the server can free it",
+                crate::profile::fmt_duration(limit)
             )
-        })
+        } else {
+            format!("{e}; the server has released it")
+        };
+        Err(err!(
+            Lost,
+            "lost the session holding lock `{}` ({server}): {why}",
+            self.cfg.lock
+        ))
     }
 
     fn release(&mut self) -> Result<()> {
@@ -546,7 +664,9 @@ impl Backend for Postgres {
                 self.cfg.lock
             ));
         }
-        if !force {
+        // A locksmith session silent for stale_after is breakable without --force.
+        let silent = holders.iter().all(|(_, h)| h.alive.is_none());
+        if !force && !silent {
             return Err(err!(
                 Busy,
                 "lock `{}` is held by {}, a live session (the server frees it when the session ends); use --force to terminate the session",

@@ -936,7 +936,7 @@ impl Backend for Symlink {
         (!self.cfg.local).then_some(self.heartbeat)
     }
 
-    fn heartbeat(&mut self) -> Result<()> {
+    fn heartbeat(&mut self, _deadline: Instant) -> Result<()> {
         let path = self.cfg.path.clone();
         let now = TimeSpec::UTIME_NOW;
         match &self.held {

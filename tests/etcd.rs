@@ -16,6 +16,10 @@ pub struct Etcd {
     child: Child,
     _dir: tempfile::TempDir,
     pub port: u16,
+    /// The address it listens on (loopback, or the server namespace's of a [`Net`]).
+    pub host: String,
+    /// Its [`Net`]'s server namespace, for etcdctl.
+    ns: Option<String>,
     /// With TLS: the CA that verifies the member (for etcdctl).
     ca: Option<std::path::PathBuf>,
 }
@@ -51,6 +55,15 @@ impl Etcd {
     /// As [`Etcd::start`]; with `tls` = (CA, leaf chain, leaf key) its client URL is
     /// `https://` serving the leaf.
     pub fn start_with(tls: Option<(&Path, &Path, &Path)>) -> Option<Etcd> {
+        Etcd::start_full(tls, None)
+    }
+
+    /// As [`Etcd::start`], in the server namespace of `net`, listening on its address.
+    pub fn start_in(net: &Net) -> Option<Etcd> {
+        Etcd::start_full(None, Some(net))
+    }
+
+    fn start_full(tls: Option<(&Path, &Path, &Path)>, net: Option<&Net>) -> Option<Etcd> {
         for tool in ["etcd", "etcdctl"] {
             if !on_path(tool) {
                 return skip(&format!(
@@ -65,9 +78,13 @@ impl Etcd {
         let port = free_port();
         let peer = free_port();
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let client = format!("{scheme}://127.0.0.1:{port}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let mut etcd = Command::new("etcd");
+        let host = net.map_or("127.0.0.1", |_| Net::SERVER).to_string();
+        let client = format!("{scheme}://{host}:{port}");
+        let peer_url = format!("http://{host}:{peer}");
+        let mut etcd = match net {
+            None => Command::new("etcd"),
+            Some(net) => net.in_server("etcd"),
+        };
         if let Some((_, leaf, key)) = tls {
             etcd.arg("--cert-file").arg(leaf).arg("--key-file").arg(key);
         }
@@ -88,6 +105,8 @@ impl Etcd {
             child,
             _dir: dir,
             port,
+            ns: net.map(Net::server_ns),
+            host,
             ca: tls.map(|(ca, _, _)| ca.to_path_buf()),
         };
         eventually(Duration::from_secs(20), "etcd answers", || {
@@ -97,9 +116,16 @@ impl Etcd {
     }
 
     pub fn ctl(&self, args: &[&str]) -> std::process::Output {
-        let mut c = Command::new("etcdctl");
+        let mut c = match &self.ns {
+            None => Command::new("etcdctl"),
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "etcdctl"]);
+                c
+            }
+        };
         match &self.ca {
-            None => c.arg(format!("--endpoints=127.0.0.1:{}", self.port)),
+            None => c.arg(format!("--endpoints={}:{}", self.host, self.port)),
             Some(ca) => c
                 .arg(format!("--endpoints=https://127.0.0.1:{}", self.port))
                 .arg(format!("--cacert={}", ca.display())),
@@ -130,7 +156,7 @@ impl Etcd {
     /// keepalive 500 ms), `eclosed` (nothing listens).
     pub fn sandbox(&self) -> Sandbox {
         let sb = Sandbox::new("");
-        let ep = format!("endpoints = [\"http://127.0.0.1:{}\"]\n", self.port);
+        let ep = format!("endpoints = [\"http://{}:{}\"]\n", self.host, self.port);
         sb.write_profiles(&format!(
             "[profile.e]\nbackend = \"etcd\"\n{ep}prefix = \"/t/e\"\n\n\
              [profile.efast]\nbackend = \"etcd\"\n{ep}prefix = \"/t/e\"\nstale_after = \"3s\"\nkeepalive = \"500ms\"\n\n\

@@ -50,6 +50,10 @@ pub struct DebianFtp {
     tls: bool,
     /// With `tls`: implicit FTPS (TLS from the first byte; vsftpd only).
     implicit: bool,
+    /// The address it listens on (loopback, or the server namespace's of a [`Net`]).
+    pub host: String,
+    /// Its [`Net`]'s server namespace (pure-ftpd only).
+    ns: Option<String>,
 }
 
 /// `SKIP:` outside CI, a failure under `CI=true`.
@@ -177,10 +181,24 @@ impl DebianFtp {
         DebianFtp::start_with(server, Some(secs), None)
     }
 
+    /// pure-ftpd in the server namespace of `net`, listening on its address.
+    pub fn start_in(net: &crate::support::Net) -> Option<DebianFtp> {
+        DebianFtp::start_full(Server::PureFtpd, None, None, Some(net))
+    }
+
     fn start_with(
         server: Server,
         idle_secs: Option<u64>,
         tls: Option<(&Path, &Path)>,
+    ) -> Option<DebianFtp> {
+        DebianFtp::start_full(server, idle_secs, tls, None)
+    }
+
+    fn start_full(
+        server: Server,
+        idle_secs: Option<u64>,
+        tls: Option<(&Path, &Path)>,
+        net: Option<&crate::support::Net>,
     ) -> Option<DebianFtp> {
         if !nix::unistd::geteuid().is_root() {
             return skip(&format!("{server:?} tests need root"));
@@ -224,6 +242,10 @@ impl DebianFtp {
             idle_secs,
             tls: tls.is_some(),
             implicit: false,
+            host: net
+                .map_or("127.0.0.1", |_| crate::support::Net::SERVER)
+                .to_string(),
+            ns: net.map(crate::support::Net::server_ns),
         };
         if let Some((leaf, key)) = tls {
             let d = s.dir.path().join("tls");
@@ -318,17 +340,24 @@ impl DebianFtp {
     fn spawn(&mut self) -> Result<(), ()> {
         let d = self.dir.path();
         let log = std::fs::File::create(d.join("log")).unwrap();
-        let mut c = Command::new(&self.bin);
+        let mut c = match &self.ns {
+            None => Command::new(&self.bin),
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&self.bin);
+                c
+            }
+        };
         match self.server {
             Server::PureFtpd => {
                 c.arg("-S")
-                    .arg(format!("127.0.0.1,{}", self.port))
+                    .arg(format!("{},{}", self.host, self.port))
                     .arg("-l")
                     .arg(format!("puredb:{}", d.join("pureftpd.pdb").display()))
                     .args(["-E", "-A", "-H", "-c", "200", "-C", "200"])
                     .arg("-p")
                     .arg(format!("{}:{}", self.pasv.0, self.pasv.1))
-                    .args(["-P", "127.0.0.1"]);
+                    .args(["-P", &self.host]);
                 if self.tls {
                     // -Y 2: TLS required for the login (data connections follow PROT).
                     c.args(["-Y", "2", "-2"]).arg(format!(
@@ -411,7 +440,9 @@ idle_session_timeout={idle}
                 return Err(());
             }
             // Implicit FTPS says nothing before a TLS handshake: a connection must do.
-            let up = if self.implicit {
+            let up = if let Some(ns) = &self.ns {
+                greets_in(ns, &self.host, self.port)
+            } else if self.implicit {
                 TcpStream::connect(("127.0.0.1", self.port)).is_ok()
             } else {
                 greets(self.port)
@@ -513,6 +544,18 @@ fn family(pid: i32) -> Vec<i32> {
 }
 
 /// Whether an FTP server answers on `port` with a `220` greeting.
+/// [`greets`] for a server in network namespace `ns` (bash's /dev/tcp from inside it).
+fn greets_in(ns: &str, host: &str, port: u16) -> bool {
+    Command::new("ip")
+        .args(["netns", "exec", ns, "timeout", "5", "bash", "-c"])
+        .arg(r#"exec 3<>"/dev/tcp/$0/$1" && IFS= read -r l <&3 && [[ $l == 220* ]]"#)
+        .arg(host)
+        .arg(port.to_string())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 fn greets(port: u16) -> bool {
     let Ok(s) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;

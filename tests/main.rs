@@ -43,3 +43,5 @@ mod ftp_shared;
 mod postgres;
 // backend = "etcd" against a throwaway etcd member.
 mod etcd;
+// ftp, etcd and postgres under real network partitions (network and pid namespaces).
+mod partition;

@@ -16,6 +16,8 @@ pub struct Pg {
     bin: PathBuf,
     dir: PathBuf,
     pub port: u16,
+    /// The address it listens on (loopback, or the server namespace's of a [`Net`]).
+    pub host: String,
 }
 
 fn skip(why: &str) -> Option<Pg> {
@@ -48,6 +50,15 @@ impl Pg {
     /// As [`Pg::start`], with `ssl = on` serving `leaf` (chain) and `key`, and TCP clients
     /// admitted over TLS only (`hostssl` in pg_hba.conf).
     pub fn start_with(tls: Option<(&Path, &Path)>) -> Option<Pg> {
+        Pg::start_full(tls, None)
+    }
+
+    /// As [`Pg::start`], in the server namespace of `net`, listening on its address.
+    pub fn start_in(net: &Net) -> Option<Pg> {
+        Pg::start_full(None, Some(net))
+    }
+
+    fn start_full(tls: Option<(&Path, &Path)>, net: Option<&Net>) -> Option<Pg> {
         let Some(bin) = fs::read_dir("/usr/lib/postgresql").ok().and_then(|d| {
             let mut v: Vec<PathBuf> = d
                 .filter_map(|e| Some(e.ok()?.path().join("bin")))
@@ -86,6 +97,7 @@ impl Pg {
             bin,
             dir,
             port: free_port(),
+            host: net.map_or("127.0.0.1", |_| Net::SERVER).to_string(),
         };
         let data = pg.dir.join("data");
         let o = as_postgres(&pg.bin, "initdb")
@@ -98,10 +110,18 @@ impl Pg {
             .unwrap();
         assert!(o.status.success(), "initdb: {}", stderr(&o));
         let mut opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300",
+            "-p {} -k {} -c listen_addresses={} -c fsync=off -c max_connections=300",
             pg.port,
-            pg.dir.display()
+            pg.dir.display(),
+            pg.host
         );
+        if net.is_some() {
+            // The hosts of the private network log in like loopback clients.
+            let hba = data.join("pg_hba.conf");
+            let mut conf = fs::read_to_string(&hba).unwrap();
+            conf.push_str("host all all 10.213.0.0/24 scram-sha-256\n");
+            fs::write(&hba, conf).unwrap();
+        }
         if let Some((leaf, key)) = tls {
             for (from, to) in [(leaf, "server.crt"), (key, "server.key")] {
                 let to = data.join(to);
@@ -122,7 +142,17 @@ impl Pg {
             fs::write(&hba, conf).unwrap();
             opts.push_str(" -c ssl=on");
         }
-        let o = as_postgres(&pg.bin, "pg_ctl")
+        let mut pg_ctl = match net {
+            None => as_postgres(&pg.bin, "pg_ctl"),
+            Some(net) => {
+                let mut c = net.in_server("runuser");
+                c.args(["-u", "postgres", "--"])
+                    .arg(pg.bin.join("pg_ctl"))
+                    .current_dir("/");
+                c
+            }
+        };
+        let o = pg_ctl
             .arg("-D")
             .arg(&data)
             .arg("-l")
@@ -166,8 +196,8 @@ impl Pg {
             fs::set_permissions(sb.join(f), fs::Permissions::from_mode(0o600)).unwrap();
         }
         let common = format!(
-            "backend = \"postgres\"\nhost = \"127.0.0.1\"\nport = {}\ndbname = \"app\"\nuser = \"locker\"\nlock = \"pg\"\n",
-            self.port
+            "backend = \"postgres\"\nhost = \"{}\"\nport = {}\ndbname = \"app\"\nuser = \"locker\"\nlock = \"pg\"\n",
+            self.host, self.port
         );
         sb.write_profiles(&format!(
             "[profile.pg]\n{common}password_file = \"pw\"\n\n\

@@ -39,10 +39,12 @@ close $f; rename "$out.tmp", $out or die;
 if ($hold > 0) { select(undef, undef, undef, $hold) } else { sleep 1000 while 1 }
 "#;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Cut {
     Silent,
     Hard,
+    /// Not a cut: A's locksmith is SIGSTOPped for stale_after + 2 s, then SIGCONTinued.
+    Paused,
 }
 
 /// What a [`STAMP`] command wrote.
@@ -110,6 +112,7 @@ fn scenario(
     name: &str,
     cut: Cut,
     deaf: bool,
+    server_frees: bool,
     leftovers: &dyn Fn() -> String,
 ) {
     let run = |host: char, args: &[&str], stamp: Option<(&Path, &str)>| {
@@ -153,6 +156,46 @@ fn scenario(
     match cut {
         Cut::Silent => net.cut_silent('a'),
         Cut::Hard => net.cut_hard('a'),
+        Cut::Paused => {
+            paused(name, a_cmd.pid, &sbb, server_frees, t_cut);
+            if !server_frees {
+                // SPEC §6's honest limit: a waiter broke the paused holder's lock while its
+                // CMD ran on; the token is what tells them apart.
+                a.wait_stderr("ERROR lost", Duration::from_secs(30));
+                assert_eq!(code(a.wait_exit(Duration::from_secs(30))), 74);
+                assert_eq!(code(b.wait_exit(Duration::from_secs(30))), 0);
+                let b_cmd = read_stamp(&sbb);
+                assert!(b_cmd.token > a_cmd.token, "{name}: tokens did not rise");
+                eprintln!(
+                    "partition {name}: the waiter's CMD started +{:.3}s into the pause (tokens {} -> {}); A said LOST once resumed",
+                    b_cmd.at - t_cut,
+                    a_cmd.token,
+                    b_cmd.token
+                );
+                after_heal(net, &run, name, &sc, b_cmd.token, leftovers, &clean);
+                return;
+            }
+            // postgres: the lock stayed A's all along (the server kept the session), and A
+            // confirms it once resumed and goes on holding. Its CMD ends; then B gets in.
+            assert!(
+                a.exited().is_none(),
+                "{name}: A gave up a lock that was still its own"
+            );
+            let gone = watch_death(a_cmd.pid);
+            kill9(a_cmd.pid);
+            let t_gone = gone.join().unwrap();
+            assert_eq!(code(a.wait_exit(Duration::from_secs(30))), 137);
+            assert_eq!(code(b.wait_exit(Duration::from_secs(30))), 0);
+            let b_cmd = read_stamp(&sbb);
+            assert!(t_gone < b_cmd.at, "{name}: two holders");
+            assert!(b_cmd.token > a_cmd.token, "{name}: tokens did not rise");
+            eprintln!(
+                "partition {name}: the waiter stayed out for the whole pause; in {:.3}s after A's CMD ended",
+                b_cmd.at - t_gone
+            );
+            after_heal(net, &run, name, &sc, b_cmd.token, leftovers, &clean);
+            return;
+        }
     }
     a.wait_stderr("ERROR lost", Duration::from_secs(30));
     let t_lost = monotonic();
@@ -191,20 +234,69 @@ fn scenario(
         b_cmd.at - t_cut
     );
     assert!(b_cmd.token > a_cmd.token, "{name}: tokens did not rise");
+    after_heal(net, &run, name, &sc, b_cmd.token, leftovers, &clean);
+}
 
+/// A's locksmith stopped for stale_after + 2 s. Where the server frees the lock
+/// (`server_frees`: postgres, whose kernel keeps a stopped process's connection alive), the
+/// waiter must not get in meanwhile; where waiters judge by silence (ftp, etcd), it must — but
+/// not before SPEC §6's window opens.
+fn paused(name: &str, a_cmd: i32, b_stamp: &Path, server_frees: bool, t0: f64) {
+    let stat = fs::read_to_string(format!("/proc/{a_cmd}/stat")).unwrap();
+    let ppid: i32 = stat
+        .rsplit_once(") ")
+        .unwrap()
+        .1
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let a = nix::unistd::Pid::from_raw(ppid);
+    nix::sys::signal::kill(a, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // The pause is the scenario itself, not a synchronisation.
+    std::thread::sleep(Duration::from_secs_f64(STALE + 2.0));
+    let b_in = b_stamp.exists();
+    nix::sys::signal::kill(a, nix::sys::signal::Signal::SIGCONT).unwrap();
+    if server_frees {
+        assert!(
+            !b_in,
+            "{name}: the waiter got in while the holder was only paused"
+        );
+    } else {
+        assert!(
+            b_in,
+            "{name}: the waiter did not break a holder silent for stale_after + 2 s"
+        );
+        let at = read_stamp(b_stamp).at - t0;
+        assert!(
+            at >= STALE - HEARTBEAT,
+            "{name}: broken {at:.3}s into the pause"
+        );
+    }
+}
+
+/// The heal, then a third contender on host `a` gets the lock at once (its token above
+/// `last`), and the server is as a clean cycle leaves it.
+fn after_heal(
+    net: &Net,
+    run: &dyn Fn(char, &[&str], Option<(&Path, &str)>) -> Held,
+    name: &str,
+    sc: &Path,
+    last: u64,
+    leftovers: &dyn Fn() -> String,
+    clean: &str,
+) {
     net.heal('a');
     // A third contender on the healed host gets the lock at once.
-    let mut c = run('a', &["--wait", "0", "run", "x"], Some((&sc, "0.1")));
+    let mut c = run('a', &["--wait", "0", "run", "x"], Some((sc, "0.1")));
     assert_eq!(
         code(c.wait_exit(Duration::from_secs(30))),
         0,
         "{name}: C: {}",
         c.stderr_text()
     );
-    assert!(
-        read_stamp(&sc).token > b_cmd.token,
-        "{name}: tokens did not rise"
-    );
+    assert!(read_stamp(sc).token > last, "{name}: tokens did not rise");
     eventually(
         Duration::from_secs(10),
         "nothing of A left on the server",
@@ -225,7 +317,11 @@ fn both_cuts<S>(
     if !tools_present() {
         return;
     }
-    for (cut, deaf) in [(Cut::Silent, true), (Cut::Hard, false)] {
+    for (cut, deaf) in [
+        (Cut::Silent, true),
+        (Cut::Hard, false),
+        (Cut::Paused, false),
+    ] {
         let Some(net) = Net::new(&['a', 'b']) else {
             return;
         };
@@ -235,7 +331,10 @@ fn both_cuts<S>(
             "{name} {cut:?}{}",
             if deaf { " (CMD ignores SIGTERM)" } else { "" }
         );
-        scenario(&net, &sb, &label, cut, deaf, &|| leftovers(&server));
+        let server_frees = name == "postgres";
+        scenario(&net, &sb, &label, cut, deaf, server_frees, &|| {
+            leftovers(&server)
+        });
         // The server first (a clean stop), then the namespaces and whatever is left in them.
         drop(server);
         drop(net);

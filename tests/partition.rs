@@ -47,6 +47,10 @@ enum Cut {
     Paused,
 }
 
+/// Starts locksmith on a host with these arguments, optionally running [`STAMP`] (its file,
+/// its hold time) under the lock.
+type Spawner<'a> = dyn Fn(char, &[&str], Option<(&Path, &str)>) -> Held + 'a;
+
 /// What a [`STAMP`] command wrote.
 struct Stamp {
     /// Its pid in the initial pid namespace (`/proc` is the host's).
@@ -280,7 +284,7 @@ fn paused(name: &str, a_cmd: i32, b_stamp: &Path, server_frees: bool, t0: f64) {
 /// `last`), and the server is as a clean cycle leaves it.
 fn after_heal(
     net: &Net,
-    run: &dyn Fn(char, &[&str], Option<(&Path, &str)>) -> Held,
+    run: &Spawner,
     name: &str,
     sc: &Path,
     last: u64,

@@ -43,3 +43,6 @@ mod ftp_shared;
 mod postgres;
 // backend = "etcd" against a throwaway etcd member.
 mod etcd;
+// Issue 15: hostile input — planted FIFOs and devices, endless files, a parent that does not
+// read, a planted helper, values that would make root create a setuid file or spin.
+mod hostile;

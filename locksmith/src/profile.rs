@@ -3,13 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use toml::{Table, Value};
 
-use crate::error::{Error, Kind, Result, err};
+use crate::error::{Error, Kind, Result, err, shown};
+use crate::files;
 
 /// Subcommand names; a profile may not be called like one of them.
 pub const SUBCOMMANDS: &[&str] = &["hold", "run", "status", "break", "profiles"];
@@ -107,10 +107,13 @@ impl Password {
                 )),
             },
             Password::File(path) => {
-                check_secret_file(path)?;
-                let text = fs::read_to_string(path).map_err(|e| {
-                    err!(Config, "cannot read password_file {}: {e}", path.display())
-                })?;
+                // Opened without blocking, checked (kind, owner, mode) on the descriptor
+                // read, and read at most 64 KiB (issue 15: a FIFO or /dev/zero here).
+                let (file, st) = open_secret(path, "password_file")?;
+                let bytes =
+                    files::read_capped(file, &st, path, "password_file", files::SECRET_CAP)?;
+                let text = String::from_utf8(bytes)
+                    .map_err(|_| err!(Config, "password_file {} is not UTF-8 text", shown(path)))?;
                 // The first line, without its line ending.
                 Ok(text.lines().next().unwrap_or("").to_string())
             }
@@ -314,12 +317,11 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
 impl ProfilesFile {
     /// Reads and parses the file; checks names and the secret-file permission rule.
     pub fn load(path: &Path) -> Result<ProfilesFile> {
-        let text = fs::read_to_string(path).map_err(|e| {
-            Error::new(
-                Kind::Config,
-                format!("cannot read profiles file {}: {e}", path.display()),
-            )
-        })?;
+        // Not blocking on a FIFO, not reading /dev/zero forever (issue 15); every failure to
+        // read the file the user named is a config error.
+        let bytes = files::read_regular(path, "profiles file", files::CONFIG_CAP)?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| err!(Config, "profiles file {} is not UTF-8 text", shown(path)))?;
         ProfilesFile::parse(path, &text)
     }
 
@@ -679,7 +681,7 @@ impl ProfilesFile {
         if let Password::File(p) = &password
             && p.exists()
         {
-            check_secret_file(p)?;
+            open_secret(p, "password_file")?;
         }
         Ok(password)
     }
@@ -977,28 +979,39 @@ fn resolve_group(g: &str) -> Option<u32> {
         .map(|gr| gr.gid.as_raw())
 }
 
-/// A file that holds a secret must be the user's (or root's) and private (as ssh insists).
+/// A file that holds a secret must be the user's (or root's) and private (as ssh insists),
+/// and a regular file: checked on the descriptor opened (without blocking).
 pub fn check_secret_file(path: &Path) -> Result<()> {
-    let md = fs::metadata(path)
-        .map_err(|e| err!(Config, "cannot inspect secret file {}: {e}", path.display()))?;
+    open_secret(path, "secret file").map(|_| ())
+}
+
+/// Opens a file that holds a secret and checks it on the descriptor: a regular file, owned
+/// by the user or root, not readable by group or others.
+fn open_secret(path: &Path, what: &str) -> Result<(fs::File, nix::sys::stat::FileStat)> {
+    let (file, st) = files::open_regular(
+        path,
+        what,
+        nix::fcntl::OFlag::O_RDONLY,
+        nix::sys::stat::Mode::empty(),
+    )?;
     let uid = nix::unistd::geteuid().as_raw();
-    if md.uid() != uid && md.uid() != 0 {
+    if st.st_uid != uid && st.st_uid != 0 {
         return Err(err!(
             Config,
             "{} holds a password but is owned by uid {}, not by you (uid {uid}) or root",
-            path.display(),
-            md.uid()
+            shown(path),
+            st.st_uid
         ));
     }
-    if md.mode() & 0o077 != 0 {
+    if st.st_mode & 0o077 != 0 {
         return Err(err!(
             Config,
             "{} holds a password but its mode is {:04o}: it must not be readable by group or others (chmod 600)",
-            path.display(),
-            md.mode() & 0o7777
+            shown(path),
+            st.st_mode & 0o7777
         ));
     }
-    Ok(())
+    Ok((file, st))
 }
 
 /// Takes keys out of one table; whatever is left at the end is an unknown key.

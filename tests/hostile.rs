@@ -1,0 +1,217 @@
+//! Issue 15: hostile input. Another local user plants a FIFO or a device where locksmith
+//! opens a file by name; secrets, CA and profiles files that never end; a parent that does
+//! not read its pipe; a planted helper for `netlock`; values that would make root create a
+//! setuid file or spin; ERROR lines that would carry megabytes or raw control bytes.
+//!
+//! The planting cases run the planter as `nobody` (via `setpriv`) in a sticky, world-writable
+//! directory, against root's locksmith. They need root: outside CI a visible SKIP, under
+//! `CI=true` a failure.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// Generous: what must not happen is a hang, and an answer takes milliseconds.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// Whether we are root; else a visible SKIP (a failure under `CI=true`).
+fn root(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").is_err(),
+        "CI=true: {test} needs root (it plants files as `nobody` with setpriv)"
+    );
+    eprintln!("SKIP: {test}: needs root");
+    false
+}
+
+/// Runs `argv` as `nobody` (and group `nogroup`), as another local user would.
+fn as_nobody(argv: &[&str]) {
+    let st = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .args(argv)
+        .status()
+        .expect("setpriv");
+    assert!(st.success(), "as nobody: {argv:?}: {st}");
+}
+
+/// A sandbox whose `shared/` directory is sticky and world-writable, like `/tmp` or
+/// `/var/lock`: anyone may create a name in it, nobody may remove another's.
+fn shared_sandbox(toml: &str) -> Sandbox {
+    let sb = Sandbox::new(toml);
+    fs::set_permissions(sb.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let shared = sb.join("shared");
+    fs::create_dir(&shared).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+    sb
+}
+
+/// The one stderr line of a failed run: `ERROR config: ...` naming what it says.
+fn assert_config_error(o: &std::process::Output, needles: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(code(o.status), 78, "stderr: {err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    assert!(lines[0].starts_with("ERROR config: "), "{err}");
+    for n in needles {
+        assert!(lines[0].contains(n), "{n:?} not in {err}");
+    }
+}
+
+/// Issue 15 item 1: a FIFO planted by another user at a flock profile's `path` made root's
+/// `locksmith --wait 1s run` sit in open(2) forever, deaf to `--wait` and SIGTERM.
+#[test]
+fn a_fifo_planted_at_the_lock_path_is_refused_at_once() {
+    if !root("a_fifo_planted_at_the_lock_path_is_refused_at_once") {
+        return;
+    }
+    let sb = shared_sandbox("[profile.f]\nbackend = \"flock\"\npath = \"{dir}/shared/f.lock\"\n");
+    let fifo = sb.join("shared/f.lock");
+    as_nobody(&["mkfifo", "-m", "0666", fifo.to_str().unwrap()]);
+    let before = fs::read_dir(sb.join("shared")).unwrap().count();
+    let t = Instant::now();
+    let o = output_within(sb.cmd(["--wait", "1s", "run", "f", "--", "true"]), BOUND);
+    assert_config_error(&o, &["lock file", "is a FIFO (named pipe)", "uid 65534"]);
+    // Hold mode: the same on stdout, nothing else.
+    let o = output_within(sb.cmd(["--wait", "1s", "f"]), BOUND);
+    assert_eq!(code(o.status), 78);
+    assert!(
+        stdout(&o).starts_with("ERROR config: lock file "),
+        "{}",
+        stdout(&o)
+    );
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert_eq!(fs::read_dir(sb.join("shared")).unwrap().count(), before);
+}
+
+/// The same at the writer-preference gate beside the lock file (`.NAME.gate`), which a
+/// reader opens before taking its lock.
+#[test]
+fn a_fifo_planted_at_the_gate_is_refused_at_once() {
+    if !root("a_fifo_planted_at_the_gate_is_refused_at_once") {
+        return;
+    }
+    let sb = shared_sandbox("[profile.f]\nbackend = \"flock\"\npath = \"{dir}/shared/f.lock\"\n");
+    let gate = sb.join("shared/.f.lock.gate");
+    as_nobody(&["mkfifo", "-m", "0666", gate.to_str().unwrap()]);
+    let o = output_within(
+        sb.cmd(["--shared", "--wait", "1s", "run", "f", "--", "true"]),
+        BOUND,
+    );
+    assert_config_error(&o, &["gate", ".f.lock.gate", "is a FIFO (named pipe)"]);
+}
+
+/// A device (here a character device that reads as zeros, like /dev/zero) at the lock path:
+/// refused, never read.
+#[test]
+fn a_device_at_the_lock_path_is_refused() {
+    if !root("a_device_at_the_lock_path_is_refused") {
+        return;
+    }
+    let sb = shared_sandbox("[profile.f]\nbackend = \"flock\"\npath = \"{dir}/shared/f.lock\"\n");
+    let dev = sb.join("shared/f.lock");
+    let st = Command::new("mknod")
+        .args(["-m", "0666", dev.to_str().unwrap(), "c", "1", "5"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = output_within(sb.cmd(["--wait", "1s", "run", "f", "--", "true"]), BOUND);
+    assert_config_error(&o, &["is a character device"]);
+}
+
+/// Runs locksmith under an address-space limit, so that reading a file that never ends
+/// fails fast (before the fix: an abort) instead of growing until the OOM killer comes.
+fn limited(sb: &Sandbox, args: &[&str]) -> std::process::Output {
+    let mut c = Command::new("prlimit");
+    c.arg("--as=1500000000")
+        .arg("--")
+        .arg(bin())
+        .arg("--profiles")
+        .arg(&sb.profiles)
+        .args(args)
+        .env_remove("LOCKSMITH_PROFILES")
+        .env_remove("LOCKSMITH_LOG")
+        .stdin(std::process::Stdio::null());
+    output_within(c, Duration::from_secs(60))
+}
+
+/// Issue 15 item 2: `password_file` naming a FIFO (hang) or a private device that yields
+/// zeros (24 GB, then the OOM killer), `ca_file = "/dev/zero"`, `--profiles /dev/zero`.
+#[test]
+fn secret_ca_and_profiles_files_are_opened_without_blocking_and_read_capped() {
+    if !root("secret_ca_and_profiles_files_are_opened_without_blocking_and_read_capped") {
+        return;
+    }
+    let sb = shared_sandbox(
+        "[profile.pwfifo]\nbackend = \"ftp\"\nhost = \"127.0.0.1\"\nport = 1\nuser = \"u\"\n\
+         password_file = \"pw.fifo\"\npath = \"lock\"\n\n\
+         [profile.pwdev]\nbackend = \"ftp\"\nhost = \"127.0.0.1\"\nport = 1\nuser = \"u\"\n\
+         password_file = \"pw.dev\"\npath = \"lock\"\n\n\
+         [profile.pwbig]\nbackend = \"ftp\"\nhost = \"127.0.0.1\"\nport = 1\nuser = \"u\"\n\
+         password_file = \"pw.big\"\npath = \"lock\"\n\n\
+         [profile.cazero]\nbackend = \"etcd\"\nendpoints = [\"https://127.0.0.1:1\"]\n\
+         ca_file = \"/dev/zero\"\n",
+    );
+    // Root's own private files: they pass the owner and mode rule, only the kind is wrong.
+    nix::unistd::mkfifo(
+        &sb.join("pw.fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let st = Command::new("mknod")
+        .args([
+            "-m",
+            "0600",
+            sb.join("pw.dev").to_str().unwrap(),
+            "c",
+            "1",
+            "5",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    fs::write(sb.join("pw.big"), vec![b'x'; 100 * 1024]).unwrap();
+    fs::set_permissions(sb.join("pw.big"), fs::Permissions::from_mode(0o600)).unwrap();
+
+    let o = limited(&sb, &["--wait", "0", "run", "pwfifo", "--", "true"]);
+    assert_config_error(&o, &["pw.fifo", "is a FIFO (named pipe)"]);
+    let o = limited(&sb, &["--wait", "0", "run", "pwdev", "--", "true"]);
+    assert_config_error(&o, &["pw.dev", "is a character device"]);
+    let o = limited(&sb, &["--wait", "0", "run", "pwbig", "--", "true"]);
+    assert_config_error(&o, &["pw.big", "102400 bytes, over the limit of 64 KiB"]);
+    let o = limited(&sb, &["--wait", "0", "run", "cazero", "--", "true"]);
+    assert_config_error(&o, &["ca_file /dev/zero is a character device"]);
+
+    for profiles in ["/dev/zero", sb.join("pw.fifo").to_str().unwrap()] {
+        let mut c = Command::new("prlimit");
+        c.args(["--as=1500000000", "--", bin(), "--profiles", profiles])
+            .args(["run", "x", "--", "true"])
+            .stdin(std::process::Stdio::null());
+        let o = output_within(c, Duration::from_secs(60));
+        assert_config_error(&o, &["profiles file", "not a regular file"]);
+    }
+}
+
+/// A FIFO as `password_file` made by an unprivileged user for its own profile: the same,
+/// without root (the kind is checked on the descriptor, not by a `stat` before).
+#[test]
+fn a_fifo_as_password_file_is_refused_for_anyone() {
+    let sb = Sandbox::new(
+        "[profile.p]\nbackend = \"ftp\"\nhost = \"127.0.0.1\"\nport = 1\nuser = \"u\"\n\
+         password_file = \"pw\"\npath = \"lock\"\n",
+    );
+    nix::unistd::mkfifo(
+        &sb.join("pw"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let o = output_within(sb.cmd(["--wait", "0", "run", "p", "--", "true"]), BOUND);
+    assert_config_error(&o, &["password_file", "is a FIFO (named pipe)"]);
+    assert!(Path::new(&sb.join("pw")).exists());
+}

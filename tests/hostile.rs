@@ -215,3 +215,73 @@ fn a_fifo_as_password_file_is_refused_for_anyone() {
     assert_config_error(&o, &["password_file", "is a FIFO (named pipe)"]);
     assert!(Path::new(&sb.join("pw")).exists());
 }
+
+/// A pipe whose buffer (shrunk to one page) is already full, and its unread read end: a
+/// parent that does not read.
+fn full_pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use nix::fcntl::{F_GETFL, F_SETFL, F_SETPIPE_SZ, OFlag, fcntl};
+    let (r, w) = nix::unistd::pipe().unwrap();
+    let _ = fcntl(&w, F_SETPIPE_SZ(4096));
+    let fl = OFlag::from_bits_truncate(fcntl(&w, F_GETFL).unwrap());
+    fcntl(&w, F_SETFL(fl | OFlag::O_NONBLOCK)).unwrap();
+    let chunk = [b'.'; 512];
+    while nix::unistd::write(&w, &chunk).is_ok() {}
+    // Blocking again, as a parent's pipe is: the child inherits this open file description.
+    fcntl(&w, F_SETFL(fl)).unwrap();
+    (r, w)
+}
+
+/// Issue 15 item 4: a parent that does not read its pipe blocked the `OK` write, and SIGTERM
+/// went unheeded until the pipe drained. Now the line waits for room in `poll` beside the
+/// release causes: SIGTERM ends the helper at once, the lock released, exit 75 (OK was never
+/// delivered: a wait interrupted). The ERROR line of a busy lock likewise.
+#[test]
+fn a_parent_that_does_not_read_cannot_keep_the_helper_from_a_signal() {
+    let sb = Sandbox::standard();
+    for p in LOCAL {
+        let (r, w) = full_pipe();
+        let mut c = sb.cmd([p]);
+        c.stdout(std::process::Stdio::from(w))
+            .stderr(std::process::Stdio::piped());
+        let mut h = Held::spawn(c);
+        eventually(BOUND, "the lock taken", || {
+            code(sb.output(["status", p]).status) == 1
+        });
+        h.signal(libc::SIGTERM);
+        let t = Instant::now();
+        let st = h.wait_exit(BOUND);
+        assert_eq!(code(st), 75, "{p}: {}", h.stderr_text());
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "{p}: {:?}",
+            t.elapsed()
+        );
+        let o = sb.output(["status", p]);
+        assert_eq!(code(o.status), 0, "{p}: released: {}", stdout(&o));
+
+        drop(r);
+
+        // The busy ERROR line to a full pipe: once nothing is held, SIGTERM still ends it.
+        let holder = sb.hold([p]);
+        holder.ok();
+        let (r, w) = full_pipe();
+        let mut c = sb.cmd(["--wait", "0", p]);
+        c.stdout(std::process::Stdio::from(w))
+            .stderr(std::process::Stdio::piped());
+        let mut h = Held::spawn(c);
+        let pid = h.pid();
+        eventually(BOUND, "blocked writing its ERROR line", || {
+            fs::read_to_string(format!("/proc/{pid}/wchan"))
+                .is_ok_and(|w| w.ends_with("pipe_write"))
+        });
+        h.signal(libc::SIGTERM);
+        let st = h.wait_exit(BOUND);
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&st),
+            Some(libc::SIGTERM),
+            "{p}: {st:?}"
+        );
+        drop(r);
+        drop(holder);
+    }
+}

@@ -285,3 +285,159 @@ fn a_parent_that_does_not_read_cannot_keep_the_helper_from_a_signal() {
         drop(holder);
     }
 }
+
+/// Issue 15 item 7: `file_mode = "4777"` made root create a setuid, world-writable file.
+#[test]
+fn file_mode_with_setuid_setgid_or_sticky_bits_is_refused() {
+    for mode in ["4777", "2770", "1777", "04660"] {
+        let sb = Sandbox::new(&format!(
+            "[profile.f]\nbackend = \"flock\"\npath = \"{{dir}}/f.lock\"\nfile_mode = \"{mode}\"\n"
+        ));
+        let o = output_within(sb.cmd(["--wait", "0", "run", "f", "--", "true"]), BOUND);
+        assert_config_error(&o, &["file_mode", "setuid, setgid or sticky"]);
+        assert!(!sb.join("f.lock").exists(), "{mode}: nothing created");
+    }
+    let sb = Sandbox::new(
+        "[profile.f]\nbackend = \"flock\"\npath = \"{dir}/f.lock\"\nfile_mode = \"0777\"\n",
+    );
+    let o = output_within(sb.cmd(["--wait", "0", "run", "f", "--", "true"]), BOUND);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+}
+
+/// `stale_after = "3ns"` with `keepalive = "1ns"` spun a holder at 100% CPU; a `poll` of
+/// nanoseconds spins a waiter. Below the floors (poll 1 ms, keepalive 10 ms, stale_after
+/// 100 ms) a value is a clear 78; at them it works.
+#[test]
+fn timings_below_the_floors_are_refused() {
+    for (key, value, rest) in [
+        ("stale_after", "3ns", "keepalive = \"1ns\"\n"),
+        ("keepalive", "1ns", "stale_after = \"3ns\"\n"),
+        ("poll", "500us", ""),
+        ("keepalive", "9ms", ""),
+        ("stale_after", "99ms", "keepalive = \"10ms\"\n"),
+    ] {
+        let sb = Sandbox::new(&format!(
+            "[profile.m]\nbackend = \"mkdir\"\npath = \"{{dir}}/m.lock\"\n{key} = \"{value}\"\n{rest}"
+        ));
+        let o = output_within(sb.cmd(["--wait", "0", "run", "m", "--", "true"]), BOUND);
+        assert_config_error(&o, &["below the floor"]);
+    }
+    let sb = Sandbox::new(
+        "[profile.m]\nbackend = \"mkdir\"\npath = \"{dir}/m.lock\"\npoll = \"1ms\"\nmax_poll = \"1ms\"\n\
+         keepalive = \"10ms\"\nstale_after = \"100ms\"\n",
+    );
+    let o = output_within(sb.cmd(["--wait", "0", "run", "m", "--", "true"]), BOUND);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+}
+
+/// CMD inherited the variable a profile's `password_env` names: the server password.
+#[test]
+fn cmd_never_sees_the_password_variable() {
+    let srv = crate::ftp_server::FtpServer::start();
+    let sb = crate::ftp::sandbox(&srv);
+    let text = fs::read_to_string(&sb.profiles).unwrap();
+    let user = crate::ftp_server::TestFtp::user(&srv);
+    let port = crate::ftp_server::TestFtp::port(&srv);
+    sb.write_profiles(&format!(
+        "{text}\n[profile.envpw]\nbackend = \"ftp\"\nhost = \"127.0.0.1\"\nport = {port}\n\
+         user = \"{user}\"\npassword_env = \"HOSTILE_FTP_PW\"\npath = \"locks/e\"\n"
+    ));
+    let mut c = sb.cmd(["--wait", "5s", "run", "envpw", "--", "env"]);
+    c.env("HOSTILE_FTP_PW", crate::ftp_server::PASSWORD)
+        .env("HOSTILE_OTHER", "kept");
+    let o = output_within(c, Duration::from_secs(30));
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    let env = stdout(&o);
+    assert!(env.contains("HOSTILE_OTHER=kept"), "{env}");
+    assert!(env.contains("LOCKSMITH_PROFILE=envpw"), "{env}");
+    assert!(!env.contains("HOSTILE_FTP_PW"), "{env}");
+}
+
+/// An unknown profile among 200k listed all 1.7 MB of names on one ERROR line; a 10 MB path
+/// (here 2 MB: a profiles file is capped at 4 MiB) was echoed whole (and exited 74); a NUL or an escape sequence in a path was printed raw.
+#[test]
+fn error_lines_are_bounded_and_escaped() {
+    let mut toml = String::new();
+    for i in 0..2000 {
+        toml.push_str(&format!(
+            "[profile.p{i:05}]\nbackend = \"flock\"\npath = \"{{dir}}/p.lock\"\n"
+        ));
+    }
+    toml.push_str(&format!(
+        "[profile.long]\nbackend = \"flock\"\npath = \"{{dir}}/{}\"\n",
+        "x/".repeat(1024 * 1024)
+    ));
+    toml.push_str("[profile.nul]\nbackend = \"flock\"\npath = \"{dir}/a\\u0000b\"\n");
+    toml.push_str("[profile.esc]\nbackend = \"flock\"\npath = \"{dir}/no-such\\u001b[31m/x\"\n");
+    let sb = Sandbox::new(&toml);
+    let one_line = |o: &std::process::Output| {
+        let err = stderr(o);
+        assert!(err.len() < 4096, "{} bytes: {}", err.len(), &err[..200]);
+        assert!(
+            !o.stderr
+                .iter()
+                .any(|&b| (b < 0x20 && b != b'\n') || b == 0x7f),
+            "raw control bytes: {err:?}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+        err
+    };
+    let o = output_within(sb.cmd(["--wait", "0", "run", "nope", "--", "true"]), BOUND);
+    assert_eq!(code(o.status), 78);
+    let err = one_line(&o);
+    assert!(
+        err.contains("p00000, p00001") && err.contains("and 1993 more"),
+        "{err}"
+    );
+
+    let o = output_within(sb.cmd(["--wait", "0", "run", "long", "--", "true"]), BOUND);
+    assert_eq!(
+        code(o.status),
+        78,
+        "{}",
+        &stderr(&o)[..200.min(o.stderr.len())]
+    );
+    let err = one_line(&o);
+    assert!(err.contains("bytes long") && err.contains('…'), "{err}");
+
+    let o = output_within(sb.cmd(["--wait", "0", "run", "nul", "--", "true"]), BOUND);
+    assert_eq!(code(o.status), 78);
+    let err = one_line(&o);
+    assert!(err.contains("a\\x00b"), "{err}");
+
+    let o = output_within(sb.cmd(["--wait", "0", "run", "esc", "--", "true"]), BOUND);
+    assert_eq!(code(o.status), 78);
+    let err = one_line(&o);
+    assert!(err.contains("no-such\\x1b[31m"), "{err}");
+}
+
+/// A directory as a flock `path` exited 74 (io); it is a configuration mistake.
+#[test]
+fn a_directory_as_a_flock_path_is_a_config_error() {
+    let sb = Sandbox::new("[profile.f]\nbackend = \"flock\"\npath = \"{dir}/d\"\n");
+    fs::create_dir(sb.join("d")).unwrap();
+    let o = output_within(sb.cmd(["--wait", "0", "run", "f", "--", "true"]), BOUND);
+    assert_config_error(&o, &["is a directory"]);
+}
+
+/// `-q --wait 0 -E 0 run` still printed `ERROR busy`, so cron mailed every skipped run;
+/// `flock -n` is silent. The exit code still says it.
+#[test]
+fn quiet_run_says_busy_by_its_exit_code_alone() {
+    let sb = Sandbox::standard();
+    for p in LOCAL {
+        let holder = sb.hold([p]);
+        holder.ok();
+        let o = output_within(
+            sb.cmd(["-q", "--wait", "0", "-E", "0", "run", p, "--", "true"]),
+            BOUND,
+        );
+        assert_eq!((code(o.status), stderr(&o)), (0, String::new()), "{p}");
+        let o = output_within(sb.cmd(["-q", "--wait", "0", "run", p, "--", "true"]), BOUND);
+        assert_eq!((code(o.status), stderr(&o)), (75, String::new()), "{p}");
+        // Without -q the line is there.
+        let o = output_within(sb.cmd(["--wait", "0", "run", p, "--", "true"]), BOUND);
+        assert_eq!(code(o.status), 75);
+        assert!(stderr(&o).starts_with("ERROR busy: "), "{}", stderr(&o));
+    }
+}

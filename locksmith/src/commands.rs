@@ -271,9 +271,12 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
     let mut lock = backend::open(p)?;
     let grant = match backend::acquire(lock.as_mut(), &p.name, &p.common, &mut watcher) {
         Ok(g) => g,
-        Err(e) if e.kind() == Kind::Busy && cli.conflict_exit.is_some() => {
-            protocol::error(&e, false);
-            return Ok(cli.conflict_exit.unwrap_or(75));
+        // `-q`: busy is said by the exit code alone, as `flock -n` is silent (issue 15).
+        Err(e) if e.kind() == Kind::Busy && (cli.quiet || cli.conflict_exit.is_some()) => {
+            if !cli.quiet {
+                protocol::error(&e, false);
+            }
+            return Ok(cli.conflict_exit.unwrap_or(Kind::Busy.exit_code()));
         }
         Err(e) => return Err(e),
     };
@@ -290,6 +293,10 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
         command.env("LOCKSMITH_PREV", "crashed");
     } else {
         command.env_remove("LOCKSMITH_PREV");
+    }
+    // The variable that holds the server password is locksmith's, not CMD's (issue 15).
+    if let Some(var) = password_env(p) {
+        command.env_remove(var);
     }
     // An interactive CMD keeps the terminal; otherwise it gets a process group of its own,
     // so that signals reach its whole group.
@@ -358,6 +365,24 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
             protocol::error(&e, false);
             Ok(e.kind().exit_code())
         }
+    }
+}
+
+/// The environment variable a profile's `password_env` names, if any.
+fn password_env(p: &Profile) -> Option<&str> {
+    use crate::profile::{BackendConfig, Password};
+    let password = match &p.backend {
+        BackendConfig::Ftp(c) => &c.password,
+        BackendConfig::Postgres(c) => &c.password,
+        BackendConfig::Etcd(c) => &c.password,
+        BackendConfig::Flock(_)
+        | BackendConfig::Mkdir(_)
+        | BackendConfig::Link(_)
+        | BackendConfig::Symlink(_) => return None,
+    };
+    match password {
+        Password::Env(var) => Some(var),
+        _ => None,
     }
 }
 

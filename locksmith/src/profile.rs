@@ -337,11 +337,11 @@ impl ProfilesFile {
             err!(
                 Config,
                 "{}:{line}: malformed TOML: {}",
-                path.display(),
+                shown(path),
                 e.message().trim()
             )
         })?;
-        let here = |what: String| err!(Config, "{}: {what}", path.display());
+        let here = |what: String| err!(Config, "{}: {what}", shown(path));
         let defaults = match table.remove("defaults") {
             None => Table::new(),
             Some(Value::Table(t)) => t,
@@ -414,8 +414,8 @@ impl ProfilesFile {
             return Err(err!(
                 Config,
                 "{}: unknown profile `{name}` (known: {})",
-                self.path.display(),
-                self.names().collect::<Vec<_>>().join(", ")
+                shown(&self.path),
+                crate::error::some_of(self.names(), 10)
             ));
         };
         let mut common = Common::builtin();
@@ -462,18 +462,28 @@ impl ProfilesFile {
         if overrides.shared {
             common.shared = true;
         }
-        if common.poll.is_zero() {
-            return Err(err!(
-                Config,
-                "{}: {ctx}: `poll` must be greater than 0",
-                self.path.display()
-            ));
+        // Floors that keep a waiter and a holder idle (issue 15: `stale_after = "3ns"` with
+        // `keepalive = "1ns"` spun at 100% CPU). Below them a value is refused, never raised.
+        for (key, value, floor) in [
+            ("poll", common.poll, MIN_POLL),
+            ("keepalive", common.keepalive, MIN_KEEPALIVE),
+            ("stale_after", common.stale_after, MIN_STALE_AFTER),
+        ] {
+            if value < floor {
+                return Err(err!(
+                    Config,
+                    "{}: {ctx}: `{key}` ({}) is below the floor of {}",
+                    shown(&self.path),
+                    fmt_duration(value),
+                    fmt_duration(floor)
+                ));
+            }
         }
         if common.max_poll < common.poll {
             return Err(err!(
                 Config,
                 "{}: {ctx}: `max_poll` ({}) is below `poll` ({})",
-                self.path.display(),
+                shown(&self.path),
                 fmt_duration(common.max_poll),
                 fmt_duration(common.poll)
             ));
@@ -482,7 +492,7 @@ impl ProfilesFile {
             return Err(err!(
                 Config,
                 "{}: {ctx}: `keepalive` ({}) must be below `stale_after` ({})",
-                self.path.display(),
+                shown(&self.path),
                 fmt_duration(common.keepalive),
                 fmt_duration(common.stale_after)
             ));
@@ -808,25 +818,43 @@ impl ProfilesFile {
         if path.is_empty() {
             return Err(f.error("`path` is empty"));
         }
+        if path.contains('\0') {
+            return Err(f.error(&format!(
+                "`path` {} contains a NUL byte",
+                shown(Path::new(&path))
+            )));
+        }
         let path = self.dir.join(path);
+        let too_long = path.as_os_str().len() > MAX_PATH || path.iter().any(|c| c.len() > MAX_NAME);
+        if too_long {
+            return Err(f.error(&format!(
+                "`path` {} is {} bytes long: a path is at most {MAX_PATH} bytes, a name in it at most {MAX_NAME}",
+                shown(&path),
+                path.as_os_str().len()
+            )));
+        }
         if path.file_name().is_none() {
             return Err(f.error(&format!(
                 "`path` {} does not name a file or directory",
-                path.display()
+                shown(&path)
             )));
         }
         let file_mode = match f.string("file_mode")? {
             None => None,
-            Some(s) => Some(
-                u32::from_str_radix(s.trim_start_matches("0o"), 8)
-                    .ok()
-                    .filter(|m| *m <= 0o7777)
-                    .ok_or_else(|| {
-                        f.error(&format!(
-                            "`file_mode` = \"{s}\" is not an octal mode like \"0660\""
-                        ))
-                    })?,
-            ),
+            Some(s) => Some(match u32::from_str_radix(s.trim_start_matches("0o"), 8) {
+                Ok(m) if m <= 0o777 => m,
+                // Root would create a setuid (or setgid, or sticky) file (issue 15).
+                Ok(m) if m <= 0o7777 => {
+                    return Err(f.error(&format!(
+                            "`file_mode` = \"{s}\" sets setuid, setgid or sticky bits; give permission bits only, at most \"0777\""
+                        )));
+                }
+                _ => {
+                    return Err(f.error(&format!(
+                        "`file_mode` = \"{s}\" is not an octal mode like \"0660\""
+                    )));
+                }
+            }),
         };
         let group = match f.string("group")? {
             None => None,
@@ -864,6 +892,19 @@ fn apply_timing(f: &mut Fields<'_>, c: &mut Common) -> Result<()> {
     }
     Ok(())
 }
+
+/// The shortest `poll` accepted: below it a waiter would spin.
+pub const MIN_POLL: Duration = Duration::from_millis(1);
+/// The shortest `keepalive` accepted (the heartbeat period is min(`keepalive`,
+/// `stale_after`/3)): below it a holder would spin.
+pub const MIN_KEEPALIVE: Duration = Duration::from_millis(10);
+/// The shortest `stale_after` accepted: a heartbeat every 33 ms at most.
+pub const MIN_STALE_AFTER: Duration = Duration::from_millis(100);
+
+/// The longest lock path accepted, in bytes (Linux's `PATH_MAX`, its terminating NUL
+/// included), and the longest name in it (`NAME_MAX`).
+pub const MAX_PATH: usize = 4095;
+pub const MAX_NAME: usize = 255;
 
 /// Profile names: `[A-Za-z0-9._-]{1,64}`.
 pub fn valid_name(name: &str) -> bool {
@@ -1031,7 +1072,7 @@ impl<'a> Fields<'a> {
     }
 
     fn error(&self, msg: &str) -> Error {
-        err!(Config, "{}: {}: {msg}", self.file.display(), self.ctx)
+        err!(Config, "{}: {}: {msg}", shown(self.file), self.ctx)
     }
 
     fn string(&mut self, key: &str) -> Result<Option<String>> {

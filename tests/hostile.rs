@@ -441,3 +441,62 @@ fn quiet_run_says_busy_by_its_exit_code_alone() {
         assert!(stderr(&o).starts_with("ERROR busy: "), "{}", stderr(&o));
     }
 }
+
+/// The name of the planted-helper test, for the copy of this binary to run it again.
+const PROBE_TEST: &str = "hostile::netlock_never_runs_a_helper_planted_where_others_can_write";
+
+/// Issue 15 item 6: `netlock` looked for `locksmith` beside the program and then in the
+/// directory above it, so a program at `/tmp/build/app` ran `/tmp/locksmith`, which any user
+/// can create. Here this test binary, hard-linked to `shared/build/app` (root's directory in
+/// a sticky, world-writable one), runs itself as that program: the `locksmith` that `nobody`
+/// planted in `shared/` must not run (it would leave a mark), and with no trusted helper on
+/// `$PATH` either, the lock is a spawn error.
+#[test]
+fn netlock_never_runs_a_helper_planted_where_others_can_write() {
+    if let Some(profiles) = std::env::var_os("HOSTILE_PROBE") {
+        // The copy: lock through the client as any program would, and say what happened.
+        let r = netlock::NetLock::builder("f")
+            .profiles(profiles)
+            .wait(Duration::ZERO)
+            .lock();
+        eprintln!("probe: {:?}", r.as_ref().err().map(|e| e.kind()));
+        if let Err(e) = r {
+            eprintln!("probe error: {e}");
+        }
+        return;
+    }
+    if !root(PROBE_TEST) {
+        return;
+    }
+    let sb = shared_sandbox("[profile.f]\nbackend = \"flock\"\npath = \"{dir}/f.lock\"\n");
+    let shared = sb.join("shared");
+    let mark = shared.join("planted-ran");
+    let script = format!(
+        "#!/bin/sh\ntouch {}\necho 'OK f backend=flock mode=exclusive'\nexec sleep 5\n",
+        mark.display()
+    );
+    let planted = shared.join("locksmith");
+    as_nobody(&[
+        "sh",
+        "-c",
+        &format!(
+            "printf '%s' \"$1\" > {p} && chmod 0755 {p}",
+            p = planted.display()
+        ),
+        "sh",
+        &script,
+    ]);
+    let build = shared.join("build");
+    fs::create_dir(&build).unwrap();
+    let app = build.join("app");
+    fs::hard_link(std::env::current_exe().unwrap(), &app).unwrap();
+    let mut c = Command::new(&app);
+    c.args(["--exact", PROBE_TEST, "--nocapture", "--test-threads=1"])
+        .env("HOSTILE_PROBE", &sb.profiles)
+        .env_remove("LOCKSMITH_BIN")
+        .env("PATH", "/usr/bin:/bin");
+    let o = output_within(c, Duration::from_secs(30));
+    let out = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(!mark.exists(), "the planted helper ran: {out}");
+    assert!(out.contains("probe: Some(Spawn)"), "{out}");
+}

@@ -45,3 +45,6 @@ mod postgres;
 mod etcd;
 // ftp, etcd and postgres under real network partitions (network and pid namespaces).
 mod partition;
+// Issue 15: hostile input — planted FIFOs and devices, endless files, a parent that does not
+// read, a planted helper, values that would make root create a setuid file or spin.
+mod hostile;

@@ -353,8 +353,9 @@ impl Builder {
         self
     }
 
-    /// The helper binary to run. Default: `$LOCKSMITH_BIN`, else `locksmith` beside the
-    /// current executable (or in its parent directory), else `locksmith` on `$PATH`.
+    /// The helper binary to run. Default: `$LOCKSMITH_BIN`, else `locksmith` in a trusted
+    /// directory: beside the current executable, in the parent of cargo's `deps` directory,
+    /// then on `$PATH` (see the crate docs, "Finding the helper").
     pub fn helper(mut self, path: impl AsRef<Path>) -> Builder {
         self.helper = Some(path.as_ref().to_owned());
         self

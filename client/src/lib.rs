@@ -55,10 +55,24 @@
 //! `LOST <reason>` if the lock is lost (then it exits 74). The guard releases by closing the
 //! helper's stdin and waiting for it to exit.
 //!
-//! The helper is found, in this order, at [`Builder::helper`], `$LOCKSMITH_BIN`, a file
-//! named `locksmith` beside [`std::env::current_exe`] or in that directory's parent (so test
-//! binaries in `target/debug/deps` find `target/debug/locksmith`), and `locksmith` on
-//! `$PATH`.
+//! ## Finding the helper
+//!
+//! In this order:
+//! 1. [`Builder::helper`], as given;
+//! 2. `$LOCKSMITH_BIN` (set but empty counts as unset), as given;
+//! 3. `locksmith` in the directory of [`std::env::current_exe`];
+//! 4. `locksmith` in that directory's parent, **only** when that directory is cargo's `deps`
+//!    (so test binaries in `target/debug/deps` find `target/debug/locksmith`);
+//! 5. `locksmith` in each absolute `$PATH` entry, in order (empty and relative entries are
+//!    skipped: no implicit current directory).
+//!
+//! Steps 3–5 skip a candidate unless its directory is owned by root or by this user and is
+//! not writable by group or others (a sticky bit is not enough: anyone may still create the
+//! name `locksmith` in `/tmp`), every directory above it is owned by root or this user and
+//! is not writable by others unless sticky, and the file itself is owned by root or this
+//! user and not writable by group or others. With no candidate left the lock fails with a
+//! [spawn error](ErrorKind::Spawn) naming what was skipped; `locksmith` is never handed to
+//! `execvp` to look up on its own.
 //!
 //! # Resource leaking
 //!
@@ -79,9 +93,11 @@
 //!
 //! # Security
 //!
-//! - Whoever can write to `$LOCKSMITH_BIN`, to the directory of the current executable (or
-//!   its parent), or to a directory on `$PATH` decides which program runs as you and can
-//!   fake a lock. Programs that matter should pin the binary with [`Builder::helper`].
+//! - Whoever can set `$LOCKSMITH_BIN` or write to the helper it names decides which program
+//!   runs as you and can fake a lock. The other lookups trust only directories that root or
+//!   you alone can write (see "Finding the helper"): a `locksmith` planted by another user in
+//!   `/tmp` or in a group-writable build directory is never run. Programs that matter should
+//!   still pin the binary with [`Builder::helper`].
 //! - Only the profile name, the profiles path, the wait and `--shared` go on the helper's
 //!   command line (visible in `ps`). Credentials stay in the profiles file or in the
 //!   environment variables it names; the helper inherits this process's environment.

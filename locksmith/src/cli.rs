@@ -35,7 +35,8 @@ Options:
                         [default: off, since a parent's own stdin is inherited]
   -E, --conflict-exit-code N
                         run mode: exit N instead of 75 when the lock is busy [default: 75]
-  -q, --quiet           say nothing on stderr but the final error
+  -q, --quiet           say nothing on stderr but the final error (run: not even a
+                        busy one: the exit code says it, as `flock -n` is silent)
   -v, --verbose         say more on stderr (repeat for more; $LOCKSMITH_LOG also sets it)
   -h, --help            print this help and exit
   -V, --version         print the version and exit

@@ -72,9 +72,43 @@ fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
         prev_crashed: grant.prev_crashed,
         extra: Vec::new(),
     };
-    if let Err(e) = protocol::ok(&line) {
-        debug!("cannot write OK ({e}): the parent is gone; releasing");
-        return Ok(after_release(release(lock.as_mut(), &p.common), true));
+    // The OK line goes out only when the pipe can take it: a parent that does not read
+    // must not hold us in write(2), deaf to signals (issue 15).
+    match write_line(&mut watcher, || protocol::ok(&line))? {
+        Written::Done(Ok(())) => {}
+        Written::Done(Err(e)) => {
+            debug!("cannot write OK ({e}): the parent is gone; releasing");
+            return Ok(after_release(
+                release(lock.as_mut(), &p.common),
+                Some(&mut watcher),
+            ));
+        }
+        Written::Stopped(cause) => {
+            debug!(
+                "releasing lock `{}` before OK could be written: {cause}",
+                p.name
+            );
+            let code = after_release(release(lock.as_mut(), &p.common), Some(&mut watcher));
+            if code != 0 {
+                return Ok(code);
+            }
+            // A signal before OK is a wait interrupted (SPEC §4.5: 75); a parent gone is
+            // what a closed pipe at the write says (0).
+            return Ok(match cause {
+                Cause::Signal(_) => {
+                    protocol::error(
+                        &err!(
+                            Busy,
+                            "lock `{}` released unreported: stdout did not take the OK line before {cause}",
+                            p.name
+                        ),
+                        false,
+                    );
+                    Kind::Busy.exit_code()
+                }
+                _ => 0,
+            });
+        }
     }
     debug!("holding lock `{}`", p.name);
     let mut beat = Heartbeat::new(lock.as_ref(), &p.common);
@@ -82,11 +116,17 @@ fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
         match watcher.wait(&[], beat.timeout())? {
             Event::Release(cause) => {
                 debug!("releasing lock `{}`: {cause}", p.name);
-                return Ok(after_release(release(lock.as_mut(), &p.common), true));
+                return Ok(after_release(
+                    release(lock.as_mut(), &p.common),
+                    Some(&mut watcher),
+                ));
             }
             Event::Ready | Event::Timeout => {
                 if let Err(e) = beat.beat(lock.as_mut()) {
-                    protocol::lost(e.message());
+                    let _ = write_line(&mut watcher, || {
+                        protocol::lost(e.message());
+                        Ok(())
+                    });
                     info!("{e}");
                     let _ = lock.release();
                     return Ok(Kind::Lost.exit_code());
@@ -96,13 +136,39 @@ fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
     }
 }
 
-/// Maps the outcome of a release to an exit code; after OK nothing but LOST goes to stdout.
-fn after_release(r: Result<()>, hold_mode: bool) -> i32 {
+/// What [`write_line`] did.
+enum Written {
+    /// The write ran, with this result.
+    Done(std::io::Result<()>),
+    /// A release cause came first; nothing was written.
+    Stopped(Cause),
+}
+
+/// Runs `write` (one protocol line to stdout) once stdout can take it without blocking,
+/// unless a release cause comes first.
+fn write_line(
+    watcher: &mut Watcher,
+    write: impl FnOnce() -> std::io::Result<()>,
+) -> Result<Written> {
+    Ok(match watcher.wait_writable()? {
+        Event::Release(cause) => Written::Stopped(cause),
+        Event::Ready | Event::Timeout => Written::Done(write()),
+    })
+}
+
+/// Maps the outcome of a release to an exit code; after OK nothing but LOST goes to stdout
+/// (hold mode: `watcher` given, and LOST written only if stdout can take it).
+fn after_release(r: Result<()>, hold_mode: Option<&mut Watcher>) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => {
-            if hold_mode && e.kind() == Kind::Lost {
-                protocol::lost(e.message());
+            if let Some(w) = hold_mode
+                && e.kind() == Kind::Lost
+            {
+                let _ = write_line(w, || {
+                    protocol::lost(e.message());
+                    Ok(())
+                });
             }
             protocol::error(&e, false);
             e.kind().exit_code()
@@ -218,9 +284,12 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
     let mut lock = backend::open(p)?;
     let grant = match backend::acquire(lock.as_mut(), &p.name, &p.common, &mut watcher) {
         Ok(g) => g,
-        Err(e) if e.kind() == Kind::Busy && cli.conflict_exit.is_some() => {
-            protocol::error(&e, false);
-            return Ok(cli.conflict_exit.unwrap_or(75));
+        // `-q`: busy is said by the exit code alone, as `flock -n` is silent (issue 15).
+        Err(e) if e.kind() == Kind::Busy && (cli.quiet || cli.conflict_exit.is_some()) => {
+            if !cli.quiet {
+                protocol::error(&e, false);
+            }
+            return Ok(cli.conflict_exit.unwrap_or(Kind::Busy.exit_code()));
         }
         Err(e) => return Err(e),
     };
@@ -237,6 +306,10 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
         command.env("LOCKSMITH_PREV", "crashed");
     } else {
         command.env_remove("LOCKSMITH_PREV");
+    }
+    // The variable that holds the server password is locksmith's, not CMD's (issue 15).
+    if let Some(var) = password_env(p) {
+        command.env_remove(var);
     }
     // An interactive CMD keeps the terminal; otherwise it gets a process group of its own,
     // so that signals reach its whole group.
@@ -305,6 +378,24 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
             protocol::error(&e, false);
             Ok(e.kind().exit_code())
         }
+    }
+}
+
+/// The environment variable a profile's `password_env` names, if any.
+fn password_env(p: &Profile) -> Option<&str> {
+    use crate::profile::{BackendConfig, Password};
+    let password = match &p.backend {
+        BackendConfig::Ftp(c) => &c.password,
+        BackendConfig::Postgres(c) => &c.password,
+        BackendConfig::Etcd(c) => &c.password,
+        BackendConfig::Flock(_)
+        | BackendConfig::Mkdir(_)
+        | BackendConfig::Link(_)
+        | BackendConfig::Symlink(_) => return None,
+    };
+    match password {
+        Password::Env(var) => Some(var),
+        _ => None,
     }
 }
 

@@ -62,13 +62,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn new(kind: Kind, msg: impl Into<String>) -> Error {
-        let mut msg = msg.into();
-        // The protocol is line based: a message never spans lines (a bare CR ends a line
-        // for many readers too, Python's universal newlines among them).
-        if msg.contains(['\n', '\r']) {
-            msg = msg.replace(['\n', '\r'], " ");
+        Error {
+            kind,
+            msg: one_line(&msg.into(), MAX_MESSAGE),
         }
-        Error { kind, msg }
     }
 
     pub fn kind(&self) -> Kind {
@@ -95,7 +92,7 @@ impl Error {
             Some(libc::ELOOP) => " (refusing to follow a symbolic link)",
             _ => "",
         };
-        Error::new(kind, format!("{what} {}: {err}{hint}", path.display()))
+        Error::new(kind, format!("{what} {}: {err}{hint}", shown(path)))
     }
 
     pub fn io(what: impl fmt::Display, err: io::Error) -> Error {
@@ -111,6 +108,72 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// The longest message an ERROR line carries, in bytes; longer ones are cut in the middle.
+pub const MAX_MESSAGE: usize = 2048;
+
+/// The longest path a message shows, in bytes; longer ones are cut in the middle.
+pub const MAX_PATH_SHOWN: usize = 256;
+
+/// A message made safe for a one-line protocol and a terminal: line breaks and tabs become
+/// spaces (a bare CR ends a line for many readers, Python's universal newlines among them),
+/// every other control character — NUL, ESC, DEL, the C1 range — is written `\xNN` (or
+/// `\u{NN}`), and a text over `max` bytes keeps its head and tail around an ellipsis.
+pub fn one_line(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max + 16));
+    for c in text.chars() {
+        match c {
+            '\n' | '\r' | '\t' => out.push(' '),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    shorten(out, max)
+}
+
+/// Keeps the first and last parts of `s` (at char boundaries) if it is over `max` bytes.
+fn shorten(s: String, max: usize) -> String {
+    if s.len() <= max {
+        return s;
+    }
+    let keep = max.saturating_sub(40) / 2;
+    let mut head = keep;
+    while !s.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = s.len() - keep;
+    while !s.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!("{}…[{} bytes]…{}", &s[..head], tail - head, &s[tail..])
+}
+
+/// A path as messages show it: escaped as [`one_line`] does, at most [`MAX_PATH_SHOWN`]
+/// bytes (a 10 MB path in a profile must not become a 10 MB ERROR line).
+pub fn shown(path: &Path) -> String {
+    one_line(&path.display().to_string(), MAX_PATH_SHOWN)
+}
+
+/// Names a list for a message: at most `max` items, then "and N more".
+pub fn some_of<'a>(items: impl IntoIterator<Item = &'a str>, max: usize) -> String {
+    let mut v: Vec<&str> = Vec::new();
+    let mut more = 0usize;
+    for item in items {
+        if v.len() < max {
+            v.push(item);
+        } else {
+            more += 1;
+        }
+    }
+    let mut s = v.join(", ");
+    if more > 0 {
+        s.push_str(&format!(" and {more} more"));
+    }
+    s
+}
+
 /// Shorthands for the kinds, so call sites read like the SPEC.
 macro_rules! err {
     ($kind:ident, $($arg:tt)*) => {
@@ -118,3 +181,22 @@ macro_rules! err {
     };
 }
 pub(crate) use err;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_escaped_and_bounded() {
+        let e = Error::new(Kind::Config, "a\0b\x1b[31mc\x7fd\u{85}e\nf");
+        assert_eq!(e.message(), "a\\x00b\\x1b[31mc\\x7fd\\u{85}e f");
+        let long = "é".repeat(10_000);
+        let e = Error::new(Kind::Config, long);
+        assert!(e.message().len() <= MAX_MESSAGE, "{}", e.message().len());
+        assert!(e.message().contains("bytes]…"));
+        let p = std::path::PathBuf::from(format!("/{}", "x".repeat(10_000_000)));
+        assert!(shown(&p).len() <= MAX_PATH_SHOWN);
+        assert_eq!(some_of(["a", "b", "c"], 2), "a, b and 1 more");
+        assert_eq!(some_of(["a", "b"], 2), "a, b");
+    }
+}

@@ -8,13 +8,15 @@
 //! - [`watch`]: what ends a hold or a wait (pipe closed, parent gone, stdin EOF, signal).
 //! - [`backend`]: the backend trait, the shared waiting policy, one file per backend.
 //! - [`commands`]: hold, run, status, break and profiles, glued from the above.
-//! - [`host`]: host identity and proof of death; [`sys`]: the few raw syscalls.
+//! - [`host`]: host identity and proof of death; [`sys`]: the few raw syscalls;
+//!   [`files`]: opening files by name without blocking, kind-checked, reads capped.
 //! - [`error`]: error kinds and their exit codes; `tls`: rustls settings of the network backends.
 
 pub mod backend;
 pub mod cli;
 pub mod commands;
 pub mod error;
+pub mod files;
 pub mod host;
 pub mod log;
 pub mod profile;

@@ -35,7 +35,11 @@ pub fn level_from_env(value: &str) -> Option<u8> {
 macro_rules! log_at {
     ($lvl:expr, $($arg:tt)*) => {
         if $crate::log::level() >= $lvl {
-            eprintln!("locksmith: {}", format_args!($($arg)*));
+            // One line, no raw control bytes: messages quote records and paths.
+            eprintln!(
+                "locksmith: {}",
+                $crate::error::one_line(&format!($($arg)*), 4 * $crate::error::MAX_MESSAGE)
+            );
         }
     };
 }

@@ -41,6 +41,11 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
+            if on_stdout {
+                // Nothing is held now: a parent that does not read must not keep us in
+                // write(2) beyond a SIGTERM (issue 15).
+                locksmith::sys::default_termination_signals();
+            }
             protocol::error(&e, on_stdout);
             ExitCode::from(e.kind().exit_code() as u8)
         }

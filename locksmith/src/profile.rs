@@ -3,13 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use toml::{Table, Value};
 
-use crate::error::{Error, Kind, Result, err};
+use crate::error::{Error, Kind, Result, err, shown};
+use crate::files;
 
 /// Subcommand names; a profile may not be called like one of them.
 pub const SUBCOMMANDS: &[&str] = &["hold", "run", "status", "break", "profiles"];
@@ -107,10 +107,13 @@ impl Password {
                 )),
             },
             Password::File(path) => {
-                check_secret_file(path)?;
-                let text = fs::read_to_string(path).map_err(|e| {
-                    err!(Config, "cannot read password_file {}: {e}", path.display())
-                })?;
+                // Opened without blocking, checked (kind, owner, mode) on the descriptor
+                // read, and read at most 64 KiB (issue 15: a FIFO or /dev/zero here).
+                let (file, st) = open_secret(path, "password_file")?;
+                let bytes =
+                    files::read_capped(file, &st, path, "password_file", files::SECRET_CAP)?;
+                let text = String::from_utf8(bytes)
+                    .map_err(|_| err!(Config, "password_file {} is not UTF-8 text", shown(path)))?;
                 // The first line, without its line ending.
                 Ok(text.lines().next().unwrap_or("").to_string())
             }
@@ -314,12 +317,11 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
 impl ProfilesFile {
     /// Reads and parses the file; checks names and the secret-file permission rule.
     pub fn load(path: &Path) -> Result<ProfilesFile> {
-        let text = fs::read_to_string(path).map_err(|e| {
-            Error::new(
-                Kind::Config,
-                format!("cannot read profiles file {}: {e}", path.display()),
-            )
-        })?;
+        // Not blocking on a FIFO, not reading /dev/zero forever (issue 15); every failure to
+        // read the file the user named is a config error.
+        let bytes = files::read_regular(path, "profiles file", files::CONFIG_CAP)?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| err!(Config, "profiles file {} is not UTF-8 text", shown(path)))?;
         ProfilesFile::parse(path, &text)
     }
 
@@ -335,11 +337,11 @@ impl ProfilesFile {
             err!(
                 Config,
                 "{}:{line}: malformed TOML: {}",
-                path.display(),
+                shown(path),
                 e.message().trim()
             )
         })?;
-        let here = |what: String| err!(Config, "{}: {what}", path.display());
+        let here = |what: String| err!(Config, "{}: {what}", shown(path));
         let defaults = match table.remove("defaults") {
             None => Table::new(),
             Some(Value::Table(t)) => t,
@@ -412,8 +414,8 @@ impl ProfilesFile {
             return Err(err!(
                 Config,
                 "{}: unknown profile `{name}` (known: {})",
-                self.path.display(),
-                self.names().collect::<Vec<_>>().join(", ")
+                shown(&self.path),
+                crate::error::some_of(self.names(), 10)
             ));
         };
         let mut common = Common::builtin();
@@ -460,18 +462,28 @@ impl ProfilesFile {
         if overrides.shared {
             common.shared = true;
         }
-        if common.poll.is_zero() {
-            return Err(err!(
-                Config,
-                "{}: {ctx}: `poll` must be greater than 0",
-                self.path.display()
-            ));
+        // Floors that keep a waiter and a holder idle (issue 15: `stale_after = "3ns"` with
+        // `keepalive = "1ns"` spun at 100% CPU). Below them a value is refused, never raised.
+        for (key, value, floor) in [
+            ("poll", common.poll, MIN_POLL),
+            ("keepalive", common.keepalive, MIN_KEEPALIVE),
+            ("stale_after", common.stale_after, MIN_STALE_AFTER),
+        ] {
+            if value < floor {
+                return Err(err!(
+                    Config,
+                    "{}: {ctx}: `{key}` ({}) is below the floor of {}",
+                    shown(&self.path),
+                    fmt_duration(value),
+                    fmt_duration(floor)
+                ));
+            }
         }
         if common.max_poll < common.poll {
             return Err(err!(
                 Config,
                 "{}: {ctx}: `max_poll` ({}) is below `poll` ({})",
-                self.path.display(),
+                shown(&self.path),
                 fmt_duration(common.max_poll),
                 fmt_duration(common.poll)
             ));
@@ -480,7 +492,7 @@ impl ProfilesFile {
             return Err(err!(
                 Config,
                 "{}: {ctx}: `keepalive` ({}) must be below `stale_after` ({})",
-                self.path.display(),
+                shown(&self.path),
                 fmt_duration(common.keepalive),
                 fmt_duration(common.stale_after)
             ));
@@ -679,7 +691,7 @@ impl ProfilesFile {
         if let Password::File(p) = &password
             && p.exists()
         {
-            check_secret_file(p)?;
+            open_secret(p, "password_file")?;
         }
         Ok(password)
     }
@@ -806,25 +818,43 @@ impl ProfilesFile {
         if path.is_empty() {
             return Err(f.error("`path` is empty"));
         }
+        if path.contains('\0') {
+            return Err(f.error(&format!(
+                "`path` {} contains a NUL byte",
+                shown(Path::new(&path))
+            )));
+        }
         let path = self.dir.join(path);
+        let too_long = path.as_os_str().len() > MAX_PATH || path.iter().any(|c| c.len() > MAX_NAME);
+        if too_long {
+            return Err(f.error(&format!(
+                "`path` {} is {} bytes long: a path is at most {MAX_PATH} bytes, a name in it at most {MAX_NAME}",
+                shown(&path),
+                path.as_os_str().len()
+            )));
+        }
         if path.file_name().is_none() {
             return Err(f.error(&format!(
                 "`path` {} does not name a file or directory",
-                path.display()
+                shown(&path)
             )));
         }
         let file_mode = match f.string("file_mode")? {
             None => None,
-            Some(s) => Some(
-                u32::from_str_radix(s.trim_start_matches("0o"), 8)
-                    .ok()
-                    .filter(|m| *m <= 0o7777)
-                    .ok_or_else(|| {
-                        f.error(&format!(
-                            "`file_mode` = \"{s}\" is not an octal mode like \"0660\""
-                        ))
-                    })?,
-            ),
+            Some(s) => Some(match u32::from_str_radix(s.trim_start_matches("0o"), 8) {
+                Ok(m) if m <= 0o777 => m,
+                // Root would create a setuid (or setgid, or sticky) file (issue 15).
+                Ok(m) if m <= 0o7777 => {
+                    return Err(f.error(&format!(
+                            "`file_mode` = \"{s}\" sets setuid, setgid or sticky bits; give permission bits only, at most \"0777\""
+                        )));
+                }
+                _ => {
+                    return Err(f.error(&format!(
+                        "`file_mode` = \"{s}\" is not an octal mode like \"0660\""
+                    )));
+                }
+            }),
         };
         let group = match f.string("group")? {
             None => None,
@@ -862,6 +892,19 @@ fn apply_timing(f: &mut Fields<'_>, c: &mut Common) -> Result<()> {
     }
     Ok(())
 }
+
+/// The shortest `poll` accepted: below it a waiter would spin.
+pub const MIN_POLL: Duration = Duration::from_millis(1);
+/// The shortest `keepalive` accepted (the heartbeat period is min(`keepalive`,
+/// `stale_after`/3)): below it a holder would spin.
+pub const MIN_KEEPALIVE: Duration = Duration::from_millis(10);
+/// The shortest `stale_after` accepted: a heartbeat every 33 ms at most.
+pub const MIN_STALE_AFTER: Duration = Duration::from_millis(100);
+
+/// The longest lock path accepted, in bytes (Linux's `PATH_MAX`, its terminating NUL
+/// included), and the longest name in it (`NAME_MAX`).
+pub const MAX_PATH: usize = 4095;
+pub const MAX_NAME: usize = 255;
 
 /// Profile names: `[A-Za-z0-9._-]{1,64}`.
 pub fn valid_name(name: &str) -> bool {
@@ -977,28 +1020,39 @@ fn resolve_group(g: &str) -> Option<u32> {
         .map(|gr| gr.gid.as_raw())
 }
 
-/// A file that holds a secret must be the user's (or root's) and private (as ssh insists).
+/// A file that holds a secret must be the user's (or root's) and private (as ssh insists),
+/// and a regular file: checked on the descriptor opened (without blocking).
 pub fn check_secret_file(path: &Path) -> Result<()> {
-    let md = fs::metadata(path)
-        .map_err(|e| err!(Config, "cannot inspect secret file {}: {e}", path.display()))?;
+    open_secret(path, "secret file").map(|_| ())
+}
+
+/// Opens a file that holds a secret and checks it on the descriptor: a regular file, owned
+/// by the user or root, not readable by group or others.
+fn open_secret(path: &Path, what: &str) -> Result<(fs::File, nix::sys::stat::FileStat)> {
+    let (file, st) = files::open_regular(
+        path,
+        what,
+        nix::fcntl::OFlag::O_RDONLY,
+        nix::sys::stat::Mode::empty(),
+    )?;
     let uid = nix::unistd::geteuid().as_raw();
-    if md.uid() != uid && md.uid() != 0 {
+    if st.st_uid != uid && st.st_uid != 0 {
         return Err(err!(
             Config,
             "{} holds a password but is owned by uid {}, not by you (uid {uid}) or root",
-            path.display(),
-            md.uid()
+            shown(path),
+            st.st_uid
         ));
     }
-    if md.mode() & 0o077 != 0 {
+    if st.st_mode & 0o077 != 0 {
         return Err(err!(
             Config,
             "{} holds a password but its mode is {:04o}: it must not be readable by group or others (chmod 600)",
-            path.display(),
-            md.mode() & 0o7777
+            shown(path),
+            st.st_mode & 0o7777
         ));
     }
-    Ok(())
+    Ok((file, st))
 }
 
 /// Takes keys out of one table; whatever is left at the end is an unknown key.
@@ -1018,7 +1072,7 @@ impl<'a> Fields<'a> {
     }
 
     fn error(&self, msg: &str) -> Error {
-        err!(Config, "{}: {}: {msg}", self.file.display(), self.ctx)
+        err!(Config, "{}: {}: {msg}", shown(self.file), self.ctx)
     }
 
     fn string(&mut self, key: &str) -> Result<Option<String>> {

@@ -81,7 +81,10 @@ pub fn ok(line: &OkLine) -> io::Result<()> {
 
 /// Writes the LOST line to stdout (hold mode), ignoring a closed pipe.
 pub fn lost(reason: &str) {
-    let _ = write_stdout(&format!("LOST {}\n", reason.replace('\n', " ")));
+    let _ = write_stdout(&format!(
+        "LOST {}\n",
+        crate::error::one_line(reason, crate::error::MAX_MESSAGE)
+    ));
 }
 
 /// Reports a failure: on stdout in hold mode (the parent reads it), else on stderr.

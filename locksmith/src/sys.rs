@@ -68,3 +68,15 @@ pub fn configure_child(
     }
     Ok(())
 }
+
+/// `signal(2)`: SIGTERM, SIGINT and SIGHUP back to their default action (terminate). Called
+/// when nothing is held any more and only a last line is left to write: if the parent does
+/// not read its pipe, that write may block, and a signal must still end the process.
+pub fn default_termination_signals() {
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        // SAFETY: installs the default disposition; no handler code runs.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
+}

@@ -11,7 +11,8 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-use crate::error::{Result, err};
+use crate::error::{Result, err, shown};
+use crate::files;
 use rustls::pki_types::pem::PemObject;
 
 /// Well-known locations of the system's CA bundle (as OpenSSL's probe looks for them).
@@ -52,28 +53,29 @@ fn source(ca_file: Option<&Path>) -> Result<(PathBuf, &'static str)> {
 
 /// The trusted certificates; a file that cannot be read or holds none is a config error.
 pub fn roots(ca_file: Option<&Path>) -> Result<(RootCertStore, PathBuf)> {
+    read_roots(ca_file).map(|(roots, file, _)| (roots, file))
+}
+
+/// [`roots`] and the PEM text they came from. The file is opened without blocking, must be a
+/// regular file and is read at most [`files::CONFIG_CAP`] (issue 15: `ca_file = "/dev/zero"`).
+fn read_roots(ca_file: Option<&Path>) -> Result<(RootCertStore, PathBuf, Vec<u8>)> {
     let (file, what) = source(ca_file)?;
+    let pem = files::read_regular(&file, what, files::CONFIG_CAP)?;
     let mut roots = RootCertStore::empty();
-    let certs = CertificateDer::pem_file_iter(&file)
-        .map_err(|e| err!(Config, "cannot read {what} {}: {e}", file.display()))?;
-    for cert in certs {
-        let cert = cert.map_err(|e| err!(Config, "cannot read {what} {}: {e}", file.display()))?;
-        roots.add(cert).map_err(|e| {
-            err!(
-                Config,
-                "{what} {}: unusable certificate: {e}",
-                file.display()
-            )
-        })?;
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| err!(Config, "cannot read {what} {}: {e}", shown(&file)))?;
+        roots
+            .add(cert)
+            .map_err(|e| err!(Config, "{what} {}: unusable certificate: {e}", shown(&file)))?;
     }
     if roots.is_empty() {
         return Err(err!(
             Config,
             "{what} {} holds no certificates",
-            file.display()
+            shown(&file)
         ));
     }
-    Ok((roots, file))
+    Ok((roots, file, pem))
 }
 
 /// A client configuration that verifies the server's chain against `roots`, and its name
@@ -101,8 +103,7 @@ pub fn client_config(ca_file: Option<&Path>, check_name: bool) -> Result<rustls:
 /// The trusted certificates as PEM text, for clients that take PEM (tonic, for etcd); the
 /// file is checked with [`roots`] first so that a bad one fails here, clearly.
 pub fn ca_pem(ca_file: Option<&Path>) -> Result<Vec<u8>> {
-    let (_, file) = roots(ca_file)?;
-    std::fs::read(&file).map_err(|e| err!(Config, "cannot read {}: {e}", file.display()))
+    read_roots(ca_file).map(|(_, _, pem)| pem)
 }
 
 /// Verifies the chain exactly as rustls does, then accepts a certificate issued for another

@@ -123,6 +123,23 @@ impl Watcher {
     /// Waits until a release cause, one of the `extra` descriptors being readable, or
     /// `timeout`. Release causes win over `Ready` when both happen at once.
     pub fn wait(&mut self, extra: &[BorrowedFd<'_>], timeout: Option<Duration>) -> Result<Event> {
+        self.wait_for(extra, timeout, false)
+    }
+
+    /// Waits until stdout can take a protocol line without blocking (`POLLOUT`: for a pipe,
+    /// a free buffer page, and a line is shorter than `PIPE_BUF`), or a release cause. A
+    /// parent that does not read its pipe then cannot hold the helper in `write(2)`, deaf to
+    /// signals and to its parent's death (issue 15). `Ready` means: write now.
+    pub fn wait_writable(&mut self) -> Result<Event> {
+        self.wait_for(&[], None, true)
+    }
+
+    fn wait_for(
+        &mut self,
+        extra: &[BorrowedFd<'_>],
+        timeout: Option<Duration>,
+        writable: bool,
+    ) -> Result<Event> {
         let start = Instant::now();
         loop {
             if let Some(cause) = self.parent_gone() {
@@ -137,9 +154,14 @@ impl Watcher {
             let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(8);
             // Requesting no events still reports POLLERR/POLLHUP: the readers of our stdout
             // pipe are gone (POLLERR) or the writer of stdin is (POLLHUP). We never read stdin.
-            let i_stdout = self
-                .stdout
-                .then(|| push(&mut fds, stdout.as_fd(), PollFlags::empty()));
+            let i_stdout = (self.stdout || writable).then(|| {
+                let ev = if writable {
+                    PollFlags::POLLOUT
+                } else {
+                    PollFlags::empty()
+                };
+                push(&mut fds, stdout.as_fd(), ev)
+            });
             let i_stdin = self
                 .stdin
                 .then(|| push(&mut fds, stdin.as_fd(), PollFlags::empty()));
@@ -181,7 +203,10 @@ impl Watcher {
                     return Ok(Event::Release(Cause::Signal(sig)));
                 }
             }
-            if fired(i_stdout) {
+            let out = i_stdout
+                .and_then(|i| fds[i].revents())
+                .unwrap_or(PollFlags::empty());
+            if out.intersects(PollFlags::POLLERR | PollFlags::POLLHUP | PollFlags::POLLNVAL) {
                 return Ok(Event::Release(Cause::PipeClosed));
             }
             if fired(i_parent) {
@@ -189,6 +214,9 @@ impl Watcher {
             }
             if fired(i_stdin) {
                 return Ok(Event::Release(Cause::StdinClosed));
+            }
+            if writable && out.contains(PollFlags::POLLOUT) {
+                return Ok(Event::Ready);
             }
             if (i_extra..i_extra + extra.len()).any(|i| fired(Some(i))) {
                 return Ok(Event::Ready);

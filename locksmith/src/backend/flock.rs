@@ -35,7 +35,7 @@ use std::os::unix::net::UnixStream;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use nix::fcntl::{OFlag, open};
+use nix::fcntl::OFlag;
 use nix::sys::stat::Mode as FileMode;
 
 use super::owner::{self, State};
@@ -145,60 +145,57 @@ impl Flock {
                 super::mkdir::check_dir_mode(md.mode(), dir)?;
             }
             let mode = FileMode::from_bits_truncate(self.cfg.file_mode.unwrap_or(0o666));
-            let flags = OFlag::O_RDONLY
-                | OFlag::O_CREAT
-                | OFlag::O_NOFOLLOW
-                | OFlag::O_CLOEXEC
-                | OFlag::O_NOCTTY;
-            let fd = open(path, flags, mode)
-                .map_err(|e| Error::path("cannot open lock file", path, e.into()))?;
-            let file = File::from(fd);
+            // Non-blocking open, kind checked on the descriptor: a FIFO planted at the path
+            // must not hold us in open(2) (issue 15).
+            let (file, _) = crate::files::open_regular(
+                path,
+                "lock file",
+                OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW,
+                mode,
+            )?;
             let md = file
                 .metadata()
                 .map_err(|e| Error::path("cannot stat lock file", path, e))?;
-            if !md.is_file() {
-                return Err(Error::new(
-                    crate::error::Kind::Config,
-                    format!("lock file {} is not a regular file", path.display()),
-                ));
-            }
             self.fix_owner(&file, &md);
             self.file = Some(file);
         }
         Ok(self.file.as_ref().expect("opened above"))
     }
 
-    /// The gate beside the lock file (opened once; `None` if it cannot be).
-    fn gate(&mut self) -> Option<&File> {
+    /// The gate beside the lock file (opened once; `None` if it cannot be). Something other
+    /// than a regular file at the gate's name (a planted FIFO, a directory) is refused as it
+    /// would be at the lock file's: a config error naming it.
+    fn gate(&mut self) -> Result<Option<&File>> {
         if self.gate.is_none() {
-            let opened = (|| {
+            let path = (|| {
                 let mut name = OsString::from(".");
                 name.push(self.cfg.path.file_name()?);
                 name.push(".gate");
-                let path = self.cfg.path.parent()?.join(name);
-                let mode = FileMode::from_bits_truncate(self.cfg.file_mode.unwrap_or(0o666));
-                let flags = OFlag::O_RDONLY
-                    | OFlag::O_CREAT
-                    | OFlag::O_NOFOLLOW
-                    | OFlag::O_CLOEXEC
-                    | OFlag::O_NOCTTY;
-                match open(&path, flags, mode) {
-                    Ok(fd) => {
-                        let file = File::from(fd);
-                        if let Ok(md) = file.metadata() {
-                            self.fix_owner(&file, &md);
+                Some(self.cfg.path.parent()?.join(name))
+            })();
+            let opened = match path {
+                None => None,
+                Some(path) => {
+                    let mode = FileMode::from_bits_truncate(self.cfg.file_mode.unwrap_or(0o666));
+                    let flags = OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW;
+                    match crate::files::open_regular(&path, "writer-preference gate", flags, mode) {
+                        Ok((file, _)) => {
+                            if let Ok(md) = file.metadata() {
+                                self.fix_owner(&file, &md);
+                            }
+                            Some(file)
                         }
-                        Some(file)
-                    }
-                    Err(e) => {
-                        debug!("no writer preference: cannot open {}: {e}", path.display());
-                        None
+                        Err(e) if e.kind() == crate::error::Kind::Config => return Err(e),
+                        Err(e) => {
+                            debug!("no writer preference: {e}");
+                            None
+                        }
                     }
                 }
-            })();
+            };
             self.gate = Some(opened);
         }
-        self.gate.as_ref().and_then(Option::as_ref)
+        Ok(self.gate.as_ref().and_then(Option::as_ref))
     }
 
     /// Applies `file_mode` and `group` to a file we own (best effort: a file made by
@@ -252,7 +249,7 @@ impl Backend for Flock {
         let path = self.cfg.path.clone();
         self.file()?;
         // Readers pass the gate (a waiting writer holds it); writers trying go straight in.
-        let gate = if shared { self.gate() } else { None };
+        let gate = if shared { self.gate()? } else { None };
         if let Some(g) = gate {
             match g.try_lock_shared() {
                 Ok(()) => {}
@@ -287,7 +284,7 @@ impl Backend for Flock {
             .file()?
             .try_clone()
             .map_err(|e| Error::path("cannot duplicate descriptor of", &path, e))?;
-        let gate = self.gate().and_then(|g| g.try_clone().ok());
+        let gate = self.gate()?.and_then(|g| g.try_clone().ok());
         let (rx, mut tx) = UnixStream::pair().map_err(|e| Error::io("socketpair", e))?;
         rx.set_nonblocking(true)
             .map_err(|e| Error::io("socketpair", e))?;

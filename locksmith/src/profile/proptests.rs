@@ -493,8 +493,10 @@ fn check_profile(p: &Profile, name: &str) -> Result<(), TestCaseError> {
         &p.backend
     {
         prop_assert!(fs.path.is_absolute() && fs.path.file_name().is_some());
-        prop_assert!(fs.file_mode.is_none_or(|m| m <= 0o7777));
+        prop_assert!(fs.file_mode.is_none_or(|m| m <= 0o777));
     }
+    prop_assert!(c.poll >= MIN_POLL && c.keepalive >= MIN_KEEPALIVE);
+    prop_assert!(c.stale_after >= MIN_STALE_AFTER);
     if let BackendConfig::Ftp(ftp) = &p.backend {
         prop_assert!(ftp.port != 0);
         prop_assert!(!ftp.host.is_empty() && !ftp.host.contains([' ', '/']));
@@ -648,7 +650,7 @@ fn fs_backend() -> impl Strategy<Value = BackendSpec> {
         "[a-zA-Z0-9_ äé-]{1,8}(/[a-zA-Z0-9_-]{1,8}){0,2}(\\.lock)?",
         "/[a-z]{1,8}/[a-z]{1,8}\\.sem",
     ];
-    let mode = (0u32..=0o7777, 0..3).prop_map(|(m, style)| {
+    let mode = (0u32..=0o777, 0..3).prop_map(|(m, style)| {
         let s = match style {
             0 => format!("{m:04o}"),
             1 => format!("0o{m:o}"),
@@ -796,6 +798,15 @@ impl Spec {
         match tidy {
             Tidy::No => {}
             Tidy::Fix => {
+                // The floors first (poll, keepalive, stale_after), then the cross-key rules.
+                let builtin = [b.poll, b.max_poll, b.keepalive, b.stale_after];
+                for (i, floor) in [(0, MIN_POLL), (2, MIN_KEEPALIVE), (3, MIN_STALE_AFTER)] {
+                    if effective(&self.timing[i], builtin[i]) < floor {
+                        self.timing[i] = written(floor);
+                    }
+                }
+                let poll = effective(&self.timing[0], b.poll);
+                let keepalive = effective(&self.timing[2], b.keepalive);
                 if effective(&self.timing[1], b.max_poll) < poll {
                     self.timing[1] = written(poll);
                 }
@@ -963,6 +974,15 @@ impl Spec {
                 path: path.clone(),
             }),
         };
+        for (v, floor) in [
+            (common.poll, MIN_POLL),
+            (common.keepalive, MIN_KEEPALIVE),
+            (common.stale_after, MIN_STALE_AFTER),
+        ] {
+            if v < floor {
+                return Err((Kind::Config, "below the floor"));
+            }
+        }
         if common.max_poll < common.poll {
             return Err((Kind::Config, "`max_poll`"));
         }

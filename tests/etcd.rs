@@ -81,10 +81,8 @@ impl Etcd {
         let host = net.map_or("127.0.0.1", |_| Net::SERVER).to_string();
         let client = format!("{scheme}://{host}:{port}");
         let peer_url = format!("http://{host}:{peer}");
-        let mut etcd = match net {
-            None => Command::new("etcd"),
-            Some(net) => net.in_server("etcd"),
-        };
+        let ns = net.map(Net::server_ns);
+        let mut etcd = command_in(ns.as_deref(), "etcd");
         if let Some((_, leaf, key)) = tls {
             etcd.arg("--cert-file").arg(leaf).arg("--key-file").arg(key);
         }
@@ -105,7 +103,7 @@ impl Etcd {
             child,
             _dir: dir,
             port,
-            ns: net.map(Net::server_ns),
+            ns,
             host,
             ca: tls.map(|(ca, _, _)| ca.to_path_buf()),
         };
@@ -116,14 +114,7 @@ impl Etcd {
     }
 
     pub fn ctl(&self, args: &[&str]) -> std::process::Output {
-        let mut c = match &self.ns {
-            None => Command::new("etcdctl"),
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, "etcdctl"]);
-                c
-            }
-        };
+        let mut c = command_in(self.ns.as_deref(), "etcdctl");
         match &self.ca {
             None => c.arg(format!("--endpoints={}:{}", self.host, self.port)),
             Some(ca) => c

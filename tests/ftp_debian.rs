@@ -340,14 +340,7 @@ impl DebianFtp {
     fn spawn(&mut self) -> Result<(), ()> {
         let d = self.dir.path();
         let log = std::fs::File::create(d.join("log")).unwrap();
-        let mut c = match &self.ns {
-            None => Command::new(&self.bin),
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(&self.bin);
-                c
-            }
-        };
+        let mut c = crate::support::command_in(self.ns.as_deref(), &self.bin);
         match self.server {
             Server::PureFtpd => {
                 c.arg("-S")
@@ -546,8 +539,8 @@ fn family(pid: i32) -> Vec<i32> {
 /// Whether an FTP server answers on `port` with a `220` greeting.
 /// [`greets`] for a server in network namespace `ns` (bash's /dev/tcp from inside it).
 fn greets_in(ns: &str, host: &str, port: u16) -> bool {
-    Command::new("ip")
-        .args(["netns", "exec", ns, "timeout", "5", "bash", "-c"])
+    crate::support::command_in(Some(ns), "timeout")
+        .args(["5", "bash", "-c"])
         .arg(r#"exec 3<>"/dev/tcp/$0/$1" && IFS= read -r l <&3 && [[ $l == 220* ]]"#)
         .arg(host)
         .arg(port.to_string())

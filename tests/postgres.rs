@@ -35,7 +35,12 @@ fn free_port() -> u16 {
 }
 
 fn as_postgres(bin: &Path, tool: &str) -> Command {
-    let mut c = Command::new("runuser");
+    as_postgres_in(None, bin, tool)
+}
+
+/// [`as_postgres`] in network namespace `ns`.
+fn as_postgres_in(ns: Option<&str>, bin: &Path, tool: &str) -> Command {
+    let mut c = command_in(ns, "runuser");
     c.args(["-u", "postgres", "--"]).arg(bin.join(tool));
     c.current_dir("/");
     c
@@ -142,17 +147,8 @@ impl Pg {
             fs::write(&hba, conf).unwrap();
             opts.push_str(" -c ssl=on");
         }
-        let mut pg_ctl = match net {
-            None => as_postgres(&pg.bin, "pg_ctl"),
-            Some(net) => {
-                let mut c = net.in_server("runuser");
-                c.args(["-u", "postgres", "--"])
-                    .arg(pg.bin.join("pg_ctl"))
-                    .current_dir("/");
-                c
-            }
-        };
-        let o = pg_ctl
+        let ns = net.map(Net::server_ns);
+        let o = as_postgres_in(ns.as_deref(), &pg.bin, "pg_ctl")
             .arg("-D")
             .arg(&data)
             .arg("-l")

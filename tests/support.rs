@@ -651,9 +651,7 @@ impl Net {
 
     /// `prog` run in the server namespace.
     pub fn in_server(&self, prog: impl AsRef<OsStr>) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns('s')]).arg(prog);
-        c
+        command_in(Some(&self.ns('s')), prog)
     }
 
     /// `prog` run on host `h`: its network namespace, a pid namespace of its own.
@@ -668,9 +666,14 @@ impl Net {
     /// A silent cut: host `h`'s bridge port stops forwarding (no RST, no ICMP; the host keeps
     /// its carrier).
     pub fn cut_silent(&self, h: char) {
+        self.port_state(h, "0");
+    }
+
+    /// Host `h`'s bridge port: 0 disabled, 3 forwarding.
+    fn port_state(&self, h: char, state: &str) {
         let o = self
             .in_server("bridge")
-            .args(["link", "set", "dev", &Net::port(h), "state", "0"])
+            .args(["link", "set", "dev", &Net::port(h), "state", state])
             .output()
             .unwrap();
         assert!(o.status.success(), "bridge: {}", stderr(&o));
@@ -685,12 +688,7 @@ impl Net {
     /// neither side remembers an address it could not resolve meanwhile.
     pub fn heal(&self, h: char) {
         self.ip(&["-n", &self.ns('s'), "link", "set", &Net::port(h), "up"]);
-        let o = self
-            .in_server("bridge")
-            .args(["link", "set", "dev", &Net::port(h), "state", "3"])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "bridge: {}", stderr(&o));
+        self.port_state(h, "3");
         eventually(Duration::from_secs(10), "the host's link is up", || {
             let o = Command::new("ip")
                 .args(["-n", &self.ns(h), "link", "show", "eth0"])
@@ -722,6 +720,18 @@ impl Drop for Net {
         }
         for ns in &all {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// `prog`, run in network namespace `ns` when there is one (`ip netns exec`).
+pub fn command_in(ns: Option<&str>, prog: impl AsRef<OsStr>) -> Command {
+    match ns {
+        None => Command::new(prog),
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(prog);
+            c
         }
     }
 }

@@ -10,16 +10,8 @@ use File::Temp ();
 use Test::More;
 
 use NetLock;
-use NetLockTest qw(no_children fake_helper write_file read_file);
+use NetLockTest qw(no_children fake_helper write_file read_file dies_with);
 
-sub dies_with {
-    my ($code, $class, $name) = @_;
-    my $ok = eval { $code->(); 1 };
-    my $err = $@;
-    if ($ok) { fail("$name: did not die"); return undef }
-    isa_ok($err, $class, $name) or diag("got: $err");
-    return $err;
-}
 
 subtest 'OK lines' => sub {
     my $line = 'OK deploy backend=etcd mode=exclusive token=18446744073709551615 since=2025-01-02T03:04:05Z';

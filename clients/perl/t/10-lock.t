@@ -11,20 +11,12 @@ use Test::More;
 use Time::HiRes ();
 
 use NetLock;
-use NetLockTest qw(setup_helper sandbox no_children write_file);
+use NetLockTest qw(setup_helper sandbox no_children write_file dies_with);
 
 my $helper = setup_helper();
 my ($dir, $profiles) = sandbox();
 my %P = (profiles => $profiles);
 
-sub dies_with {
-    my ($code, $class, $name) = @_;
-    my $ok  = eval { $code->(); 1 };
-    my $err = $@;
-    if ($ok) { fail("$name: did not die"); return undef }
-    isa_ok($err, $class, $name) or diag("got: $err");
-    return $err;
-}
 
 subtest 'hold and unlock (flock)' => sub {
     my $lock = NetLock->new('f', %P);

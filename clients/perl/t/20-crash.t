@@ -13,20 +13,12 @@ use Test::More;
 use Time::HiRes ();
 
 use NetLock;
-use NetLockTest qw(setup_helper sandbox no_children);
+use NetLockTest qw(setup_helper sandbox no_children dies_with);
 
 setup_helper();
 my ($dir, $profiles) = sandbox();
 my %P = (profiles => $profiles);
 
-sub dies_with {
-    my ($code, $class, $name) = @_;
-    my $ok  = eval { $code->(); 1 };
-    my $err = $@;
-    if ($ok) { fail("$name: did not die"); return undef }
-    isa_ok($err, $class, $name) or diag("got: $err");
-    return $err;
-}
 
 subtest 'a killed helper: lost, and the next holder sees prev_crashed' => sub {
     my $first = NetLock->new('m', %P);

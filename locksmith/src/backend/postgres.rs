@@ -123,7 +123,8 @@ impl Postgres {
     /// waiter blocked in `pg_advisory_lock`), check every second that we are still there.
     /// Keepalive settings are whole seconds; `count` makes idle + count × interval reach
     /// `stale_after` too, for a server where the user timeout cannot be set.
-    fn session_settings(&self) -> (String, String) {
+    /// The first is for every server; the others are skipped by servers that predate them.
+    fn session_settings(&self) -> (String, [String; 2]) {
         let s = self.stale_after.as_millis().max(1);
         let secs = s.div_ceil(1000) as u64;
         let idle = (secs / 2).max(1);
@@ -133,7 +134,10 @@ impl Postgres {
                 "SET tcp_keepalives_idle = {idle}; SET tcp_keepalives_interval = 1; \
                  SET tcp_keepalives_count = {count}"
             ),
-            format!("SET tcp_user_timeout = {s}; SET client_connection_check_interval = 1000"),
+            [
+                format!("SET tcp_user_timeout = {s}"),
+                "SET client_connection_check_interval = 1000".to_string(),
+            ],
         )
     }
 
@@ -277,13 +281,13 @@ impl Postgres {
     /// `client_connection_check_interval` (< 14) gets what it knows, and the holder's guarantee
     /// then rests on the keepalive settings alone (said at `-v`).
     fn tell_server_when_to_give_up(&mut self) -> Result<()> {
-        let (keepalives, rest) = self.session_settings();
+        let (keepalives, newer) = self.session_settings();
         let client = self.client.as_mut().expect("connected");
         client
             .batch_execute(&keepalives)
             .map_err(|e| self.error("cannot set the session's keepalives", &e))?;
         let client = self.client.as_mut().expect("connected");
-        for set in rest.split("; ") {
+        for set in &newer {
             if let Err(e) = client.batch_execute(set) {
                 if e.code() == Some(&SqlState::UNDEFINED_OBJECT) {
                     info!("this server does not know `{set}`: {e}");
@@ -585,13 +589,14 @@ impl Backend for Postgres {
             std::mem::forget(c);
         }
         let server = self.server();
-        let why = if e.to_string().contains("timeout") || e.to_string().contains("timed out") {
+        let text = e.to_string();
+        let why = if text.contains("timeout") || text.contains("timed out") {
             format!(
                 "no answer within {}; giving it up before the server can free it",
                 crate::profile::fmt_duration(limit)
             )
         } else {
-            format!("{e}; the server has released it")
+            format!("{text}; the server has released it")
         };
         Err(err!(
             Lost,

@@ -16,7 +16,7 @@ use FindBin ();
 use POSIX ();
 use Test::More ();
 
-our @EXPORT_OK = qw(setup_helper sandbox no_children fake_helper write_file read_file);
+our @EXPORT_OK = qw(setup_helper sandbox no_children fake_helper write_file read_file dies_with);
 
 # Every blocking call in the tests is bounded: the profiles say wait = "20s" unless a test
 # passes its own wait, so a regression fails instead of hanging.
@@ -40,6 +40,17 @@ max_poll = "100ms"
 keepalive = "200ms"
 stale_after = "1500ms"
 TOML
+
+# Runs $code, which must die with an error of $class; returns that error.
+sub dies_with {
+    my ($code, $class, $name) = @_;
+    local $Test::Builder::Level = $Test::Builder::Level + 1;
+    my $ok  = eval { $code->(); 1 };
+    my $err = $@;
+    if ($ok) { Test::More::fail("$name: did not die"); return undef }
+    Test::More::isa_ok($err, $class, $name) or Test::More::diag("got: $err");
+    return $err;
+}
 
 sub repo_root { Cwd::abs_path("$FindBin::Bin/../../..") }
 

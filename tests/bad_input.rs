@@ -62,11 +62,12 @@ fn unknown_profile_backend_key_and_missing_field() {
         78,
         "unknown key `retries`",
     );
+    // flock takes `local` (it admits a network filesystem), not `cache_time` (no heartbeat).
     rejects(
-        "[profile.p]\nbackend = \"flock\"\npath = \"x\"\nlocal = true\n",
+        "[profile.p]\nbackend = \"flock\"\npath = \"x\"\ncache_time = \"1s\"\n",
         &["p"],
         78,
-        "unknown key `local`",
+        "`cache_time` applies to backends mkdir, link and symlink",
     );
 }
 

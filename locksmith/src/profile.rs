@@ -61,8 +61,12 @@ pub struct FsConfig {
     pub file_mode: Option<u32>,
     /// Group for files and directories locksmith creates.
     pub group: Option<u32>,
-    /// Every contender is on this host: no heartbeat, staleness by proof of death alone.
+    /// Every contender is on this host: no heartbeat, staleness by proof of death alone
+    /// (and, for flock, a network or FUSE filesystem is accepted).
     pub local: bool,
+    /// How late the mount may show another host's changes, as the user states it (network
+    /// and FUSE filesystems; `stale_after` must exceed it).
+    pub cache_time: Option<Duration>,
 }
 
 /// Where an FTP password comes from. Resolved only when connecting, so that validating a
@@ -811,7 +815,9 @@ impl ProfilesFile {
         })
     }
 
-    fn fs_config(&self, f: &mut Fields<'_>, allow_local: bool) -> Result<FsConfig> {
+    /// The keys of the filesystem backends; `heartbeats`: the backend judges liveness by
+    /// heartbeats (mkdir, link, symlink), so it takes `cache_time`.
+    fn fs_config(&self, f: &mut Fields<'_>, heartbeats: bool) -> Result<FsConfig> {
         let path = f
             .string("path")?
             .ok_or_else(|| f.error("missing required key `path`"))?;
@@ -862,16 +868,24 @@ impl ProfilesFile {
                 f.error(&format!("`group` = \"{g}\": no such group on this host"))
             })?),
         };
-        let local = if allow_local {
-            f.bool("local")?.unwrap_or(false)
-        } else {
-            false
+        let local = f.bool("local")?.unwrap_or(false);
+        let cache_time = match f.string("cache_time")? {
+            Some(s) if heartbeats => {
+                Some(parse_duration(&s).map_err(|m| f.error(&format!("`cache_time`: {m}")))?)
+            }
+            Some(_) => {
+                return Err(f.error(
+                    "`cache_time` applies to backends mkdir, link and symlink (flock has no heartbeat)",
+                ));
+            }
+            None => None,
         };
         Ok(FsConfig {
             path,
             file_mode,
             group,
             local,
+            cache_time,
         })
     }
 }

@@ -142,7 +142,7 @@ impl Flock {
             let path = &self.cfg.path;
             let dir = path.parent().unwrap_or(std::path::Path::new("/"));
             if let Ok(md) = fs::metadata(dir) {
-                super::mkdir::check_dir_mode(md.mode(), dir)?;
+                super::lockdir::check_dir_mode(md.mode(), dir)?;
             }
             let mode = FileMode::from_bits_truncate(self.cfg.file_mode.unwrap_or(0o666));
             // Non-blocking open, kind checked on the descriptor: a FIFO planted at the path

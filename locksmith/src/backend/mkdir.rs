@@ -163,8 +163,14 @@ impl Mkdir {
                     e.into(),
                 )
             })?;
-            check_dir_mode(st.st_mode, &self.parent)?;
-            super::nfs::check(fd.as_fd(), &self.parent, self.stale_after, self.cfg.local)?;
+            super::lockdir::check_dir_mode(st.st_mode, &self.parent)?;
+            super::lockdir::check(
+                &super::lockdir::detect(fd.as_fd()),
+                &self.parent,
+                &self.cfg,
+                self.stale_after,
+                true,
+            )?;
             self.parent_fd = Some(fd);
         }
         Ok(self.parent_fd.as_ref().expect("opened above").as_fd())
@@ -575,20 +581,6 @@ impl Mkdir {
         }
         Ok(None)
     }
-}
-
-/// Refuses a lock directory that others may write unless it is sticky (as `/tmp` is): in it
-/// anyone could remove or replace our lock and records.
-pub(crate) fn check_dir_mode(mode: u32, dir: &std::path::Path) -> Result<()> {
-    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
-        return Err(err!(
-            Config,
-            "directory {} is writable by others and not sticky (mode {:04o}): anyone could remove the lock; chmod o-w or +t",
-            dir.display(),
-            mode & 0o7777
-        ));
-    }
-    Ok(())
 }
 
 /// Removes our owner symlinks from a tombstone, then the tombstone itself.

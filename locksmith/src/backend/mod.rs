@@ -12,11 +12,12 @@ pub mod flock;
 #[cfg(feature = "ftp")]
 pub mod ftp;
 pub mod link;
+pub mod lockdir;
 pub mod mkdir;
-pub mod nfs;
 pub mod owner;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod stale;
 pub mod symlink;
 pub mod wake;
 

@@ -84,6 +84,12 @@ impl Record {
         )
     }
 
+    /// The record as the content of a heartbeat record file: beat `n` added, fixed width, so
+    /// that every heartbeat rewrites the same bytes in place.
+    pub fn render_beat(&self, n: u64) -> String {
+        format!("{} beat={:010}\n", self.render(), n % 10_000_000_000)
+    }
+
     pub fn parse(text: &str) -> Parsed {
         let foreign = || Parsed::Foreign(text.chars().take(200).collect());
         let mut words = text.split_ascii_whitespace();
@@ -119,6 +125,8 @@ impl Record {
                 "profile" => r.profile = v.into(),
                 "nonce" => r.nonce = v.into(),
                 "token" => r.token = v.parse().ok(),
+                // The heartbeat counter of a record file: evidence, not identity.
+                "beat" => {}
                 // Unknown keys of the same version are additions: ignore them.
                 _ => {}
             }

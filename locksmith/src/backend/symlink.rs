@@ -193,8 +193,14 @@ impl Symlink {
                     e.into(),
                 )
             })?;
-            super::mkdir::check_dir_mode(st.st_mode, &self.parent)?;
-            super::nfs::check(fd.as_fd(), &self.parent, self.stale_after, self.cfg.local)?;
+            super::lockdir::check_dir_mode(st.st_mode, &self.parent)?;
+            super::lockdir::check(
+                &super::lockdir::detect(fd.as_fd()),
+                &self.parent,
+                &self.cfg,
+                self.stale_after,
+                true,
+            )?;
             self.parent_fd = Some(fd);
         }
         Ok(self.parent_fd.as_ref().expect("opened above").as_fd())

@@ -670,8 +670,8 @@ fn fs_backend() -> impl Strategy<Value = BackendSpec> {
             path,
             file_mode,
             group,
-            // flock has no `local` key (the kernel decides).
-            local: local.filter(|_| backend != "flock"),
+            // flock takes `local` too: it admits a network or FUSE filesystem.
+            local,
         })
 }
 
@@ -942,6 +942,7 @@ impl Spec {
                     file_mode: file_mode.as_ref().map(|(_, m)| *m),
                     group: *group,
                     local: local.unwrap_or(false),
+                    cache_time: None,
                 };
                 match *backend {
                     "flock" => BackendConfig::Flock(fs),

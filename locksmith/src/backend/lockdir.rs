@@ -1,0 +1,530 @@
+//! The file backends' common ground: the lock's parent directory, opened once and used for
+//! everything else (`*at` calls); the names beside the lock; the state record; which
+//! filesystem the lock lives on and whether the profile may use it there; and the heartbeat
+//! record that carries liveness over network filesystems. Each backend keeps only its naming
+//! scheme.
+//!
+//! # Fresh and cached reads
+//! A network filesystem may answer `stat`, `readlink` and directory listings from a cache:
+//! sshfs for 20 s by default, NFS for `acdirmax` (60 s), each mount on its own. A waiter that
+//! judged a holder from such a read could break a live lock. Two things do reach the server
+//! every time: *mutations* (`mkdir`, `link`, `symlink`, `rename`, `unlink`, `open(O_EXCL)`),
+//! whose answer the server decides, and the *content* of a regular file opened anew (NFS
+//! close-to-open consistency; FUSE filesystems read through to their server). So:
+//! - liveness is the content of a regular *heartbeat record* ([`write_beat`]): the owner
+//!   record plus a counter its holder rewrites in place every heartbeat period, read by
+//!   waiters with a fresh `open` + `read` ([`LockDir::read_file`]);
+//! - a waiter or breaker removes a holder only by a *claim*, a mutation on a name that carries
+//!   the acquisition's nonce, or after re-reading the lock's content fresh; cached names only
+//!   propose candidates (see `stale.rs`).
+//!
+//! Where a filesystem might cache even content (an unknown FUSE filesystem), the profile must
+//! say how long with `cache_time`, and `stale_after` must exceed it ([`check`]); `locksmith
+//! verify --peer` measures it.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, openat};
+use nix::sys::stat::{FileStat, Mode as FileMode, fstat, major, minor};
+use nix::sys::statfs::fstatfs;
+
+use super::owner::{self, Parsed, Record, State};
+use crate::error::{Error, Result, err};
+use crate::profile::{FsConfig, fmt_duration};
+
+/// The most a heartbeat record (or a link lock file) holds; more is not ours.
+const RECORD_CAP: u64 = 4096;
+
+/// A filesystem locksmith cannot vouch for: how long it is assumed to serve stale data
+/// unless the profile's `cache_time` says otherwise (NFS's default `acdirmax`).
+pub const UNKNOWN_CACHE: Duration = Duration::from_secs(60);
+
+/// `statfs(2)` `f_type` of filesystems whose data lives elsewhere (network, cluster or FUSE):
+/// another client may see it differently, and `flock(2)` on them may be node-local.
+const REMOTE: &[(u64, &str)] = &[
+    (0x6969, "NFS"),
+    (0x517B, "SMB"),
+    (0xFF53_4D42, "CIFS"),
+    (0xFE53_4D42, "SMB2"),
+    (0x6573_5546, "FUSE"),
+    (0x0102_1997, "9p"),
+    (0x00C3_6400, "Ceph"),
+    (0x5346_414F, "AFS"),
+    (0x6B41_4653, "kAFS"),
+    (0x7375_7245, "Coda"),
+    (0x564C, "NCP"),
+    (0x0BD0_0BD0, "Lustre"),
+    (0x4750_4653, "GPFS"),
+    (0x7461_636F, "OCFS2"),
+    (0x0116_1970, "GFS2"),
+    (0x1366_1366, "OrangeFS"),
+    (0x1983_0326, "BeeGFS"),
+    (0xAAD7_AAEA, "PanFS"),
+    (0x786F_4256, "vboxsf"),
+];
+
+/// The filesystem a lock lives on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fs {
+    /// For messages: the mount's type (`fuse.sshfs`, `nfs4`, `ext4`) and source.
+    pub name: String,
+    /// Another machine (or a FUSE daemon) holds the data.
+    pub remote: bool,
+    /// How long it may serve stale data, where its mount options say (NFS).
+    pub cache: Option<Duration>,
+}
+
+/// What filesystem `fd` (a directory or file) is on, by `statfs(2)` type, named from
+/// `/proc/self/mountinfo`.
+pub fn detect(fd: BorrowedFd<'_>) -> Fs {
+    let magic = fstatfs(fd).map_or(0, |s| s.filesystem_type().0 as u64 & 0xFFFF_FFFF);
+    let family = REMOTE.iter().find(|(m, _)| *m == magic).map(|(_, n)| *n);
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mount = fstat(fd)
+        .ok()
+        .and_then(|st| mount_for_dev(&info, major(st.st_dev), minor(st.st_dev)));
+    let name = match (&mount, family) {
+        (Some(m), _) => format!("{} ({})", m.fstype, m.source),
+        (None, Some(f)) => f.to_string(),
+        (None, None) => format!("filesystem type {magic:#x}"),
+    };
+    let cache = match (family, &mount) {
+        (Some("NFS"), Some(m)) => Some(Duration::from_secs(attr_cache_secs(m.opts))),
+        (Some("NFS"), None) => Some(UNKNOWN_CACHE),
+        _ => None,
+    };
+    Fs {
+        name,
+        remote: family.is_some(),
+        cache,
+    }
+}
+
+/// Refuses a profile that cannot keep SPEC §6 on `fs` (78, naming the filesystem and what to
+/// set). `heartbeats`: the backend judges liveness by heartbeats (mkdir, link, symlink), else
+/// it relies on the kernel's `flock(2)`. `local = true` passes: every contender is on this
+/// host, liveness is decided by proof of death alone.
+pub fn check(
+    fs: &Fs,
+    shown: &Path,
+    cfg: &FsConfig,
+    stale_after: Duration,
+    heartbeats: bool,
+) -> Result<()> {
+    if !fs.remote || cfg.local {
+        return Ok(());
+    }
+    if !heartbeats {
+        return Err(err!(
+            Config,
+            "lock file {} is on {}, a network or FUSE filesystem: flock(2) there may exclude only processes on this host, so two hosts could both hold the lock; use backend \"mkdir\", \"link\" or \"symlink\" there, or set local = true if every contender runs on this host",
+            shown.display(),
+            fs.name
+        ));
+    }
+    let (cache, how) = match (cfg.cache_time, fs.cache) {
+        (Some(c), _) => (c, "as the profile's cache_time says"),
+        (None, Some(c)) => (c, "per its mount options"),
+        (None, None) => (UNKNOWN_CACHE, "assumed: its cache time is unknown"),
+    };
+    if stale_after > cache {
+        return Ok(());
+    }
+    Err(err!(
+        Config,
+        "lock directory {} is on {}, which may show another host's changes up to {} late ({how}); a waiter could then miss a live holder's heartbeats: set stale_after above {}, or state the mount's real cache time with cache_time = \"…\" (locksmith verify --peer measures it), or set local = true if every contender runs on this host",
+        shown.display(),
+        fs.name,
+        fmt_duration(cache),
+        fmt_duration(cache)
+    ))
+}
+
+/// Refuses a lock directory that others may write unless it is sticky (as `/tmp` is): in it
+/// anyone could remove or replace our lock and records.
+pub fn check_dir_mode(mode: u32, dir: &Path) -> Result<()> {
+    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+        return Err(err!(
+            Config,
+            "directory {} is writable by others and not sticky (mode {:04o}): anyone could remove the lock; chmod o-w or +t",
+            dir.display(),
+            mode & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+struct Mount<'a> {
+    fstype: &'a str,
+    source: &'a str,
+    opts: &'a str,
+}
+
+/// The mount whose device is `major:minor`.
+fn mount_for_dev(mountinfo: &str, maj: u64, min: u64) -> Option<Mount<'_>> {
+    let want = format!("{maj}:{min}");
+    mountinfo.lines().find_map(|line| {
+        let mut fields = line.split(' ');
+        if fields.nth(2)? != want {
+            return None;
+        }
+        let (_, tail) = line.split_once(" - ")?;
+        let mut rest = tail.split(' ');
+        Some(Mount {
+            fstype: rest.next()?,
+            source: rest.next()?,
+            opts: rest.next().unwrap_or(""),
+        })
+    })
+}
+
+/// NFS: the longest time, in seconds, a cached attribute may be served: `noac` 0, else the
+/// larger of `acregmax` and `acdirmax` (the kernel lists them only when not at their
+/// defaults, 60 s).
+fn attr_cache_secs(opts: &str) -> u64 {
+    let (mut reg, mut dir) = (60, 60);
+    for opt in opts.split(',') {
+        let (k, v) = opt.split_once('=').unwrap_or((opt, ""));
+        let n = v.parse::<u64>().ok();
+        match (k, n) {
+            ("noac", _) => return 0,
+            ("actimeo", Some(n)) => (reg, dir) = (n, n),
+            ("acregmax", Some(n)) => reg = n,
+            ("acdirmax", Some(n)) => dir = n,
+            _ => {}
+        }
+    }
+    reg.max(dir)
+}
+
+/// A lock's directory, opened once.
+pub struct LockDir {
+    /// The lock itself, for messages.
+    pub path: PathBuf,
+    pub parent: PathBuf,
+    pub name: OsString,
+    cfg: FsConfig,
+    stale_after: Duration,
+    fd: Option<OwnedFd>,
+    fs: Option<Fs>,
+}
+
+impl LockDir {
+    pub fn new(cfg: &FsConfig, stale_after: Duration) -> LockDir {
+        LockDir {
+            path: cfg.path.clone(),
+            parent: cfg
+                .path
+                .parent()
+                .map_or_else(|| PathBuf::from("/"), PathBuf::from),
+            name: cfg.path.file_name().map(OsString::from).unwrap_or_default(),
+            cfg: cfg.clone(),
+            stale_after,
+            fd: None,
+            fs: None,
+        }
+    }
+
+    /// The parent directory: opened, its mode and filesystem checked, on first use.
+    pub fn fd(&mut self) -> Result<BorrowedFd<'_>> {
+        if self.fd.is_none() {
+            let fd = nix::fcntl::open(
+                &self.parent,
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                FileMode::empty(),
+            )
+            .map_err(|e| Error::path("cannot open the directory of lock", &self.path, e.into()))?;
+            let st = fstat(&fd).map_err(|e| {
+                Error::path("cannot stat the directory of lock", &self.path, e.into())
+            })?;
+            check_dir_mode(st.st_mode, &self.parent)?;
+            let fs = detect(fd.as_fd());
+            check(&fs, &self.parent, &self.cfg, self.stale_after, true)?;
+            self.fs = Some(fs);
+            self.fd = Some(fd);
+        }
+        Ok(self.fd.as_ref().expect("opened above").as_fd())
+    }
+
+    /// Whether the lock is on a network or FUSE filesystem (known once [`fd`](Self::fd) ran).
+    pub fn remote(&self) -> bool {
+        self.fs.as_ref().is_some_and(|f| f.remote)
+    }
+
+    /// `.NAME<suffix>`: a name beside the lock.
+    pub fn beside(&self, suffix: &str) -> OsString {
+        let mut n = OsString::from(".");
+        n.push(&self.name);
+        n.push(suffix);
+        n
+    }
+
+    /// A name relative to the parent, for messages.
+    pub fn shown(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.parent.join(name)
+    }
+
+    /// The state beside the lock (`.NAME.state`), `None` if there is none yet.
+    pub fn read_state(&mut self) -> Result<Option<State>> {
+        let name = self.beside(".state");
+        let shown = self.shown(&name);
+        owner::read_state(self.fd()?, &name, &shown)
+    }
+
+    /// Replaces the state; only while holding the lock.
+    pub fn write_state(&mut self, st: State) -> Result<()> {
+        let name = self.beside(".state");
+        let shown = self.shown(&name);
+        owner::write_state(self.fd()?, &name, &shown, st)
+    }
+
+    /// The content of the regular file `name` (in directory `at`, else the parent), read
+    /// fresh: `None` if there is none. Opened so that nothing planted there can block us or be
+    /// followed; something other than a regular file is a config error naming it.
+    pub fn read_file(
+        &mut self,
+        at: Option<BorrowedFd<'_>>,
+        name: &OsStr,
+    ) -> Result<Option<(Vec<u8>, FileStat)>> {
+        let shown = self.shown(name);
+        let dir = match at {
+            Some(d) => d,
+            None => self.fd()?,
+        };
+        let flags = OFlag::O_RDONLY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC;
+        let fd = match openat(dir, name, flags, FileMode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(e) => return Err(not_a_record(&shown, e)),
+        };
+        let st = fstat(&fd).map_err(|e| Error::path("cannot stat", &shown, e.into()))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(err!(
+                Config,
+                "{} is {}, not a lock record: something else is in the way",
+                shown.display(),
+                crate::files::kind_name(st.st_mode)
+            ));
+        }
+        let mut buf = Vec::new();
+        File::from(fd)
+            .take(RECORD_CAP)
+            .read_to_end(&mut buf)
+            .map_err(|e| Error::path("cannot read", &shown, e))?;
+        Ok(Some((buf, st)))
+    }
+
+    /// Creates the regular file `name` (in `at`, else the parent) with `text`, mode and group
+    /// per profile; `Ok(None)` if the name exists (or a racing create made the server answer
+    /// EPERM/ENOENT, as sshfs does). On a write failure nothing is left.
+    pub fn create_file(
+        &mut self,
+        at: Option<BorrowedFd<'_>>,
+        name: &OsStr,
+        text: &str,
+    ) -> Result<Option<File>> {
+        let shown = self.shown(name);
+        let (mode, group) = (self.cfg.file_mode, self.cfg.group);
+        let dir = match at {
+            Some(d) => d,
+            None => self.fd()?,
+        };
+        let flags = OFlag::O_RDWR
+            | OFlag::O_CREAT
+            | OFlag::O_EXCL
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_CLOEXEC;
+        let fd = match openat(
+            dir,
+            name,
+            flags,
+            FileMode::from_bits_truncate(mode.unwrap_or(0o644)),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::EEXIST) => return Ok(None),
+            Err(e) => return Err(Error::path("cannot create", &shown, e.into())),
+        };
+        let file = File::from(fd);
+        let r = (|| -> Result<()> {
+            file.write_all_at(text.as_bytes(), 0)
+                .and_then(|()| file.sync_data())
+                .map_err(|e| Error::path("cannot write", &shown, e))?;
+            if let Some(m) = mode {
+                nix::sys::stat::fchmod(&file, FileMode::from_bits_truncate(m))
+                    .map_err(|e| Error::path("cannot chmod", &shown, e.into()))?;
+            }
+            if let Some(g) = group {
+                nix::unistd::fchown(&file, None, Some(nix::unistd::Gid::from_raw(g)))
+                    .map_err(|e| Error::path("cannot chgrp", &shown, e.into()))?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            let _ = nix::unistd::unlinkat(dir, name, nix::unistd::UnlinkatFlags::NoRemoveDir);
+            return Err(e);
+        }
+        Ok(Some(file))
+    }
+}
+
+fn not_a_record(shown: &Path, e: Errno) -> Error {
+    match e {
+        Errno::ELOOP => err!(
+            Config,
+            "{} is a symbolic link, not a lock record: refusing to follow it",
+            shown.display()
+        ),
+        e => Error::path("cannot open", shown, e.into()),
+    }
+}
+
+/// One heartbeat: rewrites the record `name` (in `at`) in place with `rec` at beat `n`, if it
+/// still is ours (its nonce), and makes the write reach the server (`fdatasync`; NFS flushes
+/// on it, FUSE passes it on). `Ok(false)`: the record is gone or belongs to someone else — the
+/// lock is not ours any more. The check and the write go through one descriptor, so a
+/// successor's record (a new file) is never written.
+pub fn write_beat(
+    at: BorrowedFd<'_>,
+    name: &OsStr,
+    shown: &Path,
+    rec: &Record,
+    n: u64,
+) -> Result<bool> {
+    let flags = OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let fd = match openat(at, name, flags, FileMode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Ok(false),
+        Err(e) => return Err(not_a_record(shown, e)),
+    };
+    let file = File::from(fd);
+    let st = fstat(file.as_fd()).map_err(|e| Error::path("cannot stat", shown, e.into()))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Ok(false);
+    }
+    let mut old = Vec::new();
+    (&file)
+        .take(RECORD_CAP)
+        .read_to_end(&mut old)
+        .map_err(|e| Error::path("cannot read", shown, e))?;
+    if !is_ours(&old, rec) {
+        return Ok(false);
+    }
+    let text = rec.render_beat(n);
+    file.write_all_at(text.as_bytes(), 0)
+        .and_then(|()| {
+            if (text.len() as u64) < old.len() as u64 {
+                file.set_len(text.len() as u64)
+            } else {
+                Ok(())
+            }
+        })
+        .and_then(|()| file.sync_data())
+        .map_err(|e| Error::path("cannot heartbeat lock", shown, e))?;
+    Ok(true)
+}
+
+/// Whether a record's content is the acquisition `rec` (same nonce).
+pub fn is_ours(content: &[u8], rec: &Record) -> bool {
+    matches!(parse(content), Parsed::V1(r) if r.nonce == rec.nonce)
+}
+
+/// Parses a record file's content.
+pub fn parse(content: &[u8]) -> Parsed {
+    Record::parse(String::from_utf8_lossy(content).trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INFO: &str = "\
+22 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw
+95 22 0:52 / /mnt/locks rw,relatime shared:50 - nfs4 fs1:/export/locks rw,vers=4.2,rsize=1048576,wsize=1048576,namlen=255,hard,proto=tcp,timeo=600,retrans=2,sec=sys,clientaddr=10.0.0.2,local_lock=none,addr=10.0.0.1
+96 22 0:53 / /mnt/fast rw,relatime shared:51 - nfs fs2:/fast rw,vers=3,acregmax=5,acdirmax=10,hard
+97 22 0:54 / /mnt/noac rw,relatime shared:52 - nfs fs3:/x rw,vers=3,noac,hard
+98 22 0:55 / /mnt/a rw,nosuid,nodev,relatime shared:53 - fuse.sshfs 127.0.0.1:/srv rw,user_id=0,group_id=0
+";
+
+    #[test]
+    fn finds_the_mount_by_device() {
+        assert_eq!(
+            mount_for_dev(INFO, 0, 53).map(|m| m.source),
+            Some("fs2:/fast")
+        );
+        assert_eq!(
+            mount_for_dev(INFO, 0, 55).map(|m| m.fstype),
+            Some("fuse.sshfs")
+        );
+        assert!(mount_for_dev(INFO, 9, 9).is_none());
+    }
+
+    #[test]
+    fn nfs_cache_time_from_mount_options() {
+        let opts = |d| mount_for_dev(INFO, 0, d).unwrap().opts;
+        assert_eq!(attr_cache_secs(opts(52)), 60, "defaults are not listed");
+        assert_eq!(attr_cache_secs(opts(53)), 10);
+        assert_eq!(attr_cache_secs(opts(54)), 0);
+        assert_eq!(attr_cache_secs("rw,actimeo=3"), 3);
+        assert_eq!(attr_cache_secs("rw,actimeo=3,acdirmax=30"), 30);
+    }
+
+    fn cfg(local: bool, cache_time: Option<Duration>) -> FsConfig {
+        FsConfig {
+            path: PathBuf::from("/mnt/a/x"),
+            file_mode: None,
+            group: None,
+            local,
+            cache_time,
+        }
+    }
+
+    #[test]
+    fn remote_filesystems_need_stale_after_above_their_cache() {
+        let sshfs = Fs {
+            name: "fuse.sshfs (127.0.0.1:/srv)".into(),
+            remote: true,
+            cache: None,
+        };
+        let s = Duration::from_secs;
+        let dir = Path::new("/mnt/a");
+        let e = check(&sshfs, dir, &cfg(false, None), s(3), true).unwrap_err();
+        assert_eq!(e.kind(), crate::error::Kind::Config);
+        assert!(e.message().contains("fuse.sshfs"), "{e}");
+        assert!(e.message().contains("cache_time"), "{e}");
+        assert!(check(&sshfs, dir, &cfg(false, None), s(61), true).is_ok());
+        assert!(check(&sshfs, dir, &cfg(false, Some(s(1))), s(3), true).is_ok());
+        assert!(check(&sshfs, dir, &cfg(true, None), s(3), true).is_ok());
+        let e = check(&sshfs, dir, &cfg(false, None), s(3), false).unwrap_err();
+        assert!(e.message().contains("flock(2)"), "{e}");
+        assert!(check(&sshfs, dir, &cfg(true, None), s(3), false).is_ok());
+    }
+
+    #[test]
+    fn local_filesystems_pass() {
+        let dir = std::fs::File::open(std::env::temp_dir()).unwrap();
+        let fs = detect(dir.as_fd());
+        assert!(!fs.remote, "{fs:?}");
+        assert!(
+            check(
+                &fs,
+                Path::new("/tmp"),
+                &cfg(false, None),
+                Duration::from_secs(1),
+                false
+            )
+            .is_ok()
+        );
+    }
+}

@@ -1,0 +1,295 @@
+//! SPEC §6's breaking rule, once, for every backend that keeps its own owner records (the
+//! way [`super::acquire`] owns waiting).
+//!
+//! A backend only lists the lock's holders with their [`Evidence`] — the owner record and a
+//! *sign* that changes whenever the holder heartbeats, read fresh — and removes exactly one
+//! acquisition when told to ([`Holders`]). This module decides:
+//! - **alive**: a record of another format (only `--force` breaks it), a same-host holder
+//!   that is alive (its pidfd is watched, so the waiter wakes at its death), or a sign that
+//!   changed within `stale_after` of the waiter's *own* monotonic clock;
+//! - **dead**: a same-host holder (equal boot id and pid namespace) that is provably gone —
+//!   acted on at once, but only through the backend's claim on that very acquisition, so a
+//!   record a stale cache still serves can never make us remove its successor;
+//! - **silent**: another host's holder (or a lock with no record) whose sign stayed the same
+//!   for `stale_after` of our own observation.
+//!
+//! Messages are said once, and only once a removal succeeded. The same rule serves `break`
+//! ([`Judge::break_lock`]), with `--force` and `--token`.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::owner::Parsed;
+use super::wake::Wakeups;
+use super::{BreakOutcome, Holder, describe};
+use crate::error::{Error, Kind, Result, err};
+use crate::log::info;
+use crate::profile::fmt_duration;
+use crate::protocol::Mode;
+use crate::watch::{Event, Watcher};
+
+/// One holder of a lock, as a backend sees it now.
+#[derive(Clone, Debug)]
+pub struct Evidence {
+    /// Which entry this is, stable for one acquisition (observations are kept per key).
+    pub key: OsString,
+    /// Its owner record; `None`: the lock exists without one (a locker or breaker died
+    /// half-way, or a foreign tool made it).
+    pub record: Option<Parsed>,
+    /// Whatever changes when the holder heartbeats, read fresh.
+    pub sign: Vec<u8>,
+    pub mode: Mode,
+}
+
+impl Evidence {
+    pub fn holder(&self) -> Holder {
+        let mut h = self.record.as_ref().map(Parsed::holder).unwrap_or_default();
+        h.mode = Some(self.mode);
+        h
+    }
+
+    fn token(&self) -> Option<u64> {
+        match &self.record {
+            Some(Parsed::V1(r)) => r.token,
+            _ => None,
+        }
+    }
+}
+
+/// A backend's holders, for the judge.
+pub trait Holders {
+    /// The lock's holders now; `None`: the lock is free. `Some(vec![])`: held, but no holder
+    /// is left to judge (a shared group whose last reader is leaving).
+    fn holders(&mut self) -> Result<Option<Vec<Evidence>>>;
+
+    /// Removes exactly the acquisition `ev` describes (a claim only one process can win, or a
+    /// removal after a fresh re-read). `Ok(false)`: it is no longer there, or changed.
+    fn remove(&mut self, ev: &Evidence) -> Result<bool>;
+
+    /// Every holder listed was removed: free the lock's name if that is a step of its own (a
+    /// shared group). `Ok(false)`: someone else holds it meanwhile.
+    fn finish(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Alive,
+    /// Same host, provably gone.
+    Dead,
+    /// No sign of life for `stale_after` of our own observation.
+    Silent,
+}
+
+/// The waiter's (or breaker's) memory of what it saw, and its rule.
+pub struct Judge {
+    profile: String,
+    path: PathBuf,
+    stale_after: Duration,
+    poll: Duration,
+    local: bool,
+    observed: HashMap<OsString, (Vec<u8>, Instant)>,
+    /// A holder was removed: the next acquisition follows a crash (`prev=crashed`).
+    pub broke: bool,
+}
+
+impl Judge {
+    pub fn new(
+        profile: &str,
+        path: PathBuf,
+        stale_after: Duration,
+        poll: Duration,
+        local: bool,
+    ) -> Judge {
+        Judge {
+            profile: profile.to_string(),
+            path,
+            stale_after,
+            poll,
+            local,
+            observed: HashMap::new(),
+            broke: false,
+        }
+    }
+
+    /// Forgets what it saw (we hold the lock now).
+    pub fn clear(&mut self) {
+        self.observed.clear();
+    }
+
+    /// True when `sign` under `key` stayed the same for `stale_after` of our observation.
+    fn silent_for_stale(&mut self, key: &OsString, sign: &[u8]) -> bool {
+        match self.observed.get(key) {
+            Some((seen, since)) if seen == sign => since.elapsed() >= self.stale_after,
+            _ => {
+                self.observed
+                    .insert(key.clone(), (sign.to_vec(), Instant::now()));
+                false
+            }
+        }
+    }
+
+    /// Whether `sign` differs from what we saw of `key` before.
+    fn changed(&self, key: &OsString, sign: &[u8]) -> bool {
+        self.observed.get(key).is_some_and(|(seen, _)| seen != sign)
+    }
+
+    fn verdict(&mut self, ev: &Evidence, wake: &mut Wakeups) -> Result<Verdict> {
+        match &ev.record {
+            Some(Parsed::Foreign(_)) => Ok(Verdict::Alive),
+            Some(Parsed::V1(rec)) if rec.same_host() => {
+                Ok(if wake.holder_alive(rec.pid, rec.start) {
+                    Verdict::Alive
+                } else {
+                    Verdict::Dead
+                })
+            }
+            Some(Parsed::V1(rec)) if self.local => Err(err!(
+                Config,
+                "profile `{}` says local = true, but lock {} is held by {} from another host or pid namespace",
+                self.profile,
+                self.path.display(),
+                rec.holder()
+            )),
+            _ => Ok(if self.silent_for_stale(&ev.key, &ev.sign) {
+                Verdict::Silent
+            } else {
+                Verdict::Alive
+            }),
+        }
+    }
+
+    /// The waiter's step: judges every holder and removes the dead and silent ones.
+    /// `Ok(None)`: the lock was freed (or vanished): try again. `Ok(Some(live))`: busy.
+    pub fn clear_dead(
+        &mut self,
+        lock: &mut dyn Holders,
+        wake: &mut Wakeups,
+    ) -> Result<Option<Vec<Holder>>> {
+        let Some(list) = lock.holders()? else {
+            return Ok(None);
+        };
+        let mut live = Vec::new();
+        for ev in &list {
+            let v = self.verdict(ev, wake)?;
+            if v == Verdict::Alive {
+                live.push(ev.holder());
+                continue;
+            }
+            if !lock.remove(ev)? {
+                // Changed meanwhile, or what we judged was a stale view: look again later.
+                self.observed.remove(&ev.key);
+                live.push(ev.holder());
+                continue;
+            }
+            self.observed.remove(&ev.key);
+            self.broke = true;
+            let mut h = ev.holder();
+            h.alive = Some(false);
+            info!("broke lock {} of {h}: {}", self.path.display(), self.why(v));
+        }
+        if live.is_empty() && lock.finish()? {
+            return Ok(None);
+        }
+        if live.is_empty() {
+            live.push(Holder::default());
+        }
+        Ok(Some(live))
+    }
+
+    fn why(&self, v: Verdict) -> String {
+        match v {
+            Verdict::Dead => "it is dead (same host: proof of death)".into(),
+            _ => format!("no sign of life for {}", fmt_duration(self.stale_after)),
+        }
+    }
+
+    /// `break`: removes the lock once its holders are dead or silent (at once with `force`),
+    /// and only if it is acquisition `token` when one is given.
+    pub fn break_lock(
+        &mut self,
+        lock: &mut dyn Holders,
+        force: bool,
+        token: Option<u64>,
+        watcher: &mut Watcher,
+    ) -> Result<BreakOutcome> {
+        let path = self.path.display().to_string();
+        let mut announced = false;
+        loop {
+            let Some(list) = lock.holders()? else {
+                return Ok(BreakOutcome::Free);
+            };
+            let holders: Vec<Holder> = list.iter().map(Evidence::holder).collect();
+            if let Some(want) = token {
+                let exact = matches!(&list[..], [ev] if ev.mode == Mode::Exclusive && ev.token() == Some(want));
+                if !exact {
+                    return Err(err!(
+                        Busy,
+                        "lock {path} is not acquisition {want} (held by {}); nothing broken",
+                        describe(&holders)
+                    ));
+                }
+            }
+            let mut pending = false;
+            for ev in &list {
+                let go = force || self.may_break(ev)?;
+                if !(go && lock.remove(ev)?) {
+                    pending = true;
+                }
+            }
+            if !pending && lock.finish()? {
+                info!("broke lock {path} of {}", describe(&holders));
+                return Ok(BreakOutcome::Broken(
+                    holders.into_iter().next().unwrap_or_default(),
+                ));
+            }
+            if !announced {
+                info!(
+                    "lock {path} is held by {} on another host; breaking it if it stays silent for {}",
+                    describe(&holders),
+                    fmt_duration(self.stale_after)
+                );
+                announced = true;
+            }
+            if let Event::Release(cause) = watcher.wait(&[], Some(self.poll))? {
+                return Err(Error::new(
+                    Kind::Busy,
+                    format!("stopped before breaking: {cause}"),
+                ));
+            }
+        }
+    }
+
+    /// `break` without `--force`: may this holder go now? An error: it may not, ever.
+    fn may_break(&mut self, ev: &Evidence) -> Result<bool> {
+        let path = self.path.display();
+        let h = ev.holder();
+        match &ev.record {
+            Some(Parsed::Foreign(_)) => Err(err!(
+                Busy,
+                "lock {path} has an owner record of another format ({h}); only --force breaks it"
+            )),
+            Some(Parsed::V1(r)) if r.same_host() => {
+                if crate::host::alive(r.pid, r.start) {
+                    return Err(err!(
+                        Busy,
+                        "lock {path} is held by {h}, which is alive; use --force to break it anyway"
+                    ));
+                }
+                Ok(true)
+            }
+            _ => {
+                if self.changed(&ev.key, &ev.sign) {
+                    return Err(err!(
+                        Busy,
+                        "lock {path} is held by {h}, which is alive: its heartbeat changed the lock"
+                    ));
+                }
+                Ok(self.silent_for_stale(&ev.key, &ev.sign))
+            }
+        }
+    }
+}

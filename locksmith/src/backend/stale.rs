@@ -203,7 +203,7 @@ impl Judge {
     fn why(&self, v: Verdict) -> String {
         match v {
             Verdict::Dead => "it is dead (same host: proof of death)".into(),
-            _ => format!("no sign of life for {}", fmt_duration(self.stale_after)),
+            _ => format!("no heartbeat for {}", fmt_duration(self.stale_after)),
         }
     }
 

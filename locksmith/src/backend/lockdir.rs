@@ -272,10 +272,26 @@ impl LockDir {
     }
 
     /// The state beside the lock (`.NAME.state`), `None` if there is none yet.
+    /// On a network filesystem, whose `readlink` may answer from a cache, it is read through
+    /// a hard link made for the purpose (the server links whatever is there now): a stale
+    /// token would be issued twice.
     pub fn read_state(&mut self) -> Result<Option<State>> {
         let name = self.beside(".state");
         let shown = self.shown(&name);
-        owner::read_state(self.fd()?, &name, &shown)
+        let pin = self.beside(&format!(".pin.{}", crate::host::nonce()));
+        self.fd()?;
+        if !self.remote() {
+            return owner::read_state(self.fd()?, &name, &shown);
+        }
+        let fd = self.fd()?;
+        match nix::unistd::linkat(fd, name.as_os_str(), fd, pin.as_os_str(), nix::fcntl::AtFlags::empty()) {
+            Ok(()) => {}
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(e) => return Err(Error::path("cannot read lock state (linking it to read it fresh)", &shown, e.into())),
+        }
+        let r = owner::read_state(fd, &pin, &shown);
+        let _ = nix::unistd::unlinkat(fd, pin.as_os_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
+        r
     }
 
     /// Replaces the state; only while holding the lock.

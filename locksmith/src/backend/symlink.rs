@@ -102,6 +102,11 @@ pub struct Symlink {
     /// well-known group name that joiners (re)create with `mkdir` — the race the seed
     /// describes. Never set outside that test.
     seed_scheme: bool,
+    /// The lock is on a network or FUSE filesystem (known once the parent is opened): names
+    /// are read fresh (pinned), liveness is the heartbeat record `.NAME.beat`.
+    remote: bool,
+    /// Our heartbeat counter while holding exclusively on such a filesystem.
+    beats: u64,
 }
 
 /// What we hold.
@@ -134,6 +139,13 @@ struct Member {
     entry: OsString,
     parsed: Parsed,
     seen: Seen,
+}
+
+/// FNV-1a: a heartbeat record's content, folded into what a waiter compares.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 fn seen_of(st: &nix::sys::stat::FileStat) -> Seen {
@@ -169,6 +181,8 @@ impl Symlink {
             prev_crashed: false,
             seed_scheme: std::env::var_os("LOCKSMITH_SYMLINK_SEED_SCHEME")
                 .is_some_and(|v| v == "1"),
+            remote: false,
+            beats: 0,
         }
     }
 
@@ -194,13 +208,17 @@ impl Symlink {
                 )
             })?;
             super::lockdir::check_dir_mode(st.st_mode, &self.parent)?;
-            super::lockdir::check(
-                &super::lockdir::detect(fd.as_fd()),
-                &self.parent,
-                &self.cfg,
-                self.stale_after,
-                true,
-            )?;
+            let fs = super::lockdir::detect(fd.as_fd());
+            super::lockdir::check(&fs, &self.parent, &self.cfg, self.stale_after, true)?;
+            if fs.remote && !self.cfg.local && self.mode == Mode::Shared {
+                return Err(err!(
+                    Config,
+                    "lock {} is on {}: shared symlink locks cannot heartbeat there yet (a reader's entry is a symlink, whose times a network filesystem may not set); take it exclusively, or set local = true if every contender runs on this host",
+                    self.cfg.path.display(),
+                    fs.name
+                ));
+            }
+            self.remote = fs.remote;
             self.parent_fd = Some(fd);
         }
         Ok(self.parent_fd.as_ref().expect("opened above").as_fd())
@@ -247,9 +265,101 @@ impl Symlink {
         }
     }
 
+    /// Reads `name` as [`read_entry`](Self::read_entry) does, but fresh on a network
+    /// filesystem, whose `readlink` may answer from a cache (sshfs: 20 s): a hard link to it
+    /// under a new name (a mutation, decided by the server, of whatever is there now) is
+    /// read, then removed.
+    fn read_fresh(&mut self, name: &OsStr) -> Result<Option<(String, Seen)>> {
+        if !self.remote {
+            return self.read_entry(name);
+        }
+        let pin = self.beside(&format!(".pin.{}", crate::host::nonce()));
+        let parent = self.parent_fd()?;
+        match nix::unistd::linkat(parent, name, parent, pin.as_os_str(), AtFlags::empty()) {
+            Ok(()) => {}
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(e) => return Err(self.io("cannot read lock (linking it to read it fresh)", e)),
+        }
+        let r = self.read_entry(&pin);
+        let _ = unlinkat(self.parent_fd()?, pin.as_os_str(), UnlinkatFlags::NoRemoveDir);
+        r
+    }
+
+    /// On a network filesystem, what changes when an exclusive holder with record `rec`
+    /// heartbeats: its heartbeat record `.NAME.beat`, read fresh (or, before it wrote one,
+    /// NAME's own look).
+    fn remote_seen(&mut self, parsed: &Parsed, seen: Seen) -> Result<Seen> {
+        let beat = self.beside(".beat");
+        let content = self.dir_read(&beat)?;
+        Ok(match (parsed, content) {
+            (Parsed::V1(rec), Some(c)) if super::lockdir::is_ours(&c, rec) => (fnv(&c), (0, 0)),
+            _ => seen,
+        })
+    }
+
+    fn dir_read(&mut self, name: &OsStr) -> Result<Option<Vec<u8>>> {
+        let shown = self.parent.join(name);
+        let parent = self.parent_fd()?;
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let fd = match openat(parent, name, flags, FileMode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(e) => return Err(Error::path("cannot read", &shown, e.into())),
+        };
+        let mut buf = Vec::new();
+        use std::io::Read;
+        let _ = std::fs::File::from(fd).take(4096).read_to_end(&mut buf);
+        Ok(Some(buf))
+    }
+
+    /// Writes (replacing) our heartbeat record `.NAME.beat` at beat `n`.
+    fn write_beat_record(&mut self, rec: &Record, n: u64) -> Result<bool> {
+        let beat = self.beside(".beat");
+        let shown = self.parent.join(&beat);
+        let tmp = self.beside(&format!(".beat.{}", rec.nonce));
+        let mode = FileMode::from_bits_truncate(self.cfg.file_mode.unwrap_or(0o644));
+        let parent = self.parent_fd()?;
+        if n > 0 {
+            return super::lockdir::write_beat(parent, &beat, &shown, rec, n);
+        }
+        let r = openat(
+            parent,
+            tmp.as_os_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            mode,
+        )
+        .map_err(std::io::Error::from)
+        .and_then(|fd| {
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::File::from(fd);
+            f.write_all_at(rec.render_beat(0).as_bytes(), 0)?;
+            f.sync_data()
+        })
+        .and_then(|()| renameat(parent, tmp.as_os_str(), parent, beat.as_os_str()).map_err(Into::into));
+        if let Err(e) = r {
+            let _ = unlinkat(parent, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+            return Err(Error::path("cannot write heartbeat record", &shown, e));
+        }
+        Ok(true)
+    }
+
+    /// Removes `.NAME.beat` if it is the heartbeat record of acquisition `rec`.
+    fn remove_beat_record(&mut self, text: &str) {
+        let Parsed::V1(rec) = Record::parse(text) else {
+            return;
+        };
+        let beat = self.beside(".beat");
+        if let Ok(Some(c)) = self.dir_read(&beat)
+            && super::lockdir::is_ours(&c, &rec)
+            && let Ok(parent) = self.parent_fd()
+        {
+            let _ = unlinkat(parent, beat.as_os_str(), UnlinkatFlags::NoRemoveDir);
+        }
+    }
+
     fn target(&mut self) -> Result<Target> {
         let name = self.name.clone();
-        let Some((text, seen)) = self.read_entry(&name)? else {
+        let Some((text, seen)) = self.read_fresh(&name)? else {
             return Ok(Target::Missing);
         };
         let prefix = self.group_prefix();
@@ -257,7 +367,13 @@ impl Symlink {
         if group.as_bytes().starts_with(prefix.as_bytes()) && !text.contains('/') {
             return Ok(Target::Group(group, seen));
         }
-        Ok(Target::Exclusive(Record::parse(&text), text, seen))
+        let parsed = Record::parse(&text);
+        let seen = if self.remote {
+            self.remote_seen(&parsed, seen)?
+        } else {
+            seen
+        };
+        Ok(Target::Exclusive(parsed, text, seen))
     }
 
     /// `symlink(target, name)`; `Ok(true)` if `name` now says `target` (ours: NFS may answer
@@ -266,14 +382,17 @@ impl Symlink {
     fn make_link(&mut self, target: &str, at: &Path) -> std::result::Result<bool, Errno> {
         let parent = self.parent_fd().map_err(|_| Errno::EBADF)?;
         match symlinkat(target, parent, at) {
-            Ok(()) => {}
+            Ok(()) => return Ok(true),
             Err(Errno::EEXIST) => {}
+            // sshfs answers a racing symlink(2) over an existing name with EPERM or ENOENT
+            // (SFTP's generic failure): whoever won, the name says.
+            Err(Errno::EPERM | Errno::ENOENT) if self.remote => {}
             Err(e) => return Err(e),
         }
-        match readlinkat(parent, at) {
-            Ok(t) => Ok(t.as_bytes() == target.as_bytes()),
-            Err(Errno::ENOENT) => Ok(false),
-            Err(e) => Err(e),
+        match self.read_fresh(at.as_os_str()) {
+            Ok(Some((t, _))) => Ok(t == target),
+            Ok(None) => Ok(false),
+            Err(_) => Err(Errno::EIO),
         }
     }
 
@@ -417,6 +536,12 @@ impl Symlink {
     /// A waiting writer: leave (or refresh) our marker so readers stop joining.
     fn mark_waiting(&mut self) -> Result<()> {
         let now = TimeSpec::UTIME_NOW;
+        self.parent_fd()?;
+        if self.remote && (self.marker.is_some() || !self.cfg.local) {
+            // No readers without local = true there (refused); with it, markers are judged
+            // by proof of death alone and need no refreshing (which sshfs cannot do).
+            return Ok(());
+        }
         if let Some(m) = self.marker.clone() {
             match utimensat(
                 self.parent_fd()?,
@@ -523,7 +648,12 @@ impl Symlink {
             self.write_state(State {
                 token,
                 clean: false,
-            })
+            })?;
+            if self.remote && !self.cfg.local {
+                self.beats = 0;
+                self.write_beat_record(&rec, 0)?;
+            }
+            Ok(())
         })();
         self.held = Some(Held::Exclusive {
             rec: rec.clone(),
@@ -709,8 +839,22 @@ impl Symlink {
             Err(e) => return Err(self.io("cannot take the break guard of", e)),
         }
         let name = self.name.clone();
-        let broke = match self.read_entry(&name)? {
-            Some((t, s)) if t == text && s.0 == seen.0 => self.unlink_if(&name, text),
+        let now = match self.read_fresh(&name)? {
+            Some((t, s)) if self.remote => {
+                let p = Record::parse(&t);
+                let s = self.remote_seen(&p, s)?;
+                Some((t, s))
+            }
+            x => x,
+        };
+        let broke = match now {
+            Some((t, s)) if t == text && s.0 == seen.0 => {
+                // Its heartbeat record first, while NAME still keeps others from writing one.
+                if self.remote {
+                    self.remove_beat_record(text);
+                }
+                self.unlink_if(&name, text)
+            }
             _ => false,
         };
         self.unlink_if(&guard, &mine);
@@ -719,15 +863,14 @@ impl Symlink {
 
     /// Unlinks symlink `name` if it still says `text`.
     fn unlink_if(&mut self, name: &OsStr, text: &str) -> bool {
+        match self.read_fresh(name) {
+            Ok(Some((t, _))) if t == text => {}
+            _ => return false,
+        }
         let Ok(parent) = self.parent_fd() else {
             return false;
         };
-        match readlinkat(parent, name) {
-            Ok(t) if t.as_bytes() == text.as_bytes() => {
-                unlinkat(parent, name, UnlinkatFlags::NoRemoveDir).is_ok()
-            }
-            _ => false,
-        }
+        unlinkat(parent, name, UnlinkatFlags::NoRemoveDir).is_ok()
     }
 
     /// One shared attempt. `Ok(None)`: something changed, look again.
@@ -947,6 +1090,20 @@ impl Backend for Symlink {
         let now = TimeSpec::UTIME_NOW;
         match &self.held {
             None => Err(err!(Lost, "not holding")),
+            Some(Held::Exclusive { rec, .. }) if self.remote => {
+                // Our heartbeat record is replaced by a successor and removed by a breaker:
+                // while it is ours, so is the lock.
+                let rec = rec.clone();
+                self.beats += 1;
+                if !self.write_beat_record(&rec, self.beats)? {
+                    return Err(err!(
+                        Lost,
+                        "lock {} was broken: our heartbeat record is gone",
+                        path.display()
+                    ));
+                }
+                Ok(())
+            }
             Some(Held::Exclusive { target, .. }) => {
                 let target = target.clone();
                 let name = self.name.clone();
@@ -996,7 +1153,7 @@ impl Backend for Symlink {
             None => Ok(()),
             Some(Held::Exclusive { rec, target }) => {
                 let name = self.name.clone();
-                match self.read_entry(&name)? {
+                match self.read_fresh(&name)? {
                     Some((t, _)) if t == target => {}
                     _ => {
                         return Err(err!(
@@ -1011,6 +1168,10 @@ impl Backend for Symlink {
                     && let Err(e) = self.write_state(State { token, clean: true })
                 {
                     info!("{e}; the next holder will see prev=crashed");
+                }
+                // Our heartbeat record first, while NAME still keeps others from writing one.
+                if self.remote {
+                    self.remove_beat_record(&target);
                 }
                 if !self.unlink_if(&name, &target) {
                     return Err(err!(

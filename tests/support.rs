@@ -12,6 +12,10 @@ use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+// Real network filesystems (sshfs) for the file backends.
+pub mod netfs;
+pub use netfs::*;
+
 /// The helper under test.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_locksmith")

@@ -43,6 +43,9 @@ mod ftp_shared;
 mod postgres;
 // backend = "etcd" against a throwaway etcd member.
 mod etcd;
+// mkdir, link, symlink and flock on a real network filesystem: sshfs mounted twice, contenders
+// on both mounts and in another pid namespace (issue 12).
+mod netfs;
 // ftp, etcd and postgres under real network partitions (network and pid namespaces).
 mod partition;
 // Issue 15: hostile input — planted FIFOs and devices, endless files, a parent that does not

@@ -1,6 +1,8 @@
 //! The seed's counter race (seed 003): N processes × M read-modify-write increments under
 //! the lock must end at exactly N×M, with an O_EXCL marker proving nobody overlapped. The
 //! same harness without the lock must lose updates, or the race test proves nothing.
+//! `race_workers` runs it with a profile and a wrapper per worker (netfs.rs: workers on two
+//! mounts, one in another pid namespace).
 
 use std::fs;
 use std::process::Command;
@@ -26,15 +28,62 @@ fn race(sb: &Sandbox, profile: Option<&str>) -> (usize, usize) {
 }
 
 pub fn race_env(sb: &Sandbox, profile: Option<&str>, env: &[(&str, &str)]) -> (usize, usize) {
+    let workers: Vec<Worker> = (0..PROCS).map(|_| Worker::new(profile)).collect();
+    let r = race_workers(sb, &workers, INCREMENTS, env);
+    assert!(
+        r.failures.is_empty(),
+        "increments failed: {:#?}",
+        r.failures
+    );
+    (r.count, r.overlaps)
+}
+
+/// One racing process: the profile each of its increments locks (`None`: no lock at all) and
+/// a wrapper to run locksmith through (e.g. `unshare --pid --fork --kill-child`: another pid
+/// namespace, so "another host" for SPEC §6).
+#[derive(Clone, Copy)]
+pub struct Worker<'a> {
+    pub profile: Option<&'a str>,
+    pub prefix: &'a [&'a str],
+}
+
+impl<'a> Worker<'a> {
+    pub fn new(profile: Option<&'a str>) -> Worker<'a> {
+        Worker {
+            profile,
+            prefix: &[],
+        }
+    }
+}
+
+/// What a race left: the final count, the overlaps seen, and one line per failed increment
+/// (a worker stops at its first failure).
+pub struct Race {
+    pub count: usize,
+    pub overlaps: usize,
+    pub failures: Vec<String>,
+}
+
+/// Runs `workers` at once, each doing `increments` increments, a locked one through
+/// `locksmith run PROFILE -- sh -c CRITICAL` (its stderr, the waiting notices, shown only
+/// with a failure).
+pub fn race_workers(
+    sb: &Sandbox,
+    workers: &[Worker],
+    increments: usize,
+    env: &[(&str, &str)],
+) -> Race {
     let d = sb.path().join("race");
     let _ = fs::remove_dir_all(&d);
     fs::create_dir(&d).unwrap();
     fs::write(d.join("counter"), "0\n").unwrap();
-    let workers: Vec<_> = (0..PROCS)
-        .map(|_| {
-            let mut c = match profile {
+    let threads: Vec<_> = workers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let mut c = match w.profile {
                 Some(p) => {
-                    let mut c = sb.cmd(["-q", "run", p, "--", "sh", "-c", CRITICAL]);
+                    let mut c = sb.cmd_via(w.prefix, ["run", p, "--", "sh", "-c", CRITICAL]);
                     c.env("D", &d).envs(env.iter().copied());
                     c
                 }
@@ -44,24 +93,41 @@ pub fn race_env(sb: &Sandbox, profile: Option<&str>, env: &[(&str, &str)]) -> (u
                     c
                 }
             };
+            let what = match (w.profile, w.prefix.first()) {
+                (None, _) => format!("worker {i} (no lock)"),
+                (Some(p), None) => format!("worker {i} ({p})"),
+                (Some(p), Some(via)) => format!("worker {i} ({p}, via {via})"),
+            };
             std::thread::spawn(move || {
-                for _ in 0..INCREMENTS {
-                    let st = c.status().unwrap();
-                    assert!(st.success(), "increment failed: {st:?}");
+                for k in 0..increments {
+                    let o = c.output().unwrap();
+                    if !o.status.success() {
+                        return Some(format!(
+                            "{what}, increment {k}: exit {}: {}",
+                            code(o.status),
+                            digest(&stderr(&o))
+                        ));
+                    }
                 }
+                None
             })
         })
         .collect();
-    for w in workers {
-        w.join().unwrap();
-    }
+    let failures = threads
+        .into_iter()
+        .filter_map(|t| t.join().unwrap())
+        .collect();
     let count = fs::read_to_string(d.join("counter"))
         .unwrap()
         .trim()
         .parse()
         .unwrap_or(0);
     let overlaps = fs::read_to_string(d.join("overlaps")).map_or(0, |s| s.lines().count());
-    (count, overlaps)
+    Race {
+        count,
+        overlaps,
+        failures,
+    }
 }
 
 #[test]

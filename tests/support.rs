@@ -12,6 +12,10 @@ use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+// Real network filesystems (sshfs) for the file backends.
+pub mod netfs;
+pub use netfs::*;
+
 /// The helper under test.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_locksmith")
@@ -107,7 +111,24 @@ stale_after = "1500ms"
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let mut c = Command::new(bin());
+        self.cmd_via(&[], args)
+    }
+
+    /// The same, run through `prefix` (a wrapper program and its arguments, e.g.
+    /// [`other_pidns`]); an empty prefix runs locksmith itself.
+    pub fn cmd_via<I, S>(&self, prefix: &[&str], args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut c = match prefix {
+            [] => Command::new(bin()),
+            [wrapper, opts @ ..] => {
+                let mut c = Command::new(wrapper);
+                c.args(opts).arg(bin());
+                c
+            }
+        };
         c.env_remove("LOCKSMITH_PROFILES")
             .env_remove("LOCKSMITH_LOG")
             .arg("--profiles")
@@ -285,8 +306,18 @@ impl Held {
 
     /// Waits up to `t` for a stderr line containing `needle` (e.g. the waiting notice).
     pub fn wait_stderr(&mut self, needle: &str, t: Duration) -> String {
+        self.stderr_within(needle, t).unwrap_or_else(|| {
+            panic!(
+                "no stderr line containing {needle:?} within {t:?}; saw {:?}",
+                self.err_seen
+            )
+        })
+    }
+
+    /// Waits up to `t` for a stderr line containing `needle`; `None` if none came.
+    pub fn stderr_within(&mut self, needle: &str, t: Duration) -> Option<String> {
         if let Some(l) = self.err_seen.iter().find(|l| l.contains(needle)) {
-            return l.clone();
+            return Some(l.clone());
         }
         let deadline = Instant::now() + t;
         loop {
@@ -295,13 +326,10 @@ impl Held {
                 Ok(l) => {
                     self.err_seen.push(l.clone());
                     if l.contains(needle) {
-                        return l;
+                        return Some(l);
                     }
                 }
-                Err(_) => panic!(
-                    "no stderr line containing {needle:?} within {t:?}; saw {:?}",
-                    self.err_seen
-                ),
+                Err(_) => return None,
             }
         }
     }
@@ -346,6 +374,34 @@ pub fn stdout(o: &Output) -> String {
 
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A long stderr made readable in a failure message: each distinct line once, in order of
+/// first appearance, with `[×N]` when it repeats; at most 20 distinct lines.
+pub fn digest(text: &str) -> String {
+    let mut seen: Vec<(&str, usize)> = Vec::new();
+    for l in text.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
+        match seen.iter_mut().find(|(s, _)| *s == l) {
+            Some((_, n)) => *n += 1,
+            None => seen.push((l, 1)),
+        }
+    }
+    let more = seen.len().saturating_sub(20);
+    let mut out: Vec<String> = seen
+        .iter()
+        .take(20)
+        .map(|&(l, n)| {
+            if n > 1 {
+                format!("{l} [×{n}]")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    if more > 0 {
+        out.push(format!("… {more} more distinct lines"));
+    }
+    out.join("\n    ")
 }
 
 /// Polls `cond` every 2 ms until it holds or `t` passes; returns how long it took.
@@ -494,9 +550,10 @@ openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out lea
     ))
 }
 
-/// A holder in a pid namespace of our own: "another host" for SPEC §6 (no proof of death
-/// reaches it). Killing the returned process (`unshare`) takes the namespace down.
-pub fn other_host_holder(sb: &Sandbox, profile: &str) -> Option<Held> {
+/// The wrapper that runs a program in a pid namespace of its own ("another host" for SPEC §6:
+/// no same-host proof of death reaches it); `None` (a visible SKIP outside CI) without
+/// `unshare --pid`. Killing the wrapper takes the namespace down.
+pub fn other_pidns() -> Option<&'static [&'static str]> {
     let probe = std::process::Command::new("unshare")
         .args(["--pid", "--fork", "true"])
         .status();
@@ -508,23 +565,25 @@ pub fn other_host_holder(sb: &Sandbox, profile: &str) -> Option<Held> {
         eprintln!("SKIP: unshare --pid --fork is not available here");
         return None;
     }
-    let mut c = std::process::Command::new("unshare");
-    c.args([
+    // The namespace's init is a shell, not locksmith (an init ignores default-action signals
+    // and sees parent pid 0); `exit $?` keeps it from exec'ing the command and passes its status.
+    Some(&[
+        "unshare",
         "--pid",
         "--fork",
         "--kill-child",
         "sh",
         "-c",
-        r#""$@"; :"#,
+        r#""$@"; exit $?"#,
         "sh",
-        bin(),
     ])
-    .arg("--profiles")
-    .arg(&sb.profiles)
-    .arg(profile)
-    .stdin(std::process::Stdio::null())
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped());
+}
+
+/// A holder in a pid namespace of our own: "another host" for SPEC §6 (no proof of death
+/// reaches it). Killing the returned process (`unshare`) takes the namespace down.
+pub fn other_host_holder(sb: &Sandbox, profile: &str) -> Option<Held> {
+    let mut c = sb.cmd_via(other_pidns()?, [profile]);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut h = Held::spawn(c);
     h.read_line(Duration::from_secs(20));
     Some(h)

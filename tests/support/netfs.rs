@@ -1,0 +1,338 @@
+//! Real network filesystems for the file backends (issue 12). No mocks: a real SFTP server and
+//! real FUSE mounts.
+//!
+//! [`Sshfs`]: one server directory, served by OpenSSH's `sftp-server` behind `socat` on
+//! 127.0.0.1 (no sshd, no keys), mounted twice with `sshfs -o directport=PORT`. Each mount has
+//! its own caches, like two NFS clients: two "hosts" looking at one directory. Mount `a` keeps
+//! sshfs's default caches, mount `b` a short one.
+//!
+//! Outside CI a missing program (sshfs, socat, sftp-server, fusermount3) or a mount that cannot
+//! be made (no `/dev/fuse`) is a visible `SKIP:` and `None`; under `CI` it fails
+//! (`.ci/run` installs `sshfs socat openssh-sftp-server fuse3`).
+
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The SFTP server socat runs for each connection.
+pub const SFTP_SERVER: &str = "/usr/lib/openssh/sftp-server";
+
+/// How long a mount may take to answer.
+const MOUNT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// One server directory mounted twice over SFTP. Everything goes on drop: both mounts are
+/// detached (`fusermount3 -u -z`), the sshfs processes reaped, socat and every
+/// `sftp-server` it forked killed, the directories removed — also when a test panics.
+pub struct Sshfs {
+    /// The served directory itself (the "server's disk"): read it here for the truth, past
+    /// every client cache.
+    pub server: PathBuf,
+    /// Mount `a`: sshfs's default caches (directory cache 20 s, kernel attributes 1 s).
+    pub a: PathBuf,
+    /// Mount `b`: a short directory cache (`dcache_timeout=1`; kernel attributes 1 s).
+    pub b: PathBuf,
+    /// The TCP port socat listens on (127.0.0.1).
+    pub port: u16,
+    /// Mount points whose sshfs process is running (unmounted on drop).
+    mounts: Vec<(PathBuf, Child)>,
+    socat: Option<Child>,
+    /// Holds `server/`, `a/`, `b/` and the logs; removed last.
+    root: Option<tempfile::TempDir>,
+}
+
+impl Sshfs {
+    /// The longest either cache of mount `a` may serve an old answer: sshfs's directory cache
+    /// (20 s by default) plus the kernel's FUSE attribute/entry cache (1 s).
+    pub const A_CACHE: Duration = Duration::from_secs(21);
+    /// The same for mount `b` (`dcache_timeout=1` plus the kernel's 1 s).
+    pub const B_CACHE: Duration = Duration::from_secs(2);
+    /// The sshfs options of mount `b` (beside `directport`).
+    pub const B_OPTIONS: &'static str = "dcache_timeout=1";
+
+    /// Starts a fresh server directory and both mounts, waiting (bounded) until both answer.
+    /// `None` (after a visible `SKIP:` line) when the programs are missing outside CI.
+    pub fn start() -> Option<Sshfs> {
+        let missing: Vec<&str> = ["sshfs", "socat", "fusermount3"]
+            .into_iter()
+            .filter(|p| !on_path(p))
+            .chain((!Path::new(SFTP_SERVER).exists()).then_some(SFTP_SERVER))
+            .collect();
+        if !missing.is_empty() {
+            return skip(&format!(
+                "sshfs tests need {} (Debian: sshfs socat openssh-sftp-server fuse3)",
+                missing.join(", ")
+            ));
+        }
+        if !Path::new("/dev/fuse").exists() {
+            return skip("sshfs tests need /dev/fuse");
+        }
+        let root = tempfile::Builder::new()
+            .prefix("locksmith-sshfs-")
+            .tempdir()
+            .expect("tempdir");
+        let server = root.path().join("server");
+        let a = root.path().join("a");
+        let b = root.path().join("b");
+        for d in [&server, &a, &b] {
+            fs::create_dir(d).unwrap();
+        }
+        let port = free_port();
+        let log = |name: &str| fs::File::create(root.path().join(name)).unwrap();
+        // Its own process group, so that drop can kill socat and every child it forked
+        // (one socat and one sftp-server per connection) at once.
+        let socat = Command::new("socat")
+            .arg(format!("TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork"))
+            .arg(format!("EXEC:{SFTP_SERVER}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log("socat.log"))
+            .process_group(0)
+            .spawn()
+            .expect("spawn socat");
+        let mut fx = Sshfs {
+            server,
+            a,
+            b,
+            port,
+            mounts: Vec::new(),
+            socat: Some(socat),
+            root: Some(root),
+        };
+        // socat is ready when the kernel lists its listening socket (no probe connection:
+        // that would fork a server for nothing).
+        let t0 = Instant::now();
+        while !listening(port) {
+            if let Some(st) = fx.socat.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "socat exited ({st}) before listening on 127.0.0.1:{port}: {}",
+                    fx.log("socat.log")
+                );
+            }
+            assert!(
+                t0.elapsed() < MOUNT_TIMEOUT,
+                "socat did not listen on 127.0.0.1:{port} within {MOUNT_TIMEOUT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (a, b) = (fx.a.clone(), fx.b.clone());
+        if !fx.mount(&a, "a", None) || !fx.mount(&b, "b", Some(Self::B_OPTIONS)) {
+            drop(fx);
+            return skip("sshfs could not mount (FUSE unusable here?)");
+        }
+        Some(fx)
+    }
+
+    /// `sshfs -f` (foreground: our child, reaped on drop) at `mnt`; true once the mount is in
+    /// `/proc/self/mountinfo` and answers `stat` with the served directory's contents. False if
+    /// sshfs exits first outside CI (a failure under CI).
+    fn mount(&mut self, mnt: &Path, name: &str, extra: Option<&str>) -> bool {
+        let logname = format!("sshfs-{name}.log");
+        let mut opts = format!("directport={}", self.port);
+        if let Some(e) = extra {
+            opts = format!("{opts},{e}");
+        }
+        let mut c = Command::new("sshfs");
+        c.arg("-f")
+            .arg("-o")
+            .arg(&opts)
+            .arg(format!("127.0.0.1:{}", self.server.display()))
+            .arg(mnt)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(self.root_path().join(&logname)).unwrap());
+        let child = c.spawn().expect("spawn sshfs");
+        self.mounts.push((mnt.to_path_buf(), child));
+        // A probe name that exists only on the server: seen through the mount, the mount is
+        // sshfs's and it answers.
+        let probe = format!(".mounted-{name}");
+        fs::write(self.server.join(&probe), name).unwrap();
+        let t0 = Instant::now();
+        loop {
+            if mounted(mnt) && mnt.join(&probe).exists() {
+                break;
+            }
+            let child = &mut self.mounts.last_mut().unwrap().1;
+            if let Some(st) = child.try_wait().unwrap() {
+                let why = format!(
+                    "sshfs -o {opts} exited ({st}) before mounting {}: {}",
+                    mnt.display(),
+                    self.log(&logname)
+                );
+                self.mounts.pop();
+                assert!(std::env::var("CI").is_err(), "CI=true: {why}");
+                eprintln!("SKIP: {why}");
+                return false;
+            }
+            assert!(
+                t0.elapsed() < MOUNT_TIMEOUT,
+                "sshfs did not mount {} within {MOUNT_TIMEOUT:?}: {}",
+                mnt.display(),
+                self.log(&logname)
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        fs::remove_file(self.server.join(&probe)).unwrap();
+        true
+    }
+
+    fn root_path(&self) -> &Path {
+        self.root.as_ref().unwrap().path()
+    }
+
+    fn log(&self, name: &str) -> String {
+        fs::read_to_string(self.root_path().join(name)).unwrap_or_default()
+    }
+
+    /// The mount point `m` (`'a'` or `'b'`).
+    pub fn mount_point(&self, m: char) -> &Path {
+        match m {
+            'a' => &self.a,
+            'b' => &self.b,
+            _ => panic!("no mount {m:?}"),
+        }
+    }
+
+    /// The fixture's processes: both sshfs, socat and everything socat forked.
+    pub fn processes(&self) -> Vec<i32> {
+        let mut v: Vec<i32> = self.mounts.iter().map(|(_, c)| c.id() as i32).collect();
+        if let Some(socat) = &self.socat {
+            v.push(socat.id() as i32);
+            v.extend(group_members(socat.id() as i32));
+        }
+        v
+    }
+
+    /// Names in the served directory, read on the server (no client cache in the way).
+    pub fn server_listing(&self) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(&self.server)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for Sshfs {
+    fn drop(&mut self) {
+        // Lazy: detached at once even if something still has a file open in it.
+        for (mnt, _) in &self.mounts {
+            let _ = Command::new("fusermount3")
+                .arg("-u")
+                .arg("-z")
+                .arg(mnt)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        // A mount namespace made meanwhile elsewhere (`unshare --mount --propagation private`)
+        // holds a copy of the mount, and with it the FUSE connection: sshfs would not notice
+        // the unmount. SIGTERM ends its loop (and it unmounts what is left in our namespace).
+        for (_, child) in &mut self.mounts {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        for (_, child) in &mut self.mounts {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(mut socat) = self.socat.take() {
+            // With the clients gone each sftp-server ends, and socat reaps its forks: wait for
+            // that (orphans would stay zombies where init does not reap), then end socat. Past
+            // the bound, the whole group goes at once.
+            let pg = socat.id() as i32;
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !group_members(pg).is_empty() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pg),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = socat.wait();
+        }
+        // Only once nothing is mounted in it (else removing it would walk into a mount).
+        if let Some(root) = self.root.take()
+            && self.mounts.iter().any(|(m, _)| mounted(m))
+        {
+            eprintln!(
+                "sshfs fixture: a mount under {} is still there; leaving it",
+                root.path().display()
+            );
+            let _ = root.keep();
+        }
+    }
+}
+
+/// The processes of process group `pg` other than its leader.
+fn group_members(pg: i32) -> Vec<i32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != pg)
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                // After the command's ")": state, ppid, pgrp.
+                s.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<i32>().ok())
+                    == Some(pg)
+            })
+        })
+        .collect()
+}
+
+/// Outside CI: a visible SKIP line and `None`; under CI: a failure.
+fn skip<T>(why: &str) -> Option<T> {
+    assert!(
+        std::env::var("CI").is_err(),
+        "CI=true: {why} (.ci/run installs sshfs socat openssh-sftp-server fuse3)"
+    );
+    eprintln!("SKIP: {why}");
+    None
+}
+
+fn on_path(prog: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Whether a socket listens on 127.0.0.1:`port` (`/proc/net/tcp`, state 0A).
+fn listening(port: u16) -> bool {
+    let want = format!("0100007F:{port:04X}");
+    fs::read_to_string("/proc/net/tcp").is_ok_and(|t| {
+        t.lines().skip(1).any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1] == want && f[3] == "0A"
+        })
+    })
+}
+
+/// Whether an sshfs mount sits at `mnt` (`/proc/self/mountinfo`, field 5 and the type).
+pub fn mounted(mnt: &Path) -> bool {
+    let want = mnt.to_string_lossy();
+    fs::read_to_string("/proc/self/mountinfo").is_ok_and(|info| {
+        info.lines().any(|l| {
+            let mut f = l.split(' ');
+            let point = f.nth(4);
+            point == Some(&*want) && l.contains(" - fuse.sshfs ")
+        })
+    })
+}

@@ -153,6 +153,9 @@ impl Flock {
                 OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW,
                 mode,
             )?;
+            // flock(2) on a network or FUSE filesystem may exclude only this host's processes.
+            let fs = super::lockdir::detect(file.as_fd());
+            super::lockdir::check(&fs, path, &self.cfg, Duration::ZERO, false)?;
             let md = file
                 .metadata()
                 .map_err(|e| Error::path("cannot stat lock file", path, e))?;

@@ -284,10 +284,22 @@ impl LockDir {
             return owner::read_state(self.fd()?, &name, &shown);
         }
         let fd = self.fd()?;
-        match nix::unistd::linkat(fd, name.as_os_str(), fd, pin.as_os_str(), nix::fcntl::AtFlags::empty()) {
+        match nix::unistd::linkat(
+            fd,
+            name.as_os_str(),
+            fd,
+            pin.as_os_str(),
+            nix::fcntl::AtFlags::empty(),
+        ) {
             Ok(()) => {}
             Err(Errno::ENOENT) => return Ok(None),
-            Err(e) => return Err(Error::path("cannot read lock state (linking it to read it fresh)", &shown, e.into())),
+            Err(e) => {
+                return Err(Error::path(
+                    "cannot read lock state (linking it to read it fresh)",
+                    &shown,
+                    e.into(),
+                ));
+            }
         }
         let r = owner::read_state(fd, &pin, &shown);
         let _ = nix::unistd::unlinkat(fd, pin.as_os_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);

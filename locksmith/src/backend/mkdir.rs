@@ -421,24 +421,25 @@ impl Files {
             debug!("claimed a record in a directory that is no longer the lock");
             return Ok(false);
         }
-        self.free_name(&crate::host::nonce())?;
-        Ok(true)
+        self.free_name(&crate::host::nonce())
     }
 
     /// Renames the lock directory to a tombstone (works even if something sits inside it),
     /// then tidies the tombstone; tidying may fail without leaving the lock held.
-    fn free_name(&mut self, nonce: &str) -> Result<()> {
+    /// `Ok(false)`: the name was gone already (a network filesystem's cache showed it).
+    fn free_name(&mut self, nonce: &str) -> Result<bool> {
         let tomb = self.dir.beside(&format!(".{nonce}.tomb"));
         let name = self.dir.name.clone();
         let path = self.path().to_path_buf();
         let parent = self.dir.fd()?;
         match renameat(parent, name.as_os_str(), parent, tomb.as_os_str()) {
             Ok(()) => {}
+            Err(Errno::ENOENT) => return Ok(false),
             Err(e) => {
                 // Last resort: rmdir works if it is empty.
                 unlinkat(parent, name.as_os_str(), UnlinkatFlags::RemoveDir)
                     .map_err(|_| Error::path("cannot remove lock directory", &path, e.into()))?;
-                return Ok(());
+                return Ok(true);
             }
         }
         if let Err(e) = tidy(parent, &tomb) {
@@ -447,7 +448,7 @@ impl Files {
                 self.dir.shown(&tomb).display()
             );
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -537,8 +538,7 @@ impl Holders for Files {
                 {
                     return self.claim(&dir, entry.split_once('.').map_or("", |(_, n)| n));
                 }
-                self.free_name(&crate::host::nonce())?;
-                Ok(true)
+                self.free_name(&crate::host::nonce())
             }
         }
     }
@@ -662,7 +662,7 @@ impl Backend for Mkdir {
                 {
                     info!("{e}; the next holder will see prev=crashed");
                 }
-                f.free_name(&rec.nonce)
+                f.free_name(&rec.nonce).map(drop)
             }
             Err(Errno::ENOENT) => Err(err!(
                 Lost,

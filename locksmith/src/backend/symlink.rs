@@ -281,7 +281,11 @@ impl Symlink {
             Err(e) => return Err(self.io("cannot read lock (linking it to read it fresh)", e)),
         }
         let r = self.read_entry(&pin);
-        let _ = unlinkat(self.parent_fd()?, pin.as_os_str(), UnlinkatFlags::NoRemoveDir);
+        let _ = unlinkat(
+            self.parent_fd()?,
+            pin.as_os_str(),
+            UnlinkatFlags::NoRemoveDir,
+        );
         r
     }
 
@@ -335,7 +339,9 @@ impl Symlink {
             f.write_all_at(rec.render_beat(0).as_bytes(), 0)?;
             f.sync_data()
         })
-        .and_then(|()| renameat(parent, tmp.as_os_str(), parent, beat.as_os_str()).map_err(Into::into));
+        .and_then(|()| {
+            renameat(parent, tmp.as_os_str(), parent, beat.as_os_str()).map_err(Into::into)
+        });
         if let Err(e) = r {
             let _ = unlinkat(parent, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
             return Err(Error::path("cannot write heartbeat record", &shown, e));

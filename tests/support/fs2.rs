@@ -255,9 +255,15 @@ impl Gluster {
     }
 
     /// The `gluster` CLI, talking to the fixture's glusterd over its private socket.
+    /// It runs in glusterd's mount namespace: the CLI writes
+    /// `/var/lib/glusterd/geo-replication/gsyncd_template.conf` whenever it runs, and there that
+    /// is glusterd's tmpfs.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
         let r = self.root_path();
-        Command::new("gluster")
+        let glusterd = first_child(self.procs[0].id() as i32).expect("glusterd is running");
+        Command::new("nsenter")
+            .arg(format!("--target={glusterd}"))
+            .args(["--mount", "gluster"])
             .arg(format!(
                 "--glusterd-sock={}",
                 r.join("run/glusterd.socket").display()

@@ -800,3 +800,7 @@ pub fn monotonic() -> f64 {
     let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
     t.tv_sec() as f64 + t.tv_nsec() as f64 / 1e9
 }
+
+// A second real network filesystem (GlusterFS) for the file backends.
+pub mod fs2;
+pub use fs2::*;

@@ -301,8 +301,11 @@ impl Files {
                 nix::unistd::fchown(&fd, None, Some(nix::unistd::Gid::from_raw(g)))
                     .map_err(|e| Error::path("cannot chgrp", &path, e.into()))?;
             }
+            // Under a unique name, then renamed: a network filesystem may still answer EEXIST
+            // for `beat` from its cache of the lock's previous directory (sshfs).
+            let tmp = format!("{BEAT}.{}", rec.nonce);
             self.dir
-                .create_file(Some(fd.as_fd()), BEAT.as_ref(), &rec.render_beat(0))?
+                .create_file(Some(fd.as_fd()), tmp.as_ref(), &rec.render_beat(0))?
                 .ok_or_else(|| {
                     err!(
                         Io,
@@ -310,6 +313,9 @@ impl Files {
                         path.display()
                     )
                 })?;
+            renameat(&fd, tmp.as_str(), &fd, BEAT).map_err(|e| {
+                Error::path("cannot write the heartbeat record in", &path, e.into())
+            })?;
             nix::unistd::symlinkat(
                 rec.render().as_str(),
                 &fd,
@@ -464,7 +470,7 @@ fn tidy(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
     let mut listing = nix::dir::Dir::from_fd(fd.try_clone().map_err(|_| Errno::EBADF)?)?;
     for entry in listing.iter().flatten() {
         let n = entry.file_name().to_bytes();
-        if is_record_entry(n) || n.starts_with(b"new.") || n == BEAT.as_bytes() {
+        if is_record_entry(n) || n.starts_with(b"new.") || n.starts_with(BEAT.as_bytes()) {
             let _ = unlinkat(&fd, entry.file_name(), UnlinkatFlags::NoRemoveDir);
         }
     }
@@ -503,6 +509,15 @@ impl Holders for Files {
         let st = match &entry {
             Some(e) => fstatat(&dir, e.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW).ok(),
             None => fstat(&dir).ok(),
+        };
+        // A lock directory with no record on a network filesystem: what we see of it may come
+        // from a cache (an empty listing, the stat of the directory that was there before), so
+        // "unchanged for stale_after" proves nothing: only --force breaks it.
+        let record = match record {
+            None if self.dir.remote() => Some(Parsed::Foreign(
+                "no owner record (on a network filesystem only break --force removes it)".into(),
+            )),
+            r => r,
         };
         let key = match &record {
             Some(Parsed::V1(r)) => OsString::from(&r.nonce),

@@ -42,7 +42,7 @@ use super::lockdir::{self, LockDir};
 use super::owner::{Parsed, Record, State};
 use super::stale::{Evidence, Holders, Judge};
 use super::wake::Wakeups;
-use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
+use super::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use crate::error::{Error, Result, err};
 use crate::log::info;
 use crate::profile::{FsConfig, Profile};
@@ -318,13 +318,9 @@ impl Backend for Link {
                                 return Err(e);
                             }
                         }
-                        self.ours = Some((rec.clone(), 0));
-                        self.judge.clear();
-                        self.wake.forget_holder();
-                        return Ok(Attempt::Acquired(Grant {
-                            token: rec.token,
-                            prev_crashed: std::mem::take(&mut self.judge.broke),
-                        }));
+                        let grant = self.judge.acquired(&mut self.wake, rec.token);
+                        self.ours = Some((rec, 0));
+                        return Ok(grant);
                     }
                     Linked::Refused(e) => refused = Some(e),
                     Linked::Taken => {}

@@ -272,38 +272,13 @@ impl LockDir {
     }
 
     /// The state beside the lock (`.NAME.state`), `None` if there is none yet.
-    /// On a network filesystem, whose `readlink` may answer from a cache, it is read through
-    /// a hard link made for the purpose (the server links whatever is there now): a stale
-    /// token would be issued twice.
+    /// Read fresh on a network filesystem ([`read_state_fresh`]).
     pub fn read_state(&mut self) -> Result<Option<State>> {
         let name = self.beside(".state");
         let shown = self.shown(&name);
-        let pin = self.beside(&format!(".pin.{}", crate::host::nonce()));
         self.fd()?;
-        if !self.remote() {
-            return owner::read_state(self.fd()?, &name, &shown);
-        }
-        let fd = self.fd()?;
-        match nix::unistd::linkat(
-            fd,
-            name.as_os_str(),
-            fd,
-            pin.as_os_str(),
-            nix::fcntl::AtFlags::empty(),
-        ) {
-            Ok(()) => {}
-            Err(Errno::ENOENT) => return Ok(None),
-            Err(e) => {
-                return Err(Error::path(
-                    "cannot read lock state (linking it to read it fresh)",
-                    &shown,
-                    e.into(),
-                ));
-            }
-        }
-        let r = owner::read_state(fd, &pin, &shown);
-        let _ = nix::unistd::unlinkat(fd, pin.as_os_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
-        r
+        let remote = self.remote();
+        read_state_fresh(self.fd()?, &name, &shown, remote)
     }
 
     /// Replaces the state; only while holding the lock.
@@ -326,31 +301,7 @@ impl LockDir {
             Some(d) => d,
             None => self.fd()?,
         };
-        let flags = OFlag::O_RDONLY
-            | OFlag::O_NOFOLLOW
-            | OFlag::O_NONBLOCK
-            | OFlag::O_NOCTTY
-            | OFlag::O_CLOEXEC;
-        let fd = match openat(dir, name, flags, FileMode::empty()) {
-            Ok(fd) => fd,
-            Err(Errno::ENOENT) => return Ok(None),
-            Err(e) => return Err(not_a_record(&shown, e)),
-        };
-        let st = fstat(&fd).map_err(|e| Error::path("cannot stat", &shown, e.into()))?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return Err(err!(
-                Config,
-                "{} is {}, not a lock record: something else is in the way",
-                shown.display(),
-                crate::files::kind_name(st.st_mode)
-            ));
-        }
-        let mut buf = Vec::new();
-        File::from(fd)
-            .take(RECORD_CAP)
-            .read_to_end(&mut buf)
-            .map_err(|e| Error::path("cannot read", &shown, e))?;
-        Ok(Some((buf, st)))
+        read_record(dir, name, &shown)
     }
 
     /// Creates the regular file `name` (in `at`, else the parent) with `text`, mode and group
@@ -416,6 +367,77 @@ fn not_a_record(shown: &Path, e: Errno) -> Error {
         ),
         e => Error::path("cannot open", shown, e.into()),
     }
+}
+
+/// The content of the regular file `name` in `dir` (`shown` in messages), read fresh: `None`
+/// if there is none. Opened so that nothing planted there can block us or be followed;
+/// something other than a regular file is a config error naming it.
+pub fn read_record(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    shown: &Path,
+) -> Result<Option<(Vec<u8>, FileStat)>> {
+    let flags = OFlag::O_RDONLY
+        | OFlag::O_NOFOLLOW
+        | OFlag::O_NONBLOCK
+        | OFlag::O_NOCTTY
+        | OFlag::O_CLOEXEC;
+    let fd = match openat(dir, name, flags, FileMode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Ok(None),
+        Err(e) => return Err(not_a_record(shown, e)),
+    };
+    let st = fstat(&fd).map_err(|e| Error::path("cannot stat", shown, e.into()))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(err!(
+            Config,
+            "{} is {}, not a lock record: something else is in the way",
+            shown.display(),
+            crate::files::kind_name(st.st_mode)
+        ));
+    }
+    let mut buf = Vec::new();
+    File::from(fd)
+        .take(RECORD_CAP)
+        .read_to_end(&mut buf)
+        .map_err(|e| Error::path("cannot read", shown, e))?;
+    Ok(Some((buf, st)))
+}
+
+/// Makes `pin`, a hard link in `dir` to whatever `name` is now: the server decides, so the
+/// pin can be read past a network filesystem's cache of `name` (sshfs serves `readlink`
+/// from one for 20 s). `Ok(false)`: `name` is gone. The caller reads the pin, then removes it.
+pub fn pin(dir: BorrowedFd<'_>, name: &OsStr, pin: &OsStr, shown: &Path) -> Result<bool> {
+    match nix::unistd::linkat(dir, name, dir, pin, nix::fcntl::AtFlags::empty()) {
+        Ok(()) => Ok(true),
+        Err(Errno::ENOENT) => Ok(false),
+        Err(e) => Err(Error::path(
+            "cannot read (linking it to read it fresh)",
+            shown,
+            e.into(),
+        )),
+    }
+}
+
+/// The state record `name` in `dir`; on a network filesystem (`remote`) read through a
+/// [`pin`]: a stale token would be issued twice.
+pub fn read_state_fresh(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    shown: &Path,
+    remote: bool,
+) -> Result<Option<State>> {
+    if !remote {
+        return owner::read_state(dir, name, shown);
+    }
+    let mut p = OsString::from(name);
+    p.push(format!(".pin.{}", crate::host::nonce()));
+    if !pin(dir, name, &p, shown)? {
+        return Ok(None);
+    }
+    let r = owner::read_state(dir, &p, shown);
+    let _ = nix::unistd::unlinkat(dir, p.as_os_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
+    r
 }
 
 /// One heartbeat: rewrites the record `name` (in `at`) in place with `rec` at beat `n`, if it

@@ -63,7 +63,7 @@ use super::lockdir::{self, LockDir};
 use super::owner::{Parsed, Record, State};
 use super::stale::{Evidence, Holders, Judge};
 use super::wake::Wakeups;
-use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
+use super::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::profile::{FsConfig, Profile};
@@ -196,8 +196,9 @@ impl Files {
     /// published atomically, so the lock never exists without an owner record and a locker
     /// killed at any moment leaves a lock that proof of death can break at once. Elsewhere
     /// (NFS, sshfs answer EINVAL) it is `mkdir(2)` then the records.
-    fn create(&mut self, rec: &Record) -> Result<bool> {
-        // Cheap look first, so waiters do not prepare (and remove) a directory per attempt.
+    fn create(&mut self) -> Result<Option<Record>> {
+        // Cheap look first, so waiters neither read the state nor prepare (and remove) a
+        // directory per attempt.
         let name = self.dir.name.clone();
         if fstatat(
             self.dir.fd()?,
@@ -206,13 +207,17 @@ impl Files {
         )
         .is_ok()
         {
-            return Ok(false);
+            return Ok(None);
         }
-        if self.plain_mkdir {
-            self.create_plain(rec)
+        let mut rec = Record::ours(&self.profile);
+        // Speculate on the token, so the records rarely need rewriting once we hold the name.
+        rec.token = Some(self.dir.read_state()?.map_or(1, |s| s.token + 1));
+        let taken = if self.plain_mkdir {
+            self.create_plain(&rec)?
         } else {
-            self.create_published(rec)
-        }
+            self.create_published(&rec)?
+        };
+        Ok(taken.then_some(rec))
     }
 
     /// `mkdir` a private `.NAME.<nonce>.new` with the records inside, then
@@ -571,21 +576,14 @@ impl Backend for Mkdir {
         self.wake.drain();
         let mut holders = Vec::new();
         for _ in 0..4 {
-            let mut rec = Record::ours(&self.files.profile);
-            // Speculate on the token, so the records rarely need rewriting once we hold the name.
-            rec.token = Some(self.files.dir.read_state()?.map_or(1, |s| s.token + 1));
-            if self.files.create(&rec)? {
+            if let Some(mut rec) = self.files.create()? {
                 if let Err(e) = self.finish_create(&mut rec) {
                     let _ = self.files.free_name(&rec.nonce);
                     return Err(e);
                 }
-                self.ours = Some((rec.clone(), 0));
-                self.judge.clear();
-                self.wake.forget_holder();
-                return Ok(Attempt::Acquired(Grant {
-                    token: rec.token,
-                    prev_crashed: std::mem::take(&mut self.judge.broke),
-                }));
+                let grant = self.judge.acquired(&mut self.wake, rec.token);
+                self.ours = Some((rec, 0));
+                return Ok(grant);
             }
             match self.judge.clear_dead(&mut self.files, &mut self.wake)? {
                 Some(h) => {

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use super::owner::Parsed;
 use super::wake::Wakeups;
-use super::{BreakOutcome, Holder, describe};
+use super::{Attempt, BreakOutcome, Grant, Holder, describe};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::info;
 use crate::profile::fmt_duration;
@@ -115,9 +115,15 @@ impl Judge {
         }
     }
 
-    /// Forgets what it saw (we hold the lock now).
-    pub fn clear(&mut self) {
+    /// We hold the lock now: forget what we saw of others, stop watching their pids, and
+    /// hand out the grant (`prev=crashed` if we broke someone on the way).
+    pub fn acquired(&mut self, wake: &mut Wakeups, token: Option<u64>) -> Attempt {
         self.observed.clear();
+        wake.forget_holder();
+        Attempt::Acquired(Grant {
+            token,
+            prev_crashed: std::mem::take(&mut self.broke),
+        })
     }
 
     /// True when `sign` under `key` stayed the same for `stale_after` of our observation.

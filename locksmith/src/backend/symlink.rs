@@ -274,11 +274,9 @@ impl Symlink {
             return self.read_entry(name);
         }
         let pin = self.beside(&format!(".pin.{}", crate::host::nonce()));
-        let parent = self.parent_fd()?;
-        match nix::unistd::linkat(parent, name, parent, pin.as_os_str(), AtFlags::empty()) {
-            Ok(()) => {}
-            Err(Errno::ENOENT) => return Ok(None),
-            Err(e) => return Err(self.io("cannot read lock (linking it to read it fresh)", e)),
+        let shown = self.parent.join(name);
+        if !super::lockdir::pin(self.parent_fd()?, name, &pin, &shown)? {
+            return Ok(None);
         }
         let r = self.read_entry(&pin);
         let _ = unlinkat(
@@ -303,17 +301,7 @@ impl Symlink {
 
     fn dir_read(&mut self, name: &OsStr) -> Result<Option<Vec<u8>>> {
         let shown = self.parent.join(name);
-        let parent = self.parent_fd()?;
-        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-        let fd = match openat(parent, name, flags, FileMode::empty()) {
-            Ok(fd) => fd,
-            Err(Errno::ENOENT) => return Ok(None),
-            Err(e) => return Err(Error::path("cannot read", &shown, e.into())),
-        };
-        let mut buf = Vec::new();
-        use std::io::Read;
-        let _ = std::fs::File::from(fd).take(4096).read_to_end(&mut buf);
-        Ok(Some(buf))
+        Ok(super::lockdir::read_record(self.parent_fd()?, name, &shown)?.map(|(c, _)| c))
     }
 
     /// Writes (replacing) our heartbeat record `.NAME.beat` at beat `n`.
@@ -590,7 +578,9 @@ impl Symlink {
     fn read_state(&mut self) -> Result<Option<State>> {
         let name = self.state_name();
         let shown = self.parent.join(&name);
-        owner::read_state(self.parent_fd()?, &name, &shown)
+        self.parent_fd()?;
+        let remote = self.remote;
+        super::lockdir::read_state_fresh(self.parent_fd()?, &name, &shown, remote)
     }
 
     fn write_state(&mut self, st: State) -> Result<()> {

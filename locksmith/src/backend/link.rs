@@ -39,8 +39,8 @@ use nix::sys::stat::FileStat;
 use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 
 use super::lockdir::{self, LockDir};
-use super::owner::{Parsed, Record, State};
-use super::stale::{Evidence, Holders, Judge};
+use super::owner::{Record, State};
+use super::stale::{Evidence, Holders, Judge, Observations};
 use super::wake::Wakeups;
 use super::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use crate::error::{Error, Result, err};
@@ -63,10 +63,9 @@ pub struct Link {
 /// The lock's files: what the judge sees and removes.
 struct Files {
     profile: String,
-    stale_after: Duration,
     dir: LockDir,
-    /// A breaker's guard we found, and since when it has not changed.
-    guard_seen: Option<(Vec<u8>, Instant)>,
+    /// What we saw of a breaker's guard, and since when.
+    guard_seen: Observations,
 }
 
 /// What `link(2)` made of an attempt.
@@ -100,9 +99,8 @@ impl Link {
             heartbeat: profile.common.heartbeat(),
             files: Files {
                 profile: profile.name.clone(),
-                stale_after: profile.common.stale_after,
                 dir: LockDir::new(&cfg, profile.common.stale_after),
-                guard_seen: None,
+                guard_seen: Observations::new(profile.common.stale_after),
             },
             judge: Judge::new(
                 &profile.name,
@@ -147,7 +145,7 @@ impl Link {
         };
         let dir = &mut self.files.dir;
         let name = dir.name.clone();
-        Ok(match dir.read_file(None, &name)? {
+        Ok(match dir.read_file(&name)? {
             Some((content, _)) if lockdir::is_ours(&content, &rec) => Some(content),
             _ => None,
         })
@@ -187,7 +185,7 @@ impl Files {
             Ok(()) | Err(Errno::EEXIST) | Err(Errno::EPERM) | Err(Errno::ENOENT) => {}
             Err(e) => return Err(Error::path("cannot create lock", &path, e.into())),
         }
-        Ok(match self.dir.read_file(None, target)? {
+        Ok(match self.dir.read_file(target)? {
             Some((content, _)) if lockdir::is_ours(&content, rec) => Linked::Ours,
             Some(_) => Linked::Taken,
             // Gone again at once (released, or another breaker's guard): look again.
@@ -201,7 +199,7 @@ impl Files {
     /// Removes NAME if it still holds exactly `content` (read fresh). `Ok(false)`: it does
     /// not (any more).
     fn unlink_if(&mut self, name: &OsString, content: &[u8]) -> Result<bool> {
-        match self.dir.read_file(None, name)? {
+        match self.dir.read_file(name)? {
             Some((now, _)) if now == content => {}
             _ => return Ok(false),
         }
@@ -223,39 +221,32 @@ impl Files {
         let me = Record::ours(&self.profile);
         match self.link_new(&me, &guard)? {
             Linked::Ours => {
-                self.guard_seen = None;
+                self.guard_seen.forget(&guard);
                 return Ok(Some(me));
             }
             // Refused with nothing there: a racing breaker came and went (sshfs answers
             // EPERM); the lock's own acquisition reports a filesystem without hard links.
             Linked::Refused(_) | Linked::Taken => {}
         }
-        let Some((content, _)) = self.dir.read_file(None, &guard)? else {
+        let Some((content, _)) = self.dir.read_file(&guard)? else {
             return Ok(None);
         };
-        let dead = match lockdir::parse(&content) {
-            Parsed::V1(r) if r.same_host() => !crate::host::alive(r.pid, r.start),
-            _ => match &self.guard_seen {
-                Some((seen, since)) if *seen == content => since.elapsed() >= self.stale_after,
-                _ => {
-                    self.guard_seen = Some((content.clone(), Instant::now()));
-                    false
-                }
-            },
-        };
+        let dead = self
+            .guard_seen
+            .abandoned(&guard, &lockdir::parse(&content), &content);
         if dead && self.unlink_if(&guard, &content)? {
             info!(
                 "removed the guard {} of a breaker that died",
                 self.dir.shown(&guard).display()
             );
-            self.guard_seen = None;
+            self.guard_seen.forget(&guard);
         }
         Ok(None)
     }
 
     fn drop_guard(&mut self, me: &Record) {
         let guard = self.dir.beside(".break");
-        if let Ok(Some((content, _))) = self.dir.read_file(None, &guard)
+        if let Ok(Some((content, _))) = self.dir.read_file(&guard)
             && lockdir::is_ours(&content, me)
         {
             let _ = self.unlink_if(&guard, &content);
@@ -266,7 +257,7 @@ impl Files {
 impl Holders for Files {
     fn holders(&mut self) -> Result<Option<Vec<Evidence>>> {
         let name = self.dir.name.clone();
-        Ok(self.dir.read_file(None, &name)?.map(|(content, st)| {
+        Ok(self.dir.read_file(&name)?.map(|(content, st)| {
             let text = String::from_utf8_lossy(&content);
             vec![Evidence {
                 key: name,

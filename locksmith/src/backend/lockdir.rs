@@ -258,6 +258,11 @@ impl LockDir {
         self.fs.as_ref().is_some_and(|f| f.remote)
     }
 
+    /// The filesystem's name for messages (known once [`fd`](Self::fd) ran).
+    pub fn fs_name(&self) -> &str {
+        self.fs.as_ref().map_or("", |f| f.name.as_str())
+    }
+
     /// `.NAME<suffix>`: a name beside the lock.
     pub fn beside(&self, suffix: &str) -> OsString {
         let mut n = OsString::from(".");
@@ -288,20 +293,10 @@ impl LockDir {
         owner::write_state(self.fd()?, &name, &shown, st)
     }
 
-    /// The content of the regular file `name` (in directory `at`, else the parent), read
-    /// fresh: `None` if there is none. Opened so that nothing planted there can block us or be
-    /// followed; something other than a regular file is a config error naming it.
-    pub fn read_file(
-        &mut self,
-        at: Option<BorrowedFd<'_>>,
-        name: &OsStr,
-    ) -> Result<Option<(Vec<u8>, FileStat)>> {
+    /// The content of the regular file `name` beside the lock, read fresh ([`read_record`]).
+    pub fn read_file(&mut self, name: &OsStr) -> Result<Option<(Vec<u8>, FileStat)>> {
         let shown = self.shown(name);
-        let dir = match at {
-            Some(d) => d,
-            None => self.fd()?,
-        };
-        read_record(dir, name, &shown)
+        read_record(self.fd()?, name, &shown)
     }
 
     /// Creates the regular file `name` (in `at`, else the parent) with `text`, mode and group
@@ -387,7 +382,13 @@ pub fn read_record(
         Err(Errno::ENOENT) => return Ok(None),
         Err(e) => return Err(not_a_record(shown, e)),
     };
-    let st = fstat(&fd).map_err(|e| Error::path("cannot stat", shown, e.into()))?;
+    // A network filesystem may stat and read by path: the file removed (or its directory
+    // renamed) since our open is gone, not an error.
+    let st = match fstat(&fd) {
+        Ok(st) => st,
+        Err(Errno::ENOENT | Errno::ESTALE) => return Ok(None),
+        Err(e) => return Err(Error::path("cannot stat", shown, e.into())),
+    };
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(err!(
             Config,
@@ -397,11 +398,11 @@ pub fn read_record(
         ));
     }
     let mut buf = Vec::new();
-    File::from(fd)
-        .take(RECORD_CAP)
-        .read_to_end(&mut buf)
-        .map_err(|e| Error::path("cannot read", shown, e))?;
-    Ok(Some((buf, st)))
+    match File::from(fd).take(RECORD_CAP).read_to_end(&mut buf) {
+        Ok(_) => Ok(Some((buf, st))),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESTALE)) => Ok(None),
+        Err(e) => Err(Error::path("cannot read", shown, e)),
+    }
 }
 
 /// Makes `pin`, a hard link in `dir` to whatever `name` is now: the server decides, so the

@@ -42,8 +42,9 @@
 //! locker on NFS killed between `mkdir` and `symlink`, or a foreign tool's plain `mkdir`) is
 //! broken after `stale_after` of no change; that path re-checks the directory's inode just
 //! before renaming it, which leaves a window of microseconds between two such breakers. A
-//! reader holding `NAME/beat` open on NFS while the holder releases leaves the tombstone
-//! behind (a `.nfsXXXX` file keeps it from being removed); the name is free at once.
+//! reader holding `NAME/beat` open on the releaser's mount keeps the tombstone from being
+//! removed (a `.nfsXXXX` / `.fuse_hiddenXXXX` file): the removal is retried for about a
+//! second, then the tombstone is left (the name is free at once either way).
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -465,6 +466,10 @@ impl Files {
 
 /// Removes our records from a lock directory that is no longer the lock (a tombstone, or one
 /// that was never published), then the directory itself.
+///
+/// A waiter on the same mount reading `beat` just then keeps the file alive under a hidden
+/// name (`.fuse_hiddenXXXX`, NFS's `.nfsXXXX`) until it closes it — a few milliseconds — and
+/// the directory is not empty till then: the removal is retried for about a second.
 fn tidy(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
     let fd = openat(
         parent,
@@ -472,14 +477,23 @@ fn tidy(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         FileMode::empty(),
     )?;
-    let mut listing = nix::dir::Dir::from_fd(fd.try_clone().map_err(|_| Errno::EBADF)?)?;
-    for entry in listing.iter().flatten() {
-        let n = entry.file_name().to_bytes();
-        if is_record_entry(n) || n.starts_with(b"new.") || n.starts_with(BEAT.as_bytes()) {
-            let _ = unlinkat(&fd, entry.file_name(), UnlinkatFlags::NoRemoveDir);
+    let mut pause = Duration::from_millis(5);
+    loop {
+        let mut listing = nix::dir::Dir::from_fd(fd.try_clone().map_err(|_| Errno::EBADF)?)?;
+        for entry in listing.iter().flatten() {
+            let n = entry.file_name().to_bytes();
+            if is_record_entry(n) || n.starts_with(b"new.") || n.starts_with(BEAT.as_bytes()) {
+                let _ = unlinkat(&fd, entry.file_name(), UnlinkatFlags::NoRemoveDir);
+            }
+        }
+        match unlinkat(parent, dir.as_os_str(), UnlinkatFlags::RemoveDir) {
+            Err(Errno::ENOTEMPTY | Errno::EEXIST) if pause < Duration::from_millis(700) => {
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            r => return r,
         }
     }
-    unlinkat(parent, dir.as_os_str(), UnlinkatFlags::RemoveDir)
 }
 
 impl Holders for Files {
@@ -490,7 +504,11 @@ impl Holders for Files {
         let name = self.dir.name.clone();
         // Who holds it now: the heartbeat record, read fresh. Without one (an older
         // locksmith's lock, or a locker between mkdir and its records), the listing.
-        let beat = self.dir.read_file(Some(dir.as_fd()), BEAT.as_ref())?;
+        let beat = lockdir::read_record(
+            dir.as_fd(),
+            BEAT.as_ref(),
+            &self.dir.shown(self.inside(BEAT)),
+        )?;
         let from_beat = beat.as_ref().and_then(|(c, _)| match lockdir::parse(c) {
             Parsed::V1(r) => Some(r),
             Parsed::Foreign(_) => None,

@@ -17,7 +17,7 @@
 //! ([`Judge::break_lock`]), with `--force` and `--token`.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -84,6 +84,57 @@ enum Verdict {
     Silent,
 }
 
+/// What a waiter saw of each entry (by key) and since when, on its own monotonic clock: the
+/// "unchanged for `stale_after`" half of the rule.
+pub struct Observations {
+    stale_after: Duration,
+    seen: HashMap<OsString, (Vec<u8>, Instant)>,
+}
+
+impl Observations {
+    pub fn new(stale_after: Duration) -> Observations {
+        Observations {
+            stale_after,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// True when `sign` under `key` stayed the same for `stale_after` of our observation.
+    pub fn silent_for_stale(&mut self, key: &OsStr, sign: &[u8]) -> bool {
+        match self.seen.get(key) {
+            Some((seen, since)) if seen == sign => since.elapsed() >= self.stale_after,
+            _ => {
+                self.seen
+                    .insert(key.to_owned(), (sign.to_vec(), Instant::now()));
+                false
+            }
+        }
+    }
+
+    /// Whether `sign` differs from what we saw of `key` before.
+    fn changed(&self, key: &OsStr, sign: &[u8]) -> bool {
+        self.seen.get(key).is_some_and(|(seen, _)| seen != sign)
+    }
+
+    pub fn forget(&mut self, key: &OsStr) {
+        self.seen.remove(key);
+    }
+
+    fn clear(&mut self) {
+        self.seen.clear();
+    }
+
+    /// An entry that is not a holder — a breaker's guard, a waiting writer's marker — may be
+    /// removed: its owner is provably dead (same host), or it stayed unchanged for
+    /// `stale_after` (another host's, or something planted there).
+    pub fn abandoned(&mut self, key: &OsStr, record: &Parsed, sign: &[u8]) -> bool {
+        match record {
+            Parsed::V1(r) if r.same_host() => !crate::host::alive(r.pid, r.start),
+            _ => self.silent_for_stale(key, sign),
+        }
+    }
+}
+
 /// The waiter's (or breaker's) memory of what it saw, and its rule.
 pub struct Judge {
     profile: String,
@@ -91,7 +142,7 @@ pub struct Judge {
     stale_after: Duration,
     poll: Duration,
     local: bool,
-    observed: HashMap<OsString, (Vec<u8>, Instant)>,
+    observed: Observations,
     /// A holder was removed: the next acquisition follows a crash (`prev=crashed`).
     pub broke: bool,
 }
@@ -110,7 +161,7 @@ impl Judge {
             stale_after,
             poll,
             local,
-            observed: HashMap::new(),
+            observed: Observations::new(stale_after),
             broke: false,
         }
     }
@@ -124,23 +175,6 @@ impl Judge {
             token,
             prev_crashed: std::mem::take(&mut self.broke),
         })
-    }
-
-    /// True when `sign` under `key` stayed the same for `stale_after` of our observation.
-    fn silent_for_stale(&mut self, key: &OsString, sign: &[u8]) -> bool {
-        match self.observed.get(key) {
-            Some((seen, since)) if seen == sign => since.elapsed() >= self.stale_after,
-            _ => {
-                self.observed
-                    .insert(key.clone(), (sign.to_vec(), Instant::now()));
-                false
-            }
-        }
-    }
-
-    /// Whether `sign` differs from what we saw of `key` before.
-    fn changed(&self, key: &OsString, sign: &[u8]) -> bool {
-        self.observed.get(key).is_some_and(|(seen, _)| seen != sign)
     }
 
     fn verdict(&mut self, ev: &Evidence, wake: &mut Wakeups) -> Result<Verdict> {
@@ -160,7 +194,7 @@ impl Judge {
                 self.path.display(),
                 rec.holder()
             )),
-            _ => Ok(if self.silent_for_stale(&ev.key, &ev.sign) {
+            _ => Ok(if self.observed.silent_for_stale(&ev.key, &ev.sign) {
                 Verdict::Silent
             } else {
                 Verdict::Alive
@@ -187,11 +221,11 @@ impl Judge {
             }
             if !lock.remove(ev)? {
                 // Changed meanwhile, or what we judged was a stale view: look again later.
-                self.observed.remove(&ev.key);
+                self.observed.forget(&ev.key);
                 live.push(ev.holder());
                 continue;
             }
-            self.observed.remove(&ev.key);
+            self.observed.forget(&ev.key);
             self.broke = true;
             let mut h = ev.holder();
             h.alive = Some(false);
@@ -288,13 +322,13 @@ impl Judge {
                 Ok(true)
             }
             _ => {
-                if self.changed(&ev.key, &ev.sign) {
+                if self.observed.changed(&ev.key, &ev.sign) {
                     return Err(err!(
                         Busy,
                         "lock {path} is held by {h}, which is alive: its heartbeat changed the lock"
                     ));
                 }
-                Ok(self.silent_for_stale(&ev.key, &ev.sign))
+                Ok(self.observed.silent_for_stale(&ev.key, &ev.sign))
             }
         }
     }

@@ -41,11 +41,15 @@
 //!
 //! # Liveness and breaking
 //! Holders refresh their entry (NAME, or their registration) with
-//! `utimensat(AT_SYMLINK_NOFOLLOW)` every heartbeat period unless `local = true`. Same-host
-//! holders are judged by proof of death at once; others after their entry has not changed
-//! for `stale_after` on the waiter's own clock. A dead reader's registration is removed by
-//! its exact name (a claim) and the group left as by a release; a dead exclusive holder's
-//! NAME is removed under `.NAME.break`, after re-checking its inode and record.
+//! `utimensat(AT_SYMLINK_NOFOLLOW)` every heartbeat period unless `local = true`; on a network
+//! filesystem (which may not set a symlink's times) an exclusive holder rewrites the counter
+//! in its heartbeat record `.NAME.beat` instead, and waiters read NAME through a pin (a hard
+//! link, made by the server, read and removed) so that no cache decides. The rule is
+//! `stale.rs`'s (same host: proof of death; elsewhere: no change for `stale_after` on the
+//! waiter's own clock); this file lists the holders and removes exactly one: a dead
+//! reader's registration by its exact name (a claim), then the group is left as by a
+//! release; a dead exclusive holder's NAME under `.NAME.break`, after re-reading that it
+//! still says the same record with the same sign.
 //!
 //! # Limits
 //! A holder paused for longer than `stale_after` can be broken (the honest limit of every
@@ -54,9 +58,8 @@
 //! On NFS, attribute caching (`acdirmax`, 60 s by default) can hide heartbeats: keep
 //! `stale_after` above it.
 
-use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -64,49 +67,54 @@ use std::time::{Duration, Instant};
 use nix::dir::Dir;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat, readlinkat, renameat};
-use nix::sys::stat::{Mode as FileMode, UtimensatFlags, fstat, fstatat, mkdirat, utimensat};
+use nix::sys::stat::{Mode as FileMode, UtimensatFlags, fstatat, mkdirat, utimensat};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
-use super::owner::{self, Parsed, Record, State};
+use super::lockdir::{self, LockDir};
+use super::owner::{Parsed, Record};
+use super::stale::{Evidence, Holders, Judge, Observations};
 use super::wake::Wakeups;
-use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
+use super::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
-use crate::profile::{FsConfig, Profile, fmt_duration};
+use crate::profile::{FsConfig, Profile};
 use crate::protocol::Mode;
-use crate::watch::{Event, Watcher};
+use crate::watch::Watcher;
 
 /// Prefix of a reader's registration entry inside a group.
 const READER_PREFIX: &str = "r.";
 
 pub struct Symlink {
-    cfg: FsConfig,
-    profile: String,
-    mode: Mode,
-    stale_after: Duration,
+    files: Files,
+    judge: Judge,
+    wake: Wakeups,
     heartbeat: Duration,
-    poll: Duration,
-    parent: PathBuf,
-    name: OsString,
-    parent_fd: Option<OwnedFd>,
     held: Option<Held>,
     /// Our waiting-writer marker, while an exclusive attempt waits.
     marker: Option<OsString>,
-    /// Entries (by path relative to the parent) a waiter cannot judge at once: what it saw
-    /// of them (inode, ctime) and since when.
-    observed: HashMap<OsString, (Seen, Instant)>,
-    wake: Wakeups,
-    prev_crashed: bool,
+    /// What we saw of other writers' markers, and since when.
+    markers_seen: Observations,
+    /// Our heartbeat counter while holding exclusively on a network filesystem.
+    beats: u64,
+}
+
+/// The lock's names: what the judge sees and removes.
+struct Files {
+    profile: String,
+    mode: Mode,
+    dir: LockDir,
+    local: bool,
+    file_mode: Option<u32>,
+    group: Option<u32>,
     /// A debug switch for the seed-004 race test: seed 004's first shared scheme, one
     /// well-known group name that joiners (re)create with `mkdir` — the race the seed
     /// describes. Never set outside that test.
     seed_scheme: bool,
-    /// The lock is on a network or FUSE filesystem (known once the parent is opened): names
-    /// are read fresh (pinned), liveness is the heartbeat record `.NAME.beat`.
-    remote: bool,
-    /// Our heartbeat counter while holding exclusively on such a filesystem.
-    beats: u64,
+    /// What we saw of a breaker's guard, and since when.
+    guard_seen: Observations,
+    /// The group NAME named at the last look (left once its members are removed).
+    looked_at_group: Option<OsString>,
 }
 
 /// What we hold.
@@ -123,7 +131,15 @@ enum Held {
     },
 }
 
+/// What a waiter compares between looks of an entry: its inode and ctime (a heartbeat's
+/// `utimensat` moves the ctime), or, on a network filesystem, a hash of the exclusive
+/// holder's heartbeat record.
 type Seen = (u64, (i64, i64));
+
+fn sign(seen: Seen) -> Vec<u8> {
+    let (ino, (s, ns)) = seen;
+    format!("{ino}:{s}.{ns}").into_bytes()
+}
 
 /// What NAME says.
 enum Target {
@@ -152,116 +168,63 @@ fn seen_of(st: &nix::sys::stat::FileStat) -> Seen {
     (st.st_ino, (st.st_ctime, st.st_ctime_nsec))
 }
 
-impl Symlink {
-    pub fn new(cfg: FsConfig, profile: &Profile) -> Symlink {
-        let parent = cfg
-            .path
-            .parent()
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/"));
-        let name = cfg.path.file_name().map(OsString::from).unwrap_or_default();
-        Symlink {
-            profile: profile.name.clone(),
-            mode: if profile.common.shared {
-                Mode::Shared
-            } else {
-                Mode::Exclusive
-            },
-            stale_after: profile.common.stale_after,
-            heartbeat: profile.common.heartbeat(),
-            poll: profile.common.poll,
-            parent,
-            name,
-            cfg,
-            parent_fd: None,
-            held: None,
-            marker: None,
-            observed: HashMap::new(),
-            wake: Wakeups::default(),
-            prev_crashed: false,
-            seed_scheme: std::env::var_os("LOCKSMITH_SYMLINK_SEED_SCHEME")
-                .is_some_and(|v| v == "1"),
-            remote: false,
-            beats: 0,
+impl Files {
+    /// The parent directory, opened and checked on first use. Shared locks on a network
+    /// filesystem are refused: a reader's entry is a symlink, whose times it may not set.
+    fn fd(&mut self) -> Result<BorrowedFd<'_>> {
+        let fresh = !self.dir.remote() && self.mode == Mode::Shared && !self.local;
+        self.dir.fd()?;
+        if fresh && self.dir.remote() {
+            return Err(err!(
+                Config,
+                "lock {} is on {}: shared symlink locks cannot heartbeat there yet (a reader's entry is a symlink, whose times a network filesystem may not set); take it exclusively, or set local = true if every contender runs on this host",
+                self.dir.path.display(),
+                self.dir.fs_name()
+            ));
         }
+        self.dir.fd()
     }
 
-    fn parent_fd(&mut self) -> Result<BorrowedFd<'_>> {
-        if self.parent_fd.is_none() {
-            let fd = nix::fcntl::open(
-                &self.parent,
-                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                FileMode::empty(),
-            )
-            .map_err(|e| {
-                Error::path(
-                    "cannot open the directory of lock",
-                    &self.cfg.path,
-                    e.into(),
-                )
-            })?;
-            let st = fstat(&fd).map_err(|e| {
-                Error::path(
-                    "cannot stat the directory of lock",
-                    &self.cfg.path,
-                    e.into(),
-                )
-            })?;
-            super::lockdir::check_dir_mode(st.st_mode, &self.parent)?;
-            let fs = super::lockdir::detect(fd.as_fd());
-            super::lockdir::check(&fs, &self.parent, &self.cfg, self.stale_after, true)?;
-            if fs.remote && !self.cfg.local && self.mode == Mode::Shared {
-                return Err(err!(
-                    Config,
-                    "lock {} is on {}: shared symlink locks cannot heartbeat there yet (a reader's entry is a symlink, whose times a network filesystem may not set); take it exclusively, or set local = true if every contender runs on this host",
-                    self.cfg.path.display(),
-                    fs.name
-                ));
-            }
-            self.remote = fs.remote;
-            self.parent_fd = Some(fd);
-        }
-        Ok(self.parent_fd.as_ref().expect("opened above").as_fd())
+    fn remote(&self) -> bool {
+        self.dir.remote()
     }
 
-    fn beside(&self, suffix: &str) -> OsString {
-        let mut n = OsString::from(".");
-        n.push(&self.name);
-        n.push(suffix);
-        n
+    fn path(&self) -> &Path {
+        &self.dir.path
     }
 
     fn group_prefix(&self) -> OsString {
-        self.beside(".s.")
+        self.dir.beside(".s.")
     }
 
     fn marker_prefix(&self) -> OsString {
-        self.beside(".w.")
+        self.dir.beside(".w.")
     }
 
     fn io(&self, what: &str, e: Errno) -> Error {
-        Error::path(what, &self.cfg.path, e.into())
+        Error::path(what, &self.dir.path, e.into())
     }
 
     /// `readlink` + `lstat` of `name` (relative to the parent); `None` if it does not exist.
     fn read_entry(&mut self, name: &OsStr) -> Result<Option<(String, Seen)>> {
-        let parent = self.parent_fd()?;
+        let shown = self.dir.shown(name);
+        let parent = self.fd()?;
         let st = match fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => st,
             Err(Errno::ENOENT) => return Ok(None),
-            Err(e) => return Err(self.io("cannot inspect lock", e)),
+            Err(e) => return Err(Error::path("cannot inspect lock", &shown, e.into())),
         };
         if st.st_mode & libc::S_IFMT != libc::S_IFLNK {
             return Err(err!(
                 Config,
                 "{} is not a symbolic link: it is not a lock of backend `symlink`",
-                self.parent.join(name).display()
+                shown.display()
             ));
         }
         match readlinkat(parent, name) {
             Ok(t) => Ok(Some((t.to_string_lossy().into_owned(), seen_of(&st)))),
             Err(Errno::ENOENT) => Ok(None),
-            Err(e) => Err(self.io("cannot read lock", e)),
+            Err(e) => Err(Error::path("cannot read lock", &shown, e.into())),
         }
     }
 
@@ -270,20 +233,17 @@ impl Symlink {
     /// under a new name (a mutation, decided by the server, of whatever is there now) is
     /// read, then removed.
     fn read_fresh(&mut self, name: &OsStr) -> Result<Option<(String, Seen)>> {
-        if !self.remote {
+        self.fd()?;
+        if !self.remote() {
             return self.read_entry(name);
         }
-        let pin = self.beside(&format!(".pin.{}", crate::host::nonce()));
-        let shown = self.parent.join(name);
-        if !super::lockdir::pin(self.parent_fd()?, name, &pin, &shown)? {
+        let pin = self.dir.beside(&format!(".pin.{}", crate::host::nonce()));
+        let shown = self.dir.shown(name);
+        if !lockdir::pin(self.fd()?, name, &pin, &shown)? {
             return Ok(None);
         }
         let r = self.read_entry(&pin);
-        let _ = unlinkat(
-            self.parent_fd()?,
-            pin.as_os_str(),
-            UnlinkatFlags::NoRemoveDir,
-        );
+        let _ = unlinkat(self.fd()?, pin.as_os_str(), UnlinkatFlags::NoRemoveDir);
         r
     }
 
@@ -291,48 +251,48 @@ impl Symlink {
     /// heartbeats: its heartbeat record `.NAME.beat`, read fresh (or, before it wrote one,
     /// NAME's own look).
     fn remote_seen(&mut self, parsed: &Parsed, seen: Seen) -> Result<Seen> {
-        let beat = self.beside(".beat");
+        let beat = self.dir.beside(".beat");
         let content = self.dir_read(&beat)?;
         Ok(match (parsed, content) {
-            (Parsed::V1(rec), Some(c)) if super::lockdir::is_ours(&c, rec) => (fnv(&c), (0, 0)),
+            (Parsed::V1(rec), Some(c)) if lockdir::is_ours(&c, rec) => (fnv(&c), (0, 0)),
             _ => seen,
         })
     }
 
     fn dir_read(&mut self, name: &OsStr) -> Result<Option<Vec<u8>>> {
-        let shown = self.parent.join(name);
-        Ok(super::lockdir::read_record(self.parent_fd()?, name, &shown)?.map(|(c, _)| c))
+        self.fd()?;
+        Ok(self.dir.read_file(name)?.map(|(c, _)| c))
     }
 
     /// Writes (replacing) our heartbeat record `.NAME.beat` at beat `n`.
     fn write_beat_record(&mut self, rec: &Record, n: u64) -> Result<bool> {
-        let beat = self.beside(".beat");
-        let shown = self.parent.join(&beat);
-        let tmp = self.beside(&format!(".beat.{}", rec.nonce));
-        let mode = FileMode::from_bits_truncate(self.cfg.file_mode.unwrap_or(0o644));
-        let parent = self.parent_fd()?;
+        let beat = self.dir.beside(".beat");
+        let shown = self.dir.shown(&beat);
+        let tmp = self.dir.beside(&format!(".beat.{}", rec.nonce));
         if n > 0 {
-            return super::lockdir::write_beat(parent, &beat, &shown, rec, n);
+            return lockdir::write_beat(self.fd()?, &beat, &shown, rec, n);
         }
-        let r = openat(
-            parent,
-            tmp.as_os_str(),
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            mode,
-        )
-        .map_err(std::io::Error::from)
-        .and_then(|fd| {
-            use std::os::unix::fs::FileExt;
-            let f = std::fs::File::from(fd);
-            f.write_all_at(rec.render_beat(0).as_bytes(), 0)?;
-            f.sync_data()
-        })
-        .and_then(|()| {
-            renameat(parent, tmp.as_os_str(), parent, beat.as_os_str()).map_err(Into::into)
-        });
-        if let Err(e) = r {
+        self.fd()?;
+        if self
+            .dir
+            .create_file(None, &tmp, &rec.render_beat(0))?
+            .is_none()
+        {
+            return Err(err!(
+                Io,
+                "cannot write heartbeat record {}: {} is in the way",
+                shown.display(),
+                self.dir.shown(&tmp).display()
+            ));
+        }
+        let parent = self.fd()?;
+        if let Err(e) = renameat(parent, tmp.as_os_str(), parent, beat.as_os_str()) {
             let _ = unlinkat(parent, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
-            return Err(Error::path("cannot write heartbeat record", &shown, e));
+            return Err(Error::path(
+                "cannot write heartbeat record",
+                &shown,
+                e.into(),
+            ));
         }
         Ok(true)
     }
@@ -342,17 +302,17 @@ impl Symlink {
         let Parsed::V1(rec) = Record::parse(text) else {
             return;
         };
-        let beat = self.beside(".beat");
+        let beat = self.dir.beside(".beat");
         if let Ok(Some(c)) = self.dir_read(&beat)
-            && super::lockdir::is_ours(&c, &rec)
-            && let Ok(parent) = self.parent_fd()
+            && lockdir::is_ours(&c, &rec)
+            && let Ok(parent) = self.fd()
         {
             let _ = unlinkat(parent, beat.as_os_str(), UnlinkatFlags::NoRemoveDir);
         }
     }
 
     fn target(&mut self) -> Result<Target> {
-        let name = self.name.clone();
+        let name = self.dir.name.clone();
         let Some((text, seen)) = self.read_fresh(&name)? else {
             return Ok(Target::Missing);
         };
@@ -362,7 +322,7 @@ impl Symlink {
             return Ok(Target::Group(group, seen));
         }
         let parsed = Record::parse(&text);
-        let seen = if self.remote {
+        let seen = if self.remote() {
             self.remote_seen(&parsed, seen)?
         } else {
             seen
@@ -374,13 +334,13 @@ impl Symlink {
     /// `EEXIST` after a retransmitted, successful request), `Ok(false)` if it says
     /// something else, `ENOENT` from a missing directory passed on.
     fn make_link(&mut self, target: &str, at: &Path) -> std::result::Result<bool, Errno> {
-        let parent = self.parent_fd().map_err(|_| Errno::EBADF)?;
+        let parent = self.fd().map_err(|_| Errno::EBADF)?;
         match symlinkat(target, parent, at) {
             Ok(()) => return Ok(true),
             Err(Errno::EEXIST) => {}
             // sshfs answers a racing symlink(2) over an existing name with EPERM or ENOENT
             // (SFTP's generic failure): whoever won, the name says.
-            Err(Errno::EPERM | Errno::ENOENT) if self.remote => {}
+            Err(Errno::EPERM | Errno::ENOENT) if self.remote() => {}
             Err(e) => return Err(e),
         }
         match self.read_fresh(at.as_os_str()) {
@@ -390,37 +350,10 @@ impl Symlink {
         }
     }
 
-    fn silent_for_stale(&mut self, key: &OsStr, seen: Seen) -> bool {
-        match self.observed.get(key) {
-            Some((s, since)) if *s == seen => since.elapsed() >= self.stale_after,
-            _ => {
-                self.observed.insert(key.to_owned(), (seen, Instant::now()));
-                false
-            }
-        }
-    }
-
-    /// Whether the holder of `parsed` (an entry seen as `seen` under `key`) is dead or
-    /// silent. Foreign records are alive (only `--force` breaks them).
-    fn dead(&mut self, key: &OsStr, parsed: &Parsed, seen: Seen) -> Result<bool> {
-        match parsed {
-            Parsed::Foreign(_) => Ok(false),
-            Parsed::V1(rec) if rec.same_host() => Ok(!self.wake.holder_alive(rec.pid, rec.start)),
-            Parsed::V1(rec) if self.cfg.local => Err(err!(
-                Config,
-                "profile `{}` says local = true, but lock {} is held by {} from another host or pid namespace",
-                self.profile,
-                self.cfg.path.display(),
-                rec.holder()
-            )),
-            Parsed::V1(_) => Ok(self.silent_for_stale(key, seen)),
-        }
-    }
-
     /// Members of group `g`; `None` if the group does not exist (any more).
     fn members(&mut self, g: &OsStr) -> Result<Option<(OwnedFd, Vec<Member>)>> {
-        let shown = self.parent.join(g);
-        let parent = self.parent_fd()?;
+        let shown = self.dir.shown(g);
+        let parent = self.fd()?;
         let fd = match openat(
             parent,
             g,
@@ -472,8 +405,8 @@ impl Symlink {
 
     /// Names beginning with `prefix` in the parent directory.
     fn list_beside(&mut self, prefix: &OsStr) -> Result<Vec<OsString>> {
-        let path = self.cfg.path.clone();
-        let parent = self.parent_fd()?;
+        let path = self.dir.path.clone();
+        let parent = self.fd()?;
         // A description of our own: listing moves its offset.
         let dup = openat(
             parent,
@@ -496,179 +429,6 @@ impl Symlink {
         Ok(out)
     }
 
-    /// Live waiting writers (dead or silent markers are removed on the way).
-    fn writers_waiting(&mut self) -> Result<Vec<Holder>> {
-        let mut live = Vec::new();
-        for m in self.list_beside(&self.marker_prefix())? {
-            if self.marker.as_ref() == Some(&m) {
-                continue;
-            }
-            let Some((text, seen)) = self.read_entry(&m).or_else(|e| match e.kind() {
-                Kind::Config => Ok(None),
-                _ => Err(e),
-            })?
-            else {
-                continue;
-            };
-            let parsed = Record::parse(&text);
-            if self.dead(&m, &parsed, seen)? {
-                debug!(
-                    "removing the marker of a dead waiting writer: {}",
-                    parsed.holder()
-                );
-                let _ = unlinkat(self.parent_fd()?, m.as_os_str(), UnlinkatFlags::NoRemoveDir);
-                self.observed.remove(&m);
-            } else {
-                let mut h = parsed.holder();
-                h.mode = Some(Mode::Exclusive);
-                live.push(h);
-            }
-        }
-        Ok(live)
-    }
-
-    /// A waiting writer: leave (or refresh) our marker so readers stop joining.
-    fn mark_waiting(&mut self) -> Result<()> {
-        let now = TimeSpec::UTIME_NOW;
-        self.parent_fd()?;
-        if self.remote && (self.marker.is_some() || !self.cfg.local) {
-            // No readers without local = true there (refused); with it, markers are judged
-            // by proof of death alone and need no refreshing (which sshfs cannot do).
-            return Ok(());
-        }
-        if let Some(m) = self.marker.clone() {
-            match utimensat(
-                self.parent_fd()?,
-                m.as_os_str(),
-                &now,
-                &now,
-                UtimensatFlags::NoFollowSymlink,
-            ) {
-                Ok(()) => return Ok(()),
-                // Removed by a reader that judged us silent: make it again.
-                Err(Errno::ENOENT) => self.marker = None,
-                Err(e) => return Err(self.io("cannot mark a waiting writer beside", e)),
-            }
-        }
-        let rec = Record::ours(&self.profile);
-        let mut m = self.marker_prefix();
-        m.push(&rec.nonce);
-        match self.make_link(&rec.render(), Path::new(&m)) {
-            Ok(true) => {
-                self.marker = Some(m);
-                Ok(())
-            }
-            Ok(false) => Ok(()),
-            Err(e) => Err(self.io("cannot mark a waiting writer beside", e)),
-        }
-    }
-
-    fn unmark_waiting(&mut self) {
-        if let Some(m) = self.marker.take()
-            && let Ok(parent) = self.parent_fd()
-        {
-            let _ = unlinkat(parent, m.as_os_str(), UnlinkatFlags::NoRemoveDir);
-        }
-    }
-
-    fn state_name(&self) -> OsString {
-        self.beside(".state")
-    }
-
-    fn read_state(&mut self) -> Result<Option<State>> {
-        let name = self.state_name();
-        let shown = self.parent.join(&name);
-        self.parent_fd()?;
-        let remote = self.remote;
-        super::lockdir::read_state_fresh(self.parent_fd()?, &name, &shown, remote)
-    }
-
-    fn write_state(&mut self, st: State) -> Result<()> {
-        let name = self.state_name();
-        let shown = self.parent.join(&name);
-        owner::write_state(self.parent_fd()?, &name, &shown, st)
-    }
-
-    /// One exclusive attempt. `Ok(None)`: something changed, look again.
-    fn try_exclusive(&mut self) -> Result<Option<Attempt>> {
-        let mut rec = Record::ours(&self.profile);
-        rec.token = Some(self.read_state()?.map_or(1, |s| s.token + 1));
-        let target = rec.render();
-        let name = self.name.clone();
-        match self.make_link(&target, Path::new(&name)) {
-            Ok(true) => return self.finish_exclusive(rec, target).map(Some),
-            Ok(false) => {}
-            Err(e) => return Err(self.io("cannot create lock", e)),
-        }
-        let holders = match self.target()? {
-            Target::Missing => return Ok(None),
-            Target::Exclusive(parsed, text, seen) => {
-                match self.judge_exclusive(parsed, &text, seen)? {
-                    Some(h) => h,
-                    None => return Ok(None),
-                }
-            }
-            Target::Group(g, seen) => match self.judge_group(&g, seen)? {
-                Some(h) => h,
-                None => return Ok(None),
-            },
-        };
-        self.mark_waiting()?;
-        Ok(Some(Attempt::Busy(holders)))
-    }
-
-    /// Holding exclusively: fencing token (rewriting NAME if the speculated one was
-    /// overtaken), state "not cleanly released" until our release says otherwise.
-    fn finish_exclusive(&mut self, mut rec: Record, mut target: String) -> Result<Attempt> {
-        let name = self.name.clone();
-        let r = (|| -> Result<()> {
-            let state = self.read_state()?;
-            let token = state.map_or(1, |s| s.token + 1);
-            if state.is_some_and(|s| !s.clean) {
-                self.prev_crashed = true;
-            }
-            if rec.token != Some(token) {
-                rec.token = Some(token);
-                let text = rec.render();
-                let mut tmp = self.beside(&format!(".{}.new", rec.nonce));
-                let parent = self.parent_fd()?;
-                let r = symlinkat(text.as_str(), parent, tmp.as_os_str())
-                    .and_then(|()| renameat(parent, tmp.as_os_str(), parent, name.as_os_str()));
-                if let Err(e) = r {
-                    let _ = unlinkat(parent, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
-                    return Err(self.io("cannot write owner record of", e));
-                }
-                tmp.clear();
-                target = text;
-            }
-            self.write_state(State {
-                token,
-                clean: false,
-            })?;
-            if self.remote && !self.cfg.local {
-                self.beats = 0;
-                self.write_beat_record(&rec, 0)?;
-            }
-            Ok(())
-        })();
-        self.held = Some(Held::Exclusive {
-            rec: rec.clone(),
-            target,
-        });
-        if let Err(e) = r {
-            let _ = self.release();
-            return Err(e);
-        }
-        self.unmark_waiting();
-        self.tidy_groups();
-        self.observed.clear();
-        self.wake.forget_holder();
-        Ok(Attempt::Acquired(Grant {
-            token: rec.token,
-            prev_crashed: std::mem::take(&mut self.prev_crashed),
-        }))
-    }
-
     /// While holding exclusively, no group can be current: remove groups left by readers
     /// that died before publishing or leaving them (proof of death only).
     fn tidy_groups(&mut self) {
@@ -689,109 +449,16 @@ impl Symlink {
             for m in &members {
                 let _ = unlinkat(&fd, m.entry.as_os_str(), UnlinkatFlags::NoRemoveDir);
             }
-            if let Ok(parent) = self.parent_fd() {
+            if let Ok(parent) = self.fd() {
                 let _ = unlinkat(parent, g.as_os_str(), UnlinkatFlags::RemoveDir);
             }
         }
     }
 
-    /// An exclusive holder found at NAME: `Some(holders)` busy, `None` it was just broken.
-    fn judge_exclusive(
-        &mut self,
-        parsed: Parsed,
-        text: &str,
-        seen: Seen,
-    ) -> Result<Option<Vec<Holder>>> {
-        let mut holder = parsed.holder();
-        holder.mode = Some(Mode::Exclusive);
-        let name = self.name.clone();
-        if !self.dead(&name, &parsed, seen)? {
-            return Ok(Some(vec![holder]));
-        }
-        info!(
-            "breaking lock {} of {} holder {holder}",
-            self.cfg.path.display(),
-            if matches!(&parsed, Parsed::V1(r) if r.same_host()) {
-                "dead (same host: proof of death)".to_string()
-            } else {
-                format!(
-                    "silent (no heartbeat for {})",
-                    fmt_duration(self.stale_after)
-                )
-            }
-        );
-        self.observed.remove(&name);
-        if self.break_name(text, seen)? {
-            self.prev_crashed = true;
-            Ok(None)
-        } else {
-            Ok(Some(vec![holder]))
-        }
-    }
-
-    /// A group found at NAME: removes dead or silent readers and leaves the group for them
-    /// if they were the last. `Some(holders)` busy, `None` the lock was freed.
-    fn judge_group(&mut self, g: &OsStr, seen: Seen) -> Result<Option<Vec<Holder>>> {
-        let Some((fd, members)) = self.members(g)? else {
-            // NAME names a group that is gone: its last reader is between rmdir and unlink
-            // (microseconds), or died there.
-            let name = self.name.clone();
-            if self.silent_for_stale(&name, seen) {
-                info!(
-                    "breaking lock {}: it names a shared group that no longer exists, unchanged for {}",
-                    self.cfg.path.display(),
-                    fmt_duration(self.stale_after)
-                );
-                self.observed.remove(&name);
-                if self.break_name(&g.to_string_lossy(), seen)? {
-                    self.prev_crashed = true;
-                    return Ok(None);
-                }
-            }
-            return Ok(Some(vec![Holder {
-                mode: Some(Mode::Shared),
-                ..Holder::default()
-            }]));
-        };
-        let mut live = Vec::new();
-        for m in members {
-            let key = Path::new(g).join(&m.entry).into_os_string();
-            if self.dead(&key, &m.parsed, m.seen)? {
-                info!(
-                    "removing dead reader {} from lock {}",
-                    m.parsed.holder(),
-                    self.cfg.path.display()
-                );
-                // The claim: only one remover wins, and the name is never reused.
-                if unlinkat(&fd, m.entry.as_os_str(), UnlinkatFlags::NoRemoveDir).is_ok() {
-                    self.prev_crashed = true;
-                }
-                self.observed.remove(&key);
-            } else {
-                let mut h = m.parsed.holder();
-                h.mode = Some(Mode::Shared);
-                live.push(h);
-            }
-        }
-        // No reader left (we removed the dead, or the last one is between unlinking its
-        // entry and removing the group, or died there): removing the empty group is a claim
-        // only one process wins, so anyone may do it and then free NAME.
-        if live.is_empty() && self.leave_group(g)? {
-            return Ok(None);
-        }
-        if live.is_empty() {
-            live.push(Holder {
-                mode: Some(Mode::Shared),
-                ..Holder::default()
-            });
-        }
-        Ok(Some(live))
-    }
-
     /// After leaving group `g`: remove it if it is empty; whoever removed it (only one can)
     /// frees NAME if NAME still names it. `Ok(true)` if we freed NAME.
     fn leave_group(&mut self, g: &OsStr) -> Result<bool> {
-        let parent = self.parent_fd()?;
+        let parent = self.fd()?;
         match unlinkat(parent, g, UnlinkatFlags::RemoveDir) {
             Ok(()) => {}
             // Others still read (or another leaver won): they free NAME.
@@ -800,8 +467,8 @@ impl Symlink {
         }
         // G is gone and cannot come back (its name is unique): nobody else can have made
         // NAME name it, nor be about to remove NAME while it names G.
-        let name = self.name.clone();
-        let parent = self.parent_fd()?;
+        let name = self.dir.name.clone();
+        let parent = self.fd()?;
         match readlinkat(parent, name.as_os_str()) {
             Ok(t) if t.as_bytes() == g.as_bytes() => {
                 unlinkat(parent, name.as_os_str(), UnlinkatFlags::NoRemoveDir)
@@ -812,46 +479,44 @@ impl Symlink {
         }
     }
 
-    /// Removes NAME if it still says `text` and is the inode seen, serialised by
+    /// Removes NAME if it still says `text` with the same `sign` (read fresh), serialised by
     /// `.NAME.break`. `Ok(false)`: another breaker is at work (or the lock changed).
-    fn break_name(&mut self, text: &str, seen: Seen) -> Result<bool> {
-        let guard = self.beside(".break");
-        let me = Record::ours(&self.profile);
-        let mine = me.render();
+    fn break_name(&mut self, text: &str, was: &[u8]) -> Result<bool> {
+        let guard = self.dir.beside(".break");
+        let mine = Record::ours(&self.profile).render();
         match self.make_link(&mine, Path::new(&guard)) {
-            Ok(true) => {}
+            Ok(true) => self.guard_seen.forget(&guard),
             Ok(false) => {
                 // Someone else is breaking. If they died doing it (or went silent), clear
                 // their guard.
-                if let Some((t, gseen)) = self.read_entry(&guard)? {
-                    let parsed = Record::parse(&t);
-                    if self.dead(&guard, &parsed, gseen)? {
-                        self.unlink_if(&guard, &t);
-                        self.observed.remove(&guard);
-                    }
+                if let Some((t, seen)) = self.read_fresh(&guard)?
+                    && self
+                        .guard_seen
+                        .abandoned(&guard, &Record::parse(&t), &sign(seen))
+                    && self.unlink_if(&guard, &t)
+                {
+                    info!(
+                        "removed the guard {} of a breaker that died",
+                        self.dir.shown(&guard).display()
+                    );
+                    self.guard_seen.forget(&guard);
                 }
                 return Ok(false);
             }
             Err(e) => return Err(self.io("cannot take the break guard of", e)),
         }
-        let name = self.name.clone();
-        let now = match self.read_fresh(&name)? {
-            Some((t, s)) if self.remote => {
-                let p = Record::parse(&t);
-                let s = self.remote_seen(&p, s)?;
-                Some((t, s))
-            }
-            x => x,
+        let name = self.dir.name.clone();
+        let (same, exclusive) = match self.target()? {
+            Target::Exclusive(_, t, s) => (t == text && sign(s) == was, true),
+            Target::Group(g, s) => (g.as_bytes() == text.as_bytes() && sign(s) == was, false),
+            Target::Missing => (false, false),
         };
-        let broke = match now {
-            Some((t, s)) if t == text && s.0 == seen.0 => {
-                // Its heartbeat record first, while NAME still keeps others from writing one.
-                if self.remote {
-                    self.remove_beat_record(text);
-                }
-                self.unlink_if(&name, text)
+        let broke = same && {
+            // Its heartbeat record first, while NAME still keeps others from writing one.
+            if exclusive && self.remote() {
+                self.remove_beat_record(text);
             }
-            _ => false,
+            self.unlink_if(&name, text)
         };
         self.unlink_if(&guard, &mine);
         Ok(broke)
@@ -863,10 +528,283 @@ impl Symlink {
             Ok(Some((t, _))) if t == text => {}
             _ => return false,
         }
-        let Ok(parent) = self.parent_fd() else {
+        let Ok(parent) = self.fd() else {
             return false;
         };
         unlinkat(parent, name, UnlinkatFlags::NoRemoveDir).is_ok()
+    }
+
+    fn dir_mode(&self) -> FileMode {
+        // Readers of other users register inside the group: it needs w and x where it has r.
+        let m = self.file_mode.unwrap_or(0o777);
+        let x = (m & 0o444) >> 2;
+        FileMode::from_bits_truncate(m | x)
+    }
+
+    /// The holders for `status` (members named by their path from the parent).
+    fn listing(&mut self) -> Result<(Target, Vec<Member>)> {
+        let t = self.target()?;
+        let list = match &t {
+            Target::Missing => Vec::new(),
+            Target::Exclusive(p, _, seen) => vec![Member {
+                entry: self.dir.name.clone(),
+                parsed: p.clone(),
+                seen: *seen,
+            }],
+            Target::Group(g, _) => match self.members(g)? {
+                None => Vec::new(),
+                Some((_, ms)) => ms
+                    .into_iter()
+                    .map(|m| Member {
+                        entry: Path::new(g).join(&m.entry).into_os_string(),
+                        ..m
+                    })
+                    .collect(),
+            },
+        };
+        Ok((t, list))
+    }
+}
+
+impl Holders for Files {
+    /// An exclusive holder: keyed by NAME's text (unique per acquisition). A group: one
+    /// entry per reader, keyed by its path from the parent; a group that no longer exists
+    /// (its last reader died between `rmdir` and `unlink`): NAME without a record.
+    fn holders(&mut self) -> Result<Option<Vec<Evidence>>> {
+        self.looked_at_group = None;
+        match self.target()? {
+            Target::Missing => Ok(None),
+            Target::Exclusive(parsed, text, seen) => Ok(Some(vec![Evidence {
+                key: text.into(),
+                record: Some(parsed),
+                sign: sign(seen),
+                mode: Mode::Exclusive,
+            }])),
+            Target::Group(g, seen) => {
+                let Some((_, members)) = self.members(&g)? else {
+                    return Ok(Some(vec![Evidence {
+                        key: g,
+                        record: None,
+                        sign: sign(seen),
+                        mode: Mode::Shared,
+                    }]));
+                };
+                let list = members
+                    .into_iter()
+                    .map(|m| Evidence {
+                        key: Path::new(&g).join(&m.entry).into_os_string(),
+                        record: Some(m.parsed),
+                        sign: sign(m.seen),
+                        mode: Mode::Shared,
+                    })
+                    .collect();
+                self.looked_at_group = Some(g);
+                Ok(Some(list))
+            }
+        }
+    }
+
+    fn remove(&mut self, ev: &Evidence) -> Result<bool> {
+        match (ev.mode, &ev.record) {
+            // A reader: its registration's exact name is the claim (never reused).
+            (Mode::Shared, Some(_)) => {
+                let parent = self.fd()?;
+                Ok(unlinkat(parent, ev.key.as_os_str(), UnlinkatFlags::NoRemoveDir).is_ok())
+            }
+            // An exclusive holder, or NAME naming a group that is gone.
+            _ => self.break_name(&ev.key.to_string_lossy(), &ev.sign),
+        }
+    }
+
+    /// The readers removed: leave their group as the last of them would have.
+    fn finish(&mut self) -> Result<bool> {
+        match self.looked_at_group.take() {
+            Some(g) => self.leave_group(&g),
+            None => Ok(true),
+        }
+    }
+}
+
+impl Symlink {
+    pub fn new(cfg: FsConfig, profile: &Profile) -> Symlink {
+        let mode = if profile.common.shared {
+            Mode::Shared
+        } else {
+            Mode::Exclusive
+        };
+        Symlink {
+            heartbeat: profile.common.heartbeat(),
+            files: Files {
+                profile: profile.name.clone(),
+                mode,
+                dir: LockDir::new(&cfg, profile.common.stale_after),
+                local: cfg.local,
+                file_mode: cfg.file_mode,
+                group: cfg.group,
+                seed_scheme: std::env::var_os("LOCKSMITH_SYMLINK_SEED_SCHEME")
+                    .is_some_and(|v| v == "1"),
+                guard_seen: Observations::new(profile.common.stale_after),
+                looked_at_group: None,
+            },
+            judge: Judge::new(
+                &profile.name,
+                cfg.path.clone(),
+                profile.common.stale_after,
+                profile.common.poll,
+                cfg.local,
+            ),
+            wake: Wakeups::default(),
+            held: None,
+            marker: None,
+            markers_seen: Observations::new(profile.common.stale_after),
+            beats: 0,
+        }
+    }
+
+    /// Live waiting writers (dead or silent markers are removed on the way).
+    fn writers_waiting(&mut self) -> Result<Vec<Holder>> {
+        let mut live = Vec::new();
+        for m in self.files.list_beside(&self.files.marker_prefix())? {
+            if self.marker.as_ref() == Some(&m) {
+                continue;
+            }
+            let Some((text, seen)) = self.files.read_entry(&m).or_else(|e| match e.kind() {
+                Kind::Config => Ok(None),
+                _ => Err(e),
+            })?
+            else {
+                continue;
+            };
+            let parsed = Record::parse(&text);
+            if self.markers_seen.abandoned(&m, &parsed, &sign(seen)) {
+                debug!(
+                    "removing the marker of a dead waiting writer: {}",
+                    parsed.holder()
+                );
+                let _ = unlinkat(self.files.fd()?, m.as_os_str(), UnlinkatFlags::NoRemoveDir);
+                self.markers_seen.forget(&m);
+            } else {
+                let mut h = parsed.holder();
+                h.mode = Some(Mode::Exclusive);
+                live.push(h);
+            }
+        }
+        Ok(live)
+    }
+
+    /// A waiting writer: leave (or refresh) our marker so readers stop joining.
+    fn mark_waiting(&mut self) -> Result<()> {
+        let now = TimeSpec::UTIME_NOW;
+        self.files.fd()?;
+        if self.files.remote() && (self.marker.is_some() || !self.files.local) {
+            // No readers without local = true there (refused); with it, markers are judged
+            // by proof of death alone and need no refreshing (which sshfs cannot do).
+            return Ok(());
+        }
+        if let Some(m) = self.marker.clone() {
+            match utimensat(
+                self.files.fd()?,
+                m.as_os_str(),
+                &now,
+                &now,
+                UtimensatFlags::NoFollowSymlink,
+            ) {
+                Ok(()) => return Ok(()),
+                // Removed by a reader that judged us silent: make it again.
+                Err(Errno::ENOENT) => self.marker = None,
+                Err(e) => return Err(self.files.io("cannot mark a waiting writer beside", e)),
+            }
+        }
+        let rec = Record::ours(&self.files.profile);
+        let mut m = self.files.marker_prefix();
+        m.push(&rec.nonce);
+        match self.files.make_link(&rec.render(), Path::new(&m)) {
+            Ok(true) => {
+                self.marker = Some(m);
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(e) => Err(self.files.io("cannot mark a waiting writer beside", e)),
+        }
+    }
+
+    fn unmark_waiting(&mut self) {
+        if let Some(m) = self.marker.take()
+            && let Ok(parent) = self.files.fd()
+        {
+            let _ = unlinkat(parent, m.as_os_str(), UnlinkatFlags::NoRemoveDir);
+        }
+    }
+
+    /// Judges the holders there now and removes the dead and silent (`stale.rs`).
+    /// `Ok(None)`: the lock was freed: look again.
+    fn clear_dead(&mut self) -> Result<Option<Vec<Holder>>> {
+        self.judge.clear_dead(&mut self.files, &mut self.wake)
+    }
+
+    /// One exclusive attempt. `Ok(None)`: something changed, look again.
+    fn try_exclusive(&mut self) -> Result<Option<Attempt>> {
+        let mut rec = Record::ours(&self.files.profile);
+        rec.token = Some(self.files.dir.read_state()?.map_or(1, |s| s.token + 1));
+        let target = rec.render();
+        let name = self.files.dir.name.clone();
+        match self.files.make_link(&target, Path::new(&name)) {
+            Ok(true) => return self.finish_exclusive(rec, target).map(Some),
+            Ok(false) => {}
+            Err(e) => return Err(self.files.io("cannot create lock", e)),
+        }
+        let Some(holders) = self.clear_dead()? else {
+            return Ok(None);
+        };
+        self.mark_waiting()?;
+        Ok(Some(Attempt::Busy(holders)))
+    }
+
+    /// Holding exclusively: fencing token (rewriting NAME if the speculated one was
+    /// overtaken), state "not cleanly released" until our release says otherwise.
+    fn finish_exclusive(&mut self, mut rec: Record, mut target: String) -> Result<Attempt> {
+        let name = self.files.dir.name.clone();
+        let r = (|| -> Result<()> {
+            let f = &mut self.files;
+            let state = f.dir.read_state()?;
+            let token = state.map_or(1, |s| s.token + 1);
+            if state.is_some_and(|s| !s.clean) {
+                self.judge.broke = true;
+            }
+            if rec.token != Some(token) {
+                rec.token = Some(token);
+                let text = rec.render();
+                let tmp = f.dir.beside(&format!(".{}.new", rec.nonce));
+                let parent = f.fd()?;
+                let r = symlinkat(text.as_str(), parent, tmp.as_os_str())
+                    .and_then(|()| renameat(parent, tmp.as_os_str(), parent, name.as_os_str()));
+                if let Err(e) = r {
+                    let _ = unlinkat(parent, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+                    return Err(f.io("cannot write owner record of", e));
+                }
+                target = text;
+            }
+            f.dir.write_state(super::owner::State {
+                token,
+                clean: false,
+            })?;
+            if f.remote() && !f.local {
+                self.beats = 0;
+                f.write_beat_record(&rec, 0)?;
+            }
+            Ok(())
+        })();
+        self.held = Some(Held::Exclusive {
+            rec: rec.clone(),
+            target,
+        });
+        if let Err(e) = r {
+            let _ = self.release();
+            return Err(e);
+        }
+        self.unmark_waiting();
+        self.files.tidy_groups();
+        Ok(self.judge.acquired(&mut self.wake, rec.token))
     }
 
     /// One shared attempt. `Ok(None)`: something changed, look again.
@@ -874,7 +812,7 @@ impl Symlink {
         let writers = self.writers_waiting()?;
         if !writers.is_empty() {
             // Writer preference: let the readers inside drain. Name who holds it now.
-            let (_, list) = self.holders()?;
+            let (_, list) = self.files.listing()?;
             let holders = if list.is_empty() {
                 writers
             } else {
@@ -882,18 +820,19 @@ impl Symlink {
             };
             return Ok(Some(Attempt::Busy(holders)));
         }
-        let rec = Record::ours(&self.profile);
+        let rec = Record::ours(&self.files.profile);
         let text = rec.render();
         let reg = format!("{READER_PREFIX}{}", rec.nonce);
-        match self.target()? {
+        let f = &mut self.files;
+        match f.target()? {
             Target::Missing => {
-                let mut g = self.group_prefix();
-                g.push(if self.seed_scheme { "seed" } else { &rec.nonce });
-                let seed_scheme = self.seed_scheme;
-                let mode = self.dir_mode();
-                let group = self.cfg.group;
-                let path = self.cfg.path.clone();
-                let parent = self.parent_fd()?;
+                let mut g = f.group_prefix();
+                g.push(if f.seed_scheme { "seed" } else { &rec.nonce });
+                let seed_scheme = f.seed_scheme;
+                let mode = f.dir_mode();
+                let group = f.group;
+                let path = f.path().to_path_buf();
+                let parent = f.fd()?;
                 match mkdirat(parent, g.as_os_str(), mode) {
                     Ok(()) => {}
                     Err(Errno::EEXIST) if seed_scheme => {}
@@ -915,120 +854,78 @@ impl Symlink {
                     );
                 }
                 let entry = Path::new(&g).join(&reg);
-                let published = self
+                let name = f.dir.name.clone();
+                let published = f
                     .make_link(&text, &entry)
                     .and_then(|ok| {
                         if ok {
-                            self.make_link(&g.to_string_lossy(), Path::new(&self.name.clone()))
+                            f.make_link(&g.to_string_lossy(), Path::new(&name))
                         } else {
                             Ok(false)
                         }
                     })
-                    .map_err(|e| self.io("cannot create lock", e));
+                    .map_err(|e| f.io("cannot create lock", e));
+                let group_gone = !f.dir.shown(&g).exists();
                 match published {
                     Ok(true) => Ok(Some(self.finish_shared(g, entry))),
                     // Our fresh, still empty group was tidied away by someone: look again.
-                    Ok(false) | Err(_) if !self.parent.join(&g).exists() => Ok(None),
+                    Ok(false) | Err(_) if group_gone => Ok(None),
                     Ok(false) => {
                         // Someone else took NAME first: take our group away again.
-                        let parent = self.parent_fd()?;
+                        let parent = f.fd()?;
                         let _ = unlinkat(parent, entry.as_os_str(), UnlinkatFlags::NoRemoveDir);
                         let _ = unlinkat(parent, g.as_os_str(), UnlinkatFlags::RemoveDir);
                         Ok(None)
                     }
                     Err(e) => {
-                        let parent = self.parent_fd()?;
+                        let parent = f.fd()?;
                         let _ = unlinkat(parent, entry.as_os_str(), UnlinkatFlags::NoRemoveDir);
                         let _ = unlinkat(parent, g.as_os_str(), UnlinkatFlags::RemoveDir);
                         Err(e)
                     }
                 }
             }
-            Target::Group(g, seen) => {
-                if self.seed_scheme {
-                    let mode = self.dir_mode();
-                    let _ = mkdirat(self.parent_fd()?, g.as_os_str(), mode);
+            Target::Group(g, _) => {
+                if f.seed_scheme {
+                    let mode = f.dir_mode();
+                    let _ = mkdirat(f.fd()?, g.as_os_str(), mode);
                 }
                 let entry = Path::new(&g).join(&reg);
-                match self.make_link(&text, &entry) {
+                match f.make_link(&text, &entry) {
                     // The group is gone: its last reader is leaving (or died leaving).
-                    Err(Errno::ENOENT) => {
-                        return Ok(self.judge_group(&g, seen)?.map(Attempt::Busy));
-                    }
-                    Err(e) => return Err(self.io("cannot join shared lock", e)),
+                    Err(Errno::ENOENT) => return Ok(self.clear_dead()?.map(Attempt::Busy)),
+                    Err(e) => return Err(f.io("cannot join shared lock", e)),
                     Ok(false) => return Ok(None),
                     Ok(true) => {}
                 }
                 // Seed 004's race: G's last reader may have left (removing G and NAME) between
                 // our readlink and our registration, and a writer may hold NAME now. Only
                 // if NAME still names G do we hold it.
-                let name = self.name.clone();
-                let still = matches!(readlinkat(self.parent_fd()?, name.as_os_str()), Ok(t) if t.as_bytes() == g.as_bytes());
+                let name = f.dir.name.clone();
+                let still = matches!(readlinkat(f.fd()?, name.as_os_str()), Ok(t) if t.as_bytes() == g.as_bytes());
                 if still {
                     return Ok(Some(self.finish_shared(g, entry)));
                 }
-                let _ = unlinkat(
-                    self.parent_fd()?,
-                    entry.as_os_str(),
-                    UnlinkatFlags::NoRemoveDir,
-                );
+                let _ = unlinkat(f.fd()?, entry.as_os_str(), UnlinkatFlags::NoRemoveDir);
                 // We may have kept an emptied group alive for a moment: leave it properly.
-                self.leave_group(&g)?;
+                f.leave_group(&g)?;
                 Ok(None)
             }
-            Target::Exclusive(parsed, t, seen) => {
-                Ok(self.judge_exclusive(parsed, &t, seen)?.map(Attempt::Busy))
-            }
+            Target::Exclusive(..) => Ok(self.clear_dead()?.map(Attempt::Busy)),
         }
     }
 
     fn finish_shared(&mut self, group: OsString, entry: PathBuf) -> Attempt {
         self.held = Some(Held::Shared { group, entry });
-        self.observed.clear();
-        self.wake.forget_holder();
         // Readers report the write epoch: the last exclusive token.
-        let token = match self.read_state() {
+        let token = match self.files.dir.read_state() {
             Ok(s) => s.map(|s| s.token),
             Err(e) => {
                 debug!("no fencing token: {e}");
                 None
             }
         };
-        Attempt::Acquired(Grant {
-            token,
-            prev_crashed: std::mem::take(&mut self.prev_crashed),
-        })
-    }
-
-    fn dir_mode(&self) -> FileMode {
-        // Readers of other users register inside the group: it needs w and x where it has r.
-        let m = self.cfg.file_mode.unwrap_or(0o777);
-        let x = (m & 0o444) >> 2;
-        FileMode::from_bits_truncate(m | x)
-    }
-
-    /// The holders for `status` and `break` (members named by their path from the parent).
-    fn holders(&mut self) -> Result<(Target, Vec<Member>)> {
-        let t = self.target()?;
-        let list = match &t {
-            Target::Missing => Vec::new(),
-            Target::Exclusive(p, _, seen) => vec![Member {
-                entry: self.name.clone(),
-                parsed: p.clone(),
-                seen: *seen,
-            }],
-            Target::Group(g, _) => match self.members(g)? {
-                None => Vec::new(),
-                Some((_, ms)) => ms
-                    .into_iter()
-                    .map(|m| Member {
-                        entry: Path::new(g).join(&m.entry).into_os_string(),
-                        ..m
-                    })
-                    .collect(),
-            },
-        };
-        Ok((t, list))
+        self.judge.acquired(&mut self.wake, token)
     }
 }
 
@@ -1048,7 +945,7 @@ impl Backend for Symlink {
         self.wake.drain();
         let mut last = Vec::new();
         for _ in 0..8 {
-            let r = match self.mode {
+            let r = match self.files.mode {
                 Mode::Exclusive => self.try_exclusive(),
                 Mode::Shared => self.try_shared(),
             };
@@ -1069,7 +966,7 @@ impl Backend for Symlink {
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
-        self.wake.watch_dir(&self.parent)?;
+        self.wake.watch_dir(&self.files.dir.parent)?;
         Ok(WaitHint { poll: true })
     }
 
@@ -1078,20 +975,22 @@ impl Backend for Symlink {
     }
 
     fn heartbeat_period(&self) -> Option<Duration> {
-        (!self.cfg.local).then_some(self.heartbeat)
+        (!self.files.local).then_some(self.heartbeat)
     }
 
     fn heartbeat(&mut self, _deadline: Instant) -> Result<()> {
-        let path = self.cfg.path.clone();
+        let f = &mut self.files;
+        let path = f.path().to_path_buf();
         let now = TimeSpec::UTIME_NOW;
+        f.fd()?;
         match &self.held {
             None => Err(err!(Lost, "not holding")),
-            Some(Held::Exclusive { rec, .. }) if self.remote => {
+            Some(Held::Exclusive { rec, .. }) if f.remote() => {
                 // Our heartbeat record is replaced by a successor and removed by a breaker:
                 // while it is ours, so is the lock.
                 let rec = rec.clone();
                 self.beats += 1;
-                if !self.write_beat_record(&rec, self.beats)? {
+                if !f.write_beat_record(&rec, self.beats)? {
                     return Err(err!(
                         Lost,
                         "lock {} was broken: our heartbeat record is gone",
@@ -1102,8 +1001,8 @@ impl Backend for Symlink {
             }
             Some(Held::Exclusive { target, .. }) => {
                 let target = target.clone();
-                let name = self.name.clone();
-                match self.read_entry(&name)? {
+                let name = f.dir.name.clone();
+                match f.read_entry(&name)? {
                     Some((t, _)) if t == target => {}
                     _ => {
                         return Err(err!(
@@ -1114,7 +1013,7 @@ impl Backend for Symlink {
                     }
                 }
                 utimensat(
-                    self.parent_fd()?,
+                    f.fd()?,
                     name.as_os_str(),
                     &now,
                     &now,
@@ -1124,13 +1023,7 @@ impl Backend for Symlink {
             }
             Some(Held::Shared { entry, .. }) => {
                 let entry = entry.clone();
-                match utimensat(
-                    self.parent_fd()?,
-                    &entry,
-                    &now,
-                    &now,
-                    UtimensatFlags::NoFollowSymlink,
-                ) {
+                match utimensat(f.fd()?, &entry, &now, &now, UtimensatFlags::NoFollowSymlink) {
                     Ok(()) => Ok(()),
                     Err(Errno::ENOENT) => Err(err!(
                         Lost,
@@ -1144,12 +1037,13 @@ impl Backend for Symlink {
     }
 
     fn release(&mut self) -> Result<()> {
-        let path = self.cfg.path.clone();
+        let f = &mut self.files;
+        let path = f.path().to_path_buf();
         match self.held.take() {
             None => Ok(()),
             Some(Held::Exclusive { rec, target }) => {
-                let name = self.name.clone();
-                match self.read_fresh(&name)? {
+                let name = f.dir.name.clone();
+                match f.read_fresh(&name)? {
                     Some((t, _)) if t == target => {}
                     _ => {
                         return Err(err!(
@@ -1160,16 +1054,18 @@ impl Backend for Symlink {
                     }
                 }
                 if let Some(token) = rec.token
-                    && self.read_state().ok().flatten().map(|s| s.token) == Some(token)
-                    && let Err(e) = self.write_state(State { token, clean: true })
+                    && f.dir.read_state().ok().flatten().map(|s| s.token) == Some(token)
+                    && let Err(e) = f
+                        .dir
+                        .write_state(super::owner::State { token, clean: true })
                 {
                     info!("{e}; the next holder will see prev=crashed");
                 }
                 // Our heartbeat record first, while NAME still keeps others from writing one.
-                if self.remote {
-                    self.remove_beat_record(&target);
+                if f.remote() {
+                    f.remove_beat_record(&target);
                 }
-                if !self.unlink_if(&name, &target) {
+                if !f.unlink_if(&name, &target) {
                     return Err(err!(
                         Lost,
                         "lock {} was broken while releasing it",
@@ -1179,7 +1075,7 @@ impl Backend for Symlink {
                 Ok(())
             }
             Some(Held::Shared { group, entry }) => {
-                match unlinkat(self.parent_fd()?, &entry, UnlinkatFlags::NoRemoveDir) {
+                match unlinkat(f.fd()?, &entry, UnlinkatFlags::NoRemoveDir) {
                     Ok(()) => {}
                     Err(Errno::ENOENT) => {
                         return Err(err!(
@@ -1190,15 +1086,15 @@ impl Backend for Symlink {
                     }
                     Err(e) => return Err(Error::path("cannot release lock", &path, e.into())),
                 }
-                self.leave_group(&group)?;
+                f.leave_group(&group)?;
                 Ok(())
             }
         }
     }
 
     fn status(&mut self) -> Result<Vec<Holder>> {
-        let (t, list) = self.holders()?;
-        let epoch = self.read_state().ok().flatten().map(|s| s.token);
+        let (t, list) = self.files.listing()?;
+        let epoch = self.files.dir.read_state().ok().flatten().map(|s| s.token);
         let mut out: Vec<Holder> = list
             .into_iter()
             .map(|m| {
@@ -1225,162 +1121,7 @@ impl Backend for Symlink {
         token: Option<u64>,
         watcher: &mut Watcher,
     ) -> Result<BreakOutcome> {
-        let mut announced = false;
-        loop {
-            let (t, list) = self.holders()?;
-            let path = self.cfg.path.display().to_string();
-            match t {
-                Target::Missing => return Ok(BreakOutcome::Free),
-                Target::Exclusive(parsed, text, seen) => {
-                    let holder = parsed.holder();
-                    let theirs = match &parsed {
-                        Parsed::V1(r) => r.token,
-                        Parsed::Foreign(_) => None,
-                    };
-                    if let Some(want) = token
-                        && theirs != Some(want)
-                    {
-                        return Err(err!(
-                            Busy,
-                            "lock {path} is not acquisition {want} ({holder}); nothing broken"
-                        ));
-                    }
-                    let name = self.name.clone();
-                    let decided = match &parsed {
-                        _ if force => true,
-                        Parsed::Foreign(_) => {
-                            return Err(err!(
-                                Busy,
-                                "lock {path} has an owner record of another format ({holder}); only --force breaks it"
-                            ));
-                        }
-                        Parsed::V1(r) if r.same_host() => {
-                            if crate::host::alive(r.pid, r.start) {
-                                return Err(err!(
-                                    Busy,
-                                    "lock {path} is held by {holder}, which is alive; use --force to break it anyway"
-                                ));
-                            }
-                            true
-                        }
-                        Parsed::V1(_) => {
-                            if self.observed.get(&name).is_some_and(|(s, _)| *s != seen) {
-                                return Err(err!(
-                                    Busy,
-                                    "lock {path} is held by {holder}, which is alive: its heartbeat changed the lock"
-                                ));
-                            }
-                            self.silent_for_stale(&name, seen)
-                        }
-                    };
-                    if decided && self.break_name(&text, seen)? {
-                        info!("broke lock {path} of {holder}");
-                        return Ok(BreakOutcome::Broken(holder));
-                    }
-                    if !decided && !announced {
-                        info!(
-                            "lock {path} is held by {holder} on another host; breaking it if it stays silent for {}",
-                            fmt_duration(self.stale_after)
-                        );
-                        announced = true;
-                    }
-                }
-                Target::Group(g, seen) => {
-                    if let Some(want) = token {
-                        return Err(err!(
-                            Busy,
-                            "lock {path} is held shared, not by acquisition {want}; nothing broken"
-                        ));
-                    }
-                    if list.is_empty() {
-                        // A group that no longer exists.
-                        let name = self.name.clone();
-                        if (force || self.silent_for_stale(&name, seen))
-                            && self.break_name(&g.to_string_lossy(), seen)?
-                        {
-                            info!(
-                                "broke lock {path}: it named a shared group that no longer exists"
-                            );
-                            return Ok(BreakOutcome::Broken(Holder::default()));
-                        }
-                    } else {
-                        let mut refused = None;
-                        let mut pending = false;
-                        for Member {
-                            entry: key,
-                            parsed,
-                            seen: s,
-                        } in &list
-                        {
-                            let decided = match parsed {
-                                _ if force => true,
-                                Parsed::Foreign(_) => {
-                                    refused = Some(format!(
-                                        "{} has a record of another format; only --force breaks it",
-                                        parsed.holder()
-                                    ));
-                                    false
-                                }
-                                Parsed::V1(r) if r.same_host() => {
-                                    let alive = crate::host::alive(r.pid, r.start);
-                                    if alive {
-                                        refused = Some(format!(
-                                            "reader {} is alive; use --force to break it anyway",
-                                            parsed.holder()
-                                        ));
-                                    }
-                                    !alive
-                                }
-                                Parsed::V1(_) => {
-                                    if self.observed.get(key).is_some_and(|(o, _)| o != s) {
-                                        refused = Some(format!(
-                                            "reader {} is alive: its heartbeat changed its entry",
-                                            parsed.holder()
-                                        ));
-                                        false
-                                    } else {
-                                        let d = self.silent_for_stale(key, *s);
-                                        pending |= !d;
-                                        d
-                                    }
-                                }
-                            };
-                            if let Some(why) = refused {
-                                return Err(err!(Busy, "lock {path} is held shared: {why}"));
-                            }
-                            if decided {
-                                let _ = unlinkat(
-                                    self.parent_fd()?,
-                                    key.as_os_str(),
-                                    UnlinkatFlags::NoRemoveDir,
-                                );
-                            }
-                        }
-                        if !pending {
-                            self.leave_group(&g)?;
-                            let holders: Vec<Holder> =
-                                list.iter().map(|m| m.parsed.holder()).collect();
-                            info!("broke shared lock {path} of {}", super::describe(&holders));
-                            return Ok(BreakOutcome::Broken(
-                                holders.into_iter().next().unwrap_or_default(),
-                            ));
-                        }
-                        if !announced {
-                            info!(
-                                "lock {path} is held shared by readers on another host; breaking it if they stay silent for {}",
-                                fmt_duration(self.stale_after)
-                            );
-                            announced = true;
-                        }
-                    }
-                }
-            }
-            if let Event::Release(cause) = watcher.wait(&[], Some(self.poll))? {
-                return Err(Error::new(
-                    Kind::Busy,
-                    format!("stopped before breaking: {cause}"),
-                ));
-            }
-        }
+        self.judge
+            .break_lock(&mut self.files, force, token, watcher)
     }
 }

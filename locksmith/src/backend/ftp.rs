@@ -78,15 +78,13 @@ use crate::log::{debug, info};
 use crate::profile::{FtpConfig, Profile, Tls, fmt_duration};
 use crate::watch::{Event, Watcher};
 
+mod marker;
 mod shared;
+
+use marker::{is_marker, marker_name, parse_marker, parse_state, state_name};
 
 /// The control connection type: plain until `AUTH TLS` (rustls with ring) upgrades it.
 type Conn = suppaftp::RustlsFtpStream;
-
-/// First word of an owner marker's name; the format version follows.
-const MARKER: &str = "owner";
-const SEP: char = '~';
-const FORMAT: &str = "1";
 
 /// Read/connect timeout while acquiring (a slow login is no danger then).
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -1096,123 +1094,6 @@ impl Ftp {
     }
 }
 
-/// The marker name of an acquisition at heartbeat `seq`.
-fn marker_name(rec: &Record, seq: u64) -> String {
-    let since = rec.since.replace(['-', ':'], "");
-    let pidns = rec
-        .pidns
-        .trim_start_matches("pid:[")
-        .trim_end_matches(']')
-        .to_string();
-    let fields = [
-        MARKER.to_string(),
-        FORMAT.to_string(),
-        rec.nonce.clone(),
-        seq.to_string(),
-        word(&rec.host, 40),
-        rec.pid.to_string(),
-        rec.ppid.to_string(),
-        rec.start.to_string(),
-        word(&rec.boot_id, 40),
-        word(&pidns, 24),
-        since,
-        word(&rec.profile, 64),
-    ];
-    let mut name = fields.join(&SEP.to_string());
-    // Field 13, once the acquisition has its fencing token (older markers stop at 12).
-    if let Some(t) = rec.token {
-        name.push(SEP);
-        name.push_str(&t.to_string());
-    }
-    name
-}
-
-/// A field safe in a file name on any server: no separator, slash, space or control.
-fn word(s: &str, max: usize) -> String {
-    let w: String = s
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(max)
-        .collect();
-    if w.is_empty() { "_".into() } else { w }
-}
-
-fn is_marker(name: &str) -> bool {
-    name.starts_with(MARKER) && name[MARKER.len()..].starts_with(SEP)
-}
-
-/// Reads a marker name: the record and its heartbeat sequence number; `None` for another
-/// format version or a name locksmith cannot read (counts as held, `--force` breaks it).
-fn parse_marker(name: &str) -> Option<(Record, u64)> {
-    let f: Vec<&str> = name.split(SEP).collect();
-    if f.len() < 12 || f[0] != MARKER || f[1] != FORMAT || f[2].is_empty() {
-        return None;
-    }
-    let seq = f[3].parse().ok()?;
-    let pid: i32 = f[5].parse().ok().filter(|p| *p > 0)?;
-    let since = unsquash_time(f[10]);
-    let rec = Record {
-        host: f[4].to_string(),
-        pid,
-        ppid: f[6].parse().unwrap_or(0),
-        start: f[7].parse().unwrap_or(0),
-        boot_id: f[8].to_string(),
-        pidns: format!("pid:[{}]", f[9]),
-        since,
-        profile: f[11].to_string(),
-        nonce: f[2].to_string(),
-        token: f.get(12).and_then(|t| t.parse().ok()),
-    };
-    Some((rec, seq))
-}
-
-/// First word of the state entry's name.
-const STATE: &str = "state";
-
-/// `state~1~TOKEN~CLEAN`: an empty directory whose name is the state record.
-fn state_name(token: u64, clean: bool) -> String {
-    format!("{STATE}{SEP}{FORMAT}{SEP}{token}{SEP}{}", clean as u8)
-}
-
-fn parse_state(name: &str) -> Option<State> {
-    let f: Vec<&str> = name.split(SEP).collect();
-    match f.as_slice() {
-        [STATE, FORMAT, token, clean] => Some(State {
-            token: token.parse().ok()?,
-            clean: match *clean {
-                "1" => true,
-                "0" => false,
-                _ => return None,
-            },
-        }),
-        _ => None,
-    }
-}
-
-/// `20261122T055000Z` → `2026-11-22T05:50:00Z`.
-fn unsquash_time(s: &str) -> String {
-    let b = s.as_bytes();
-    if b.len() == 16 && b[8] == b'T' && s.is_ascii() {
-        format!(
-            "{}-{}-{}T{}:{}:{}Z",
-            &s[0..4],
-            &s[4..6],
-            &s[6..8],
-            &s[9..11],
-            &s[11..13],
-            &s[13..15]
-        )
-    } else {
-        s.to_string()
-    }
-}
-
 impl Backend for Ftp {
     fn name(&self) -> &'static str {
         "ftp"
@@ -1409,58 +1290,6 @@ impl Ftp {
                     format!("stopped before breaking: {cause}"),
                 ));
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn marker_round_trips() {
-        let rec = Record::ours("phone.stuff-1");
-        let name = marker_name(&rec, 7);
-        assert!(is_marker(&name));
-        assert!(name.len() < 255, "{name}");
-        assert!(!name.contains('/') && !name.contains(' '), "{name}");
-        let (back, seq) = parse_marker(&name).expect("parses");
-        assert_eq!(seq, 7);
-        assert_eq!(back.nonce, rec.nonce);
-        assert_eq!(back.pid, rec.pid);
-        assert_eq!(back.since, rec.since);
-        assert_eq!(back.pidns, rec.pidns);
-        assert!(back.same_host());
-        assert_eq!(back.holder().alive, Some(true));
-    }
-
-    #[test]
-    fn other_formats_are_foreign() {
-        let name = marker_name(&Record::ours("p"), 0).replacen("owner~1~", "owner~2~", 1);
-        assert!(is_marker(&name));
-        assert!(parse_marker(&name).is_none());
-        assert!(!is_marker("ownerless"));
-    }
-
-    #[test]
-    fn tokens_ride_in_marker_and_state_names() {
-        let mut rec = Record::ours("p");
-        assert_eq!(parse_marker(&marker_name(&rec, 3)).unwrap().0.token, None);
-        rec.token = Some(41);
-        let (back, seq) = parse_marker(&marker_name(&rec, 3)).unwrap();
-        assert_eq!((back.token, seq), (Some(41), 3));
-        for (t, clean) in [(1, false), (77, true)] {
-            let st = parse_state(&state_name(t, clean)).unwrap();
-            assert_eq!((st.token, st.clean), (t, clean));
-        }
-        for bad in [
-            "state~1~x~1",
-            "state~2~5~1",
-            "state~1~5~2",
-            "state~1~5",
-            "owner~1~5~1",
-        ] {
-            assert!(parse_state(bad).is_none(), "{bad}");
         }
     }
 }

@@ -28,7 +28,8 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::{Ftp, marker_name, parse_marker};
+use super::Ftp;
+use super::marker::{parse_reader, reader_name};
 use crate::backend::owner::{Parsed, Record};
 use crate::backend::{Attempt, Grant, Holder};
 use crate::error::{Error, Kind, Result, err};
@@ -36,9 +37,6 @@ use crate::log::{debug, info};
 use crate::profile::fmt_duration;
 use crate::protocol::Mode;
 use crate::watch::{Event, Watcher};
-
-/// First word of a reader marker (the rest is an owner marker's record).
-const READER: &str = "reader";
 
 /// A reader registration of ours.
 pub(super) struct Reader {
@@ -58,22 +56,6 @@ pub(super) struct State {
     pub(super) draining: Option<Grant>,
     /// When each reader marker name was first seen unchanged (a waiter's own clock).
     seen: HashMap<String, Instant>,
-}
-
-fn reader_name(rec: &Record, seq: u64) -> String {
-    let owner = marker_name(rec, seq);
-    format!("{READER}{}", &owner[super::MARKER.len()..])
-}
-
-fn is_reader(name: &str) -> bool {
-    name.starts_with(READER) && name[READER.len()..].starts_with(super::SEP)
-}
-
-fn parse_reader(name: &str) -> Option<(Record, u64)> {
-    if !is_reader(name) {
-        return None;
-    }
-    parse_marker(&format!("{}{}", super::MARKER, &name[READER.len()..]))
 }
 
 fn reader_holder(name: &str) -> Holder {
@@ -457,25 +439,5 @@ impl Ftp {
             }
             self.quit();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::is_marker;
-    use super::*;
-
-    #[test]
-    fn reader_names_round_trip_and_are_not_owner_markers() {
-        let rec = Record::ours("downloads");
-        let n = reader_name(&rec, 7);
-        assert!(n.starts_with("reader~1~"), "{n}");
-        assert!(is_reader(&n));
-        assert!(!is_marker(&n));
-        let (back, seq) = parse_reader(&n).unwrap();
-        assert_eq!(seq, 7);
-        assert_eq!(back.nonce, rec.nonce);
-        assert_eq!(back.pid, rec.pid);
-        assert!(parse_reader(&marker_name(&rec, 7)).is_none());
     }
 }

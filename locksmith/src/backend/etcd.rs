@@ -848,11 +848,11 @@ impl Backend for Etcd {
             .filter(|e| token.is_none_or(|t| e.rev as u64 == t))
             .all(|e| matches!(&e.record, Parsed::V1(r) if r.alive() == Some(false)));
         if !force && !all_dead {
-            return Err(err!(
-                Busy,
-                "lock `{}` is held by {}, a live lease (etcd frees it when the lease expires); use --force to revoke it",
-                self.profile,
-                super::describe(&targets.into_iter().map(|(_, h)| h).collect::<Vec<_>>())
+            return Err(super::stale::refuse_live(
+                &format!("`{}`", self.profile),
+                &super::describe(&targets.into_iter().map(|(_, h)| h).collect::<Vec<_>>()),
+                "a live lease (etcd frees it when the lease expires)",
+                "revoke it",
             ));
         }
         let mut first = None;

@@ -672,11 +672,11 @@ impl Backend for Postgres {
         // A locksmith session silent for stale_after is breakable without --force.
         let silent = holders.iter().all(|(_, h)| h.alive.is_none());
         if !force && !silent {
-            return Err(err!(
-                Busy,
-                "lock `{}` is held by {}, a live session (the server frees it when the session ends); use --force to terminate the session",
-                self.cfg.lock,
-                super::describe(&holders.into_iter().map(|(_, h)| h).collect::<Vec<_>>())
+            return Err(super::stale::refuse_live(
+                &format!("`{}`", self.cfg.lock),
+                &super::describe(&holders.into_iter().map(|(_, h)| h).collect::<Vec<_>>()),
+                "a live session (the server frees it when the session ends)",
+                "terminate the session",
             ));
         }
         let mut first = None;

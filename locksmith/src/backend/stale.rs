@@ -169,12 +169,17 @@ impl Judge {
     /// We hold the lock now: forget what we saw of others, stop watching their pids, and
     /// hand out the grant (`prev=crashed` if we broke someone on the way).
     pub fn acquired(&mut self, wake: &mut Wakeups, token: Option<u64>) -> Attempt {
+        Attempt::Acquired(self.grant(wake, token))
+    }
+
+    /// [`acquired`](Self::acquired)'s grant.
+    pub fn grant(&mut self, wake: &mut Wakeups, token: Option<u64>) -> Grant {
         self.observed.clear();
         wake.forget_holder();
-        Attempt::Acquired(Grant {
+        Grant {
             token,
             prev_crashed: std::mem::take(&mut self.broke),
-        })
+        }
     }
 
     fn verdict(&mut self, ev: &Evidence, wake: &mut Wakeups) -> Result<Verdict> {
@@ -314,9 +319,11 @@ impl Judge {
             )),
             Some(Parsed::V1(r)) if r.same_host() => {
                 if crate::host::alive(r.pid, r.start) {
-                    return Err(err!(
-                        Busy,
-                        "lock {path} is held by {h}, which is alive; use --force to break it anyway"
+                    return Err(refuse_live(
+                        &path.to_string(),
+                        &h.to_string(),
+                        "which is alive",
+                        "break it anyway",
                     ));
                 }
                 Ok(true)
@@ -332,4 +339,13 @@ impl Judge {
             }
         }
     }
+}
+
+/// `break` without `--force` refusing a live holder: the one wording for every backend.
+/// `why` says how we know it lives, `force_does` what `--force` would do instead.
+pub fn refuse_live(lock: &str, holders: &str, why: &str, force_does: &str) -> Error {
+    err!(
+        Busy,
+        "lock {lock} is held by {holders}, {why}; use --force to {force_does}"
+    )
 }

@@ -25,18 +25,16 @@
 //! - `NAME.readers` is only created or removed under the gate, so a writer's `RMD` of it can
 //!   never race a registration; leaving readers remove only their own marker.
 
-use std::collections::HashMap;
-use std::time::Instant;
-
 use super::Ftp;
 use super::marker::{parse_reader, reader_name};
+use super::session::Session;
 use crate::backend::owner::{Parsed, Record};
-use crate::backend::{Attempt, Grant, Holder};
-use crate::error::{Error, Kind, Result, err};
+use crate::backend::stale::{Evidence, Holders};
+use crate::backend::{Attempt, BreakOutcome, Grant, Holder};
+use crate::error::{Kind, Result, err};
 use crate::log::{debug, info};
-use crate::profile::fmt_duration;
 use crate::protocol::Mode;
-use crate::watch::{Event, Watcher};
+use crate::watch::Watcher;
 
 /// A reader registration of ours.
 pub(super) struct Reader {
@@ -54,8 +52,6 @@ pub(super) struct State {
     pub(super) reader: Option<Reader>,
     /// A writer holding the gate while readers drain: the grant it will hand out.
     pub(super) draining: Option<Grant>,
-    /// When each reader marker name was first seen unchanged (a waiter's own clock).
-    seen: HashMap<String, Instant>,
 }
 
 fn reader_holder(name: &str) -> Holder {
@@ -68,30 +64,6 @@ fn reader_holder(name: &str) -> Holder {
 }
 
 impl Ftp {
-    /// `PARENT/NAME.readers`.
-    fn readers_dir(&self) -> String {
-        let r = format!("{}.readers", self.name());
-        match self.parent() {
-            Some(p) => format!("{p}/{r}"),
-            None => r,
-        }
-    }
-
-    /// The entries of `dir` (base names, sorted); a missing directory lists as empty.
-    pub(super) fn entries(&mut self, dir: &str) -> Result<Vec<String>> {
-        let d = dir.to_string();
-        let mut names: Vec<String> = match self.cmd("NLST", |c| c.nlst(Some(d.as_str())))? {
-            Ok(lines) => lines
-                .iter()
-                .map(|l| l.rsplit('/').next().unwrap_or(l).to_string())
-                .filter(|n| !n.is_empty() && n != "." && n != "..")
-                .collect(),
-            Err(_) => Vec::new(),
-        };
-        names.sort();
-        Ok(names)
-    }
-
     /// One attempt in the profile's mode (the gate alone is `try_gate`).
     pub(super) fn attempt(&mut self) -> Result<Attempt> {
         if self.shared {
@@ -108,7 +80,7 @@ impl Ftp {
         };
         // The write epoch: the last exclusive token (0 before the first), read under the
         // gate so that no writer is between its token and its hold.
-        let registered = self.read_state().and_then(|st| {
+        let registered = self.s.read_state().and_then(|st| {
             grant.token = Some(st.as_ref().map_or(0, |(_, s)| s.token));
             grant.prev_crashed |= st.is_some_and(|(_, s)| !s.clean);
             self.register()
@@ -126,13 +98,13 @@ impl Ftp {
 
     /// Registers our reader marker (under the gate).
     fn register(&mut self) -> Result<()> {
-        let dir = self.readers_dir();
+        let dir = self.s.readers_dir();
         let rec = Record::ours(&self.profile);
         let marker = reader_name(&rec, 0);
         let target = format!("{dir}/{marker}");
         let mut refusal = None;
         for _ in 0..2 {
-            match self.cmd("MKD", |c| c.mkdir(target.as_str()))? {
+            match self.s.cmd("MKD", |c| c.mkdir(target.as_str()))? {
                 Ok(()) => {
                     self.sh.reader = Some(Reader {
                         rec,
@@ -145,13 +117,13 @@ impl Ftp {
                 Err(r) => refusal = Some(r),
             }
             // Act, then look: the usual refusal is a missing `NAME.readers`.
-            let _ = self.cmd("MKD", |c| c.mkdir(dir.as_str()))?;
+            let _ = self.s.cmd("MKD", |c| c.mkdir(dir.as_str()))?;
         }
         let (code, text) = refusal.expect("refused above");
         Err(err!(
             Denied,
             "cannot register a reader of {} in {dir}: {text} (code {code})",
-            self.url()
+            self.s.url()
         ))
     }
 
@@ -164,7 +136,7 @@ impl Ftp {
         if self.sh.draining.is_some() {
             // Still ours? A heartbeat renames the gate's marker (so no one judges it
             // silent while we wait for readers) and tells us if it was broken.
-            self.deadline = None;
+            self.s.deadline = None;
             match self.beat() {
                 Ok(()) => {}
                 Err(e) if e.kind() == Kind::Lost => {
@@ -183,10 +155,9 @@ impl Ftp {
         }
         let readers = self.drain()?;
         if readers.is_empty() {
-            self.sh.seen.clear();
             let mut grant = self.sh.draining.take().expect("set above");
             // A reader that died holding did not release cleanly either.
-            grant.prev_crashed |= std::mem::take(&mut self.prev_crashed);
+            grant.prev_crashed |= self.judge.grant(&mut self.wake, None).prev_crashed;
             if let Err(e) = self.stamp_token(&mut grant) {
                 // No token, no lock: free the gate rather than hold without one.
                 let _ = self.release_once();
@@ -197,65 +168,38 @@ impl Ftp {
         Ok(Attempt::Busy(readers))
     }
 
-    /// With the gate held: removes dead and silent readers; the live ones remain.
-    /// Empty: `NAME.readers` is gone (or never was).
+    /// With the gate held: removes dead and silent readers (`stale.rs`'s rule); the live
+    /// ones remain. Empty: `NAME.readers` is gone (or never was).
     fn drain(&mut self) -> Result<Vec<Holder>> {
-        let dir = self.readers_dir();
+        let dir = self.s.readers_dir();
         // Exclusive-only locks never have readers: one refused `CWD` says so.
-        if !self.is_dir(&dir)? {
+        if !self.s.is_dir(&dir)? {
             debug!("drain: CWD {dir} refused: no readers");
             return Ok(Vec::new());
         }
-        if self.cmd("RMD", |c| c.rmdir(dir.as_str()))?.is_ok() {
+        if self.s.cmd("RMD", |c| c.rmdir(dir.as_str()))?.is_ok() {
             debug!("drain: RMD {dir} done: no readers");
             return Ok(Vec::new());
         }
-        let names = self.entries(&dir)?;
-        debug!("drain: {dir} lists {names:?}");
-        let now = Instant::now();
-        self.sh.seen.retain(|n, _| names.contains(n));
-        let mut live = Vec::new();
-        for n in names {
-            let Some((rec, _)) = parse_reader(&n) else {
-                live.push(reader_holder(&n));
-                continue;
-            };
-            let first = *self.sh.seen.entry(n.clone()).or_insert(now);
-            let why = if rec.same_host() {
-                (!crate::host::alive(rec.pid, rec.start))
-                    .then_some("same host: proof of death".to_string())
-            } else {
-                (now.duration_since(first) >= self.stale_after)
-                    .then(|| format!("no heartbeat for {}", fmt_duration(self.stale_after)))
-            };
-            let holder = reader_holder(&n);
-            match why {
-                Some(why) => {
-                    // By its exact name: a live reader has renamed it meanwhile.
-                    if self.remove_marker(&format!("{dir}/{n}"))? {
-                        info!("removed reader {holder} of lock {} ({why})", self.url());
-                        self.prev_crashed = true;
-                    }
-                    self.sh.seen.remove(&n);
-                }
-                None => live.push(holder),
-            }
-        }
-        if live.is_empty() {
-            let _ = self.cmd("RMD", |c| c.rmdir(dir.as_str()))?;
-        }
-        Ok(live)
+        let mut readers = Readers {
+            s: &mut self.s,
+            dir,
+        };
+        Ok(self
+            .judge
+            .clear_dead(&mut readers, &mut self.wake)?
+            .unwrap_or_default())
     }
 
     /// A reader's heartbeat: rename our marker to the next sequence number.
     pub(super) fn beat_reader(&mut self) -> Result<()> {
-        let dir = self.readers_dir();
+        let dir = self.s.readers_dir();
         let Some(r) = &self.sh.reader else {
             return Err(err!(Lost, "not holding"));
         };
         let next = reader_name(&r.rec, r.seq + 1);
         let (from, to) = (format!("{dir}/{}", r.marker), format!("{dir}/{next}"));
-        match self.cmd("heartbeat (RNFR/RNTO)", |c| {
+        match self.s.cmd("heartbeat (RNFR/RNTO)", |c| {
             c.rename(from.as_str(), to.as_str())
         })? {
             Ok(()) => {
@@ -272,13 +216,13 @@ impl Ftp {
                     Err(err!(
                         Unavailable,
                         "heartbeat of reader of {} refused: {text} (code {code})",
-                        self.url()
+                        self.s.url()
                     ))
                 }
                 None => Err(err!(
                     Lost,
                     "shared lock {} was broken: our reader marker is gone",
-                    self.url()
+                    self.s.url()
                 )),
             },
         }
@@ -290,7 +234,7 @@ impl Ftp {
         if let Some(found) = self.find_reader()? {
             return Ok(Some(found));
         }
-        self.quit();
+        self.s.quit();
         self.find_reader()
     }
 
@@ -299,8 +243,8 @@ impl Ftp {
         let Some(nonce) = self.sh.reader.as_ref().map(|r| r.rec.nonce.clone()) else {
             return Ok(None);
         };
-        let dir = self.readers_dir();
-        Ok(self.entries(&dir)?.into_iter().find_map(|n| {
+        let dir = self.s.readers_dir();
+        Ok(self.s.entries(&dir)?.into_iter().find_map(|n| {
             let (rec, seq) = parse_reader(&n)?;
             (rec.nonce == nonce).then_some((n, seq))
         }))
@@ -308,14 +252,14 @@ impl Ftp {
 
     /// A reader's release: the `RMD` of its marker.
     pub(super) fn release_reader(&mut self) -> Result<()> {
-        let dir = self.readers_dir();
+        let dir = self.s.readers_dir();
         let Some(r) = self.sh.reader.as_mut() else {
             return Ok(());
         };
         let claim_was_sent = r.claim_sent;
         r.claim_sent = true;
         let target = format!("{dir}/{}", r.marker);
-        if self.remove_marker(&target)? {
+        if self.s.remove_marker(&target)? {
             self.sh.reader = None;
             return Ok(());
         }
@@ -328,7 +272,7 @@ impl Ftp {
                 Err(err!(
                     Io,
                     "cannot release shared lock {}: the server refused to remove our reader marker",
-                    self.url()
+                    self.s.url()
                 ))
             }
             None => {
@@ -340,7 +284,7 @@ impl Ftp {
                 Err(err!(
                     Lost,
                     "shared lock {} was broken while held: our reader marker is gone",
-                    self.url()
+                    self.s.url()
                 ))
             }
         }
@@ -348,8 +292,9 @@ impl Ftp {
 
     /// The registered readers, without changing anything.
     pub(super) fn reader_holders(&mut self) -> Result<Vec<Holder>> {
-        let dir = self.readers_dir();
+        let dir = self.s.readers_dir();
         Ok(self
+            .s
             .entries(&dir)?
             .iter()
             .map(|n| reader_holder(n))
@@ -363,70 +308,17 @@ impl Ftp {
         force: bool,
         watcher: &mut Watcher,
     ) -> Result<Option<Holder>> {
-        let dir = self.readers_dir();
-        let mut announced = false;
-        let mut broken = None;
-        loop {
-            let names = self.entries(&dir)?;
-            if names.is_empty() {
-                let _ = self.cmd("RMD", |c| c.rmdir(dir.as_str()))?;
-                return Ok(broken);
-            }
-            let now = Instant::now();
-            self.sh.seen.retain(|n, _| names.contains(n));
-            let mut waiting = false;
-            for n in names {
-                let holder = reader_holder(&n);
-                let first = *self.sh.seen.entry(n.clone()).or_insert(now);
-                let remove = match parse_reader(&n) {
-                    _ if force => true,
-                    None => {
-                        return Err(err!(
-                            Busy,
-                            "lock {} has a reader entry of another format ({holder}); only --force breaks it",
-                            self.url()
-                        ));
-                    }
-                    Some((rec, _)) if rec.same_host() => {
-                        if crate::host::alive(rec.pid, rec.start) {
-                            return Err(err!(
-                                Busy,
-                                "lock {} is held shared by {holder}, which is alive; use --force to break it anyway",
-                                self.url()
-                            ));
-                        }
-                        true
-                    }
-                    Some(_) => now.duration_since(first) >= self.stale_after,
-                };
-                if remove {
-                    if self.remove_marker(&format!("{dir}/{n}"))? {
-                        info!("broke shared lock {} of {holder}", self.url());
-                        broken.get_or_insert(holder);
-                    }
-                    self.sh.seen.remove(&n);
-                } else {
-                    waiting = true;
-                }
-            }
-            if !waiting {
-                continue;
-            }
-            if !announced {
-                info!(
-                    "lock {} is held shared by readers on another host; breaking them if they stay silent for {}",
-                    self.url(),
-                    fmt_duration(self.stale_after)
-                );
-                announced = true;
-            }
-            if let Event::Release(cause) = watcher.wait(&[], Some(self.poll))? {
-                return Err(Error::new(
-                    Kind::Busy,
-                    format!("stopped before breaking: {cause}"),
-                ));
-            }
-        }
+        let dir = self.s.readers_dir();
+        let mut readers = Readers {
+            s: &mut self.s,
+            dir,
+        };
+        Ok(
+            match self.judge.break_lock(&mut readers, force, None, watcher)? {
+                BreakOutcome::Free => None,
+                BreakOutcome::Broken(h) => Some(h),
+            },
+        )
     }
 
     /// A writer that gave up while readers drained frees the gate (best effort: if this
@@ -434,10 +326,68 @@ impl Ftp {
     pub(super) fn abandon_gate(&mut self) {
         if self.sh.draining.take().is_some() {
             match self.release_once() {
-                Ok(()) => debug!("gave up waiting for readers; gate of {} freed", self.url()),
+                Ok(()) => debug!(
+                    "gave up waiting for readers; gate of {} freed",
+                    self.s.url()
+                ),
                 Err(e) => debug!("gave up waiting for readers; freeing the gate: {e}"),
             }
-            self.quit();
+            self.s.quit();
         }
+    }
+}
+
+/// The readers registered in `NAME.readers`, as the judge (`stale.rs`) sees them: each is its
+/// marker, renamed at every heartbeat (the sign is its name; removing that exact name is the
+/// claim, which fails once a live reader renamed it).
+struct Readers<'a> {
+    s: &'a mut Session,
+    dir: String,
+}
+
+impl Readers<'_> {
+    fn remove_dir(&mut self) -> Result<()> {
+        let dir = self.dir.clone();
+        let _ = self.s.cmd("RMD", |c| c.rmdir(dir.as_str()))?;
+        Ok(())
+    }
+}
+
+impl Holders for Readers<'_> {
+    fn holders(&mut self) -> Result<Option<Vec<Evidence>>> {
+        let names = self.s.entries(&self.dir)?;
+        if names.is_empty() {
+            self.remove_dir()?;
+            return Ok(None);
+        }
+        Ok(Some(
+            names
+                .into_iter()
+                .map(|n| {
+                    let (key, record) = match parse_reader(&n) {
+                        Some((rec, _)) => (rec.nonce.clone(), Parsed::V1(rec)),
+                        None => (n.clone(), Parsed::Foreign(n.clone())),
+                    };
+                    Evidence {
+                        key: key.into(),
+                        record: Some(record),
+                        sign: n.into_bytes(),
+                        mode: Mode::Shared,
+                    }
+                })
+                .collect(),
+        ))
+    }
+
+    fn remove(&mut self, ev: &Evidence) -> Result<bool> {
+        let name = String::from_utf8_lossy(&ev.sign);
+        let target = format!("{}/{name}", self.dir);
+        self.s.remove_marker(&target)
+    }
+
+    /// The last reader removed: `NAME.readers` goes too.
+    fn finish(&mut self) -> Result<bool> {
+        self.remove_dir()?;
+        Ok(true)
     }
 }

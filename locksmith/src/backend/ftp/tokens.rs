@@ -1,0 +1,106 @@
+//! Fencing tokens over FTP: the state entry `PARENT/NAME.state/state~1~TOKEN~CLEAN`, an
+//! empty directory whose name is the record, advanced by renaming its exact name (a
+//! compare-and-swap) while holding the gate.
+
+use super::marker::{parse_state, state_name};
+use super::session::Session;
+use crate::backend::owner::State;
+use crate::error::{Result, err};
+use crate::log::debug;
+
+impl Session {
+    /// The state entry (`state~1~TOKEN~CLEAN`): its name, the last token issued and whether
+    /// that acquisition ended in a clean release. `None`: no token issued yet. Several
+    /// entries (never made by locksmith) count by the highest token.
+    pub(super) fn read_state(&mut self) -> Result<Option<(String, State)>> {
+        let dir = self.state_dir();
+        // `STAT DIR` lists on the control connection (`ls -l` lines: vsftpd, pure-ftpd),
+        // saving the data connection of `NLST`, which some servers answer slowly. A reply
+        // without a state entry (an unsupported `STAT`, or none yet) is checked by `NLST`.
+        let stat = format!("STAT {dir}");
+        let listed = self.cmd("STAT", |c| {
+            c.custom_command(
+                stat.as_str(),
+                // Not 211: suppaftp then takes "211-" for FEAT's opener and would stop
+                // reading after the first line, leaving the rest of the reply behind.
+                &[suppaftp::Status::Directory, suppaftp::Status::File],
+            )
+        })?;
+        if let Ok(r) = &listed {
+            debug!("STAT {dir}: {:?}", String::from_utf8_lossy(&r.body));
+        }
+        let mut names: Vec<String> = match listed {
+            Ok(r) => String::from_utf8_lossy(&r.body)
+                .split_whitespace()
+                .filter(|w| parse_state(w).is_some())
+                .map(str::to_string)
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        if names.is_empty() {
+            names = self.entries(&dir)?;
+        }
+        let mut best: Option<(String, State)> = None;
+        for n in names {
+            if let Some(st) = parse_state(&n)
+                && best.as_ref().is_none_or(|(_, b)| st.token > b.token)
+            {
+                best = Some((n, st));
+            }
+        }
+        Ok(best)
+    }
+
+    /// Issues the next fencing token, holding the gate: renames the state entry to TOKEN+1,
+    /// marked not clean until our release. Returns the token and whether the previous
+    /// acquisition ended uncleanly. The rename of the exact old name is a compare-and-swap
+    /// (a holder broken as stale and still running cannot interleave a stale write).
+    pub(super) fn issue_token(&mut self) -> Result<(u64, bool)> {
+        let dir = self.state_dir();
+        for _ in 0..4 {
+            match self.read_state()? {
+                Some((name, st)) => {
+                    let next = state_name(st.token + 1, false);
+                    let (from, to) = (format!("{dir}/{name}"), format!("{dir}/{next}"));
+                    match self.cmd("RNFR/RNTO", |c| c.rename(from.as_str(), to.as_str()))? {
+                        Ok(()) => return Ok((st.token + 1, !st.clean)),
+                        Err((code, text)) => {
+                            debug!("state {from} → {to}: {text} (code {code}); reading again");
+                        }
+                    }
+                }
+                None => {
+                    // A new state directory only when `MKD` says it was missing: an empty
+                    // listing alone (a server's hiccup) must never restart the tokens at 1.
+                    let made = self.cmd("MKD", |c| c.mkdir(dir.as_str()))?.is_ok();
+                    if made || self.entries(&dir)?.is_empty() && self.is_dir(&dir)? {
+                        let first = format!("{dir}/{}", state_name(1, false));
+                        if self.cmd("MKD", |c| c.mkdir(first.as_str()))?.is_ok() {
+                            return Ok((1, false));
+                        }
+                    }
+                }
+            }
+        }
+        Err(err!(
+            Io,
+            "cannot issue a fencing token for {}: the state in {dir} keeps changing or cannot be written",
+            self.url()
+        ))
+    }
+
+    /// Marks our acquisition's state entry clean (before the release removes our marker).
+    /// A failure only makes the next holder say `prev=crashed`.
+    pub(super) fn mark_clean(&mut self, token: u64) {
+        let dir = self.state_dir();
+        let (from, to) = (
+            format!("{dir}/{}", state_name(token, false)),
+            format!("{dir}/{}", state_name(token, true)),
+        );
+        match self.cmd("RNFR/RNTO", |c| c.rename(from.as_str(), to.as_str())) {
+            Ok(Ok(())) => {}
+            Ok(Err((_, text))) => debug!("state {from} not marked clean: {text}"),
+            Err(e) => debug!("state {from} not marked clean: {e}"),
+        }
+    }
+}

@@ -1,10 +1,12 @@
-//! The file backends on a real network filesystem (issue 12): sshfs, one server directory
-//! mounted twice ([`Sshfs`]: mount `a` with sshfs's default 20 s cache, mount `b` with a short
-//! one), so that two mounts stand in for two hosts, each with its own caches. One lock, named
-//! through mount `a` by profile `BACKEND-a` and through mount `b` by `BACKEND-b`; contenders in
-//! another pid namespace have no same-host proof of death (SPEC §6).
+//! The file backends on real network filesystems (issue 12), each mounted twice so that two
+//! mounts stand in for two hosts, each with its own caches: sshfs ([`Sshfs`]: one served
+//! directory, mount `a` with sshfs's default 20 s cache, mount `b` with a short one) and
+//! GlusterFS ([`Gluster`]: a one-brick volume, two FUSE mounts, client caches off).
+//! One lock, named through mount `a` by profile `BACKEND-a` and through mount `b` by
+//! `BACKEND-b`; contenders in another pid namespace have no same-host proof of death (SPEC §6).
 //!
-//! For `mkdir`, `link` and `symlink` (a module each, the same tests):
+//! For each filesystem and each of `mkdir`, `link` and `symlink` (a module each, the same
+//! tests):
 //! - `counter_race_across_mounts`: the seed's counter race, two workers per mount, one of them
 //!   in another pid namespace: count exact, no overlap, every `run` exits 0, and nothing but the
 //!   lock's documented state left on the server;
@@ -13,16 +15,19 @@
 //!   on `b` gets the lock;
 //! - `stale_takeover_lands_in_specs_window`: such a holder, watched by a waiter on `b` for
 //!   stale_after (it must stay out), is killed with its namespace; the waiter takes over inside
-//!   [stale_after − heartbeat, stale_after + max_poll + heartbeat] of the kill;
+//!   [stale_after − heartbeat, stale_after + max_poll + heartbeat] of the kill (the end later by
+//!   the filesystem's content cache, [`Mounts::LATE_BY`]: never the start);
 //! - `handoff_across_mounts`: a holder on `a` releases, the waiter on `b` gets in.
 //!
-//! And `flock_on_fuse_is_refused_unless_local`: flock(2) on a FUSE mount excludes nothing across
-//! mounts, so `backend = "flock"` there is 78 naming the filesystem, unless `local = true`.
+//! And, per filesystem, `flock_on_fuse_is_refused_unless_local`: flock(2) on a FUSE mount
+//! excludes nothing across mounts as far as locksmith can tell, so `backend = "flock"` there is
+//! 78 naming the filesystem, unless `local = true`.
 //!
 //! Each test gathers every broken promise before failing, so one run shows them all.
 //! `sshfs_fixture_mounts_twice_and_cleans_up` checks the fixture itself.
 
 use std::fmt::Write as _;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::race::{Worker, race_workers};
@@ -53,6 +58,59 @@ const T: Duration = Duration::from_secs(20);
 /// travelling to the test and scheduling on a loaded 2-core machine (never the lower bound).
 const MEASURE_SLACK: Duration = Duration::from_millis(250);
 
+/// A network filesystem mounted twice by a fixture: the tests below run on each.
+pub trait Mounts: Sized {
+    /// For messages.
+    const NAME: &'static str;
+    /// The `cache_time` every heartbeat profile on it states: how long a record file's
+    /// content may be read stale through a mount (names and attributes may be cached longer;
+    /// locksmith reads what it judges by fresh). sshfs reads content through to the server at
+    /// every open; GlusterFS serves it up to ~1 s stale (`tests/support/fs2.rs`).
+    const CACHE_TIME: &'static str;
+    /// How much later than SPEC §6's window a waiter may take over a dead holder here: it
+    /// sees the holder's last heartbeat only once the content cache lets it (sshfs: at once;
+    /// GlusterFS: up to ~1 s), and counts stale_after from then. Never earlier.
+    const LATE_BY: Duration;
+    fn start() -> Option<Self>;
+    fn mount_point(&self, m: char) -> &Path;
+    /// The names in the shared directory, read on the server past every client cache.
+    fn server_listing(&self) -> Vec<String>;
+}
+
+impl Mounts for Sshfs {
+    const NAME: &'static str = "sshfs";
+    const CACHE_TIME: &'static str = "1s";
+    const LATE_BY: Duration = Duration::ZERO;
+    fn start() -> Option<Self> {
+        Sshfs::start()
+    }
+    fn mount_point(&self, m: char) -> &Path {
+        Sshfs::mount_point(self, m)
+    }
+    fn server_listing(&self) -> Vec<String> {
+        Sshfs::server_listing(self)
+    }
+}
+
+/// GlusterFS with its client caches off (both mounts, [`Gluster::start_uncached`]). With its
+/// default 1 s caches a mount resolves a name to the inode it cached and serves file pages it
+/// cached, for up to 1 s: locksmith stays exclusive there (0 overlaps measured) but its fresh
+/// reads are not fresh, giving false `LOST`s and I/O errors (issue 12's note).
+impl Mounts for Gluster {
+    const NAME: &'static str = "glusterfs";
+    const CACHE_TIME: &'static str = "1s";
+    const LATE_BY: Duration = Duration::ZERO;
+    fn start() -> Option<Self> {
+        Gluster::start_uncached()
+    }
+    fn mount_point(&self, m: char) -> &Path {
+        Gluster::mount_point(self, m)
+    }
+    fn server_listing(&self) -> Vec<String> {
+        Gluster::server_listing(self)
+    }
+}
+
 fn ms(d: Duration) -> String {
     format!("{}ms", d.as_millis())
 }
@@ -60,7 +118,7 @@ fn ms(d: Duration) -> String {
 /// The profiles file for `fx`. For each backend B: `B-a` and `B-b`, the same lock `B.lock` in
 /// the served directory, through mount `a` and through mount `b`; and `flock-a-local`.
 /// Every profile is written by [`profile`].
-fn profiles(fx: &Sshfs) -> String {
+fn profiles<F: Mounts>(fx: &F) -> String {
     let mut t = String::new();
     for backend in ["mkdir", "link", "symlink", "flock"] {
         for m in ['a', 'b'] {
@@ -78,7 +136,7 @@ fn profiles(fx: &Sshfs) -> String {
 
 /// One profile: `backend` at `B.lock` through mount `m`, the timings above, `keys`.
 /// The one place that writes a profile: a key every network-mount profile needs goes here.
-fn profile(fx: &Sshfs, name: &str, backend: &str, m: char, keys: &[&str]) -> String {
+fn profile<F: Mounts>(fx: &F, name: &str, backend: &str, m: char, keys: &[&str]) -> String {
     let path = fx.mount_point(m).join(format!("{backend}.lock"));
     let mut s = String::new();
     writeln!(s, "[profile.{name}]").unwrap();
@@ -92,7 +150,7 @@ fn profile(fx: &Sshfs, name: &str, backend: &str, m: char, keys: &[&str]) -> Str
     writeln!(s, "keepalive = \"{}\"", ms(KEEPALIVE)).unwrap();
     writeln!(s, "stale_after = \"{}\"", ms(STALE_AFTER)).unwrap();
     // ---- EXTRA KEYS for every profile on a network mount: see `extra_keys` ----------------
-    for k in extra_keys(backend, cache(m)) {
+    for k in extra_keys::<F>(backend) {
         writeln!(s, "{k}").unwrap();
     }
     // -------------------------------------------------------------------------------------
@@ -103,39 +161,26 @@ fn profile(fx: &Sshfs, name: &str, backend: &str, m: char, keys: &[&str]) -> Str
     s
 }
 
-/// Keys added to every profile (see [`profile`]), given the longest time the profile's mount
-/// may serve a cached answer. None yet. Where the backends come to require the mount's cache
-/// time, say so here, e.g. `vec![format!("cache_time = \"{}s\"", cache.as_secs())]`.
-fn extra_keys(backend: &str, cache: Duration) -> Vec<String> {
+/// Keys added to every profile (see [`profile`]) on filesystem `F`.
+fn extra_keys<F: Mounts>(backend: &str) -> Vec<String> {
     if backend == "flock" {
         return Vec::new(); // no heartbeat, no cache_time
     }
-    // locksmith judges liveness by the *content* of record files read fresh (sshfs reads
-    // content through to the server at every open; only names, attributes and link targets
-    // are cached, for `cache`): the user states the content's delay, which
-    // `locksmith verify --peer` measures on this mount as well under a second.
-    let _ = cache;
-    vec!["cache_time = \"1s\"".to_string()]
+    // locksmith judges liveness by the *content* of record files read fresh: the user states
+    // the content's delay, which `locksmith verify --peer` measures.
+    vec![format!("cache_time = \"{}\"", F::CACHE_TIME)]
 }
 
-/// The longest mount `m` may serve a cached answer.
-fn cache(m: char) -> Duration {
-    match m {
-        'a' => Sshfs::A_CACHE,
-        _ => Sshfs::B_CACHE,
-    }
-}
-
-/// A fresh sshfs pair and a sandbox whose profiles point into it; `None` is a SKIP.
-fn setup() -> Option<(Sshfs, Sandbox)> {
-    let fx = Sshfs::start()?;
+/// A fresh pair of mounts and a sandbox whose profiles point into it; `None` is a SKIP.
+fn setup<F: Mounts>() -> Option<(F, Sandbox)> {
+    let fx = F::start()?;
     let sb = Sandbox::new(&profiles(&fx));
     Some((fx, sb))
 }
 
 /// What the served directory holds beyond the lock's documented state (docs/LAYOUT.md:
 /// `.NAME.state`), read on the server; the lock itself must be gone too.
-fn leftovers(fx: &Sshfs, backend: &str) -> Vec<String> {
+fn leftovers<F: Mounts>(fx: &F, backend: &str) -> Vec<String> {
     let state = format!(".{backend}.lock.state");
     fx.server_listing()
         .into_iter()
@@ -203,8 +248,8 @@ fn until_waiting(w: &mut Held, problems: &mut Vec<String>) -> bool {
 
 /// 4 workers × INCREMENTS: two through mount a, two through mount b, the last in another pid
 /// namespace (no same-host proof of death).
-fn counter_race_across_mounts(backend: &str) {
-    let Some((fx, sb)) = setup() else { return };
+fn counter_race_across_mounts<F: Mounts>(backend: &str) {
+    let Some((fx, sb)) = setup::<F>() else { return };
     let Some(pidns) = other_pidns() else { return };
     let _heavy = heavy();
     let (pa, pb) = (format!("race-{backend}-a"), format!("race-{backend}-b"));
@@ -221,7 +266,8 @@ fn counter_race_across_mounts(backend: &str) {
     let r = race_workers(&sb, &workers, INCREMENTS, &[]);
     let want = workers.len() * INCREMENTS;
     eprintln!(
-        "netfs sshfs {backend}: race of {want} increments in {:.1?}: count {}, overlaps {}, failed workers {}",
+        "netfs {} {backend}: race of {want} increments in {:.1?}: count {}, overlaps {}, failed workers {}",
+        F::NAME,
         t0.elapsed(),
         r.count,
         r.overlaps,
@@ -244,19 +290,24 @@ fn counter_race_across_mounts(backend: &str) {
             if left.len() > 10 { " …" } else { "" }
         ));
     }
-    verdict(&format!("{backend} counter race across mounts"), &problems);
+    verdict(
+        &format!("{} {backend} counter race across mounts", F::NAME),
+        &problems,
+    );
 }
 
 /// A holder on mount a in another pid namespace; a waiter on mount b for 3 × stale_after.
-fn live_holder_is_never_broken(backend: &str) {
-    let Some((_fx, sb)) = setup() else { return };
+fn live_holder_is_never_broken<F: Mounts>(backend: &str) {
+    let Some((_fx, sb)) = setup::<F>() else {
+        return;
+    };
     let (pa, pb) = (format!("{backend}-a"), format!("{backend}-b"));
     let Some(mut holder) = other_host_holder(&sb, &pa) else {
         return;
     };
     let mut problems = Vec::new();
     if !holder_ok(&mut holder, "the holder on mount a", &mut problems) {
-        return verdict(&format!("{backend} live holder"), &problems);
+        return verdict(&format!("{} {backend} live holder", F::NAME), &problems);
     }
     let wait = STALE_AFTER * 3;
     let t0 = Instant::now();
@@ -294,7 +345,8 @@ fn live_holder_is_never_broken(backend: &str) {
     let mut next = sb.hold(["--wait", &ms(T), &pb]);
     if holder_ok(&mut next, "the next locker on mount b", &mut problems) {
         eprintln!(
-            "netfs sshfs {backend}: the lock freed on mount a was taken on mount b in {:.1?}",
+            "netfs {} {backend}: the lock freed on mount a was taken on mount b in {:.1?}",
+            F::NAME,
             t0.elapsed()
         );
     }
@@ -307,19 +359,21 @@ fn live_holder_is_never_broken(backend: &str) {
             digest(&next.stderr_text())
         ));
     }
-    verdict(&format!("{backend} live holder"), &problems);
+    verdict(&format!("{} {backend} live holder", F::NAME), &problems);
 }
 
 /// A holder on mount a killed with its pid namespace while a waiter on mount b waits.
-fn stale_takeover_lands_in_specs_window(backend: &str) {
-    let Some((_fx, sb)) = setup() else { return };
+fn stale_takeover_lands_in_specs_window<F: Mounts>(backend: &str) {
+    let Some((_fx, sb)) = setup::<F>() else {
+        return;
+    };
     let _heavy = heavy();
     let (pa, pb) = (format!("{backend}-a"), format!("{backend}-b"));
     let Some(mut holder) = other_host_holder(&sb, &pa) else {
         return;
     };
     let mut problems = Vec::new();
-    let what = format!("{backend} stale takeover");
+    let what = format!("{} {backend} stale takeover", F::NAME);
     if !holder_ok(&mut holder, "the holder on mount a", &mut problems) {
         return verdict(&what, &problems);
     }
@@ -344,9 +398,13 @@ fn stale_takeover_lands_in_specs_window(backend: &str) {
     kill9(holder.pid());
     let line = w.read_line(T);
     let took = t0.elapsed();
-    let (lo, hi) = (STALE_AFTER - HEARTBEAT, STALE_AFTER + MAX_POLL + HEARTBEAT);
+    let (lo, hi) = (
+        STALE_AFTER - HEARTBEAT,
+        STALE_AFTER + MAX_POLL + HEARTBEAT + F::LATE_BY,
+    );
     eprintln!(
-        "netfs sshfs {backend}: kill -9 → OK on the other mount in {took:.2?} (SPEC §6 window [{lo:?}, {hi:?}])"
+        "netfs {} {backend}: kill -9 → OK on the other mount in {took:.2?} (SPEC §6 window [{lo:?}, {hi:?}])",
+        F::NAME
     );
     match line {
         Some(l) if l.starts_with("OK ") => {
@@ -370,11 +428,13 @@ fn stale_takeover_lands_in_specs_window(backend: &str) {
 }
 
 /// A holder on mount a releases; the waiter on mount b gets in.
-fn handoff_across_mounts(backend: &str) {
-    let Some((_fx, sb)) = setup() else { return };
+fn handoff_across_mounts<F: Mounts>(backend: &str) {
+    let Some((_fx, sb)) = setup::<F>() else {
+        return;
+    };
     let (pa, pb) = (format!("{backend}-a"), format!("{backend}-b"));
     let mut problems = Vec::new();
-    let what = format!("{backend} handoff across mounts");
+    let what = format!("{} {backend} handoff across mounts", F::NAME);
     let mut holder = sb.hold([&pa]);
     if !holder_ok(&mut holder, "the holder on mount a", &mut problems) {
         return verdict(&what, &problems);
@@ -387,7 +447,10 @@ fn handoff_across_mounts(backend: &str) {
     holder.close_stdout();
     let line = w.read_line(T);
     let took = t0.elapsed();
-    eprintln!("netfs sshfs {backend}: handoff from mount a to mount b in {took:.2?}");
+    eprintln!(
+        "netfs {} {backend}: handoff from mount a to mount b in {took:.2?}",
+        F::NAME
+    );
     match line {
         Some(l) if l.starts_with("OK ") => {}
         l => problems.push(format!(
@@ -407,40 +470,52 @@ fn handoff_across_mounts(backend: &str) {
 }
 
 macro_rules! on_each_backend {
-    ($($backend:ident),*) => {$(
-        mod $backend {
-            const B: &str = stringify!($backend);
-
+    ($fs:ident: $F:ty; $($backend:ident),*) => {
+        mod $fs {
             #[test]
-            fn counter_race_across_mounts() {
-                super::counter_race_across_mounts(B);
+            fn flock_on_fuse_is_refused_unless_local() {
+                super::flock_on_fuse_is_refused_unless_local::<$F>();
             }
 
-            #[test]
-            fn live_holder_is_never_broken() {
-                super::live_holder_is_never_broken(B);
-            }
+            $(
+            mod $backend {
+                const B: &str = stringify!($backend);
 
-            #[test]
-            fn stale_takeover_lands_in_specs_window() {
-                super::stale_takeover_lands_in_specs_window(B);
-            }
+                #[test]
+                fn counter_race_across_mounts() {
+                    super::super::counter_race_across_mounts::<$F>(B);
+                }
 
-            #[test]
-            fn handoff_across_mounts() {
-                super::handoff_across_mounts(B);
+                #[test]
+                fn live_holder_is_never_broken() {
+                    super::super::live_holder_is_never_broken::<$F>(B);
+                }
+
+                #[test]
+                fn stale_takeover_lands_in_specs_window() {
+                    super::super::stale_takeover_lands_in_specs_window::<$F>(B);
+                }
+
+                #[test]
+                fn handoff_across_mounts() {
+                    super::super::handoff_across_mounts::<$F>(B);
+                }
             }
+            )*
         }
-    )*};
+    };
 }
 
-on_each_backend!(mkdir, link, symlink);
+on_each_backend!(sshfs: crate::support::Sshfs; mkdir, link, symlink);
+on_each_backend!(gluster: crate::support::Gluster; mkdir, link, symlink);
 
-/// flock(2) through FUSE is node-local: refused (78, naming the filesystem) unless the profile
-/// says every contender is on this host.
-#[test]
-fn flock_on_fuse_is_refused_unless_local() {
-    let Some((_fx, sb)) = setup() else { return };
+/// flock(2) through FUSE is node-local as far as locksmith can know (sshfs: it is; GlusterFS
+/// forwards it to its locks translator): refused (78, naming the filesystem) unless the
+/// profile says every contender is on this host.
+fn flock_on_fuse_is_refused_unless_local<F: Mounts>() {
+    let Some((_fx, sb)) = setup::<F>() else {
+        return;
+    };
     let mut problems = Vec::new();
     let o = sb.output(["--wait", "0", "run", "flock-a", "--", "true"]);
     let err = stderr(&o);

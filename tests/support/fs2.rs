@@ -84,6 +84,28 @@ impl Gluster {
     /// The same, mount `b` with the extra `glusterfs` client options `b_options` (e.g.
     /// [`Gluster::NO_CACHE`]).
     pub fn start_with(b_options: &[&str]) -> Option<Gluster> {
+        Gluster::start_full(&[], b_options, &[])
+    }
+
+    /// A fresh volume with every client cache off: both mounts with [`Gluster::NO_CACHE`],
+    /// the volume with `performance.quick-read` and `performance.stat-prefetch` off. A change
+    /// through one mount shows through the other at once for every fresh lookup and open.
+    pub fn start_uncached() -> Option<Gluster> {
+        Gluster::start_full(
+            &Gluster::NO_CACHE,
+            &Gluster::NO_CACHE,
+            &[
+                ("performance.quick-read", "off"),
+                ("performance.stat-prefetch", "off"),
+            ],
+        )
+    }
+
+    fn start_full(
+        a_options: &[&str],
+        b_options: &[&str],
+        volume: &[(&str, &str)],
+    ) -> Option<Gluster> {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static N: AtomicUsize = AtomicUsize::new(0);
         let missing: Vec<&str> = [
@@ -192,8 +214,11 @@ impl Gluster {
             fx.logs()
         );
 
+        for (k, v) in volume {
+            fx.volume_set(k, v);
+        }
         let (a, b) = (fx.a.clone(), fx.b.clone());
-        fx.mount(&a, "a", &[]);
+        fx.mount(&a, "a", a_options);
         fx.mount(&b, "b", b_options);
         Some(fx)
     }

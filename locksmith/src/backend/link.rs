@@ -182,7 +182,7 @@ impl Files {
         match r {
             // EPERM/ENOENT: what sshfs answers when a racer's link won (SFTP's generic
             // failure); whoever won, the name's content says.
-            Ok(()) | Err(Errno::EEXIST) | Err(Errno::EPERM) | Err(Errno::ENOENT) => {}
+            Ok(()) | Err(Errno::EEXIST | Errno::EPERM | Errno::ENOENT | Errno::ESTALE) => {}
             Err(e) => return Err(Error::path("cannot create lock", &path, e.into())),
         }
         Ok(match self.dir.read_file(target)? {

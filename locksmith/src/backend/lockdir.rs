@@ -353,6 +353,19 @@ impl LockDir {
     }
 }
 
+/// Runs `f` (a call that looks a name up) again while it fails with `ESTALE`: a network
+/// filesystem (GlusterFS, NFS) answers so when the inode its cache named is gone; a second
+/// lookup asks the server. After three, `ESTALE` is what the name said: gone (`ENOENT`).
+pub fn unstale<T>(mut f: impl FnMut() -> nix::Result<T>) -> nix::Result<T> {
+    for _ in 0..3 {
+        match f() {
+            Err(Errno::ESTALE) => continue,
+            r => return r,
+        }
+    }
+    Err(Errno::ENOENT)
+}
+
 fn not_a_record(shown: &Path, e: Errno) -> Error {
     match e {
         Errno::ELOOP => err!(
@@ -377,7 +390,7 @@ pub fn read_record(
         | OFlag::O_NONBLOCK
         | OFlag::O_NOCTTY
         | OFlag::O_CLOEXEC;
-    let fd = match openat(dir, name, flags, FileMode::empty()) {
+    let fd = match unstale(|| openat(dir, name, flags, FileMode::empty())) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Ok(None),
         Err(e) => return Err(not_a_record(shown, e)),
@@ -409,7 +422,17 @@ pub fn read_record(
 /// pin can be read past a network filesystem's cache of `name` (sshfs serves `readlink`
 /// from one for 20 s). `Ok(false)`: `name` is gone. The caller reads the pin, then removes it.
 pub fn pin(dir: BorrowedFd<'_>, name: &OsStr, pin: &OsStr, shown: &Path) -> Result<bool> {
-    match nix::unistd::linkat(dir, name, dir, pin, nix::fcntl::AtFlags::empty()) {
+    // GlusterFS answers EIO when `name` is replaced (renamed over) while it links it: the
+    // next try links whatever is there now.
+    let link = || nix::unistd::linkat(dir, name, dir, pin, nix::fcntl::AtFlags::empty());
+    let mut r = unstale(link);
+    for _ in 0..3 {
+        if r != Err(Errno::EIO) {
+            break;
+        }
+        r = unstale(link);
+    }
+    match r {
         Ok(()) => Ok(true),
         Err(Errno::ENOENT) => Ok(false),
         Err(e) => Err(Error::path(
@@ -454,7 +477,7 @@ pub fn write_beat(
     n: u64,
 ) -> Result<bool> {
     let flags = OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-    let fd = match openat(at, name, flags, FileMode::empty()) {
+    let fd = match unstale(|| openat(at, name, flags, FileMode::empty())) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Ok(false),
         Err(e) => return Err(not_a_record(shown, e)),

@@ -277,9 +277,14 @@ impl Files {
         let parent = self.dir.fd()?;
         match mkdirat(parent, dir.as_os_str(), mode) {
             Ok(()) => {}
-            // EPERM: sshfs's answer when a racer made it first.
+            // EPERM: sshfs's and GlusterFS's answer when a racer made it first (and may
+            // have removed it again since: on a network filesystem, look again).
             Err(Errno::EEXIST) | Err(Errno::EPERM) => {
-                if fstatat(parent, dir.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok() {
+                let there = lockdir::unstale(|| {
+                    fstatat(parent, dir.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+                })
+                .is_ok();
+                if there || self.dir.remote() {
                     return Err(err!(Busy, "exists"));
                 }
                 return Err(Error::path(
@@ -327,7 +332,7 @@ impl Files {
                 &fd,
                 format!("{OWNER_PREFIX}{}", rec.nonce).as_str(),
             )
-            .map_err(|e| Error::path("cannot write owner record in", &path, e.into()))
+            .map_err(|e| Error::path("cannot write owner entry in", &path, e.into()))
         })();
         if r.is_err() {
             let _ = tidy(self.dir.fd()?, dir);
@@ -342,12 +347,22 @@ impl Files {
         let owner = self.inside(&format!("{OWNER_PREFIX}{}", rec.nonce));
         let tmp = self.inside(&format!("new.{}", rec.nonce));
         let beat = self.inside(BEAT);
+        let remote = self.dir.remote();
         let parent = self.dir.fd()?;
         nix::unistd::symlinkat(rec.render().as_str(), parent, &tmp)
-            .and_then(|()| renameat(parent, &tmp, parent, &owner))
+            .and_then(|()| match renameat(parent, &tmp, parent, &owner) {
+                // GlusterFS was seen to refuse renaming a symlink over another (EEXIST).
+                // There, waiters judge by the heartbeat record, which holds our whole record
+                // meanwhile: replace the owner entry in two steps.
+                Err(Errno::EEXIST) if remote => {
+                    let _ = unlinkat(parent, &owner, UnlinkatFlags::NoRemoveDir);
+                    renameat(parent, &tmp, parent, &owner)
+                }
+                r => r,
+            })
             .map_err(|e| {
                 let _ = unlinkat(parent, &tmp, UnlinkatFlags::NoRemoveDir);
-                Error::path("cannot write owner record in", &path, e.into())
+                Error::path("cannot rewrite owner record in", &path, e.into())
             })?;
         if !lockdir::write_beat(parent, beat.as_os_str(), &path, rec, 0)? {
             return Err(err!(
@@ -363,7 +378,8 @@ impl Files {
         let path = self.path().to_path_buf();
         let name = self.dir.name.clone();
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        match openat(self.dir.fd()?, name.as_os_str(), flags, FileMode::empty()) {
+        let parent = self.dir.fd()?;
+        match lockdir::unstale(|| openat(parent, name.as_os_str(), flags, FileMode::empty())) {
             Ok(fd) => Ok(Some(fd)),
             Err(Errno::ENOENT) => Ok(None),
             Err(Errno::ELOOP) | Err(Errno::ENOTDIR) => Err(err!(

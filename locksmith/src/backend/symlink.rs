@@ -209,7 +209,7 @@ impl Files {
     fn read_entry(&mut self, name: &OsStr) -> Result<Option<(String, Seen)>> {
         let shown = self.dir.shown(name);
         let parent = self.fd()?;
-        let st = match fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        let st = match lockdir::unstale(|| fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW)) {
             Ok(st) => st,
             Err(Errno::ENOENT) => return Ok(None),
             Err(e) => return Err(Error::path("cannot inspect lock", &shown, e.into())),
@@ -221,7 +221,7 @@ impl Files {
                 shown.display()
             ));
         }
-        match readlinkat(parent, name) {
+        match lockdir::unstale(|| readlinkat(parent, name)) {
             Ok(t) => Ok(Some((t.to_string_lossy().into_owned(), seen_of(&st)))),
             Err(Errno::ENOENT) => Ok(None),
             Err(e) => Err(Error::path("cannot read lock", &shown, e.into())),
@@ -339,8 +339,9 @@ impl Files {
             Ok(()) => return Ok(true),
             Err(Errno::EEXIST) => {}
             // sshfs answers a racing symlink(2) over an existing name with EPERM or ENOENT
-            // (SFTP's generic failure): whoever won, the name says.
-            Err(Errno::EPERM | Errno::ENOENT) if self.remote() => {}
+            // (SFTP's generic failure), GlusterFS with ESTALE or EIO: whoever won, the name
+            // says.
+            Err(Errno::EPERM | Errno::ENOENT | Errno::ESTALE | Errno::EIO) if self.remote() => {}
             Err(e) => return Err(e),
         }
         match self.read_fresh(at.as_os_str()) {

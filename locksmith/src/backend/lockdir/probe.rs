@@ -1122,11 +1122,26 @@ pub fn verify(p: &Profile, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) 
             let pfd = open_dir(peer_path, "--peer: cannot open directory")
                 .map_err(|e| err!(Usage, "{}", e.message()))?;
             let pst = fstat(&pfd).map_err(|e| Error::path("cannot stat", peer_path, e.into()))?;
+            if pst.st_dev == dir_st.st_dev && pst.st_ino != dir_st.st_ino {
+                return Err(err!(
+                    Usage,
+                    "--peer {} is another directory on the lock's filesystem, not the lock's directory {} through another mount",
+                    peer_path.display(),
+                    parent.display()
+                ));
+            }
+            // Without a cache on either side, a file shows at once or never.
+            let pfs = detect(pfd.as_fd());
+            let wait = if fs.remote || pfs.remote {
+                bound
+            } else {
+                Duration::from_secs(1)
+            };
             let name = ctx.name("peer");
             let r = (|| -> std::result::Result<Option<Duration>, String> {
                 create(ctx.lock(), &name, &name.to_string_lossy())?;
                 let t0 = Instant::now();
-                until(t0, bound, || {
+                until(t0, wait, || {
                     Ok(content(&ctx, pfd.as_fd(), &name)?.as_deref()
                         == Some(name.as_encoded_bytes()))
                 })
@@ -1140,7 +1155,7 @@ pub fn verify(p: &Profile, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) 
                         "--peer {} does not show the lock's directory {}: a file made there did not appear through it within {}{}",
                         peer_path.display(),
                         parent.display(),
-                        fmt_duration(bound),
+                        fmt_duration(wait),
                         r.err().map(|e| format!(" ({e})")).unwrap_or_default()
                     ));
                 }
@@ -1162,7 +1177,7 @@ pub fn verify(p: &Profile, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) 
                     format!(
                         "{} shows the lock's directory through another mount ({}; a new file showed after {})",
                         peer_path.display(),
-                        detect(pfd.as_fd()).name,
+                        pfs.name,
                         figure(seen)
                     ),
                 );

@@ -144,6 +144,42 @@ fn verify_on_a_local_directory_passes_every_file_backend() {
     );
 }
 
+/// verify never touches the lock: a holder keeps it, says nothing, and releases cleanly.
+#[test]
+fn verify_beside_a_held_lock_leaves_it_alone() {
+    let sb = Sandbox::standard();
+    for p in ["m", "l", "s"] {
+        let mut holder = sb.hold([p]);
+        holder.ok();
+        let o = sb.output(["verify", p]);
+        assert_eq!(
+            code(o.status),
+            0,
+            "verify {p} beside its held lock: {}",
+            stdout(&o)
+        );
+        let st = sb.output(["status", p]);
+        assert_eq!(
+            code(st.status),
+            1,
+            "{p} is no longer held after verify: {}",
+            stdout(&st)
+        );
+        assert_eq!(
+            holder.read_line(Duration::from_millis(1)),
+            None,
+            "{p}: the holder spoke"
+        );
+        holder.close_stdout();
+        assert_eq!(
+            code(holder.wait_exit(Duration::from_secs(10))),
+            0,
+            "{p}: release"
+        );
+    }
+    assert!(probes_left(sb.path()).is_empty());
+}
+
 #[test]
 fn verify_with_a_peer_on_the_same_mount_measures_nothing_across() {
     let sb = Sandbox::standard();

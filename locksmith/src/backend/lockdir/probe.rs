@@ -1365,6 +1365,9 @@ pub fn verify(p: &Profile, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) 
             fmt_duration(stale_after)
         ));
     }
+    if fs.remote && cfg.local {
+        accepts.push_str(" only with every contender on this host and this mount (local = true)");
+    }
     // What to set, where a measured delay outgrew the cache time counted with.
     if counts_cache
         && let Some(w) = worst

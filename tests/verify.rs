@@ -368,9 +368,11 @@ fn sshfs_heartbeat_backends_with_cache_time_pass_through_the_peer() {
         ]) {
             match line(&out, p).map(|(s, d)| (s, figure(d))) {
                 Some(("ok" | "info", Some(d)))
-                    if FRESH.contains(p) && d > Duration::from_secs(1) =>
+                    if FRESH.contains(p) && d > Duration::from_millis(750) =>
                 {
-                    problems.push(format!("{p}: {d:?}, beyond cache_time 1s, yet not FAIL"));
+                    problems.push(format!(
+                        "{p}: {d:?}, no room within cache_time 1s, yet not FAIL"
+                    ));
                 }
                 Some((s, Some(d))) => figures.push(format!("{p} {s} {d:.2?}")),
                 got => problems.push(format!("{p}: {got:?} (a figure expected)")),
@@ -570,9 +572,11 @@ fn gluster_records_show_late_and_verify_says_what_to_set() {
         .filter_map(|p| line(&out, p).and_then(|(_, d)| figure(d)))
         .max();
     let mut problems = Vec::new();
+    // verify's room to spare: a quarter of the delay, at least 250 ms.
+    let room = |w: Duration| w + (w / 4).max(Duration::from_millis(250));
     match worst {
-        // Within the stated cache time: then verify must pass it.
-        Some(w) if w <= Duration::from_secs(1) => {
+        // Within the stated cache time with room: then verify must pass it.
+        Some(w) if room(w) <= Duration::from_secs(1) => {
             if code(o.status) != 0 {
                 problems.push(format!(
                     "records within 1s ({w:?}), yet exit {}",

@@ -53,3 +53,5 @@ mod partition;
 mod hostile;
 // The GlusterFS fixture itself: a private volume mounted twice, a file across the mounts.
 mod fs2_smoke;
+// `locksmith verify`: its report on a local directory, on sshfs and on GlusterFS (issue 12).
+mod verify;

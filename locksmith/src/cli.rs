@@ -18,6 +18,9 @@ Usage:
   locksmith [OPTIONS] status [--json] PROFILE  is it held? by whom? (exit 0 free, 1 held)
   locksmith [OPTIONS] break [--force] [--token N] PROFILE
                                                remove a stale lock (refuses a live holder)
+  locksmith [OPTIONS] verify [--peer DIR] PROFILE
+                                               probe the lock's filesystem for what the
+                                               backend relies on (exit 0 only if safe there)
   locksmith [OPTIONS] profiles                 list the profiles found, with their backend
 
 Hold mode prints one line, `OK <profile> backend=... mode=...`, or `ERROR <kind>: <message>`
@@ -45,6 +48,10 @@ Subcommand options:
       --json            status: print JSON
       --force           break: break even a live holder
       --token N         break: only break the acquisition with fencing token N
+      --peer DIR        verify: the lock's directory seen through a second mount of the
+                        same server directory (as another host sees it): also measure
+                        flock across mounts and how late changes show through it
+                        [default: none; cross-mount delays are then unmeasured]
 
 Durations are human strings: 250ms, 3s, 1m30s, 10m, 1h.
 See the README and SPEC for the profiles file, backends and the pipe protocol.
@@ -68,6 +75,12 @@ pub enum Command {
         profile: String,
         force: bool,
         token: Option<u64>,
+    },
+    /// Probe the lock's filesystem (issue 12); `peer`: the lock's directory through
+    /// another mount.
+    Verify {
+        profile: String,
+        peer: Option<PathBuf>,
     },
     Profiles,
     Help,
@@ -121,6 +134,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
     let mut sub: Option<String> = None;
     let mut profile: Option<String> = None;
     let (mut json, mut force, mut token) = (false, false, None);
+    let mut peer: Option<PathBuf> = None;
     let mut cmd: Vec<OsString> = Vec::new();
     let mut help = false;
     let mut version = false;
@@ -151,6 +165,13 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
             Long("json") => json = true,
             Long("force") => force = true,
             Long("token") => token = Some(p.value().map_err(err)?.parse().map_err(of("--token"))?),
+            Long("peer") => {
+                let v = p.value().map_err(err)?;
+                if v.is_empty() {
+                    return Err(usage("--peer: empty directory name"));
+                }
+                peer = Some(v.into());
+            }
             Value(v) => {
                 let v = v.string().map_err(err)?;
                 if sub.is_none() && profile.is_none() && SUBCOMMANDS.contains(&v.as_str()) {
@@ -194,6 +215,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
     if (force || token.is_some()) && sub != "break" {
         return Err(usage("--force and --token belong to `break`"));
     }
+    if peer.is_some() && sub != "verify" {
+        return Err(usage("--peer belongs to `verify`"));
+    }
     if cli.conflict_exit.is_some() && sub != "run" {
         return Err(usage("--conflict-exit-code belongs to `run`"));
     }
@@ -218,6 +242,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
             force,
             token,
         },
+        "verify" => Command::Verify { profile, peer },
         _ => unreachable!("subcommands are checked above"),
     };
     Ok(cli)
@@ -268,6 +293,32 @@ mod tests {
         assert_eq!(p(&["a", "b"]).unwrap_err().kind(), Kind::Usage);
         assert_eq!(p(&["--wait", "soon", "x"]).unwrap_err().kind(), Kind::Usage);
         assert_eq!(p(&["--json", "x"]).unwrap_err().kind(), Kind::Usage);
+        assert_eq!(p(&["--peer", "/m", "x"]).unwrap_err().kind(), Kind::Usage);
+        assert_eq!(
+            p(&["status", "--peer", "/m", "x"]).unwrap_err().kind(),
+            Kind::Usage
+        );
+        assert_eq!(p(&["verify"]).unwrap_err().kind(), Kind::Usage);
+    }
+
+    #[test]
+    fn verify_takes_a_peer_before_or_after_the_profile() {
+        let want = Command::Verify {
+            profile: "x".into(),
+            peer: Some(PathBuf::from("/mnt/b")),
+        };
+        assert_eq!(
+            p(&["verify", "--peer", "/mnt/b", "x"]).unwrap().command,
+            want
+        );
+        assert_eq!(p(&["verify", "x", "--peer=/mnt/b"]).unwrap().command, want);
+        assert_eq!(
+            p(&["verify", "x"]).unwrap().command,
+            Command::Verify {
+                profile: "x".into(),
+                peer: None
+            }
+        );
     }
 }
 

@@ -30,6 +30,7 @@ pub fn dispatch(cli: &Cli) -> Result<i32> {
             force,
             token,
         } => break_lock(&load(cli, profile)?, *force, *token),
+        Command::Verify { profile, peer } => verify(&load(cli, profile)?, peer.as_deref()),
         Command::Profiles => list_profiles(cli),
         Command::Help | Command::Version => Ok(0),
     }
@@ -500,6 +501,42 @@ fn break_lock(p: &Profile, force: bool, token: Option<u64>) -> Result<i32> {
     };
     protocol::report(&text).map_err(|e| Error::io("writing report", e))?;
     Ok(0)
+}
+
+/// `verify`: probes the lock's filesystem for what the backend relies on, prints one line
+/// per property and a verdict; 0 only if the backend is safe there, else 78 naming why.
+/// The file backends only: the server backends' guarantees are the server's (64, as `break`
+/// on a backend it does not apply to).
+fn verify(p: &Profile, peer: Option<&std::path::Path>) -> Result<i32> {
+    use crate::backend::lockdir::probe::{self, Scheme};
+    use crate::profile::BackendConfig;
+    let (scheme, cfg) = match &p.backend {
+        BackendConfig::Flock(c) => (Scheme::Flock, c),
+        BackendConfig::Mkdir(c) => (Scheme::Mkdir, c),
+        BackendConfig::Link(c) => (Scheme::Link, c),
+        BackendConfig::Symlink(c) => (Scheme::Symlink, c),
+        BackendConfig::Ftp(_) | BackendConfig::Postgres(_) | BackendConfig::Etcd(_) => {
+            return Err(err!(
+                Usage,
+                "`verify` probes the file backends (flock, mkdir, link, symlink); profile `{}` uses backend `{}`, whose locking the server decides: `locksmith status {}` shows that it answers",
+                p.name,
+                p.backend.name(),
+                p.name
+            ));
+        }
+    };
+    let report = probe::verify(p, scheme, cfg, peer)?;
+    protocol::report(&report.render()).map_err(|e| Error::io("writing report", e))?;
+    if report.safe() {
+        return Ok(0);
+    }
+    Err(err!(
+        Config,
+        "backend {} is not safe for lock {}: {}",
+        p.backend.name(),
+        cfg.path.display(),
+        report.problems.join("; ")
+    ))
 }
 
 /// `profiles`: each profile with its backend, and whether it validates.

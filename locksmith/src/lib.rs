@@ -7,7 +7,7 @@
 //! - [`protocol`]: the only stdout writer: `OK` / `ERROR` / `LOST` lines.
 //! - [`watch`]: what ends a hold or a wait (pipe closed, parent gone, stdin EOF, signal).
 //! - [`backend`]: the backend trait, the shared waiting policy, one file per backend.
-//! - [`commands`]: hold, run, status, break and profiles, glued from the above.
+//! - [`commands`]: hold, run, status, break, verify and profiles, glued from the above.
 //! - [`host`]: host identity and proof of death; [`sys`]: the few raw syscalls;
 //!   [`files`]: opening files by name without blocking, kind-checked, reads capped.
 //! - [`error`]: error kinds and their exit codes; `tls`: rustls settings of the network backends.

@@ -12,7 +12,7 @@ use crate::error::{Error, Kind, Result, err, shown};
 use crate::files;
 
 /// Subcommand names; a profile may not be called like one of them.
-pub const SUBCOMMANDS: &[&str] = &["hold", "run", "status", "break", "profiles"];
+pub const SUBCOMMANDS: &[&str] = &["hold", "run", "status", "break", "verify", "profiles"];
 
 /// How long to wait for a busy lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

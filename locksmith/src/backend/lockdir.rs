@@ -39,6 +39,8 @@ use super::owner::{self, Parsed, Record, State};
 use crate::error::{Error, Result, err};
 use crate::profile::{FsConfig, fmt_duration};
 
+pub mod probe;
+
 /// The most a heartbeat record (or a link lock file) holds; more is not ours.
 const RECORD_CAP: u64 = 4096;
 
@@ -129,11 +131,7 @@ pub fn check(
             fs.name
         ));
     }
-    let (cache, how) = match (cfg.cache_time, fs.cache) {
-        (Some(c), _) => (c, "as the profile's cache_time says"),
-        (None, Some(c)) => (c, "per its mount options"),
-        (None, None) => (UNKNOWN_CACHE, "assumed: its cache time is unknown"),
-    };
+    let (cache, how) = cache_time(fs, cfg);
     if stale_after > cache {
         return Ok(());
     }
@@ -145,6 +143,26 @@ pub fn check(
         fmt_duration(cache),
         fmt_duration(cache)
     ))
+}
+
+/// How late `fs` may show another host's changes, as [`check`] counts it, and on whose word:
+/// the profile's `cache_time`, else the mount options (NFS), else [`UNKNOWN_CACHE`].
+pub fn cache_time(fs: &Fs, cfg: &FsConfig) -> (Duration, &'static str) {
+    match (cfg.cache_time, fs.cache) {
+        (Some(c), _) => (c, "as the profile's cache_time says"),
+        (None, Some(c)) => (c, "per its mount options"),
+        (None, None) => (UNKNOWN_CACHE, "assumed: its cache time is unknown"),
+    }
+}
+
+/// The `cache_time` to state for a mount that showed a change `measured` late (`verify
+/// --peer`): whole seconds, with a quarter (at least 250 ms) to spare, since one measurement
+/// may have caught a cache that was not at its longest.
+pub fn suggest_cache_time(measured: Duration) -> Duration {
+    let spare = (measured / 4).max(Duration::from_millis(250));
+    let total = measured + spare;
+    let secs = total.as_secs() + u64::from(total.subsec_nanos() > 0);
+    Duration::from_secs(secs.max(1))
 }
 
 /// Refuses a lock directory that others may write unless it is sticky (as `/tmp` is): in it
@@ -583,6 +601,16 @@ mod tests {
         let e = check(&sshfs, dir, &cfg(false, None), s(3), false).unwrap_err();
         assert!(e.message().contains("flock(2)"), "{e}");
         assert!(check(&sshfs, dir, &cfg(true, None), s(3), false).is_ok());
+    }
+
+    #[test]
+    fn suggested_cache_time_covers_the_measurement_with_room() {
+        let ms = Duration::from_millis;
+        assert_eq!(suggest_cache_time(ms(0)), Duration::from_secs(1));
+        assert_eq!(suggest_cache_time(ms(5)), Duration::from_secs(1));
+        assert_eq!(suggest_cache_time(ms(750)), Duration::from_secs(1));
+        assert_eq!(suggest_cache_time(ms(1010)), Duration::from_secs(2));
+        assert_eq!(suggest_cache_time(ms(20_300)), Duration::from_secs(26));
     }
 
     #[test]

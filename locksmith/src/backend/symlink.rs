@@ -168,20 +168,37 @@ fn seen_of(st: &nix::sys::stat::FileStat) -> Seen {
     (st.st_ino, (st.st_ctime, st.st_ctime_nsec))
 }
 
+/// Refuses shared locks on a network filesystem (`remote`, named `fs_name`) unless
+/// `local = true`: a reader's entry is a symlink, whose times it may not set.
+pub fn check_shared(
+    path: &Path,
+    remote: bool,
+    fs_name: &str,
+    mode: Mode,
+    local: bool,
+) -> Result<()> {
+    if remote && mode == Mode::Shared && !local {
+        return Err(err!(
+            Config,
+            "lock {} is on {}: shared symlink locks cannot heartbeat there yet (a reader's entry is a symlink, whose times a network filesystem may not set); take it exclusively, or set local = true if every contender runs on this host",
+            path.display(),
+            fs_name
+        ));
+    }
+    Ok(())
+}
+
 impl Files {
-    /// The parent directory, opened and checked on first use. Shared locks on a network
-    /// filesystem are refused: a reader's entry is a symlink, whose times it may not set.
+    /// The parent directory, opened and checked on first use ([`check_shared`]).
     fn fd(&mut self) -> Result<BorrowedFd<'_>> {
-        let fresh = !self.dir.remote() && self.mode == Mode::Shared && !self.local;
         self.dir.fd()?;
-        if fresh && self.dir.remote() {
-            return Err(err!(
-                Config,
-                "lock {} is on {}: shared symlink locks cannot heartbeat there yet (a reader's entry is a symlink, whose times a network filesystem may not set); take it exclusively, or set local = true if every contender runs on this host",
-                self.dir.path.display(),
-                self.dir.fs_name()
-            ));
-        }
+        check_shared(
+            &self.dir.path,
+            self.dir.remote(),
+            self.dir.fs_name(),
+            self.mode,
+            self.local,
+        )?;
         self.dir.fd()
     }
 

@@ -56,6 +56,8 @@ const OPTION_WORDS: &[&str] = &[
     "--json",
     "--force",
     "--token",
+    "--peer",
+    "--peer=/mnt/b",
     "--",
     "-",
     "-qv",
@@ -133,7 +135,7 @@ fn check_usage(e: &Error, args: &[OsString]) -> Result<(), TestCaseError> {
 fn check_cli(cli: &Cli, args: &[OsString]) -> Result<(), TestCaseError> {
     let profile = match &cli.command {
         Command::Hold { profile } | Command::Status { profile, .. } => Some(profile),
-        Command::Break { profile, .. } => Some(profile),
+        Command::Break { profile, .. } | Command::Verify { profile, .. } => Some(profile),
         Command::Run { profile, cmd } => {
             prop_assert!(!cmd.is_empty());
             Some(profile)
@@ -196,6 +198,8 @@ enum Sub {
     Run(Vec<OsString>, bool),
     Status(bool),
     Break(bool, Option<u64>),
+    /// `--peer DIR`, if any.
+    Verify(Option<OsString>),
     Profiles,
 }
 
@@ -263,6 +267,12 @@ fn sub() -> impl Strategy<Value = Sub> {
             }),
         any::<bool>().prop_map(Sub::Status),
         (any::<bool>(), prop::option::of(any::<u64>())).prop_map(|(f, t)| Sub::Break(f, t)),
+        prop::option::of(prop_oneof![
+            "[a-z/._-]{1,16}".prop_map(OsString::from),
+            prop::collection::vec(any::<u8>(), 1..8).prop_map(OsString::from_vec),
+        ])
+        // lexopt takes `--peer -x` as the value only when attached; keep the value plain.
+        .prop_map(|p| Sub::Verify(p.filter(|p| !p.as_encoded_bytes().starts_with(b"-")))),
         Just(Sub::Profiles),
     ]
 }
@@ -358,12 +368,16 @@ fn line() -> impl Strategy<Value = Line> {
                     Sub::Run(..) => Some("run"),
                     Sub::Status(_) => Some("status"),
                     Sub::Break(..) => Some("break"),
+                    Sub::Verify(_) => Some("verify"),
                     Sub::Profiles => Some("profiles"),
                 };
                 args.extend(word.map(os));
                 let mut sub_opts: Vec<OsString> = Vec::new();
                 match &sub {
                     Sub::Status(true) => sub_opts.push(os("--json")),
+                    Sub::Verify(Some(peer)) => {
+                        sub_opts.extend(with_value("--peer", peer, sub_opts_after));
+                    }
                     Sub::Break(force, token) => {
                         if *force {
                             sub_opts.push(os("--force"));
@@ -407,6 +421,10 @@ fn line() -> impl Strategy<Value = Line> {
                             force,
                             token,
                         },
+                        Sub::Verify(peer) => Command::Verify {
+                            profile,
+                            peer: peer.map(Into::into),
+                        },
                         Sub::Profiles => Command::Profiles,
                     },
                 };
@@ -443,6 +461,7 @@ enum Breakage {
     MisplacedJson,
     MisplacedForce,
     MisplacedToken,
+    MisplacedPeer,
     MissingProfile,
     RunWithoutCmd,
 }
@@ -466,6 +485,7 @@ fn breakage() -> impl Strategy<Value = Breakage> {
             "--profiles",
             "-E",
             "--token",
+            "--peer",
             "--conflict-exit-code"
         ])
         .prop_map(Breakage::MissingValue),
@@ -474,6 +494,7 @@ fn breakage() -> impl Strategy<Value = Breakage> {
         Just(Breakage::MisplacedJson),
         Just(Breakage::MisplacedForce),
         Just(Breakage::MisplacedToken),
+        Just(Breakage::MisplacedPeer),
         Just(Breakage::MissingProfile),
         Just(Breakage::RunWithoutCmd),
     ]
@@ -555,6 +576,16 @@ impl Line {
                 }
                 front(&mut args, &["--token", "5"]);
                 "--token"
+            }
+            Breakage::MisplacedPeer => {
+                if matches!(
+                    sub,
+                    Command::Verify { .. } | Command::Help | Command::Version
+                ) {
+                    return None;
+                }
+                front(&mut args, &["--peer", "/mnt/b"]);
+                "--peer"
             }
             Breakage::MissingProfile => {
                 if self.run || matches!(sub, Command::Help | Command::Version) {

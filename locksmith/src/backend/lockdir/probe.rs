@@ -1,0 +1,1471 @@
+//! `locksmith verify`: probes a file lock's directory for what its backend relies on, and
+//! says whether the backend keeps SPEC §6 there (issue 12).
+//!
+//! Every probe works beside the lock under names of its own, `.NAME.verify.<nonce>.<what>`
+//! (no lock, record, pin or marker name has that form), and never touches the lock or its
+//! records. Every name a probe may create is registered before it is created and removed at
+//! the end whatever happened (a probe that failed half-way, or did not answer in time).
+//! Every probe runs on a thread of its own and is waited for at most a bound
+//! (`Ctx::bound` for each change to show, twice that in all): a filesystem that hangs makes
+//! that probe `FAIL`, not `verify` hang.
+//!
+//! What is measured, and against which rule:
+//! - the filesystem ([`detect`]) and [`check_dir_mode`];
+//! - exclusive creation of the lock name by the backend's own call (`mkdir`, `link`,
+//!   `symlink`), raced by two contenders (one through `--peer`), judged as the backend judges
+//!   (`link` by the content the name holds, `symlink` by its target read fresh);
+//! - `rename(2)` of a symlink over an existing name (the state record), read back fresh after
+//!   each; and, for information, how often a reader (through the peer) finds a file missing
+//!   in the instant it is renamed over (no backend relies on that: see `rename_gaps`);
+//! - a hard link to a symlink read back (the pins through which records are read fresh on a
+//!   network filesystem), link counts (measured, relied on by no backend), a symlink's own
+//!   times (heartbeats of `symlink` and `mkdir` on a local filesystem), a heartbeat record
+//!   rewritten in place by [`write_beat`] and read back by [`read_record`];
+//! - `flock(2)` between two descriptors, and (with `--peer`) across the mounts;
+//! - with `--peer`: how late a change made here shows through the peer: names created and
+//!   removed, a record rewritten in place or renamed over, a symlink read through a pin or
+//!   with `readlink`. Each probe first looks through the peer (so its cache holds the old
+//!   answer), then changes, then polls every [`POLL`] until the new answer shows.
+//!
+//! The verdict is locksmith's own rule ([`check`], [`cache_time`], and for shared symlink
+//! locks `symlink::check_shared`) plus every relied-on property: the delays of fresh reads
+//! must not exceed the cache time the rule counts with.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Barrier, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, openat, readlinkat, renameat};
+use nix::sys::stat::{Mode as FileMode, UtimensatFlags, fstat, fstatat, mkdirat, utimensat};
+use nix::sys::time::TimeSpec;
+use nix::unistd::{UnlinkatFlags, linkat, symlinkat, unlinkat};
+
+use super::{
+    UNKNOWN_CACHE, cache_time, check, check_dir_mode, detect, pin, read_record, suggest_cache_time,
+    write_beat,
+};
+use crate::backend::owner::Record;
+use crate::error::{Error, Result, err};
+use crate::profile::{FsConfig, Profile, fmt_duration};
+use crate::protocol::Mode;
+
+/// How often a change is looked for through the peer: the resolution of the delays.
+pub const POLL: Duration = Duration::from_millis(10);
+
+/// Races per exclusive-creation probe.
+const ROUNDS: usize = 8;
+
+/// Renames over one name while a fresh reader watches it.
+const RENAMES: usize = 20;
+
+/// The file backends: how each takes its lock name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    Flock,
+    Mkdir,
+    Link,
+    Symlink,
+}
+
+impl Scheme {
+    fn name(self) -> &'static str {
+        match self {
+            Scheme::Flock => "flock",
+            Scheme::Mkdir => "mkdir",
+            Scheme::Link => "link",
+            Scheme::Symlink => "symlink",
+        }
+    }
+
+    /// Liveness by heartbeats (else the kernel's flock(2) decides).
+    fn heartbeats(self) -> bool {
+        self != Scheme::Flock
+    }
+}
+
+/// One property's verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Relied on, and it holds.
+    Ok,
+    /// Relied on, and it does not hold: the backend is not safe here.
+    Fail,
+    /// Relied on, but not measured (no `--peer`): taken on trust.
+    Unmeasured,
+    /// Measured, but this backend does not rely on it.
+    Info,
+}
+
+impl Status {
+    fn word(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Fail => "FAIL",
+            Status::Unmeasured => "unmeasured",
+            Status::Info => "info",
+        }
+    }
+}
+
+/// One line of the report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub property: &'static str,
+    pub status: Status,
+    pub detail: String,
+}
+
+/// What `verify` found.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub header: String,
+    pub findings: Vec<Finding>,
+    /// Why the backend is not safe here; empty: it is.
+    pub problems: Vec<String>,
+    /// The last line's text after `verdict: ok — ` (when safe).
+    pub accepts: String,
+    /// Probe names that could not be removed (the filesystem did not answer).
+    pub left: Vec<String>,
+}
+
+impl Report {
+    /// The report as printed: a header, one line per property, the verdict.
+    pub fn render(&self) -> String {
+        let mut s = format!("{}\n", self.header);
+        for f in &self.findings {
+            s.push_str(&format!(
+                "  {:<24} {:<10} {}\n",
+                f.property,
+                f.status.word(),
+                f.detail
+            ));
+        }
+        if !self.left.is_empty() {
+            s.push_str(&format!(
+                "  (could not remove probe names: {})\n",
+                self.left.join(", ")
+            ));
+        }
+        if self.problems.is_empty() {
+            s.push_str(&format!("verdict: ok — {}\n", self.accepts));
+        } else {
+            s.push_str(&format!("verdict: FAIL — {}\n", self.problems.join("; ")));
+        }
+        s
+    }
+
+    pub fn safe(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// What one probe saw.
+enum Outcome {
+    Holds(String),
+    Breaks(String),
+    /// How late a change showed through the peer (`None`: not within the bound).
+    Delay(Option<Duration>),
+}
+
+type Probed = std::result::Result<Outcome, String>;
+
+/// What every probe shares: the lock's directory, the peer's, the names made.
+#[derive(Clone)]
+struct Ctx {
+    lock: Arc<OwnedFd>,
+    /// The same directory through the peer mount; `None`: no (usable) peer.
+    peer: Option<Arc<OwnedFd>>,
+    /// The lock's directory, for messages.
+    shown: PathBuf,
+    /// `.NAME.verify.<nonce>.`
+    prefix: String,
+    /// Every name a probe may have made, removed at the end.
+    made: Arc<Mutex<Vec<OsString>>>,
+    /// How long a change may take to show before it counts as not showing.
+    bound: Duration,
+    remote: bool,
+    profile: String,
+}
+
+impl Ctx {
+    /// A probe name (`prefix` + `tag`), registered for removal before anything creates it.
+    fn name(&self, tag: &str) -> OsString {
+        let n = OsString::from(format!("{}{tag}", self.prefix));
+        self.made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(n.clone());
+        n
+    }
+
+    fn lock(&self) -> BorrowedFd<'_> {
+        self.lock.as_fd()
+    }
+
+    /// The peer's directory, else the lock's own.
+    fn other(&self) -> BorrowedFd<'_> {
+        self.peer.as_deref().map_or(self.lock.as_fd(), AsFd::as_fd)
+    }
+
+    fn shown(&self, name: &OsStr) -> PathBuf {
+        self.shown.join(name)
+    }
+
+    /// Removes every registered name (files, symlinks, empty directories); the names that
+    /// would not go.
+    fn sweep(&self) -> Vec<String> {
+        let names = std::mem::take(&mut *self.made.lock().unwrap_or_else(|e| e.into_inner()));
+        let dir = self.lock();
+        names
+            .iter()
+            .filter(|n| {
+                match unlinkat(dir, n.as_os_str(), UnlinkatFlags::NoRemoveDir) {
+                    Ok(()) | Err(Errno::ENOENT) => return false,
+                    Err(Errno::EISDIR | Errno::EPERM) => {}
+                    Err(_) => return true,
+                }
+                !matches!(
+                    unlinkat(dir, n.as_os_str(), UnlinkatFlags::RemoveDir),
+                    Ok(()) | Err(Errno::ENOENT)
+                )
+            })
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect()
+    }
+}
+
+fn failed(what: &str, name: &OsStr, e: impl std::fmt::Display) -> String {
+    format!("{what} {}: {e}", name.to_string_lossy())
+}
+
+/// A delay for the report: `4ms`, `1.02s`.
+pub fn figure(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{:.2}s", d.as_secs_f64())
+    }
+}
+
+/// Creates the regular file `name` in `dir` (exclusively) holding `text`.
+fn create(dir: BorrowedFd<'_>, name: &OsStr, text: &str) -> std::result::Result<(), String> {
+    let flags = OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC;
+    let fd = openat(dir, name, flags, FileMode::from_bits_truncate(0o600))
+        .map_err(|e| failed("cannot create", name, e))?;
+    File::from(fd)
+        .write_all_at(text.as_bytes(), 0)
+        .map_err(|e| failed("cannot write", name, e))
+}
+
+/// The content of `name` in `dir`, read fresh (`None`: there is none).
+fn content(
+    ctx: &Ctx,
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+) -> std::result::Result<Option<Vec<u8>>, String> {
+    read_record(dir, name, &ctx.shown(name))
+        .map(|r| r.map(|(c, _)| c))
+        .map_err(|e| e.message().to_string())
+}
+
+/// The target of the symlink `name` in `dir`, read through the hard link `pinned` (made by
+/// the server, read, removed), as the backends read records on a network filesystem.
+fn pinned(
+    ctx: &Ctx,
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    pinned: &OsStr,
+) -> std::result::Result<Option<OsString>, String> {
+    if !pin(dir, name, pinned, &ctx.shown(name)).map_err(|e| e.message().to_string())? {
+        return Ok(None);
+    }
+    let r = readlinkat(dir, pinned);
+    let _ = unlinkat(dir, pinned, UnlinkatFlags::NoRemoveDir);
+    r.map(Some).map_err(|e| failed("cannot read", pinned, e))
+}
+
+/// Polls `seen` every [`POLL`] from `t0` until it says yes or `bound` has passed.
+fn until(
+    t0: Instant,
+    bound: Duration,
+    mut seen: impl FnMut() -> std::result::Result<bool, String>,
+) -> std::result::Result<Option<Duration>, String> {
+    loop {
+        if seen()? {
+            return Ok(Some(t0.elapsed()));
+        }
+        if t0.elapsed() >= bound {
+            return Ok(None);
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// How a backend creates its lock name.
+#[derive(Clone, Copy)]
+enum Create {
+    Mkdir,
+    Link,
+    Symlink,
+}
+
+/// `ROUNDS` races of two contenders (the second through the peer, if any) creating one new
+/// name with the backend's call, each judging as the backend does whether it won: exactly
+/// one may. With a peer, also: a name made here is refused through the peer although the
+/// peer had just looked it up as missing (its cache says "free"; the server decides).
+fn exclusive(ctx: &Ctx, how: Create) -> Probed {
+    let tag = match how {
+        Create::Mkdir => "mkdir",
+        Create::Link => "link",
+        Create::Symlink => "symlink",
+    };
+    for round in 0..ROUNDS {
+        let name = ctx.name(&format!("{tag}.{round}"));
+        let ids: Vec<String> = (0..2)
+            .map(|i| format!("verify-{tag}-{round}-{i}"))
+            .collect();
+        let tmps: Vec<OsString> = (0..2)
+            .map(|i| ctx.name(&format!("{tag}.{round}.t{i}")))
+            .collect();
+        let pins: Vec<OsString> = (0..2)
+            .map(|i| ctx.name(&format!("{tag}.{round}.p{i}")))
+            .collect();
+        let dirs = [ctx.lock(), ctx.other()];
+        if let Create::Link = how {
+            for i in 0..2 {
+                create(dirs[i], &tmps[i], &ids[i])?;
+            }
+        }
+        let barrier = Barrier::new(2);
+        let won: Vec<std::result::Result<bool, String>> = std::thread::scope(|s| {
+            let hands: Vec<_> = (0..2)
+                .map(|i| {
+                    let (dir, name, id, tmp, pin) = (dirs[i], &name, &ids[i], &tmps[i], &pins[i]);
+                    let barrier = &barrier;
+                    s.spawn(move || -> std::result::Result<bool, String> {
+                        barrier.wait();
+                        match how {
+                            Create::Mkdir => match mkdirat(
+                                dir,
+                                name.as_os_str(),
+                                FileMode::from_bits_truncate(0o700),
+                            ) {
+                                Ok(()) => Ok(true),
+                                Err(Errno::EEXIST | Errno::EPERM | Errno::ENOENT) => Ok(false),
+                                Err(e) => Err(failed("mkdir", name, e)),
+                            },
+                            Create::Link => {
+                                match linkat(
+                                    dir,
+                                    tmp.as_os_str(),
+                                    dir,
+                                    name.as_os_str(),
+                                    AtFlags::empty(),
+                                ) {
+                                    Ok(()) | Err(Errno::EEXIST | Errno::EPERM | Errno::ENOENT) => {}
+                                    Err(e) => return Err(failed("link", name, e)),
+                                }
+                                Ok(content(ctx, dir, name)?.as_deref() == Some(id.as_bytes()))
+                            }
+                            Create::Symlink => {
+                                match symlinkat(id.as_str(), dir, name.as_os_str()) {
+                                    Ok(()) => Ok(true),
+                                    Err(Errno::EEXIST | Errno::EPERM | Errno::ENOENT) => {
+                                        let target = if ctx.remote {
+                                            pinned(ctx, dir, name, pin)?
+                                        } else {
+                                            readlinkat(dir, name.as_os_str()).ok()
+                                        };
+                                        Ok(target.as_deref() == Some(OsStr::new(id)))
+                                    }
+                                    Err(e) => Err(failed("symlink", name, e)),
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            hands
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("a contender panicked".into()))
+                })
+                .collect()
+        });
+        let mut winners = 0;
+        for w in won {
+            winners += usize::from(w?);
+        }
+        if winners != 1 {
+            return Ok(Outcome::Breaks(format!(
+                "round {} of {ROUNDS}: {winners} contenders were told they won",
+                round + 1
+            )));
+        }
+    }
+    let mut detail = format!(
+        "{ROUNDS} races of 2 contenders{}: one winner each",
+        if ctx.peer.is_some() {
+            " (one through the peer)"
+        } else {
+            ""
+        }
+    );
+    if let Some(peer) = ctx.peer.as_deref().map(AsFd::as_fd) {
+        // The peer looks first (its cache: missing), then the name is made here.
+        let name = ctx.name(&format!("{tag}.seq"));
+        let tmp = ctx.name(&format!("{tag}.seq.t"));
+        let _ = fstatat(peer, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW);
+        let here = ctx.lock();
+        let made = match how {
+            Create::Mkdir => mkdirat(here, name.as_os_str(), FileMode::from_bits_truncate(0o700)),
+            Create::Link => {
+                create(here, &tmp, "verify-here")?;
+                linkat(
+                    here,
+                    tmp.as_os_str(),
+                    here,
+                    name.as_os_str(),
+                    AtFlags::empty(),
+                )
+            }
+            Create::Symlink => symlinkat("verify-here", here, name.as_os_str()),
+        };
+        made.map_err(|e| failed(tag, &name, e))?;
+        let again = match how {
+            Create::Mkdir => mkdirat(peer, name.as_os_str(), FileMode::from_bits_truncate(0o700)),
+            Create::Link => {
+                let t2 = ctx.name(&format!("{tag}.seq.t2"));
+                create(peer, &t2, "verify-peer")?;
+                linkat(
+                    peer,
+                    t2.as_os_str(),
+                    peer,
+                    name.as_os_str(),
+                    AtFlags::empty(),
+                )
+            }
+            Create::Symlink => symlinkat("verify-peer", peer, name.as_os_str()),
+        };
+        if again.is_ok() {
+            return Ok(Outcome::Breaks(format!(
+                "{} made here was made again through the peer (its cache said it was missing)",
+                name.to_string_lossy()
+            )));
+        }
+        detail.push_str("; a name made here is refused through the peer");
+    }
+    Ok(Outcome::Holds(detail))
+}
+
+/// Measurements of each delay a backend relies on (the longest counts).
+const SAMPLES: usize = 3;
+
+/// Renames a new symlink over one name `RENAMES` times (as the state record is replaced),
+/// reading it back fresh after each (through a pin on a network filesystem, as the backends
+/// read it): it must read the new target every time, never missing.
+fn rename_over(ctx: &Ctx) -> Probed {
+    let name = ctx.name("rename");
+    let pin_name = ctx.name("rename.pin");
+    let here = ctx.lock();
+    symlinkat("verify-0", here, name.as_os_str()).map_err(|e| failed("cannot make", &name, e))?;
+    for k in 1..=RENAMES {
+        let tmp = ctx.name(&format!("rename.{k}"));
+        let target = format!("verify-{k}");
+        symlinkat(target.as_str(), here, tmp.as_os_str())
+            .and_then(|()| renameat(here, tmp.as_os_str(), here, name.as_os_str()))
+            .map_err(|e| failed("cannot rename over", &name, e))?;
+        let seen = if ctx.remote {
+            pinned(ctx, here, &name, &pin_name)?
+        } else {
+            readlinkat(here, name.as_os_str()).ok()
+        };
+        if seen.as_deref() != Some(OsStr::new(&target)) {
+            return Ok(Outcome::Breaks(format!(
+                "rename {k} of {RENAMES}: read back fresh as {seen:?}, not {target:?}"
+            )));
+        }
+    }
+    Ok(Outcome::Holds(format!(
+        "{RENAMES} renames over a symlink, each read back fresh at once"
+    )))
+}
+
+/// Renames new files over one name `RENAMES` times while a reader (through the peer, if any)
+/// opens and reads it fresh in a loop, at least once between two renames: how often the
+/// reader finds the name missing (or cannot read it) in the instant of a rename.
+fn rename_gaps(ctx: &Ctx) -> Probed {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let name = ctx.name("gaps");
+    let here = ctx.lock();
+    create(here, &name, "verify-0")?;
+    let tmps: Vec<OsString> = (1..=RENAMES)
+        .map(|k| ctx.name(&format!("gaps.{k}")))
+        .collect();
+    let (done, progress) = (AtomicBool::new(false), AtomicUsize::new(0));
+    let (missing, errors, reads, wrote) = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let (mut missing, mut errors, mut reads) = (0usize, Vec::new(), 0usize);
+            while !done.load(Ordering::Acquire) {
+                match content(ctx, ctx.other(), &name) {
+                    Ok(Some(_)) => {}
+                    Ok(None) => missing += 1,
+                    Err(e) => errors.push(e),
+                }
+                reads += 1;
+                progress.store(reads, Ordering::Release);
+            }
+            (missing, errors, reads)
+        });
+        let mut wrote = Ok(());
+        for (k, tmp) in tmps.iter().enumerate() {
+            // At least one read between two renames (bounded: a reader that hangs shows).
+            let t0 = Instant::now();
+            while progress.load(Ordering::Acquire) <= k && t0.elapsed() < ctx.bound {
+                std::thread::yield_now();
+            }
+            let r = create(here, tmp, &format!("verify-{}", k + 1)).and_then(|()| {
+                renameat(here, tmp.as_os_str(), here, name.as_os_str())
+                    .map_err(|e| failed("cannot rename over", &name, e))
+            });
+            if let Err(e) = r {
+                wrote = Err(e);
+                break;
+            }
+        }
+        done.store(true, Ordering::Release);
+        let (m, e, r) = reader
+            .join()
+            .unwrap_or((0, vec!["the reader panicked".into()], 0));
+        (m, e, r, wrote)
+    });
+    wrote?;
+    let through = if ctx.peer.is_some() {
+        " through the peer"
+    } else {
+        ""
+    };
+    if missing == 0 && errors.is_empty() {
+        return Ok(Outcome::Holds(format!(
+            "{reads} fresh reads{through} during {RENAMES} renames over a file: never missing"
+        )));
+    }
+    let mut what = Vec::new();
+    if missing > 0 {
+        what.push(format!("missing in {missing}"));
+    }
+    if let Some(e) = errors.first() {
+        what.push(format!("failed in {} ({e})", errors.len()));
+    }
+    Ok(Outcome::Breaks(format!(
+        "{} of {reads} fresh reads{through} during {RENAMES} renames over a file",
+        what.join(", ")
+    )))
+}
+
+/// A hard link to a symlink (a pin) is a symlink with the same target.
+fn pin_symlink(ctx: &Ctx) -> Probed {
+    let (name, pin_name) = (ctx.name("pin"), ctx.name("pin.p"));
+    let here = ctx.lock();
+    symlinkat("verify-pin", here, name.as_os_str()).map_err(|e| failed("cannot make", &name, e))?;
+    match pinned(ctx, here, &name, &pin_name) {
+        Ok(Some(t)) if t == "verify-pin" => Ok(Outcome::Holds(
+            "a hard link to a symlink reads its target".into(),
+        )),
+        Ok(t) => Ok(Outcome::Breaks(format!(
+            "a hard link to a symlink reads {t:?}, not \"verify-pin\""
+        ))),
+        Err(e) => Ok(Outcome::Breaks(e)),
+    }
+}
+
+/// The link count of a file linked twice, through this mount (and the peer).
+fn link_count(ctx: &Ctx) -> Probed {
+    let (a, b) = (ctx.name("nlink.a"), ctx.name("nlink.b"));
+    let here = ctx.lock();
+    create(here, &a, "verify")?;
+    linkat(here, a.as_os_str(), here, b.as_os_str(), AtFlags::empty())
+        .map_err(|e| failed("cannot link", &b, e))?;
+    let mut seen = Vec::new();
+    for (dir, which) in [
+        (Some(here), "here"),
+        (ctx.peer.as_deref().map(AsFd::as_fd), "through the peer"),
+    ] {
+        let Some(dir) = dir else { continue };
+        let st = fstatat(dir, b.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map_err(|e| failed("cannot stat", &b, e))?;
+        seen.push((st.st_nlink, which));
+    }
+    let text = seen
+        .iter()
+        .map(|(n, w)| format!("{n} {w}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if seen.iter().all(|(n, _)| *n == 2) {
+        Ok(Outcome::Holds(format!(
+            "a file linked twice counts 2 ({text})"
+        )))
+    } else {
+        Ok(Outcome::Breaks(format!(
+            "a file linked twice counts {text}"
+        )))
+    }
+}
+
+/// A symlink's own times can be set (`utimensat(AT_SYMLINK_NOFOLLOW)`) and read back.
+fn symlink_times(ctx: &Ctx) -> Probed {
+    let name = ctx.name("times");
+    let here = ctx.lock();
+    // A target that does not exist: a server that follows the link fails (sshfs).
+    symlinkat("verify-missing-target", here, name.as_os_str())
+        .map_err(|e| failed("cannot make", &name, e))?;
+    let t = TimeSpec::new(1_000_000_000, 0);
+    if let Err(e) = utimensat(
+        here,
+        name.as_os_str(),
+        &t,
+        &t,
+        UtimensatFlags::NoFollowSymlink,
+    ) {
+        return Ok(Outcome::Breaks(format!(
+            "cannot set a symlink's own times: {e}"
+        )));
+    }
+    let st = fstatat(here, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+        .map_err(|e| failed("cannot stat", &name, e))?;
+    if st.st_mtime != 1_000_000_000 {
+        return Ok(Outcome::Breaks(format!(
+            "a symlink's times were set, but read back as {} (not 1000000000)",
+            st.st_mtime
+        )));
+    }
+    Ok(Outcome::Holds("set and read back".into()))
+}
+
+/// A heartbeat record rewritten in place by the backends' own [`write_beat`], read back
+/// fresh by [`read_record`].
+fn record_rewrite(ctx: &Ctx) -> Probed {
+    let name = ctx.name("beat");
+    let here = ctx.lock();
+    let rec = Record::ours(&ctx.profile);
+    create(here, &name, &rec.render_beat(0))?;
+    match write_beat(here, &name, &ctx.shown(&name), &rec, 1) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Ok(Outcome::Breaks(
+                "the record written was not read back as ours".into(),
+            ));
+        }
+        Err(e) => return Ok(Outcome::Breaks(e.message().to_string())),
+    }
+    match content(ctx, here, &name)? {
+        Some(c) if c == rec.render_beat(1).as_bytes() => Ok(Outcome::Holds(
+            "rewritten in place, synced, read back fresh".into(),
+        )),
+        c => Ok(Outcome::Breaks(format!(
+            "read back as {:?} after the rewrite",
+            c.map(|c| String::from_utf8_lossy(&c).into_owned())
+        ))),
+    }
+}
+
+/// flock(2) on two descriptors of one file through this mount: the second must be refused.
+fn flock_here(ctx: &Ctx) -> Probed {
+    let name = ctx.name("flock");
+    let open = |dir: BorrowedFd<'_>| -> std::result::Result<File, String> {
+        openat(
+            dir,
+            name.as_os_str(),
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_CLOEXEC,
+            FileMode::from_bits_truncate(0o600),
+        )
+        .map(File::from)
+        .map_err(|e| failed("cannot open", &name, e))
+    };
+    let (a, b) = (open(ctx.lock())?, open(ctx.lock())?);
+    a.try_lock().map_err(|e| failed("cannot flock", &name, e))?;
+    match b.try_lock() {
+        Ok(()) => Ok(Outcome::Breaks(
+            "two descriptors of one file both got LOCK_EX".into(),
+        )),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            Ok(Outcome::Holds("a second descriptor is refused".into()))
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(failed("cannot flock", &name, e)),
+    }
+}
+
+/// flock(2) through this mount, then through the peer: the peer must be refused while it is
+/// held, and get it once it is released.
+fn flock_across(ctx: &Ctx, peer: &OwnedFd) -> Probed {
+    let name = ctx.name("flock.peer");
+    let open = |dir: BorrowedFd<'_>| -> std::result::Result<File, String> {
+        openat(
+            dir,
+            name.as_os_str(),
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_CLOEXEC,
+            FileMode::from_bits_truncate(0o600),
+        )
+        .map(File::from)
+        .map_err(|e| failed("cannot open", &name, e))
+    };
+    let a = open(ctx.lock())?;
+    a.try_lock().map_err(|e| failed("cannot flock", &name, e))?;
+    let b = open(peer.as_fd())?;
+    match b.try_lock() {
+        Ok(()) => Ok(Outcome::Breaks(
+            "a lock held here is not seen through the peer (flock(2) is node-local here): both got LOCK_EX".into(),
+        )),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            drop(a);
+            let after = match b.try_lock() {
+                Ok(()) => "; it gets it once released here",
+                Err(_) => "; (not granted at once after the release here)",
+            };
+            Ok(Outcome::Holds(format!("the peer is refused while it is held here{after}")))
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(failed("cannot flock", &name, e)),
+    }
+}
+
+/// The changes whose delay through the peer is measured.
+#[derive(Clone, Copy)]
+enum Change {
+    /// A new name: looked up through the peer (missing), created here.
+    NameCreated,
+    /// A name seen through the peer, removed here.
+    NameRemoved,
+    /// A record seen through the peer, rewritten in place here ([`write_beat`]); read fresh.
+    Rewrite,
+    /// A record seen through the peer, replaced here by a rename; read fresh.
+    Rename,
+    /// A symlink seen through the peer, replaced here by a rename; read through a pin.
+    Pinned,
+    /// The same, read with `readlink(2)`.
+    Readlink,
+}
+
+/// How late `change` made here shows through the peer: the longest of [`SAMPLES`] for the
+/// records locksmith reads fresh (one sample may catch a cache part-way through its time),
+/// one for the rest (sshfs's 20 s name cache would double the run).
+fn delay(ctx: &Ctx, peer: &OwnedFd, change: Change) -> Probed {
+    let n = match change {
+        Change::Rewrite | Change::Rename | Change::Pinned => SAMPLES,
+        _ => 1,
+    };
+    let mut longest = Duration::ZERO;
+    for i in 0..n {
+        match delay_once(ctx, peer, change, i)? {
+            Outcome::Delay(Some(d)) => longest = longest.max(d),
+            other => return Ok(other),
+        }
+    }
+    Ok(Outcome::Delay(Some(longest)))
+}
+
+/// One measurement of [`delay`] (`i`: its number, for unique names).
+fn delay_once(ctx: &Ctx, peer: &OwnedFd, change: Change, i: usize) -> Probed {
+    let tag = match change {
+        Change::NameCreated => "d.create",
+        Change::NameRemoved => "d.remove",
+        Change::Rewrite => "d.rewrite",
+        Change::Rename => "d.rename",
+        Change::Pinned => "d.pin",
+        Change::Readlink => "d.readlink",
+    };
+    let (name, tmp, pin_name) = (
+        ctx.name(&format!("{tag}.{i}")),
+        ctx.name(&format!("{tag}.{i}.t")),
+        ctx.name(&format!("{tag}.{i}.p")),
+    );
+    let (here, there, bound) = (ctx.lock(), peer.as_fd(), ctx.bound);
+    let exists =
+        |dir: BorrowedFd<'_>| match fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(_) => Ok(true),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(e) => Err(failed("cannot stat", &name, e)),
+        };
+    let reads = |text: &str| -> std::result::Result<bool, String> {
+        Ok(match change {
+            Change::Pinned => {
+                pinned(ctx, there, &name, &pin_name)?.as_deref() == Some(OsStr::new(text))
+            }
+            Change::Readlink => {
+                readlinkat(there, name.as_os_str()).ok().as_deref() == Some(OsStr::new(text))
+            }
+            _ => content(ctx, there, &name)?.as_deref() == Some(text.as_bytes()),
+        })
+    };
+    // The old answer, seen through the peer first (so that its cache holds it).
+    let rec = Record::ours(&ctx.profile);
+    let (old, new) = match change {
+        Change::Rewrite => (rec.render_beat(0), rec.render_beat(1)),
+        _ => ("verify-old".to_string(), "verify-new".to_string()),
+    };
+    let primed = match change {
+        Change::NameCreated => exists(there)?.then_some(Duration::ZERO),
+        Change::NameRemoved => {
+            create(here, &name, &old)?;
+            until(Instant::now(), bound, || exists(there))?
+        }
+        Change::Rewrite | Change::Rename => {
+            create(here, &name, &old)?;
+            until(Instant::now(), bound, || reads(&old))?
+        }
+        Change::Pinned | Change::Readlink => {
+            symlinkat(old.as_str(), here, name.as_os_str())
+                .map_err(|e| failed("cannot make", &name, e))?;
+            until(Instant::now(), bound, || reads(&old))?
+        }
+    };
+    match (change, primed) {
+        (Change::NameCreated, Some(_)) => {
+            return Err("the new name already showed through the peer".into());
+        }
+        (Change::NameCreated, None) => {}
+        (_, None) => {
+            return Err(format!(
+                "the first version did not show through the peer within {}",
+                fmt_duration(bound)
+            ));
+        }
+        _ => {}
+    }
+    // The change, then the wait for it.
+    let r = match change {
+        Change::NameCreated => create(here, &name, &new),
+        Change::NameRemoved => unlinkat(here, name.as_os_str(), UnlinkatFlags::NoRemoveDir)
+            .map_err(|e| failed("cannot remove", &name, e)),
+        Change::Rewrite => match write_beat(here, &name, &ctx.shown(&name), &rec, 1) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("the record was not ours to rewrite".into()),
+            Err(e) => Err(e.message().to_string()),
+        },
+        Change::Rename => create(here, &tmp, &new).and_then(|()| {
+            renameat(here, tmp.as_os_str(), here, name.as_os_str())
+                .map_err(|e| failed("cannot rename over", &name, e))
+        }),
+        Change::Pinned | Change::Readlink => symlinkat(new.as_str(), here, tmp.as_os_str())
+            .and_then(|()| renameat(here, tmp.as_os_str(), here, name.as_os_str()))
+            .map_err(|e| failed("cannot rename over", &name, e)),
+    };
+    r?;
+    let t0 = Instant::now();
+    let d = match change {
+        Change::NameCreated => until(t0, bound, || exists(there))?,
+        Change::NameRemoved => until(t0, bound, || exists(there).map(|e| !e))?,
+        _ => until(t0, bound, || reads(&new))?,
+    };
+    Ok(Outcome::Delay(d))
+}
+
+/// One line to probe: what, whether the backend relies on it, and how.
+struct Probe {
+    property: &'static str,
+    /// `None`: relied on. `Some(why)`: measured for information; why the backend does not
+    /// need it.
+    not_relied: Option<&'static str>,
+    run: Box<dyn FnOnce(&Ctx) -> Probed + Send>,
+}
+
+fn probe(
+    property: &'static str,
+    relied: bool,
+    why_not: &'static str,
+    run: impl FnOnce(&Ctx) -> Probed + Send + 'static,
+) -> Probe {
+    Probe {
+        property,
+        not_relied: (!relied).then_some(why_not),
+        run: Box::new(run),
+    }
+}
+
+/// The properties `scheme` relies on at `fs` (`local`: the profile's `local = true`), and the
+/// ones measured for information (see each backend's module docs).
+fn probes(scheme: Scheme, remote: bool, local: bool, peer: Option<Arc<OwnedFd>>) -> Vec<Probe> {
+    let beats = scheme.heartbeats() && !local;
+    let fresh = reads_fresh(scheme, remote, local);
+    let mut v = Vec::new();
+    match scheme {
+        Scheme::Flock => {
+            v.push(probe("flock on this mount", true, "", flock_here));
+        }
+        Scheme::Mkdir => v.push(probe("mkdir exclusive", true, "", |c| {
+            exclusive(c, Create::Mkdir)
+        })),
+        Scheme::Link => v.push(probe("link exclusive", true, "", |c| {
+            exclusive(c, Create::Link)
+        })),
+        Scheme::Symlink => v.push(probe("symlink exclusive", true, "", |c| {
+            exclusive(c, Create::Symlink)
+        })),
+    }
+    v.push(probe("rename over a name", true, "", rename_over));
+    v.push(probe(
+        "rename atomicity",
+        false,
+        "a record is renamed over by its holder only, and a reader that finds it missing in that instant sees a change, which never counts toward a break",
+        rename_gaps,
+    ));
+    if scheme != Scheme::Flock {
+        v.push(probe(
+            "pin (link a symlink)",
+            remote,
+            "records are read directly on a local filesystem",
+            pin_symlink,
+        ));
+    }
+    if scheme == Scheme::Link {
+        v.push(probe(
+            "link count",
+            false,
+            "link judges by the content the lock name holds",
+            link_count,
+        ));
+    }
+    if matches!(scheme, Scheme::Mkdir | Scheme::Symlink) {
+        v.push(probe(
+            "symlink times",
+            beats && !remote,
+            if local {
+                "local = true: no heartbeat"
+            } else {
+                "on a network filesystem the heartbeat is a record file"
+            },
+            symlink_times,
+        ));
+    }
+    if scheme.heartbeats() {
+        v.push(probe(
+            "record rewrite",
+            beats && (remote || scheme != Scheme::Symlink),
+            if local {
+                "local = true: no heartbeat"
+            } else {
+                "this backend's heartbeat here is a symlink's times"
+            },
+            record_rewrite,
+        ));
+    }
+    match (&peer, scheme) {
+        (Some(p), Scheme::Flock) => {
+            let p = p.clone();
+            v.push(probe("flock across mounts", true, "", move |c| {
+                flock_across(c, &p)
+            }));
+        }
+        (None, Scheme::Flock) => v.push(Probe {
+            property: "flock across mounts",
+            not_relied: None,
+            run: Box::new(|_| Err("unmeasured".into())),
+        }),
+        _ => {}
+    }
+    if let Some(p) = peer {
+        for (property, change, relied, why) in delays(fresh) {
+            let p = p.clone();
+            v.push(Probe {
+                property,
+                not_relied: (!relied).then_some(why),
+                run: Box::new(move |c| delay(c, &p, change)),
+            });
+        }
+    }
+    v
+}
+
+/// Whether `scheme` reads records fresh across hosts (so their delays through a peer count):
+/// the heartbeat backends on a network filesystem, unless `local = true`.
+fn reads_fresh(scheme: Scheme, remote: bool, local: bool) -> bool {
+    scheme.heartbeats() && !local && remote
+}
+
+/// The delays measured through a peer: property, change, relied on (given `fresh`: records
+/// are read fresh across hosts), and why not.
+fn delays(fresh: bool) -> [(&'static str, Change, bool, &'static str); 6] {
+    [
+        (
+            "name delay (create)",
+            Change::NameCreated,
+            false,
+            "a new lock name is decided by the server, not a cache",
+        ),
+        (
+            "name delay (remove)",
+            Change::NameRemoved,
+            false,
+            "a freed lock may look held this long through the peer: slower handoff, not unsafe",
+        ),
+        (
+            "content delay (rewrite)",
+            Change::Rewrite,
+            fresh,
+            "no heartbeat record is read across hosts here",
+        ),
+        (
+            "content delay (rename)",
+            Change::Rename,
+            fresh,
+            "no heartbeat record is read across hosts here",
+        ),
+        (
+            "pinned read delay",
+            Change::Pinned,
+            fresh,
+            "no record is read through a pin here",
+        ),
+        (
+            "readlink delay",
+            Change::Readlink,
+            false,
+            "records are read through pins, not readlink, on a network filesystem",
+        ),
+    ]
+}
+
+/// The lock's directory, opened as the backends open it.
+fn open_dir(path: &Path, what: &str) -> Result<OwnedFd> {
+    nix::fcntl::open(
+        path,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        FileMode::empty(),
+    )
+    .map_err(|e| Error::path(what, path, e.into()))
+}
+
+/// Probes the directory of the file lock `cfg` (backend `scheme`, profile `p`) and, with
+/// `peer` (the same server directory through another mount), how it looks from there.
+/// `Err` only where nothing could be probed (the directory cannot be opened or written, the
+/// peer does not show it); an unsafe backend is a [`Report`] with problems.
+///
+/// All of it runs on a thread of its own, waited for at most a bound worked out from the
+/// profile (three times the longest a change may take to show, plus half a minute): even an
+/// `open` of the directory on a mount whose server is gone makes this an I/O error (74), not
+/// a hang. Each probe has its own, shorter bound (a `FAIL` line).
+pub fn verify(p: &Profile, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) -> Result<Report> {
+    let longest = UNKNOWN_CACHE
+        .max(cfg.cache_time.unwrap_or_default())
+        .max(p.common.stale_after)
+        + Duration::from_secs(5);
+    let overall = longest * 3 + Duration::from_secs(30);
+    let (tx, rx) = mpsc::channel();
+    let (p2, cfg2, peer2) = (p.clone(), cfg.clone(), peer.map(Path::to_path_buf));
+    std::thread::spawn(move || {
+        let _ = tx.send(verify_here(&p2, scheme, &cfg2, peer2.as_deref()));
+    });
+    rx.recv_timeout(overall).unwrap_or_else(|_| {
+        Err(err!(
+            Io,
+            "the filesystem of lock {} did not answer within {}: verify gave up",
+            cfg.path.display(),
+            fmt_duration(overall)
+        ))
+    })
+}
+
+fn verify_here(p: &Profile, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) -> Result<Report> {
+    let parent = cfg
+        .path
+        .parent()
+        .map_or_else(|| PathBuf::from("/"), PathBuf::from);
+    let lock_name = cfg.path.file_name().map(OsString::from).unwrap_or_default();
+    let dir = open_dir(&parent, "cannot open the directory of lock")?;
+    let dir_st = fstat(&dir).map_err(|e| Error::path("cannot stat", &parent, e.into()))?;
+    let fs = detect(dir.as_fd());
+    let stale_after = p.common.stale_after;
+    let mode = if p.common.shared {
+        Mode::Shared
+    } else {
+        Mode::Exclusive
+    };
+    let mut findings = Vec::new();
+    let mut problems = Vec::new();
+    let mut add = |property: &'static str, status: Status, detail: String| {
+        findings.push(Finding {
+            property,
+            status,
+            detail,
+        });
+    };
+
+    add(
+        "filesystem",
+        Status::Info,
+        format!(
+            "{}: {}",
+            fs.name,
+            if fs.remote {
+                "network or FUSE (another host may see it differently)"
+            } else {
+                "local"
+            }
+        ),
+    );
+    match check_dir_mode(dir_st.st_mode, &parent) {
+        Ok(()) => add(
+            "directory",
+            Status::Ok,
+            format!(
+                "{} (mode {:04o})",
+                parent.display(),
+                dir_st.st_mode & 0o7777
+            ),
+        ),
+        Err(e) => {
+            problems.push(e.message().to_string());
+            add("directory", Status::Fail, e.message().to_string());
+        }
+    }
+
+    let prefix = format!(
+        ".{}.verify.{}.",
+        lock_name.to_string_lossy(),
+        crate::host::nonce()
+    );
+    // Can we write here at all? (Denied, read-only: the SPEC's codes, as for a lock.)
+    let probe_name = OsString::from(format!("{prefix}w"));
+    openat(
+        dir.as_fd(),
+        probe_name.as_os_str(),
+        OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC,
+        FileMode::from_bits_truncate(0o600),
+    )
+    .map_err(|e| Error::path("cannot create probe files beside lock", &cfg.path, e.into()))?;
+    let _ = unlinkat(
+        dir.as_fd(),
+        probe_name.as_os_str(),
+        UnlinkatFlags::NoRemoveDir,
+    );
+
+    let (limit, limit_how) = cache_time(&fs, cfg);
+    let bound = limit.max(UNKNOWN_CACHE).max(stale_after) + Duration::from_secs(5);
+    let dir = Arc::new(dir);
+    let mut ctx = Ctx {
+        lock: dir.clone(),
+        peer: None,
+        shown: parent.clone(),
+        prefix,
+        made: Arc::new(Mutex::new(Vec::new())),
+        bound,
+        remote: fs.remote,
+        profile: p.name.clone(),
+    };
+
+    // The peer: another mount of the same directory.
+    let mut unmeasured_why = "no --peer given".to_string();
+    match peer {
+        None => add(
+            "peer",
+            Status::Unmeasured,
+            "none given (--peer DIR): nothing measured across mounts".into(),
+        ),
+        Some(peer_path) => {
+            let pfd = open_dir(peer_path, "--peer: cannot open directory")
+                .map_err(|e| err!(Usage, "{}", e.message()))?;
+            let pst = fstat(&pfd).map_err(|e| Error::path("cannot stat", peer_path, e.into()))?;
+            if pst.st_dev == dir_st.st_dev && pst.st_ino != dir_st.st_ino {
+                return Err(err!(
+                    Usage,
+                    "--peer {} is another directory on the lock's filesystem, not the lock's directory {} through another mount",
+                    peer_path.display(),
+                    parent.display()
+                ));
+            }
+            // Without a cache on either side, a file shows at once or never.
+            let pfs = detect(pfd.as_fd());
+            let wait = if fs.remote || pfs.remote {
+                bound
+            } else {
+                Duration::from_secs(1)
+            };
+            let name = ctx.name("peer");
+            let r = (|| -> std::result::Result<Option<Duration>, String> {
+                create(ctx.lock(), &name, &name.to_string_lossy())?;
+                let t0 = Instant::now();
+                until(t0, wait, || {
+                    Ok(content(&ctx, pfd.as_fd(), &name)?.as_deref()
+                        == Some(name.as_encoded_bytes()))
+                })
+            })();
+            let seen = match r {
+                Ok(Some(d)) => d,
+                Ok(None) | Err(_) => {
+                    ctx.sweep();
+                    return Err(err!(
+                        Usage,
+                        "--peer {} does not show the lock's directory {}: a file made there did not appear through it within {}{}",
+                        peer_path.display(),
+                        parent.display(),
+                        fmt_duration(wait),
+                        r.err().map(|e| format!(" ({e})")).unwrap_or_default()
+                    ));
+                }
+            };
+            if pst.st_dev == dir_st.st_dev {
+                unmeasured_why = format!(
+                    "--peer {} is on the lock's own mount: it shares its caches",
+                    peer_path.display()
+                );
+                add(
+                    "peer",
+                    Status::Unmeasured,
+                    format!("{unmeasured_why}, so it cannot stand in for another host"),
+                );
+            } else {
+                add(
+                    "peer",
+                    Status::Ok,
+                    format!(
+                        "{} shows the lock's directory through another mount ({}; a new file showed after {})",
+                        peer_path.display(),
+                        pfs.name,
+                        figure(seen)
+                    ),
+                );
+                ctx.peer = Some(Arc::new(pfd));
+            }
+        }
+    }
+
+    // Every probe at once, each on its own thread, waited for within a bound.
+    let list = probes(scheme, fs.remote, cfg.local, ctx.peer.clone());
+    let (tx, rx) = mpsc::channel();
+    let mut meta = Vec::new();
+    for (i, pr) in list.into_iter().enumerate() {
+        meta.push((pr.property, pr.not_relied));
+        let (tx, c) = (tx.clone(), ctx.clone());
+        let run = pr.run;
+        std::thread::spawn(move || {
+            let _ = tx.send((i, run(&c)));
+        });
+    }
+    drop(tx);
+    let deadline = Instant::now() + bound * 2 + Duration::from_secs(10);
+    let mut results: Vec<Option<Probed>> = meta.iter().map(|_| None).collect();
+    while results.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((i, r)) => results[i] = Some(r),
+            Err(_) => break,
+        }
+    }
+
+    if ctx.peer.is_none() {
+        let relied: Vec<&str> = delays(reads_fresh(scheme, fs.remote, cfg.local))
+            .iter()
+            .filter(|d| d.2)
+            .map(|d| d.0)
+            .collect();
+        let detail = if relied.is_empty() {
+            format!("{unmeasured_why} (none relied on here)")
+        } else {
+            format!(
+                "{unmeasured_why}: the {} relied on are taken to stay within the cache time {} ({limit_how})",
+                relied.join(", "),
+                fmt_duration(limit)
+            )
+        };
+        meta.push(("cross-mount delays", None));
+        results.push(Some(Err(format!("unmeasured: {detail}"))));
+    }
+    let mut worst: Option<Duration> = None;
+    for ((property, not_relied), r) in meta.into_iter().zip(results) {
+        let relied = not_relied.is_none();
+        let aside = |s: String, status: Status| match not_relied {
+            Some(why) if status != Status::Unmeasured => format!("{s} (not relied on: {why})"),
+            _ => s,
+        };
+        let (status, detail) = match r {
+            None => (
+                Status::Fail,
+                format!(
+                    "no answer within {} (the filesystem hangs?)",
+                    fmt_duration(bound * 2 + Duration::from_secs(10))
+                ),
+            ),
+            Some(Err(e)) if e == "unmeasured" => (Status::Unmeasured, unmeasured_why.clone()),
+            Some(Err(e)) if e.starts_with("unmeasured: ") => {
+                (Status::Unmeasured, e["unmeasured: ".len()..].to_string())
+            }
+            Some(Err(e)) => (Status::Fail, format!("could not probe: {e}")),
+            Some(Ok(Outcome::Holds(s))) => (Status::Ok, s),
+            Some(Ok(Outcome::Breaks(s))) => (Status::Fail, s),
+            Some(Ok(Outcome::Delay(Some(d)))) => {
+                if relied {
+                    worst = Some(worst.map_or(d, |w| w.max(d)));
+                }
+                // With room to spare: one run may not catch the cache at its longest.
+                let needs = suggest_cache_time(d);
+                if relied && needs > limit {
+                    (
+                        Status::Fail,
+                        format!(
+                            "{} (longest of {SAMPLES}): with room to spare that needs a cache time of {}, more than {} ({limit_how})",
+                            figure(d),
+                            fmt_duration(needs),
+                            fmt_duration(limit)
+                        ),
+                    )
+                } else if relied {
+                    (
+                        Status::Ok,
+                        format!(
+                            "{} (longest of {SAMPLES}; with room to spare within the cache time {}, {limit_how})",
+                            figure(d),
+                            fmt_duration(limit)
+                        ),
+                    )
+                } else {
+                    (Status::Ok, figure(d))
+                }
+            }
+            Some(Ok(Outcome::Delay(None))) => {
+                if relied {
+                    worst = Some(worst.map_or(bound, |w| w.max(bound)));
+                }
+                (
+                    Status::Fail,
+                    format!("not shown within {}", fmt_duration(bound)),
+                )
+            }
+        };
+        let status = match (status, relied) {
+            (Status::Unmeasured, _) => Status::Unmeasured,
+            (_, false) => Status::Info,
+            (s, true) => s,
+        };
+        if status == Status::Fail {
+            problems.push(format!("{property}: {detail}"));
+        }
+        add(property, status, aside(detail, status));
+    }
+
+    // locksmith's own rule for this profile here (the one place: lockdir::check).
+    let heartbeats = scheme.heartbeats();
+    let rule = check(
+        &fs,
+        if heartbeats { &parent } else { &cfg.path },
+        cfg,
+        if heartbeats {
+            stale_after
+        } else {
+            Duration::ZERO
+        },
+        heartbeats,
+    )
+    .and_then(|()| match scheme {
+        Scheme::Symlink => {
+            crate::backend::symlink::check_shared(&cfg.path, fs.remote, &fs.name, mode, cfg.local)
+        }
+        _ => Ok(()),
+    });
+    let rule_detail = match (&rule, scheme, fs.remote, cfg.local) {
+        (Err(e), ..) => e.message().to_string(),
+        (Ok(()), _, true, true) => "local = true: every contender runs on this host".into(),
+        (Ok(()), Scheme::Flock, ..) => "a local filesystem: the kernel's flock(2) decides".into(),
+        (Ok(()), _, false, _) => format!(
+            "stale_after {}: a local filesystem, no cache to outwait",
+            fmt_duration(stale_after)
+        ),
+        (Ok(()), _, true, false) => format!(
+            "stale_after {} > the cache time {} ({limit_how})",
+            fmt_duration(stale_after),
+            fmt_duration(limit)
+        ),
+    };
+    if rule.is_err() {
+        problems.insert(0, rule_detail.clone());
+    }
+    add(
+        "profile",
+        if rule.is_ok() {
+            Status::Ok
+        } else {
+            Status::Fail
+        },
+        rule_detail,
+    );
+
+    // Where the rule counts with a cache time, the stale_after it accepts.
+    let counts_cache = heartbeats && fs.remote && !cfg.local;
+    let mut accepts = format!("backend {} keeps SPEC §6 here", scheme.name());
+    if counts_cache {
+        accepts.push_str(&format!(
+            "; it accepts stale_after above {} ({limit_how})",
+            fmt_duration(limit)
+        ));
+        match worst {
+            Some(w) => accepts.push_str(&format!(
+                "; records showed through the peer within {}",
+                figure(w)
+            )),
+            None => accepts.push_str(&format!(
+                "; cross-mount delays unmeasured ({unmeasured_why}): that cache time is taken on trust"
+            )),
+        }
+    } else if heartbeats && !cfg.local {
+        accepts.push_str(&format!(
+            "; any stale_after (now {}): no cache to outwait",
+            fmt_duration(stale_after)
+        ));
+    }
+    if fs.remote && cfg.local {
+        accepts.push_str(" only with every contender on this host and this mount (local = true)");
+    }
+    // What to set, where a measured delay outgrew the cache time counted with.
+    if counts_cache
+        && let Some(w) = worst
+        && suggest_cache_time(w) > limit
+    {
+        let c = suggest_cache_time(w);
+        problems.push(format!(
+            "set cache_time = \"{}\" (the measured {} with room to spare) and stale_after above it",
+            fmt_duration(c),
+            figure(w)
+        ));
+    } else if counts_cache
+        && cfg.cache_time.is_none()
+        && rule.is_err()
+        && let Some(w) = worst
+    {
+        problems.push(format!(
+            "measured: records showed through the peer within {}, so cache_time = \"{}\" with stale_after above it would do",
+            figure(w),
+            fmt_duration(suggest_cache_time(w))
+        ));
+    }
+
+    let left = ctx.sweep_bounded();
+    Ok(Report {
+        header: format!(
+            "locksmith verify {}: backend {}, lock {}",
+            p.name,
+            scheme.name(),
+            cfg.path.display()
+        ),
+        findings,
+        problems,
+        accepts,
+        left,
+    })
+}
+
+impl Ctx {
+    /// [`sweep`](Self::sweep) on a thread, waited for at most 10 s.
+    fn sweep_bounded(&self) -> Vec<String> {
+        let (tx, rx) = mpsc::channel();
+        let c = self.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(c.sweep());
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| vec![format!("{}* (no answer within 10s)", self.prefix)])
+    }
+}

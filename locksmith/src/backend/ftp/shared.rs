@@ -173,8 +173,10 @@ impl Ftp {
     fn drain(&mut self) -> Result<Vec<Holder>> {
         let dir = self.s.readers_dir();
         // Exclusive-only locks never have readers: one refused `CWD` says so.
-        if !self.s.is_dir(&dir)? {
-            debug!("drain: CWD {dir} refused: no readers");
+        // libunftp has refused a `CWD` spuriously under load: a refusal alone must never make
+        // a writer overlook a reader, so it is confirmed by a listing.
+        if !self.s.is_dir(&dir)? && self.s.entries(&dir)?.is_empty() {
+            debug!("drain: CWD {dir} refused and it lists nothing: no readers");
             return Ok(Vec::new());
         }
         if self.s.cmd("RMD", |c| c.rmdir(dir.as_str()))?.is_ok() {
@@ -346,10 +348,15 @@ struct Readers<'a> {
 }
 
 impl Readers<'_> {
-    fn remove_dir(&mut self) -> Result<()> {
+    /// Removes `NAME.readers`. `Ok(true)`: it is gone. `RMD` refused while it still exists:
+    /// it holds an entry our listing did not show (libunftp has answered a listing without
+    /// entries that were there) — a writer must not hold then.
+    fn remove_dir(&mut self) -> Result<bool> {
         let dir = self.dir.clone();
-        let _ = self.s.cmd("RMD", |c| c.rmdir(dir.as_str()))?;
-        Ok(())
+        if self.s.cmd("RMD", |c| c.rmdir(dir.as_str()))?.is_ok() {
+            return Ok(true);
+        }
+        Ok(!self.s.is_dir(&dir)?)
     }
 }
 
@@ -357,8 +364,15 @@ impl Holders for Readers<'_> {
     fn holders(&mut self) -> Result<Option<Vec<Evidence>>> {
         let names = self.s.entries(&self.dir)?;
         if names.is_empty() {
-            self.remove_dir()?;
-            return Ok(None);
+            return Ok(if self.remove_dir()? {
+                None
+            } else {
+                debug!(
+                    "{} lists nothing but cannot be removed: looking again",
+                    self.dir
+                );
+                Some(Vec::new())
+            });
         }
         Ok(Some(
             names
@@ -385,9 +399,8 @@ impl Holders for Readers<'_> {
         self.s.remove_marker(&target)
     }
 
-    /// The last reader removed: `NAME.readers` goes too.
+    /// The last reader removed: `NAME.readers` goes too (or they are not all gone).
     fn finish(&mut self) -> Result<bool> {
-        self.remove_dir()?;
-        Ok(true)
+        self.remove_dir()
     }
 }

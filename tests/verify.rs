@@ -595,13 +595,20 @@ fn gluster_records_show_late_and_verify_says_what_to_set() {
     }
     verdict("verify tight --peer b (gluster)", &o, &problems);
     let o = sb.output(["verify", "--peer", &peer, "loose"]);
-    verdict(
-        "verify loose --peer b (gluster)",
-        &o,
-        &if code(o.status) == 0 {
+    let out = stdout(&o);
+    let fails: Vec<&str> = out.lines().filter(|l| l.contains(" FAIL ")).collect();
+    // GlusterFS with its default caches was seen (1 run in ~3 under load) to answer a racing
+    // mkdir with EEXIST/EPERM to *both* contenders while one of them made the directory: a
+    // lock nobody holds, which only `break --force` removes (issue 12's note). verify saying
+    // so is right; every other FAIL is a problem.
+    let lost_race = |l: &&str| l.contains("mkdir exclusive") && l.contains("0 contenders");
+    let problems = match code(o.status) {
+        0 => Vec::new(),
+        78 if !fails.is_empty() && fails.iter().all(lost_race) => {
+            eprintln!("verify gluster mkdir: the lost race was seen: {}", fails[0]);
             Vec::new()
-        } else {
-            vec![format!("exit {} (0 expected)", code(o.status))]
-        },
-    );
+        }
+        c => vec![format!("exit {c} (0 expected), FAIL lines {fails:?}")],
+    };
+    verdict("verify loose --peer b (gluster)", &o, &problems);
 }

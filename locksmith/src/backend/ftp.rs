@@ -111,13 +111,7 @@ pub struct Ftp {
 
 impl Ftp {
     pub fn new(cfg: FtpConfig, profile: &Profile) -> Ftp {
-        let judge = Judge::new(
-            &profile.name,
-            PathBuf::from(session::url_of(&cfg)),
-            profile.common.stale_after,
-            profile.common.poll,
-            false,
-        );
+        let judge = Judge::new(profile, PathBuf::from(session::url_of(&cfg)), false);
         Ftp {
             s: Session::new(cfg, profile.common.stale_after),
             profile: profile.name.clone(),

@@ -369,6 +369,41 @@ impl LockDir {
         }
         Ok(Some(file))
     }
+
+    /// Publishes the heartbeat record `text` as the regular file `name` (in `at`, else the
+    /// parent), replacing what is there: written under the unique name `tmp`, then renamed
+    /// over `name` (a network filesystem may answer EEXIST for `name` itself from its cache of
+    /// an earlier one). Nothing is left on failure.
+    pub fn publish(
+        &mut self,
+        at: Option<BorrowedFd<'_>>,
+        tmp: &OsStr,
+        name: &OsStr,
+        text: &str,
+    ) -> Result<()> {
+        let shown = self.shown(name);
+        if self.create_file(at, tmp, text)?.is_none() {
+            return Err(err!(
+                Io,
+                "cannot write heartbeat record {}: {} is in the way",
+                shown.display(),
+                self.shown(tmp).display()
+            ));
+        }
+        let dir = match at {
+            Some(d) => d,
+            None => self.fd()?,
+        };
+        if let Err(e) = nix::fcntl::renameat(dir, tmp, dir, name) {
+            let _ = nix::unistd::unlinkat(dir, tmp, nix::unistd::UnlinkatFlags::NoRemoveDir);
+            return Err(Error::path(
+                "cannot write heartbeat record",
+                &shown,
+                e.into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Runs `f` (a call that looks a name up) again while it fails with `ESTALE`: a network

@@ -138,13 +138,7 @@ impl Mkdir {
                 // the path NFS users take on a machine that cannot mount NFS.
                 plain_mkdir: std::env::var_os("LOCKSMITH_MKDIR_PLAIN").is_some_and(|v| v == "1"),
             },
-            judge: Judge::new(
-                &profile.name,
-                cfg.path.clone(),
-                profile.common.stale_after,
-                profile.common.poll,
-                cfg.local,
-            ),
+            judge: Judge::new(profile, cfg.path.clone(), cfg.local),
             cfg,
             ours: None,
             wake: Wakeups::default(),
@@ -312,21 +306,14 @@ impl Files {
                 nix::unistd::fchown(&fd, None, Some(nix::unistd::Gid::from_raw(g)))
                     .map_err(|e| Error::path("cannot chgrp", &path, e.into()))?;
             }
-            // Under a unique name, then renamed: a network filesystem may still answer EEXIST
-            // for `beat` from its cache of the lock's previous directory (sshfs).
+            // sshfs answered EEXIST for `beat` from its cache of the lock's previous directory.
             let tmp = format!("{BEAT}.{}", rec.nonce);
-            self.dir
-                .create_file(Some(fd.as_fd()), tmp.as_ref(), &rec.render_beat(0))?
-                .ok_or_else(|| {
-                    err!(
-                        Io,
-                        "cannot write the heartbeat record in {}: it exists",
-                        path.display()
-                    )
-                })?;
-            renameat(&fd, tmp.as_str(), &fd, BEAT).map_err(|e| {
-                Error::path("cannot write the heartbeat record in", &path, e.into())
-            })?;
+            self.dir.publish(
+                Some(fd.as_fd()),
+                tmp.as_ref(),
+                BEAT.as_ref(),
+                &rec.render_beat(0),
+            )?;
             nix::unistd::symlinkat(
                 rec.render().as_str(),
                 &fd,

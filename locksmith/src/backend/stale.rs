@@ -26,7 +26,7 @@ use super::wake::Wakeups;
 use super::{Attempt, BreakOutcome, Grant, Holder, describe};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::info;
-use crate::profile::fmt_duration;
+use crate::profile::{Profile, fmt_duration};
 use crate::protocol::Mode;
 use crate::watch::{Event, Watcher};
 
@@ -148,20 +148,16 @@ pub struct Judge {
 }
 
 impl Judge {
-    pub fn new(
-        profile: &str,
-        path: PathBuf,
-        stale_after: Duration,
-        poll: Duration,
-        local: bool,
-    ) -> Judge {
+    /// The judge of lock `path` (shown in messages) under `profile`'s timings; `local`: the
+    /// profile says every contender runs on this host.
+    pub fn new(profile: &Profile, path: PathBuf, local: bool) -> Judge {
         Judge {
-            profile: profile.to_string(),
+            profile: profile.name.clone(),
             path,
-            stale_after,
-            poll,
+            stale_after: profile.common.stale_after,
+            poll: profile.common.poll,
             local,
-            observed: Observations::new(stale_after),
+            observed: Observations::new(profile.common.stale_after),
             broke: false,
         }
     }

@@ -290,27 +290,7 @@ impl Files {
             return lockdir::write_beat(self.fd()?, &beat, &shown, rec, n);
         }
         self.fd()?;
-        if self
-            .dir
-            .create_file(None, &tmp, &rec.render_beat(0))?
-            .is_none()
-        {
-            return Err(err!(
-                Io,
-                "cannot write heartbeat record {}: {} is in the way",
-                shown.display(),
-                self.dir.shown(&tmp).display()
-            ));
-        }
-        let parent = self.fd()?;
-        if let Err(e) = renameat(parent, tmp.as_os_str(), parent, beat.as_os_str()) {
-            let _ = unlinkat(parent, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
-            return Err(Error::path(
-                "cannot write heartbeat record",
-                &shown,
-                e.into(),
-            ));
-        }
+        self.dir.publish(None, &tmp, &beat, &rec.render_beat(0))?;
         Ok(true)
     }
 
@@ -664,13 +644,7 @@ impl Symlink {
                 guard_seen: Observations::new(profile.common.stale_after),
                 looked_at_group: None,
             },
-            judge: Judge::new(
-                &profile.name,
-                cfg.path.clone(),
-                profile.common.stale_after,
-                profile.common.poll,
-                cfg.local,
-            ),
+            judge: Judge::new(profile, cfg.path.clone(), cfg.local),
             wake: Wakeups::default(),
             held: None,
             marker: None,

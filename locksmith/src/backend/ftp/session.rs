@@ -152,10 +152,15 @@ impl Session {
     }
 
     pub(super) fn tomb(&self, nonce: &str) -> String {
-        let t = format!("{}.tomb.{nonce}", self.name());
+        self.beside(&format!(".tomb.{nonce}"))
+    }
+
+    /// `PARENT/NAME<suffix>`: a name beside the lock.
+    fn beside(&self, suffix: &str) -> String {
+        let n = format!("{}{suffix}", self.name());
         match self.parent() {
-            Some(p) => format!("{p}/{t}"),
-            None => t,
+            Some(p) => format!("{p}/{n}"),
+            None => n,
         }
     }
 
@@ -395,15 +400,7 @@ impl Session {
     /// Lists the lock directory, without changing anything.
     pub(super) fn look(&mut self) -> Result<Look> {
         let path = self.cfg.path.clone();
-        let mut names: Vec<String> = match self.cmd("NLST", |c| c.nlst(Some(path.as_str())))? {
-            Ok(lines) => lines
-                .iter()
-                .map(|l| l.rsplit('/').next().unwrap_or(l).to_string())
-                .filter(|n| !n.is_empty() && n != "." && n != "..")
-                .collect(),
-            Err(_) => Vec::new(),
-        };
-        names.sort();
+        let names = self.entries(&path)?;
         if names.iter().any(|n| is_marker(n)) {
             return Ok(Look::Dir(names));
         }
@@ -561,11 +558,7 @@ impl Session {
 
     /// `PARENT/NAME.state`: the fencing-token state, beside the lock.
     pub(super) fn state_dir(&self) -> String {
-        let n = format!("{}.state", self.name());
-        match self.parent() {
-            Some(p) => format!("{p}/{n}"),
-            None => n,
-        }
+        self.beside(".state")
     }
 
     /// Ends the session politely (a dropped connection would do, but servers log it).
@@ -577,11 +570,7 @@ impl Session {
 
     /// `PARENT/NAME.readers`.
     pub(super) fn readers_dir(&self) -> String {
-        let r = format!("{}.readers", self.name());
-        match self.parent() {
-            Some(p) => format!("{p}/{r}"),
-            None => r,
-        }
+        self.beside(".readers")
     }
 
     /// The entries of `dir` (base names, sorted); a missing directory lists as empty.

@@ -675,19 +675,22 @@ fn record_rewrite(ctx: &Ctx) -> Probed {
     }
 }
 
+/// Opens (creating) the probe file `name` in `dir` for flock(2).
+fn open_probe(dir: BorrowedFd<'_>, name: &OsString) -> std::result::Result<File, String> {
+    openat(
+        dir,
+        name.as_os_str(),
+        OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_CLOEXEC,
+        FileMode::from_bits_truncate(0o600),
+    )
+    .map(File::from)
+    .map_err(|e| failed("cannot open", name, e))
+}
+
 /// flock(2) on two descriptors of one file through this mount: the second must be refused.
 fn flock_here(ctx: &Ctx) -> Probed {
     let name = ctx.name("flock");
-    let open = |dir: BorrowedFd<'_>| -> std::result::Result<File, String> {
-        openat(
-            dir,
-            name.as_os_str(),
-            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_CLOEXEC,
-            FileMode::from_bits_truncate(0o600),
-        )
-        .map(File::from)
-        .map_err(|e| failed("cannot open", &name, e))
-    };
+    let open = |dir: BorrowedFd<'_>| open_probe(dir, &name);
     let (a, b) = (open(ctx.lock())?, open(ctx.lock())?);
     a.try_lock().map_err(|e| failed("cannot flock", &name, e))?;
     match b.try_lock() {
@@ -705,16 +708,7 @@ fn flock_here(ctx: &Ctx) -> Probed {
 /// held, and get it once it is released.
 fn flock_across(ctx: &Ctx, peer: &OwnedFd) -> Probed {
     let name = ctx.name("flock.peer");
-    let open = |dir: BorrowedFd<'_>| -> std::result::Result<File, String> {
-        openat(
-            dir,
-            name.as_os_str(),
-            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_CLOEXEC,
-            FileMode::from_bits_truncate(0o600),
-        )
-        .map(File::from)
-        .map_err(|e| failed("cannot open", &name, e))
-    };
+    let open = |dir: BorrowedFd<'_>| open_probe(dir, &name);
     let a = open(ctx.lock())?;
     a.try_lock().map_err(|e| failed("cannot flock", &name, e))?;
     let b = open(peer.as_fd())?;

@@ -280,6 +280,13 @@ fn counter_race_across_mounts<F: Mounts>(backend: &str) {
     if r.count != want {
         problems.push(format!("count {} instead of {want}", r.count));
     }
+    if !r.token_regressions.is_empty() {
+        problems.push(format!(
+            "fencing tokens went backwards {} time(s): {:?}",
+            r.token_regressions.len(),
+            &r.token_regressions[..r.token_regressions.len().min(5)]
+        ));
+    }
     problems.extend(r.failures);
     let left = leftovers(&fx, backend);
     if !left.is_empty() {

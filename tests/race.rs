@@ -16,6 +16,7 @@ pub const INCREMENTS: usize = 200;
 const CRITICAL: &str = r#"
 if ! (set -C; : > "$D/inside") 2>/dev/null; then echo overlap >> "$D/overlaps"; fi
 n=$(cat "$D/counter")
+if [ -n "$LOCKSMITH_TOKEN" ]; then echo "$LOCKSMITH_TOKEN" >> "$D/tokens"; fi
 i=0; while [ $i -lt 30 ]; do i=$((i+1)); done
 echo $((n+1)) > "$D/counter"
 rm -f "$D/inside"
@@ -34,6 +35,11 @@ pub fn race_env(sb: &Sandbox, profile: Option<&str>, env: &[(&str, &str)]) -> (u
         r.failures.is_empty(),
         "increments failed: {:#?}",
         r.failures
+    );
+    assert!(
+        r.token_regressions.is_empty(),
+        "fencing tokens went backwards: {:?}",
+        r.token_regressions
     );
     (r.count, r.overlaps)
 }
@@ -62,11 +68,25 @@ pub struct Race {
     pub count: usize,
     pub overlaps: usize,
     pub failures: Vec<String>,
+    /// Fencing tokens that did not exceed the one before them, in the order the critical
+    /// sections ran (serialised by the lock): each as "previous → this".
+    pub token_regressions: Vec<String>,
+}
+
+/// Consecutive tokens in `text` (one per line) that did not increase.
+fn regressions(text: &str) -> Vec<String> {
+    let tokens: Vec<u64> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    tokens
+        .windows(2)
+        .filter(|w| w[1] <= w[0])
+        .map(|w| format!("{} → {}", w[0], w[1]))
+        .collect()
 }
 
 /// Runs `workers` at once, each doing `increments` increments, a locked one through
 /// `locksmith run PROFILE -- sh -c CRITICAL` (its stderr, the waiting notices, shown only
-/// with a failure).
+/// with a failure). To study a failure, `RACE_LOG_DIR=DIR` keeps every increment's stderr in
+/// `DIR/wN.log` (worker N).
 pub fn race_workers(
     sb: &Sandbox,
     workers: &[Worker],
@@ -101,6 +121,16 @@ pub fn race_workers(
             std::thread::spawn(move || {
                 for k in 0..increments {
                     let o = c.output().unwrap();
+                    if let Ok(dir) = std::env::var("RACE_LOG_DIR") {
+                        use std::io::Write;
+                        let mut f = fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(format!("{dir}/w{i}.log"))
+                            .unwrap();
+                        writeln!(f, "=== increment {k} exit {:?}\n{}", o.status, stderr(&o))
+                            .unwrap();
+                    }
                     if !o.status.success() {
                         return Some(format!(
                             "{what}, increment {k}: exit {}: {}",
@@ -123,10 +153,13 @@ pub fn race_workers(
         .parse()
         .unwrap_or(0);
     let overlaps = fs::read_to_string(d.join("overlaps")).map_or(0, |s| s.lines().count());
+    let token_regressions =
+        fs::read_to_string(d.join("tokens")).map_or(Vec::new(), |s| regressions(&s));
     Race {
         count,
         overlaps,
         failures,
+        token_regressions,
     }
 }
 

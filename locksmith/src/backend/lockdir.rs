@@ -31,8 +31,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, openat};
-use nix::sys::stat::{FileStat, Mode as FileMode, fstat, major, minor};
+use nix::fcntl::{AtFlags, OFlag, openat};
+use nix::sys::stat::{FileStat, Mode as FileMode, fstat, fstatat, major, minor};
 use nix::sys::statfs::fstatfs;
 
 use super::owner::{self, Parsed, Record, State};
@@ -475,25 +475,72 @@ pub fn read_record(
 /// pin can be read past a network filesystem's cache of `name` (sshfs serves `readlink`
 /// from one for 20 s). `Ok(false)`: `name` is gone. The caller reads the pin, then removes it.
 pub fn pin(dir: BorrowedFd<'_>, name: &OsStr, pin: &OsStr, shown: &Path) -> Result<bool> {
-    // GlusterFS answers EIO when `name` is replaced (renamed over) while it links it: the
-    // next try links whatever is there now.
-    let link = || nix::unistd::linkat(dir, name, dir, pin, nix::fcntl::AtFlags::empty());
-    let mut r = unstale(link);
-    for _ in 0..3 {
-        if r != Err(Errno::EIO) {
-            break;
+    // GlusterFS answers EIO, ESTALE and even ENOENT while `name` is being replaced (renamed
+    // over) or linked by others: no answer about `name`. Only an lstat that agrees makes
+    // ENOENT "gone"; otherwise the next try links whatever is there by then.
+    let mut pause = Duration::from_millis(1);
+    let mut last = Errno::ENOENT;
+    for _ in 0..8 {
+        match nix::unistd::linkat(dir, name, dir, pin, nix::fcntl::AtFlags::empty()) {
+            Ok(()) => return Ok(true),
+            Err(Errno::ENOENT) => {
+                if fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) == Err(Errno::ENOENT) {
+                    return Ok(false);
+                }
+                last = Errno::ENOENT;
+            }
+            Err(e @ (Errno::EIO | Errno::ESTALE)) => last = e,
+            Err(e) => {
+                return Err(Error::path(
+                    "cannot read (linking it to read it fresh)",
+                    shown,
+                    e.into(),
+                ));
+            }
         }
-        r = unstale(link);
+        std::thread::sleep(pause);
+        pause *= 2;
     }
-    match r {
-        Ok(()) => Ok(true),
-        Err(Errno::ENOENT) => Ok(false),
-        Err(e) => Err(Error::path(
+    match last {
+        // The server keeps saying gone, a cache says there: the server's word.
+        Errno::ENOENT => Ok(false),
+        e => Err(Error::path(
             "cannot read (linking it to read it fresh)",
             shown,
             e.into(),
         )),
     }
+}
+
+/// Reads `name` in `dir` fresh: `read` is applied to a [`pin`] of it (`pin_name`, removed
+/// after). `Ok(None)`: `name` is gone. GlusterFS may answer ESTALE (or ENOENT) reading a pin
+/// made a moment ago while others link and unlink the same inode: that is no answer about
+/// `name`, so the pin is made again; an error if it never reads.
+pub fn read_pinned<T>(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    pin_name: &OsStr,
+    shown: &Path,
+    mut read: impl FnMut(&OsStr) -> nix::Result<T>,
+) -> Result<Option<T>> {
+    let mut last = Errno::ESTALE;
+    for _ in 0..5 {
+        if !pin(dir, name, pin_name, shown)? {
+            return Ok(None);
+        }
+        let r = read(pin_name);
+        let _ = nix::unistd::unlinkat(dir, pin_name, nix::unistd::UnlinkatFlags::NoRemoveDir);
+        match r {
+            Ok(v) => return Ok(Some(v)),
+            Err(e @ (Errno::ESTALE | Errno::ENOENT)) => last = e,
+            Err(e) => return Err(Error::path("cannot read", shown, e.into())),
+        }
+    }
+    Err(Error::path(
+        "cannot read (through a fresh hard link to it)",
+        shown,
+        last.into(),
+    ))
 }
 
 /// The state record `name` in `dir`; on a network filesystem (`remote`) read through a
@@ -509,12 +556,19 @@ pub fn read_state_fresh(
     }
     let mut p = OsString::from(name);
     p.push(format!(".pin.{}", crate::host::nonce()));
-    if !pin(dir, name, &p, shown)? {
-        return Ok(None);
+    match read_pinned(dir, name, &p, shown, |p| nix::fcntl::readlinkat(dir, p))? {
+        // A state record is never removed: one that a look still shows cannot be read fresh
+        // now, and a token must not be issued twice.
+        None if fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) != Err(Errno::ENOENT) => {
+            Err(err!(
+                Io,
+                "cannot read lock state {} fresh (the server says it is gone, the mount shows it); refusing to issue a fencing token",
+                shown.display()
+            ))
+        }
+        None => Ok(None),
+        Some(text) => owner::parse_state(&text, shown).map(Some),
     }
-    let r = owner::read_state(dir, &p, shown);
-    let _ = nix::unistd::unlinkat(dir, p.as_os_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
-    r
 }
 
 /// One heartbeat: rewrites the record `name` (in `at`) in place with `rec` at beat `n`, if it

@@ -257,18 +257,21 @@ impl State {
 /// there is none yet. A record of an unknown version stops the issuing of tokens.
 pub fn read_state(parent: BorrowedFd<'_>, name: &OsStr, shown: &Path) -> Result<Option<State>> {
     match readlinkat(parent, name) {
-        Ok(text) => State::parse(&String::from_utf8_lossy(text.as_bytes()))
-            .map(Some)
-            .ok_or_else(|| {
-                err!(
-                    Io,
-                    "state record {} is of an unknown version; refusing to issue fencing tokens",
-                    shown.display()
-                )
-            }),
+        Ok(text) => parse_state(&text, shown).map(Some),
         Err(Errno::ENOENT) => Ok(None),
         Err(e) => Err(Error::path("cannot read lock state", shown, e.into())),
     }
+}
+
+/// The state record read from `shown` (its symlink's text).
+pub fn parse_state(text: &OsStr, shown: &Path) -> Result<State> {
+    State::parse(&String::from_utf8_lossy(text.as_bytes())).ok_or_else(|| {
+        err!(
+            Io,
+            "state record {} is of an unknown version; refusing to issue fencing tokens",
+            shown.display()
+        )
+    })
 }
 
 /// Replaces the state atomically: a new symlink beside it, renamed over it. Only called

@@ -67,7 +67,7 @@ use std::time::{Duration, Instant};
 use nix::dir::Dir;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat, readlinkat, renameat};
-use nix::sys::stat::{Mode as FileMode, UtimensatFlags, fstatat, mkdirat, utimensat};
+use nix::sys::stat::{FileStat, Mode as FileMode, UtimensatFlags, fstatat, mkdirat, utimensat};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
@@ -164,8 +164,29 @@ fn fnv(bytes: &[u8]) -> u64 {
     })
 }
 
-fn seen_of(st: &nix::sys::stat::FileStat) -> Seen {
+fn seen_of(st: &FileStat) -> Seen {
     (st.st_ino, (st.st_ctime, st.st_ctime_nsec))
+}
+
+/// `lstat` of `name` in `parent`, and its text if it is a symbolic link.
+fn look(parent: BorrowedFd<'_>, name: &OsStr) -> nix::Result<(FileStat, Option<OsString>)> {
+    let st = fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFLNK {
+        return Ok((st, None));
+    }
+    Ok((st, Some(readlinkat(parent, name)?)))
+}
+
+/// What [`look`] found at `shown`, which must be a symbolic link.
+fn entry((st, text): (FileStat, Option<OsString>), shown: &Path) -> Result<(String, Seen)> {
+    match text {
+        Some(t) => Ok((t.to_string_lossy().into_owned(), seen_of(&st))),
+        None => Err(err!(
+            Config,
+            "{} is not a symbolic link: it is not a lock of backend `symlink`",
+            shown.display()
+        )),
+    }
 }
 
 /// Refuses shared locks on a network filesystem (`remote`, named `fs_name`) unless
@@ -226,20 +247,8 @@ impl Files {
     fn read_entry(&mut self, name: &OsStr) -> Result<Option<(String, Seen)>> {
         let shown = self.dir.shown(name);
         let parent = self.fd()?;
-        let st = match lockdir::unstale(|| fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW)) {
-            Ok(st) => st,
-            Err(Errno::ENOENT) => return Ok(None),
-            Err(e) => return Err(Error::path("cannot inspect lock", &shown, e.into())),
-        };
-        if st.st_mode & libc::S_IFMT != libc::S_IFLNK {
-            return Err(err!(
-                Config,
-                "{} is not a symbolic link: it is not a lock of backend `symlink`",
-                shown.display()
-            ));
-        }
-        match lockdir::unstale(|| readlinkat(parent, name)) {
-            Ok(t) => Ok(Some((t.to_string_lossy().into_owned(), seen_of(&st)))),
+        match lockdir::unstale(|| look(parent, name)) {
+            Ok(found) => entry(found, &shown).map(Some),
             Err(Errno::ENOENT) => Ok(None),
             Err(e) => Err(Error::path("cannot read lock", &shown, e.into())),
         }
@@ -256,12 +265,11 @@ impl Files {
         }
         let pin = self.dir.beside(&format!(".pin.{}", crate::host::nonce()));
         let shown = self.dir.shown(name);
-        if !lockdir::pin(self.fd()?, name, &pin, &shown)? {
-            return Ok(None);
+        let parent = self.fd()?;
+        match lockdir::read_pinned(parent, name, &pin, &shown, |p| look(parent, p))? {
+            Some(found) => entry(found, &shown).map(Some),
+            None => Ok(None),
         }
-        let r = self.read_entry(&pin);
-        let _ = unlinkat(self.fd()?, pin.as_os_str(), UnlinkatFlags::NoRemoveDir);
-        r
     }
 
     /// On a network filesystem, what changes when an exclusive holder with record `rec`
@@ -272,7 +280,10 @@ impl Files {
         let content = self.dir_read(&beat)?;
         Ok(match (parsed, content) {
             (Parsed::V1(rec), Some(c)) if lockdir::is_ours(&c, rec) => (fnv(&c), (0, 0)),
-            _ => seen,
+            // No heartbeat record of its own (not written yet, or removed by a release that
+            // died before unlinking NAME): nothing of it changes. Not NAME's ctime: every
+            // waiter's fresh read (a hard link, then its removal) moves it.
+            _ => (seen.0, (0, 0)),
         })
     }
 

@@ -115,11 +115,11 @@ impl Judge {
         }
     }
 
-    /// We hold the lock now: forget what we saw of others, stop watching their pids, and
-    /// hand out the grant (`prev=crashed` if we broke someone on the way).
+    /// We hold the lock now: forget what we saw of others, stop watching their pids and the
+    /// directory (leaving the waiters' queue to the next one), and hand out the grant (`prev=crashed` if we broke someone on the way).
     pub fn acquired(&mut self, wake: &mut Wakeups, token: Option<u64>) -> Attempt {
         self.observed.clear();
-        wake.forget_holder();
+        wake.done();
         Attempt::Acquired(Grant {
             token,
             prev_crashed: std::mem::take(&mut self.broke),

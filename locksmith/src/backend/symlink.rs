@@ -69,7 +69,7 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
 use super::owner::{self, Parsed, Record, State};
-use super::wake::Wakeups;
+use super::wake::{QueueAt, Wakeups};
 use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
@@ -662,7 +662,7 @@ impl Symlink {
         self.unmark_waiting();
         self.tidy_groups();
         self.observed.clear();
-        self.wake.forget_holder();
+        self.wake.done();
         Ok(Attempt::Acquired(Grant {
             token: rec.token,
             prev_crashed: std::mem::take(&mut self.prev_crashed),
@@ -985,7 +985,7 @@ impl Symlink {
     fn finish_shared(&mut self, group: OsString, entry: PathBuf) -> Attempt {
         self.held = Some(Held::Shared { group, entry });
         self.observed.clear();
-        self.wake.forget_holder();
+        self.wake.done();
         // Readers report the write epoch: the last exclusive token.
         let token = match self.read_state() {
             Ok(s) => s.map(|s| s.token),
@@ -1069,7 +1069,13 @@ impl Backend for Symlink {
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
-        self.wake.watch_dir(&self.parent)?;
+        // Writers queue (wake.rs); readers all watch: a writer leaving lets them all in.
+        let queue = (self.mode == Mode::Exclusive && !self.remote).then(|| QueueAt {
+            path: self.parent.join(self.beside(".queue")),
+            mode: self.cfg.file_mode,
+            group: self.cfg.group,
+        });
+        self.wake.watch_dir(&self.parent, queue);
         Ok(WaitHint { poll: true })
     }
 

@@ -25,6 +25,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use nix::fcntl::OFlag;
@@ -66,16 +67,15 @@ enum Queue {
     /// At the front: holding `flock(LOCK_EX)` on the queue file, watching the directory.
     Front {
         /// Holds the queue's lock while open.
-        _file: File,
+        _file: Arc<File>,
     },
 }
 
-/// A thread blocked in `flock(2)` on a duplicate of the queue file's descriptor (the same
-/// open file description: when it returns, `file` holds the queue's lock too). It writes `1`
-/// when it holds it, `0` if flock failed. If we stop waiting first, its write fails and it
-/// drops its descriptor: the lock passes on to the next waiter.
+/// A thread blocked in `flock(2)` on the queue file (shared with it). It writes `1` when it
+/// holds the queue's lock, `0` if flock failed. If we stop waiting first, its write fails and
+/// it drops the last reference to the file: the lock passes on to the next waiter.
 struct Turn {
-    file: File,
+    file: Arc<File>,
     rx: UnixStream,
     thread: JoinHandle<()>,
 }
@@ -95,6 +95,9 @@ impl Wakeups {
                 Some(q) => q,
                 None => Queue::Off,
             };
+            if let Queue::Behind(_) = self.queue {
+                self.holder = None;
+            }
         }
         if matches!(self.queue, Queue::Off | Queue::Front { .. }) {
             self.watch();
@@ -181,11 +184,11 @@ impl Wakeups {
     /// wakes when it exits, and a holder exits right after each release in run mode. The
     /// waiter at the front watches it (and the others try on their timers).
     fn watch_holder(&mut self, pid: i32) {
-        if self.holder.as_ref().is_some_and(|(p, _)| *p == pid) {
-            return;
-        }
         if let Queue::Behind(_) = self.queue {
             self.holder = None;
+            return;
+        }
+        if self.holder.as_ref().is_some_and(|(p, _)| *p == pid) {
             return;
         }
         self.holder = sys::pidfd_open(pid).ok().map(|fd| (pid, fd));
@@ -262,7 +265,11 @@ fn join(q: &QueueAt) -> Option<Queue> {
         }
     };
     match file.try_lock() {
-        Ok(()) => return Some(Queue::Front { _file: file }),
+        Ok(()) => {
+            return Some(Queue::Front {
+                _file: Arc::new(file),
+            });
+        }
         Err(std::fs::TryLockError::WouldBlock) => {}
         Err(std::fs::TryLockError::Error(e)) => {
             debug!("flock {}: {e}; waiting without the queue", path.display());
@@ -270,16 +277,17 @@ fn join(q: &QueueAt) -> Option<Queue> {
         }
     }
     let r = (|| -> std::io::Result<Queue> {
-        let dup = file.try_clone()?;
+        let file = Arc::new(file);
+        let shared = file.clone();
         let (rx, mut tx) = UnixStream::pair()?;
         rx.set_nonblocking(true)?;
         let thread = std::thread::Builder::new()
             .name("queue-wait".into())
             .stack_size(64 * 1024)
             .spawn(move || {
-                let ok = dup.lock().is_ok();
-                // Our waiter gone (it holds the lock, or gave up): the write fails and `dup`
-                // closes here, passing the queue on.
+                let ok = shared.lock().is_ok();
+                // Our waiter gone (it holds the lock, or gave up): the write fails and the
+                // file closes here, passing the queue on.
                 let _ = tx.write_all(if ok { b"1" } else { b"0" });
             })?;
         Ok(Queue::Behind(Turn { file, rx, thread }))

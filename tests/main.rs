@@ -51,6 +51,8 @@ mod partition;
 // Issue 15: hostile input — planted FIFOs and devices, endless files, a parent that does not
 // read, a planted helper, values that would make root create a setuid file or spin.
 mod hostile;
+// Issue 15: a thousand waiters on one lock, and waiters where inotify cannot be had.
+mod herd;
 // The GlusterFS fixture itself: a private volume mounted twice, a file across the mounts.
 mod fs2_smoke;
 // `locksmith verify`: its report on a local directory, on sshfs and on GlusterFS (issue 12).

@@ -58,12 +58,13 @@ fn readers_share_and_exclude_writers() {
         let r = sb.hold(["--wait", "5s", "--shared", p]);
         r.ok();
     }
-    // Nothing but the lock's own metadata is left once everyone is gone.
+    // Nothing but the lock's own metadata (state, waiters' queue) is left once everyone is
+    // gone.
     eventually(T, "symlink lock gone", || !sb.join("s.lock").exists());
     let left: Vec<_> = sb
         .listing()
         .into_iter()
-        .filter(|n| n.starts_with(".s.lock") && !n.ends_with(".state"))
+        .filter(|n| n.starts_with(".s.lock") && !n.ends_with(".state") && !n.ends_with(".queue"))
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }

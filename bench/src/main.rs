@@ -607,6 +607,72 @@ fn bench(args: &Args) -> Result<()> {
         table.extend(rows(&metric, &race_tools, s, 0));
     }
 
+    // ---- 4d. the herd (issue 15): n waiters on one lock, until the last one has held ------
+    // Runs per size: a thousand waiters take seconds per tool and run.
+    let largest = 1000;
+    let mut per_waiter: Vec<(String, Samples, Samples)> = Vec::new();
+    for (n, runs) in [
+        (10usize, (args.runs / 3).max(3)),
+        (100, (args.runs / 6).max(3)),
+        (largest, (args.runs / 10).max(1)),
+    ] {
+        let used: std::cell::RefCell<Vec<(Samples, Samples)>> =
+            std::cell::RefCell::new(vec![Default::default(); LOCAL.len() + 1]);
+        let used = &used;
+        let mut herd_tools: Vec<Tool<'_>> = Vec::new();
+        for (i, b) in std::iter::once(None).chain(LOCAL.map(Some)).enumerate() {
+            herd_tools.push(Tool {
+                name: match b {
+                    None => format!("flock F sh (n={n})"),
+                    Some(b) => format!("locksmith run {b} sh (n={n})"),
+                },
+                run: Box::new(move |recorded| {
+                    let (took, seen) = c.herd(b, n, recorded && n == largest)?;
+                    let mut u = used.borrow_mut();
+                    for (kib, fds) in seen {
+                        u[i].0.push(kib as f64 / 1024.0);
+                        u[i].1.push(fds as f64);
+                    }
+                    Ok(took)
+                }),
+            });
+        }
+        let metric = format!("herd, {n} waiters");
+        let s = alternate(&metric, runs, &mut herd_tools)?;
+        table.extend(rows(&metric, &herd_tools, s, 0));
+        if n == largest {
+            for (t, (mem, fds)) in herd_tools.iter().zip(used.take()) {
+                per_waiter.push((t.name.clone(), mem, fds));
+            }
+        }
+    }
+    let ref_mem = per_waiter.first().map(|(_, m, _)| m.median());
+    let ref_fds = per_waiter.first().map(|(_, _, f)| f.median());
+    for (i, (tool, mem, _)) in per_waiter.iter().enumerate() {
+        table.push(Row {
+            metric: format!("private memory per waiter, {largest} waiting"),
+            tool: tool.clone(),
+            unit: Unit::MiB,
+            samples: mem.clone(),
+            ratio: match (i, ref_mem) {
+                (0, _) | (_, None) => Ratio::IsReference,
+                (_, Some(r)) => Ratio::Vs(r),
+            },
+        });
+    }
+    for (i, (tool, _, fds)) in per_waiter.iter().enumerate() {
+        table.push(Row {
+            metric: format!("descriptors per waiter, {largest} waiting"),
+            tool: tool.clone(),
+            unit: Unit::Count,
+            samples: fds.clone(),
+            ratio: match (i, ref_fds) {
+                (0, _) | (_, None) => Ratio::IsReference,
+                (_, Some(r)) => Ratio::Vs(r),
+            },
+        });
+    }
+
     // ---- 5. RSS and wakeups while holding --------------------------------------------------
     let kib = |s: &Samples| {
         let mut m = Samples::default();

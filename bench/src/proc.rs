@@ -312,6 +312,18 @@ pub fn private_dirty_kib(pid: u32) -> Option<u64> {
     status_field(&s, "Private_Dirty:")
 }
 
+/// `Private_Clean` + `Private_Dirty` of a process in KiB: what it adds beside every other
+/// process running the same binary (its share of the binary and libc is not counted).
+pub fn private_kib(pid: u32) -> Option<u64> {
+    let s = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    Some(status_field(&s, "Private_Clean:")? + status_field(&s, "Private_Dirty:")?)
+}
+
+/// The number of descriptors a process has open.
+pub fn open_fds(pid: u32) -> Option<usize> {
+    Some(fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())
+}
+
 /// `VmRSS` of a process in KiB.
 pub fn vm_rss_kib(pid: u32) -> Option<u64> {
     let s = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -377,6 +389,24 @@ pub fn blocked_in_flock(pid: u32) -> bool {
         let w: Vec<&str> = l.split_whitespace().collect();
         w.get(1) == Some(&"->") && w.get(2) == Some(&"FLOCK") && w.get(5) == Some(&pid.as_str())
     })
+}
+
+/// How many of `pids` have a blocked (`->`) flock(2) request in `/proc/locks` (one read).
+pub fn blocked_in_flock_count(pids: &[u32]) -> usize {
+    let Ok(text) = fs::read_to_string("/proc/locks") else {
+        return 0;
+    };
+    let pids: std::collections::HashSet<u32> = pids.iter().copied().collect();
+    text.lines()
+        .filter(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.get(1) == Some(&"->")
+                && w.get(2) == Some(&"FLOCK")
+                && w.get(5)
+                    .and_then(|p| p.parse().ok())
+                    .is_some_and(|p| pids.contains(&p))
+        })
+        .count()
 }
 
 /// Whether `pid` holds a granted flock(2) lock per `/proc/locks`.

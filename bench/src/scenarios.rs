@@ -26,6 +26,9 @@ const T: Duration = Duration::from_secs(10);
 /// the holder releases, so that a handoff never races the waiter's own retry.
 const SETTLE: Duration = Duration::from_millis(20);
 
+/// The deadline of a herd's waits: the whole herd must be served by then.
+const HERD_T: Duration = Duration::from_secs(300);
+
 /// What flock(1) prints (with `--verbose`) once it holds the lock.
 const FLOCK_GOT: &str = "getting lock took";
 
@@ -138,12 +141,16 @@ impl Ctx {
             .map(|rd| {
                 rd.filter_map(|e| e.ok())
                     .map(|e| e.file_name().to_string_lossy().into_owned())
-                    // Fencing-token state and flock's writer gate stay beside their locks.
+                    // Fencing-token state, flock's writer gate and the waiters' queue stay
+                    // beside their locks.
                     .filter(|n| {
                         !expected.contains(&n.as_str())
                             && !(n.starts_with('.')
-                                && (n.ends_with(".state") || n.ends_with(".gate")))
+                                && (n.ends_with(".state")
+                                    || n.ends_with(".gate")
+                                    || n.ends_with(".queue")))
                             && !n.starts_with("race-")
+                            && !n.starts_with("herd-")
                     })
                     .collect()
             })
@@ -252,6 +259,126 @@ impl Ctx {
             ));
         }
         Ok(took / (n * k) as u32)
+    }
+
+    /// The herd (issue 15): a holder holds; `n` waiters are started, each to run one
+    /// increment of a counter under the lock (`locksmith --wait 10m run P -- sh -c CRITICAL`,
+    /// or `flock -w 600 F sh -c CRITICAL` for `profile = None`), and seen waiting (locksmith:
+    /// its notice on stderr; flock(1): its request queued in /proc/locks), then `SETTLE`.
+    /// Timed from the holder's release (its pipe closed) to the reap of the last waiter: the
+    /// last one has held and let go. The counter must then be exactly `n`, every waiter must
+    /// have exited 0. With `measure`, each waiter's private memory (KiB) and open descriptors,
+    /// read while they all wait, are returned too.
+    pub fn herd(
+        &self,
+        profile: Option<&str>,
+        n: usize,
+        measure: bool,
+    ) -> Result<(Duration, Vec<(u64, usize)>)> {
+        const CRITICAL: &str = "n=$(cat \"$D/counter\"); echo $((n+1)) > \"$D/counter\"";
+        let name = profile.unwrap_or("flock1");
+        let d = self.dir.join(format!("herd-{name}"));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        fs::write(d.join("counter"), "0\n").map_err(|e| e.to_string())?;
+        let errs = d.join("stderr");
+        let errs_file = fs::File::create(&errs).map_err(|e| format!("{}: {e}", errs.display()))?;
+        // The holder, and how it lets go: its stdout pipe (locksmith) or cat's stdin (flock).
+        let (mut holder, release): (Proc, Box<dyn std::any::Any>) = match profile {
+            Some(p) => {
+                let (a, out) = self.locksmith_holder(p)?;
+                (a, Box::new(out))
+            }
+            None => {
+                let mut h = self.flock1_holder(&["cat"], Stdio::piped())?;
+                let stdin = h.stdin();
+                (h, Box::new(stdin))
+            }
+        };
+        let mut waiters = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut c = match profile {
+                Some(p) => {
+                    let mut c = self
+                        .locksmith_cmd(&["--wait", "10m", "run", p, "--", "sh", "-c", CRITICAL]);
+                    c.stderr(errs_file.try_clone().map_err(|e| e.to_string())?);
+                    c
+                }
+                None => Self::plain_cmd(
+                    "flock",
+                    &["-w", "600", &self.ref_lock(), "sh", "-c", CRITICAL],
+                ),
+            };
+            c.env("D", &d);
+            waiters.push(Proc::spawn(format!("herd waiter ({name})"), &mut c)?);
+        }
+        let pids: Vec<u32> = waiters.iter().map(Proc::pid).collect();
+        match profile {
+            Some(p) => {
+                let needle = format!("waiting for lock `{p}`");
+                proc::poll_until(
+                    &format!("for {n} waiters' notices"),
+                    HERD_T,
+                    Duration::from_millis(5),
+                    || {
+                        fs::read_to_string(&errs)
+                            .unwrap_or_default()
+                            .matches(&needle)
+                            .count()
+                            >= n
+                    },
+                )?;
+            }
+            None => proc::poll_until(
+                &format!("for {n} flock(1) requests in /proc/locks"),
+                HERD_T,
+                Duration::from_millis(5),
+                || proc::blocked_in_flock_count(&pids) >= n,
+            )?,
+        }
+        thread::sleep(SETTLE);
+        let used = if measure {
+            pids.iter()
+                .filter_map(|&p| Some((proc::private_kib(p)?, proc::open_fds(p)?)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let t0 = Instant::now();
+        drop(release);
+        let mut last = t0;
+        for w in &mut waiters {
+            last = last.max(w.wait_ok(HERD_T)?);
+        }
+        holder.wait_ok(T)?;
+        let count: usize = fs::read_to_string(d.join("counter"))
+            .map_err(|e| e.to_string())?
+            .trim()
+            .parse()
+            .map_err(|e| format!("counter: {e}"))?;
+        if count != n {
+            return Err(format!(
+                "herd of {n} on {name}: counter {count}, not {n} (lost updates!)"
+            ));
+        }
+        if let Some(p) = profile {
+            self.check_free(p)?;
+            let said = fs::read_to_string(&errs).unwrap_or_default();
+            // Waiters share the file: a line may be split where another's write came
+            // between its pieces; fragments with no text are not worth a note.
+            let worth = |l: &&str| {
+                let t = l.trim().trim_start_matches("locksmith:").trim();
+                !t.is_empty() && !l.contains("waiting for lock")
+            };
+            for l in said.lines().filter(worth) {
+                self.note(format!(
+                    "herd waiter (locksmith {p}) said on stderr: {}",
+                    digits_masked(l)
+                ));
+            }
+        }
+        let _ = fs::remove_dir_all(&d);
+        Ok((last - t0, used))
     }
 
     pub fn cycle_flock1(&self) -> Result<Duration> {

@@ -332,7 +332,8 @@ impl Backend for Link {
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
-        self.wake.watch_dir(&self.files.dir.parent)?;
+        let queue = self.files.dir.queue();
+        self.wake.watch_dir(&self.files.dir.parent, queue);
         Ok(WaitHint { poll: true })
     }
 

@@ -289,6 +289,16 @@ impl LockDir {
         n
     }
 
+    /// The waiters' queue beside the lock (`.NAME.queue`, see `wake.rs`); `None` on a
+    /// network or FUSE filesystem (known once [`fd`](Self::fd) ran), where every waiter polls.
+    pub fn queue(&self) -> Option<super::wake::QueueAt> {
+        (!self.remote()).then(|| super::wake::QueueAt {
+            path: self.shown(self.beside(".queue")),
+            mode: self.cfg.file_mode,
+            group: self.cfg.group,
+        })
+    }
+
     /// A name relative to the parent, for messages.
     pub fn shown(&self, name: impl AsRef<Path>) -> PathBuf {
         self.parent.join(name)

@@ -162,8 +162,9 @@ impl Judge {
         }
     }
 
-    /// We hold the lock now: forget what we saw of others, stop watching their pids, and
-    /// hand out the grant (`prev=crashed` if we broke someone on the way).
+    /// We hold the lock now: forget what we saw of others, stop watching their pids and the
+    /// directory (leaving the waiters' queue to the next one), and hand out the grant
+    /// (`prev=crashed` if we broke someone on the way).
     pub fn acquired(&mut self, wake: &mut Wakeups, token: Option<u64>) -> Attempt {
         Attempt::Acquired(self.grant(wake, token))
     }
@@ -171,7 +172,7 @@ impl Judge {
     /// [`acquired`](Self::acquired)'s grant.
     pub fn grant(&mut self, wake: &mut Wakeups, token: Option<u64>) -> Grant {
         self.observed.clear();
-        wake.forget_holder();
+        wake.done();
         Grant {
             token,
             prev_crashed: std::mem::take(&mut self.broke),

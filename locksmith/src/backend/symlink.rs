@@ -969,7 +969,12 @@ impl Backend for Symlink {
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
-        self.wake.watch_dir(&self.files.dir.parent)?;
+        // Writers queue (wake.rs); readers all watch: a writer leaving lets them all in.
+        let queue = match self.files.mode {
+            Mode::Exclusive => self.files.dir.queue(),
+            Mode::Shared => None,
+        };
+        self.wake.watch_dir(&self.files.dir.parent, queue);
         Ok(WaitHint { poll: true })
     }
 

@@ -1,49 +1,193 @@
 //! What wakes a waiter early, shared by the backends that poll: inotify on the lock's
 //! directory (instant handoff on a local filesystem; NFS and FTP deliver no such events, so
 //! the backoff timer stays on) and a pidfd of a holder on this host (instant proof of death).
+//!
+//! # The waiters' queue (issue 15)
+//! A directory event wakes every process watching the directory. With many waiters on one
+//! lock, each release woke all of them and a third raced to create the lock (100 mkdir
+//! waiters: ~117 wakeups and ~43 lost creation races per handoff, 2.3 s to serve the herd),
+//! and each waiter held an inotify instance, a per-user resource (128 by default) shared by
+//! every program of that user. So exclusive waiters on a local filesystem first queue on a
+//! `flock(2)` of `.NAME.queue` beside the lock, blocked in the kernel on a helper thread: only
+//! the waiter at the front of the queue watches the directory (one inotify instance per lock,
+//! one wakeup per handoff), and it leaves the queue the moment it holds the lock, which wakes
+//! the next one.
+//!
+//! The queue only decides who watches: every waiter still tries on its backoff timer, so a
+//! queue that is stuck (its front waiter stopped, a `flock` on it by anything else) makes
+//! waiters poll, never wait forever, and mutual exclusion never depends on it. Where the
+//! queue cannot be used (a network filesystem, a file that cannot be opened) every waiter
+//! watches the directory, as before; where inotify cannot be had (its limits reached), the
+//! waiter polls with backoff and says so at `-v`.
 
+use std::fs::File;
+use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::Path;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
+use nix::fcntl::OFlag;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use nix::sys::stat::Mode as FileMode;
 
-use crate::error::{Error, Result};
-use crate::log::debug;
+use crate::log::{debug, trace};
 use crate::sys;
 
 #[derive(Default)]
 pub struct Wakeups {
+    /// The directory to watch for releases, once asked to ([`watch_dir`](Self::watch_dir)).
+    dir: Option<PathBuf>,
     inotify: Option<Inotify>,
+    /// inotify was tried and could not be had: poll (said once).
+    unwatched: bool,
+    queue: Queue,
     holder: Option<(i32, OwnedFd)>,
+}
+
+/// The waiters' queue file of a lock: `PARENT/.NAME.queue`, made with the profile's
+/// `file_mode` (default `0666` less the umask, as a flock file) and `group`.
+pub struct QueueAt {
+    pub path: PathBuf,
+    pub mode: Option<u32>,
+    pub group: Option<u32>,
+}
+
+/// Where this waiter stands in the waiters' queue.
+#[derive(Default)]
+enum Queue {
+    /// Not asked to wait yet.
+    #[default]
+    Out,
+    /// No queue (shared mode, a network filesystem, or the file cannot be used): watch.
+    Off,
+    /// Blocked behind other waiters; the thread answers one byte when we are at the front.
+    Behind(Turn),
+    /// At the front: holding `flock(LOCK_EX)` on the queue file, watching the directory.
+    Front {
+        /// Holds the queue's lock while open.
+        _file: Arc<File>,
+    },
+}
+
+/// A thread blocked in `flock(2)` on the queue file (shared with it). It writes `1` when it
+/// holds the queue's lock, `0` if flock failed. If we stop waiting first, its write fails and
+/// it drops the last reference to the file: the lock passes on to the next waiter.
+struct Turn {
+    file: Arc<File>,
+    rx: UnixStream,
+    thread: JoinHandle<()>,
 }
 
 impl Wakeups {
     /// Watches `dir` for entries being removed or renamed away (`IN_DELETE`,
-    /// `IN_MOVED_FROM`), once. Where inotify cannot watch it, polling alone remains.
-    pub fn watch_dir(&mut self, dir: &Path) -> Result<()> {
-        if self.inotify.is_some() {
-            return Ok(());
+    /// `IN_MOVED_FROM`) — at once, or, given `queue` (the queue file beside the lock, for
+    /// an exclusive waiter on a local filesystem), once this waiter is at the front of the
+    /// queue. Call it after every busy attempt; it never fails: where nothing can watch,
+    /// the backoff timer remains.
+    pub fn watch_dir(&mut self, dir: &Path, queue: Option<QueueAt>) {
+        if self.dir.is_none() {
+            self.dir = Some(dir.to_path_buf());
         }
-        let ino = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
-            .map_err(|e| Error::io("inotify_init", e.into()))?;
-        match ino.add_watch(dir, AddWatchFlags::IN_DELETE | AddWatchFlags::IN_MOVED_FROM) {
-            Ok(_) => self.inotify = Some(ino),
-            Err(e) => debug!("no inotify on {}: {e}", dir.display()),
+        if let Queue::Out = self.queue {
+            self.queue = match queue.and_then(|q| join(&q)) {
+                Some(q) => q,
+                None => Queue::Off,
+            };
+            if let Queue::Behind(_) = self.queue {
+                self.holder = None;
+            }
         }
-        Ok(())
+        if matches!(self.queue, Queue::Off | Queue::Front { .. }) {
+            self.watch();
+        }
     }
 
-    /// Drops pending directory events. Call it *before* trying, so that a release after
-    /// the try leaves a fresh event and the wait that may follow cannot miss it.
-    pub fn drain(&self) {
+    /// `inotify_init1(2)` and `inotify_add_watch(2)` on the directory, once. Failing (the
+    /// per-user limit on instances or watches reached, no inotify), the waiter polls.
+    fn watch(&mut self) {
+        if self.inotify.is_some() || self.unwatched {
+            return;
+        }
+        let Some(dir) = &self.dir else {
+            return;
+        };
+        let r = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
+            .map_err(|e| ("inotify_init", e))
+            .and_then(|ino| {
+                ino.add_watch(
+                    dir.as_path(),
+                    AddWatchFlags::IN_DELETE | AddWatchFlags::IN_MOVED_FROM,
+                )
+                .map(|_| ino)
+                .map_err(|e| ("inotify_add_watch", e))
+            });
+        match r {
+            Ok(ino) => self.inotify = Some(ino),
+            Err((call, e)) => {
+                debug!(
+                    "cannot watch {} for releases ({call}: {}): polling with backoff",
+                    dir.display(),
+                    std::io::Error::from(e)
+                );
+                self.unwatched = true;
+            }
+        }
+    }
+
+    /// Drops pending directory events, and moves to the front of the queue if our turn came
+    /// (watching from then on). Call it *before* trying, so that a release after the try
+    /// leaves a fresh event and the wait that may follow cannot miss it.
+    pub fn drain(&mut self) {
+        if let Queue::Behind(turn) = &self.queue {
+            let mut b = [0u8; 1];
+            if let Ok(1) = (&turn.rx).read(&mut b) {
+                let Queue::Behind(turn) = std::mem::take(&mut self.queue) else {
+                    unreachable!("matched above")
+                };
+                let _ = turn.thread.join();
+                self.queue = if b[0] == b'1' {
+                    trace!("at the front of the waiters' queue");
+                    Queue::Front { _file: turn.file }
+                } else {
+                    Queue::Off
+                };
+                self.watch();
+            }
+        }
         if let Some(ino) = &self.inotify {
             let _ = ino.read_events();
         }
     }
 
+    /// We hold the lock (or stopped waiting): leave the queue, which lets the next waiter
+    /// watch, and stop watching the directory and any holder.
+    pub fn done(&mut self) {
+        self.queue = Queue::Out;
+        self.holder = None;
+        // Closing an inotify instance waits for an SRCU grace period (10–20 ms measured
+        // here): not on the way from taking the lock to the OK line or the command. A thread
+        // closes it (if none can start, dropping the closure closes it here).
+        if let Some(ino) = self.inotify.take() {
+            let _ = std::thread::Builder::new()
+                .name("inotify-close".into())
+                .stack_size(16 * 1024)
+                .spawn(move || drop(ino));
+        }
+    }
+
     /// Watches the holder `pid` (same host) for its death. The caller re-checks liveness
     /// afterwards: the pid may have died and been reused before the pidfd existed.
+    ///
+    /// Not while behind other waiters in the queue: every process watching a holder's pidfd
+    /// wakes when it exits, and a holder exits right after each release in run mode. The
+    /// waiter at the front watches it (and the others try on their timers).
     fn watch_holder(&mut self, pid: i32) {
+        if let Queue::Behind(_) = self.queue {
+            self.holder = None;
+            return;
+        }
         if self.holder.as_ref().is_some_and(|(p, _)| *p == pid) {
             return;
         }
@@ -76,6 +220,9 @@ impl Wakeups {
 
     pub fn fds(&self) -> Vec<BorrowedFd<'_>> {
         let mut v = Vec::with_capacity(2);
+        if let Queue::Behind(turn) = &self.queue {
+            v.push(turn.rx.as_fd());
+        }
         if let Some(i) = &self.inotify {
             v.push(i.as_fd());
         }
@@ -84,4 +231,72 @@ impl Wakeups {
         }
         v
     }
+}
+
+/// Joins the queue: at the front at once if nobody is in it, else behind, with a thread blocked in
+/// `flock(2)`. `None` (no queue, every waiter watches) if the file cannot be opened as a
+/// regular file or the thread cannot start; said at `-v`.
+fn join(q: &QueueAt) -> Option<Queue> {
+    let path = q.path.as_path();
+    let flags = OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW;
+    let mode = FileMode::from_bits_truncate(q.mode.unwrap_or(0o666));
+    let file = match crate::files::open_regular(path, "waiters' queue", flags, mode) {
+        Ok((file, st)) => {
+            // Ours (we made it): the profile's mode and group, best effort, so that the
+            // other users of a shared lock can queue too.
+            if st.st_uid == nix::unistd::geteuid().as_raw() {
+                if let Some(m) = q.mode
+                    && st.st_mode & 0o7777 != m
+                {
+                    let _ = nix::sys::stat::fchmod(file.as_fd(), FileMode::from_bits_truncate(m));
+                }
+                if let Some(g) = q.group
+                    && st.st_gid != g
+                {
+                    let gid = Some(nix::unistd::Gid::from_raw(g));
+                    let _ = nix::unistd::fchown(file.as_fd(), None, gid);
+                }
+            }
+            file
+        }
+        Err(e) => {
+            debug!("{e}; waiting without the queue");
+            return None;
+        }
+    };
+    match file.try_lock() {
+        Ok(()) => {
+            return Some(Queue::Front {
+                _file: Arc::new(file),
+            });
+        }
+        Err(std::fs::TryLockError::WouldBlock) => {}
+        Err(std::fs::TryLockError::Error(e)) => {
+            debug!("flock {}: {e}; waiting without the queue", path.display());
+            return None;
+        }
+    }
+    let r = (|| -> std::io::Result<Queue> {
+        let file = Arc::new(file);
+        let shared = file.clone();
+        let (rx, mut tx) = UnixStream::pair()?;
+        rx.set_nonblocking(true)?;
+        let thread = std::thread::Builder::new()
+            .name("queue-wait".into())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                let ok = shared.lock().is_ok();
+                // Our waiter gone (it holds the lock, or gave up): the write fails and the
+                // file closes here, passing the queue on.
+                let _ = tx.write_all(if ok { b"1" } else { b"0" });
+            })?;
+        Ok(Queue::Behind(Turn { file, rx, thread }))
+    })();
+    r.map_err(|e| {
+        debug!(
+            "cannot queue at {}: {e}; waiting without the queue",
+            path.display()
+        )
+    })
+    .ok()
 }

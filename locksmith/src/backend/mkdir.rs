@@ -151,7 +151,7 @@ impl Mkdir {
     fn finish_create(&mut self, rec: &mut Record) -> Result<()> {
         let f = &mut self.files;
         let state = f.dir.read_state()?;
-        let token = state.map_or(1, |s| s.token + 1);
+        let token = super::owner::next_token(state);
         if state.is_some_and(|s| !s.clean) {
             self.judge.broke = true;
         }
@@ -206,7 +206,7 @@ impl Files {
         }
         let mut rec = Record::ours(&self.profile);
         // Speculate on the token, so the records rarely need rewriting once we hold the name.
-        rec.token = Some(self.dir.read_state()?.map_or(1, |s| s.token + 1));
+        rec.token = Some(super::owner::next_token(self.dir.read_state()?));
         let taken = if self.plain_mkdir {
             self.create_plain(&rec)?
         } else {
@@ -369,11 +369,18 @@ impl Files {
         match lockdir::unstale(|| openat(parent, name.as_os_str(), flags, FileMode::empty())) {
             Ok(fd) => Ok(Some(fd)),
             Err(Errno::ENOENT) => Ok(None),
-            Err(Errno::ELOOP) | Err(Errno::ENOTDIR) => Err(err!(
-                Config,
-                "lock path {} exists but is not a directory (a file or symlink is in the way)",
-                path.display()
-            )),
+            // O_NOFOLLOW on a symbolic link (EACCES first where protected_symlinks refuses).
+            Err(e @ (Errno::ELOOP | Errno::ENOTDIR | Errno::EACCES))
+                if e != Errno::EACCES || lockdir::is_symlink(parent, &name) =>
+            {
+                Err(lockdir::planted(
+                    parent,
+                    &name,
+                    &path,
+                    "a directory (backend `mkdir`)",
+                    e,
+                ))
+            }
             Err(e) => Err(Error::path("cannot inspect lock", &path, e.into())),
         }
     }

@@ -314,12 +314,33 @@ impl Files {
                 BEAT.as_ref(),
                 &rec.render_beat(0),
             )?;
-            nix::unistd::symlinkat(
-                rec.render().as_str(),
-                &fd,
-                format!("{OWNER_PREFIX}{}", rec.nonce).as_str(),
-            )
-            .map_err(|e| Error::path("cannot write owner entry in", &path, e.into()))
+            let owner = format!("{OWNER_PREFIX}{}", rec.nonce);
+            let text = rec.render();
+            // The name is unique to this acquisition, so EEXIST is no answer about anyone
+            // else: our own request answered twice (NFS after a retransmission) if the entry
+            // says our record; GlusterFS also answers it for an entry that is not there (a
+            // fresh directory being looked up by others): then try again.
+            let mut pause = Duration::from_millis(1);
+            for _ in 0..8 {
+                match nix::unistd::symlinkat(text.as_str(), &fd, owner.as_str()) {
+                    Ok(()) => return Ok(()),
+                    Err(Errno::EEXIST) => match readlinkat(&fd, owner.as_str()) {
+                        Ok(t) if t.as_bytes() == text.as_bytes() => return Ok(()),
+                        Err(Errno::ENOENT) => {}
+                        _ => break,
+                    },
+                    Err(e) => {
+                        return Err(Error::path("cannot write owner entry in", &path, e.into()));
+                    }
+                }
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            Err(Error::path(
+                "cannot write owner entry in",
+                &path,
+                Errno::EEXIST.into(),
+            ))
         })();
         if r.is_err() {
             let _ = tidy(self.dir.fd()?, dir);
@@ -489,7 +510,14 @@ fn tidy(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
     )?;
     let mut pause = Duration::from_millis(5);
     loop {
-        let mut listing = nix::dir::Dir::from_fd(fd.try_clone().map_err(|_| Errno::EBADF)?)?;
+        // A new open file description each time: a dup would share the offset, and every
+        // listing after the first would start at the end (and see nothing new).
+        let mut listing = nix::dir::Dir::openat(
+            &fd,
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            FileMode::empty(),
+        )?;
         for entry in listing.iter().flatten() {
             let n = entry.file_name().to_bytes();
             if is_record_entry(n) || n.starts_with(b"new.") || n.starts_with(BEAT.as_bytes()) {

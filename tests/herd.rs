@@ -172,12 +172,7 @@ fn herd(sb: &Sandbox, profile: &str, n: usize, prefix: &[&str], args: &[&str]) -
         !dog.join().unwrap(),
         "{profile}: waiters still unserved after {HUNG:?}"
     );
-    let count = fs::read_to_string(d.join("counter"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap_or(0);
-    let overlaps = fs::read_to_string(d.join("overlaps")).map_or(0, |s| s.lines().count());
+    let (count, overlaps) = crate::race::outcome(&d);
     let stderr = fs::read_to_string(d.join("stderr")).unwrap_or_default();
     Herd {
         count,

@@ -73,6 +73,17 @@ pub struct Race {
     pub token_regressions: Vec<String>,
 }
 
+/// What CRITICAL left in `d`: the final count and the overlapping critical sections seen.
+pub fn outcome(d: &std::path::Path) -> (usize, usize) {
+    let count = fs::read_to_string(d.join("counter"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    let overlaps = fs::read_to_string(d.join("overlaps")).map_or(0, |s| s.lines().count());
+    (count, overlaps)
+}
+
 /// Consecutive tokens in `text` (one per line) that did not increase.
 fn regressions(text: &str) -> Vec<String> {
     let tokens: Vec<u64> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
@@ -147,12 +158,7 @@ pub fn race_workers(
         .into_iter()
         .filter_map(|t| t.join().unwrap())
         .collect();
-    let count = fs::read_to_string(d.join("counter"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap_or(0);
-    let overlaps = fs::read_to_string(d.join("overlaps")).map_or(0, |s| s.lines().count());
+    let (count, overlaps) = outcome(&d);
     let token_regressions =
         fs::read_to_string(d.join("tokens")).map_or(Vec::new(), |s| regressions(&s));
     Race {

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use lexopt::prelude::*;
 
 use crate::error::{Error, Kind, Result};
-use crate::profile::{SUBCOMMANDS, Wait, parse_wait};
+use crate::profile::SUBCOMMANDS;
+use crate::settings::{Wait, parse_wait};
 
 pub const HELP: &str = "\
 locksmith - take a lock for your parent process and hold it exactly as long as it wants it

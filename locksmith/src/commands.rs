@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::backend::{self, Backend, BreakOutcome, Holder};
+use crate::backend::{self, Backend, BreakOutcome, Holder, Profile};
 use crate::cli::{Cli, Command};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
-use crate::profile::{self, Common, Overrides, Profile, ProfilesFile};
+use crate::profile::{self, ProfilesFile};
 use crate::protocol::{self, Mode, OkLine};
+use crate::settings::{Common, Overrides, Password, fmt_duration};
 use crate::sys;
 use crate::watch::{Cause, Event, WatchOpts, Watcher};
 
@@ -263,7 +264,7 @@ impl Heartbeat {
                     return Err(err!(
                         Lost,
                         "no heartbeat confirmed for {}: {}",
-                        profile::fmt_duration(silent),
+                        fmt_duration(silent),
                         e.message()
                     ));
                 }
@@ -384,17 +385,7 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
 
 /// The environment variable a profile's `password_env` names, if any.
 fn password_env(p: &Profile) -> Option<&str> {
-    use crate::profile::{BackendConfig, Password};
-    let password = match &p.backend {
-        BackendConfig::Ftp(c) => &c.password,
-        BackendConfig::Postgres(c) => &c.password,
-        BackendConfig::Etcd(c) => &c.password,
-        BackendConfig::Flock(_)
-        | BackendConfig::Mkdir(_)
-        | BackendConfig::Link(_)
-        | BackendConfig::Symlink(_) => return None,
-    };
-    match password {
+    match p.backend.password()? {
         Password::Env(var) => Some(var),
         _ => None,
     }
@@ -508,14 +499,15 @@ fn break_lock(p: &Profile, force: bool, token: Option<u64>) -> Result<i32> {
 /// The file backends only: the server backends' guarantees are the server's (64, as `break`
 /// on a backend it does not apply to).
 fn verify(p: &Profile, peer: Option<&std::path::Path>) -> Result<i32> {
+    use crate::backend::BackendConfig;
     use crate::backend::lockdir::probe::{self, Scheme};
-    use crate::profile::BackendConfig;
     let (scheme, cfg) = match &p.backend {
         BackendConfig::Flock(c) => (Scheme::Flock, c),
         BackendConfig::Mkdir(c) => (Scheme::Mkdir, c),
         BackendConfig::Link(c) => (Scheme::Link, c),
         BackendConfig::Symlink(c) => (Scheme::Symlink, c),
-        BackendConfig::Ftp(_) | BackendConfig::Postgres(_) | BackendConfig::Etcd(_) => {
+        #[allow(unreachable_patterns)]
+        _ => {
             return Err(err!(
                 Usage,
                 "`verify` probes the file backends (flock, mkdir, link, symlink); profile `{}` uses backend `{}`, whose locking the server decides: `locksmith status {}` shows that it answers",

@@ -23,6 +23,14 @@ use proptest::prelude::*;
 use proptest::sample::select;
 
 use super::*;
+use crate::backend::BackendConfig;
+use crate::backend::ftp::{FtpConfig, Tls};
+use crate::backend::lockdir::FsConfig;
+use crate::settings::{
+    MAX_DURATION, MIN_KEEPALIVE, MIN_POLL, MIN_STALE_AFTER, Password, Wait, fmt_duration,
+    human_duration, parse_duration, parse_wait,
+};
+use std::time::Duration;
 
 const CASES: u32 = 512;
 
@@ -882,7 +890,7 @@ impl Spec {
                 match password {
                     Password::Env(v) => profile.push(("password_env", s(v))),
                     Password::File(p) => profile.push(("password_file", s(p.to_str().unwrap()))),
-                    Password::None | Password::Inline(_) => {}
+                    _ => {}
                 }
                 if let Some(e) = explicit_tls {
                     profile.push(("tls", s(if *e { "explicit" } else { "none" })));

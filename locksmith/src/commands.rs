@@ -16,7 +16,7 @@ use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::profile::{self, ProfilesFile};
 use crate::protocol::{self, Mode, OkLine};
-use crate::settings::{Common, Overrides, Password, fmt_duration};
+use crate::settings::{Common, Env, Overrides, Password, fmt_duration};
 use crate::sys;
 use crate::watch::{Cause, Event, WatchOpts, Watcher};
 
@@ -37,16 +37,35 @@ pub fn dispatch(cli: &Cli) -> Result<i32> {
     }
 }
 
-fn load(cli: &Cli, name: &str) -> Result<Profile> {
-    let path = profile::locate(cli.profiles.as_deref())?;
+/// The lock a word names: a lock address (SPEC §3a: no profiles file is read), or a profile
+/// of the profiles file. An unknown profile named like a file here gets a hint.
+fn load(cli: &Cli, word: &str) -> Result<Profile> {
+    let overrides = Overrides {
+        wait: cli.wait,
+        shared: cli.shared,
+    };
+    if let Some(entry) = backend::entry_of_address(word)? {
+        return backend::from_address(entry, word, &Env::current(), &overrides);
+    }
+    let hint = |e: Error| -> Error {
+        if std::path::Path::new(word).exists() {
+            Error::new(
+                e.kind(),
+                format!(
+                    "{}; to lock the file {word} here, write ./{word}",
+                    e.message()
+                ),
+            )
+        } else {
+            e
+        }
+    };
+    let path = profile::locate(cli.profiles.as_deref()).map_err(hint)?;
     let file = ProfilesFile::load(&path)?;
-    file.profile(
-        name,
-        &Overrides {
-            wait: cli.wait,
-            shared: cli.shared,
-        },
-    )
+    if !file.names().any(|n| n == word) {
+        return Err(hint(file.profile(word, &overrides).unwrap_err()));
+    }
+    file.profile(word, &overrides)
 }
 
 fn mode_of(p: &Profile) -> Mode {

@@ -39,7 +39,11 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
     let xdg = std::env::var_os("XDG_CONFIG_HOME")
         .filter(|p| !p.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|h| !h.is_empty())
+                .map(|h| PathBuf::from(h).join(".config"))
+        });
     if let Some(xdg) = xdg {
         let p = xdg.join("locksmith/profiles.toml");
         if p.exists() {

@@ -242,7 +242,24 @@ pub fn shown(text: &str) -> String {
             &rest[at..]
         ))
     });
-    display(masked.as_deref().unwrap_or(text))
+    let masked = masked.as_deref().unwrap_or(text);
+    // And a `password=` in the query.
+    let masked = match masked.split_once('?') {
+        Some((head, query)) => {
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((k, _)) if decode(k).is_ok_and(|k| k == "password") => {
+                        format!("{k}=***")
+                    }
+                    _ => pair.to_string(),
+                })
+                .collect();
+            format!("{head}?{}", pairs.join("&"))
+        }
+        None => masked.to_string(),
+    };
+    display(&masked)
 }
 
 /// The address as the OK line, `status` and messages name it: as given (it holds no
@@ -379,6 +396,10 @@ mod tests {
     fn display_is_one_word() {
         assert_eq!(shown("ftp://joe:a/b@h/p"), "ftp://joe:***@h/p");
         assert_eq!(shown("ftp://h/p?x=@"), "ftp://h/p?x=@");
+        assert_eq!(
+            shown("mkdir:/p?wait=0&password=x&y=1"),
+            "mkdir:/p?wait=0&password=***&y=1"
+        );
         assert_eq!(display("/tmp/a b"), "/tmp/a%20b");
         assert_eq!(display("mkdir:/x\ty\n"), "mkdir:/x%09y%0A");
     }

@@ -397,6 +397,18 @@ impl Postgres {
         } else {
             ""
         };
+        // The server asked for a password and none was configured: the driver says so only
+        // in words (its error kind is private). Authentication, not reachability: 77.
+        if !self.held && msg.contains("password missing") {
+            return Error::new(
+                Kind::Denied,
+                format!(
+                    "{what} ({server}): the server asks for a password and none was given \
+                     (password_env / password_file; for an address also $LOCKSMITH_PASSWORD, \
+                     $PGPASSWORD or ~/.pgpass)"
+                ),
+            );
+        }
         Error::new(kind, format!("{what} ({server}): {msg}{hint}"))
     }
 

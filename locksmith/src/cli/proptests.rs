@@ -212,6 +212,8 @@ struct Line {
     profile_at: Option<usize>,
     /// The subcommand is `run` (even where `--help` makes the command Help).
     run: bool,
+    /// Hold mode without the word `hold`: words after PROFILE are flock(1)'s CMD.
+    implicit: bool,
 }
 
 fn wait_value() -> impl Strategy<Value = (String, Wait)> {
@@ -409,6 +411,7 @@ fn line() -> impl Strategy<Value = Line> {
                 }
 
                 let run = matches!(sub, Sub::Run(..));
+                let implicit = matches!(sub, Sub::Implicit);
                 let command = match early {
                     Some("-h" | "--help") => Command::Help,
                     Some(_) => Command::Version,
@@ -443,6 +446,7 @@ fn line() -> impl Strategy<Value = Line> {
                     want,
                     profile_at,
                     run,
+                    implicit,
                 }
             },
         )
@@ -528,8 +532,9 @@ impl Line {
                 "--token"
             }
             Breakage::MissingValue(opt) => {
-                // Only last on the line does an option lack its value.
-                if self.run {
+                // Only last on the line does an option lack its value (after an implicit
+                // hold's PROFILE it is flock(1)'s CMD).
+                if self.run || self.implicit {
                     return None;
                 }
                 args.push(os(opt));
@@ -541,7 +546,8 @@ impl Line {
                 "unicode"
             }
             Breakage::ExtraArgument => {
-                if self.run || matches!(sub, Command::Help | Command::Version) {
+                // (After an implicit hold's PROFILE a word is flock(1)'s CMD.)
+                if self.run || self.implicit || matches!(sub, Command::Help | Command::Version) {
                     return None;
                 }
                 args.push(os("extra"));

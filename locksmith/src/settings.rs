@@ -402,8 +402,6 @@ pub struct Env {
     pub pgpassword: bool,
     /// `$PGPASSFILE` (libpq's convention), else `~/.pgpass`.
     pub pgpassfile: Option<PathBuf>,
-    /// The user's login name: libpq's default user.
-    pub login: Option<String>,
 }
 
 impl Env {
@@ -416,11 +414,15 @@ impl Env {
             locksmith_password: var("LOCKSMITH_PASSWORD").is_some(),
             pgpassword: var("PGPASSWORD").is_some(),
             pgpassfile: var("PGPASSFILE").map(PathBuf::from),
-            login: nix::unistd::User::from_uid(nix::unistd::getuid())
-                .ok()
-                .flatten()
-                .map(|u| u.name),
         }
+    }
+
+    /// The user's login name (libpq's default user), looked up only when asked.
+    pub fn login(&self) -> String {
+        nix::unistd::User::from_uid(nix::unistd::getuid())
+            .ok()
+            .flatten()
+            .map_or_else(|| "postgres".to_string(), |u| u.name)
     }
 
     /// `~/.netrc`, if there is a home.

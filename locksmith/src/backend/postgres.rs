@@ -199,19 +199,22 @@ pub fn config(f: &mut Fields) -> Result<BackendConfig> {
             } else if env.pgpassword {
                 Password::Env("PGPASSWORD".into())
             } else {
-                // libpq's defaults: the login name, and a database named like the user.
-                let login = user.clone().or(env.login.clone()).unwrap_or_default();
-                let db = dbname.clone().unwrap_or_else(|| login.clone());
-                match env.pgpass() {
-                    Some(file) if pgpass_password(&file, &host, port, &db, &login)?.is_some() => {
-                        Password::Pgpass {
-                            file,
-                            host: host.clone(),
-                            port,
-                            dbname: db,
+                match env.pgpass().filter(|f| f.exists()) {
+                    Some(file) => {
+                        // libpq's defaults: the login name, and a database named like the user.
+                        let login = user.clone().unwrap_or_else(|| env.login());
+                        let db = dbname.clone().unwrap_or_else(|| login.clone());
+                        match pgpass_password(&file, &host, port, &db, &login)? {
+                            Some(_) => Password::Pgpass {
+                                file,
+                                host: host.clone(),
+                                port,
+                                dbname: db,
+                            },
+                            None => Password::None,
                         }
                     }
-                    _ => Password::None,
+                    None => Password::None,
                 }
             }
         }

@@ -290,6 +290,42 @@ mod tests {
         assert!(!valid_name("a/b"));
         assert!(!valid_name(&"x".repeat(65)));
     }
+
+    /// Issue 14: `url = "ADDRESS"` in a profile: the profile's name is the default of what
+    /// an address on the command line must say (postgres's `lock`, etcd's `prefix`), and a
+    /// profile's own keys override the address's query.
+    #[cfg(all(feature = "postgres", feature = "etcd"))]
+    #[test]
+    fn url_profiles_default_to_the_profile_name() {
+        use crate::backend::BackendConfig;
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+        let pf = ProfilesFile::parse(
+            &path,
+            "[profile.nightly]\nurl = \"postgres://locker@db.example.com/app?wait=0\"\nwait = \"5s\"\n\
+             [profile.deploy]\nurl = \"etcds://a:2379,b:2379\"\n",
+        )
+        .unwrap();
+        let p = pf.profile("nightly", &Overrides::default()).unwrap();
+        let BackendConfig::Postgres(c) = &p.backend else {
+            panic!("{p:?}")
+        };
+        assert_eq!(
+            (c.lock.as_str(), c.host.as_str(), c.port),
+            ("nightly", "db.example.com", 5432)
+        );
+        assert_eq!(
+            p.common.wait,
+            crate::settings::Wait::For(std::time::Duration::from_secs(5))
+        );
+        let p = pf.profile("deploy", &Overrides::default()).unwrap();
+        let BackendConfig::Etcd(c) = &p.backend else {
+            panic!("{p:?}")
+        };
+        assert_eq!(c.prefix, "/locksmith/deploy");
+        assert_eq!(c.endpoints, ["https://a:2379", "https://b:2379"]);
+        assert!(c.tls);
+        assert_eq!(pf.backend_of("deploy"), Some("etcd"));
+    }
 }
 
 // The FTP profiles are part of the generated ones.

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 BIN=${1:-target/release/locksmith}
 RUNS=${RUNS:-20}
 SLOW_RUNS=${SLOW_RUNS:-5}
-[ -x "$BIN" ] || { echo "build first: cargo build --release -p locksmith" >&2; exit 2; }
+[ -x "$BIN" ] || { echo "build first: cargo build --release -p locksmith-helper" >&2; exit 2; }
 for t in etcd etcdctl perl python3; do
   command -v "$t" >/dev/null || { echo "needs $t" >&2; exit 2; }
 done

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-10}
 B=${LOCKSMITH_BIN:-target/release/locksmith}
-[ -x "$B" ] || cargo build -q --release -p locksmith
+[ -x "$B" ] || cargo build -q --release -p locksmith-helper
 D=$(mktemp -d); chmod 755 "$D"; root="$D/root"; mkdir -p "$root/locks"; chown -R 65534:65534 "$root"
 hash=$(printf 'secret\n' | openssl passwd -6 -stdin)
 echo "locker:$hash:65534:65534::$root/./::::::::::::" > "$D/passwd"

@@ -16,7 +16,7 @@
 //! cutting their watches short. That is not a stuck lock: no contender waited that long.
 //!
 //! `LOCKSMITH_SOAK_SECS` sets the duration: 60 under `CI=true`, 15 otherwise. A long run:
-//! `LOCKSMITH_SOAK_SECS=3600 cargo test --release -p locksmith --test integration faults -- --nocapture`
+//! `LOCKSMITH_SOAK_SECS=3600 cargo test --release -p locksmith-helper --test integration faults -- --nocapture`
 
 use std::fs;
 use std::path::Path;

@@ -500,3 +500,215 @@ fn netlock_never_runs_a_helper_planted_where_others_can_write() {
     assert!(!mark.exists(), "the planted helper ran: {out}");
     assert!(out.contains("probe: Some(Spawn)"), "{out}");
 }
+
+/// The file backends, each with a lock in the sticky `shared/` directory.
+const FILE_BACKENDS: &str = "\
+[defaults]
+stale_after = \"1s\"
+keepalive = \"300ms\"
+poll = \"50ms\"
+[profile.f]
+backend = \"flock\"
+path = \"{dir}/shared/f.lock\"
+[profile.m]
+backend = \"mkdir\"
+path = \"{dir}/shared/m.lock\"
+[profile.l]
+backend = \"link\"
+path = \"{dir}/shared/l.lock\"
+[profile.s]
+backend = \"symlink\"
+path = \"{dir}/shared/s.lock\"
+";
+
+/// Removes everything in `shared/` (root may, whoever planted it).
+fn clear_shared(sb: &Sandbox) {
+    for e in fs::read_dir(sb.join("shared")).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() && !p.is_symlink() {
+            fs::remove_dir_all(&p).unwrap();
+        } else {
+            fs::remove_file(&p).unwrap();
+        }
+    }
+}
+
+/// Root's `run P -- touch ran` with something planted: one config line naming the file and
+/// its owner, CMD never run, and no lock left (the next run, the plant removed, holds).
+fn refused_naming(sb: &Sandbox, p: &str, needles: &[&str]) {
+    let ran = sb.join("ran");
+    let o = output_within(
+        sb.cmd([
+            "--wait",
+            "3s",
+            "run",
+            p,
+            "--",
+            "touch",
+            ran.to_str().unwrap(),
+        ]),
+        BOUND,
+    );
+    assert_config_error(&o, needles);
+    assert!(!ran.exists(), "{p}: CMD ran beside a planted file");
+}
+
+/// Issue 15 item 5: a `.NAME.state` planted by another user made mkdir/link/symlink exit 74
+/// (`Invalid argument`) and flock silently drop its fencing token. Now every file backend
+/// answers the same: 78, naming the file, what it is, its owner and what to do — tokens are
+/// never issued from it, nor silently restarted.
+#[test]
+fn a_planted_token_state_is_refused_the_same_way_by_every_file_backend() {
+    if !root("a_planted_token_state_is_refused_the_same_way_by_every_file_backend") {
+        return;
+    }
+    let sb = shared_sandbox(FILE_BACKENDS);
+    let max = format!("locksmith-state v=1 token={} clean=1", u64::MAX);
+    for p in ["f", "m", "l", "s"] {
+        let state = sb.join(&format!("shared/.{p}.lock.state"));
+        let s = state.to_str().unwrap();
+        let plants: [(&[&str], &[&str]); 5] = [
+            (
+                &["sh", "-c", &format!("echo 7 > {s}")],
+                &["is a regular file"],
+            ),
+            (&["mkdir", s], &["is a directory"]),
+            (&["mkfifo", s], &["is a FIFO (named pipe)"]),
+            (&["ln", "-s", "garbage", s], &["says \"garbage\""]),
+            (
+                &["ln", "-s", &max, s],
+                &["cannot issue a fencing token after it"],
+            ),
+        ];
+        for (plant, what) in plants {
+            clear_shared(&sb);
+            as_nobody(plant);
+            let mut needles = vec![
+                "lock state",
+                s,
+                "owned by user nobody (uid 65534)",
+                "remove it",
+            ];
+            needles.extend_from_slice(what);
+            refused_naming(&sb, p, &needles);
+            assert!(
+                !sb.join(&format!("shared/{p}.lock")).exists() || p == "f",
+                "{p}: lock left behind after {plant:?}"
+            );
+        }
+        // The plant gone, the lock works and tokens start at 1.
+        clear_shared(&sb);
+        let o = sb.output(["run", p, "--", "sh", "-c", "echo $LOCKSMITH_TOKEN"]);
+        assert_eq!(code(o.status), 0, "{p}: {}", stderr(&o));
+        assert_eq!(stdout(&o).trim(), "1", "{p}");
+    }
+}
+
+/// A symbolic link planted at the lock path: flock answered 77 (`Permission denied`), mkdir
+/// and link 78 in words of their own. Now one answer, naming the link and its owner. (For
+/// the symlink backend a symbolic link *is* a lock: one it did not write is a lock of
+/// another format, busy until `break --force`.)
+#[test]
+fn a_symlink_planted_at_the_lock_path_gets_one_answer() {
+    if !root("a_symlink_planted_at_the_lock_path_gets_one_answer") {
+        return;
+    }
+    let sb = shared_sandbox(FILE_BACKENDS);
+    for (p, expected) in [
+        ("f", "not a regular file"),
+        ("m", "not a directory (backend `mkdir`)"),
+        ("l", "not a lock record (a regular file)"),
+    ] {
+        clear_shared(&sb);
+        let lock = sb.join(&format!("shared/{p}.lock"));
+        let l = lock.to_str().unwrap();
+        as_nobody(&["ln", "-s", "/etc/passwd", l]);
+        refused_naming(
+            &sb,
+            p,
+            &[
+                l,
+                "is a symbolic link owned by user nobody (uid 65534)",
+                expected,
+                "remove it",
+            ],
+        );
+    }
+}
+
+/// A holder of `p` killed with SIGKILL: its lock stays behind for a waiter to break.
+fn dead_holder(sb: &Sandbox, p: &str) {
+    let mut h = sb.hold([p]);
+    assert!(h.ok().starts_with("OK "), "{p}: {:?}", h.line);
+    kill9(h.pid());
+    h.wait_exit(BOUND);
+}
+
+/// A `.NAME.break` guard planted by another user blocked breaking a dead holder for ever
+/// (link: 77; symlink: EIO, 74). Now: a guard of the right kind that nobody updates is
+/// abandoned after stale_after and removed, so the dead holder is broken; one of another
+/// kind is refused, naming it and its owner.
+#[test]
+fn a_planted_break_guard_never_blocks_breaking_silently() {
+    if !root("a_planted_break_guard_never_blocks_breaking_silently") {
+        return;
+    }
+    let sb = shared_sandbox(FILE_BACKENDS);
+    for (p, right_kind, wrong_kind, expected) in [
+        ("l", "file", "symlink", "not a lock record (a regular file)"),
+        (
+            "s",
+            "symlink",
+            "file",
+            "not a symbolic link (backend `symlink`)",
+        ),
+    ] {
+        let guard = sb.join(&format!("shared/.{p}.lock.break"));
+        let g = guard.to_str().unwrap();
+        let plant = |kind: &str| match kind {
+            "file" => as_nobody(&["sh", "-c", &format!("echo junk > {g}")]),
+            "dir" => as_nobody(&["mkdir", g]),
+            _ => as_nobody(&["ln", "-s", "junk", g]),
+        };
+        // The right kind, junk inside: removed once silent for stale_after, lock broken.
+        clear_shared(&sb);
+        dead_holder(&sb, p);
+        plant(right_kind);
+        let o = output_within(
+            sb.cmd([
+                "--wait",
+                "8s",
+                "run",
+                p,
+                "--",
+                "sh",
+                "-c",
+                "echo $LOCKSMITH_TOKEN",
+            ]),
+            BOUND,
+        );
+        assert_eq!(code(o.status), 0, "{p}: {}", stderr(&o));
+        assert_eq!(stdout(&o).trim(), "2", "{p}");
+        assert!(
+            stderr(&o).contains("removed the abandoned break guard"),
+            "{p}: {}",
+            stderr(&o)
+        );
+        // Another kind (and a directory): refused, named.
+        for kind in [wrong_kind, "dir"] {
+            clear_shared(&sb);
+            dead_holder(&sb, p);
+            plant(kind);
+            refused_naming(
+                &sb,
+                p,
+                &[
+                    "break guard",
+                    g,
+                    "owned by user nobody (uid 65534)",
+                    expected,
+                ],
+            );
+        }
+    }
+}

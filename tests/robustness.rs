@@ -69,7 +69,7 @@ fn mutated_profiles_files_never_panic() {
 
 #[test]
 fn random_records_never_panic_the_parsers() {
-    use locksmith::backend::owner::{Record, State};
+    use locksmith_helper::backend::owner::{Record, State};
     let mut rng = fastrand::Rng::with_seed(7);
     let good = Record::ours("p").render();
     for _ in 0..5000 {

@@ -122,7 +122,11 @@ fn soak(profile: &str) {
     }
     assert!(kills > 10, "the killer hardly killed anything ({kills})");
     // Whatever state the last kill left, the lock is recoverable (at once by proof of death; after stale_after if a kill hit the microseconds between claim and rename).
-    let o = sb.output(["--wait", "10s", "run", profile, "--", "true"]);
+    // The profile's stale_after is the default 60 s: wait past it.
+    let o = output_within(
+        sb.cmd(["--wait", "75s", "run", profile, "--", "true"]),
+        Duration::from_secs(90),
+    );
     assert_eq!(code(o.status), 0, "{}", stderr(&o));
     eprintln!(
         "soak {profile}: {} acquisitions, {kills} kills",

@@ -66,7 +66,7 @@ Options:
   --etcd             the etcd section: bench/etcd-vs-etcdctl.sh (a private etcd member;
                      `etcdctl lock` beside locksmith's etcd backend)
   --locksmith PATH   the locksmith binary [default: $LOCKSMITH_BIN, else build it with
-                     `cargo build --release -p locksmith` and use target/release/locksmith]
+                     `cargo build --release -p locksmith-helper` and use target/release/locksmith]
   -h, --help         this text
 ";
 
@@ -259,9 +259,9 @@ fn find_locksmith(arg: Option<&Path>) -> Result<PathBuf> {
         .parent()
         .ok_or("no workspace directory")?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    eprintln!("locksmith-bench: cargo build --release -p locksmith");
+    eprintln!("locksmith-bench: cargo build --release -p locksmith-helper");
     let st = Command::new(&cargo)
-        .args(["build", "--release", "-p", "locksmith"])
+        .args(["build", "--release", "-p", "locksmith-helper"])
         .current_dir(workspace)
         .stdin(Stdio::null())
         .status()

@@ -110,6 +110,8 @@
 //! - Profile names are checked here (`[A-Za-z0-9._-]{1,64}`, no leading `-`) before
 //!   anything is spawned, so a name can never be read as an option.
 
+#![warn(missing_docs)]
+
 mod error;
 mod guard;
 mod protocol;
@@ -117,3 +119,8 @@ mod spawn;
 
 pub use error::{Error, ErrorKind};
 pub use guard::{Builder, NetLock};
+
+/// The README's examples, compiled as doctests so that they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

@@ -46,17 +46,33 @@ pub fn kind_name(mode: u32) -> &'static str {
     }
 }
 
-/// The config error for a name that holds the wrong kind of file.
-fn wrong_kind(what: &str, path: &Path, mode: u32, uid: Option<u32>) -> Error {
-    let owner = uid
-        .map(|u| format!(", owned by uid {u}"))
-        .unwrap_or_default();
+/// Who owns a file, for a message: `user nobody (uid 65534)`, or `uid 1234` if no account
+/// has that uid.
+pub fn owner_name(uid: u32) -> String {
+    match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        Ok(Some(u)) => format!("user {} (uid {uid})", u.name),
+        _ => format!("uid {uid}"),
+    }
+}
+
+/// The one answer (issue 15) for a name locksmith uses that holds something locksmith did
+/// not make there — a planted file at the lock path, its token state, a breaker's guard:
+/// a config error naming the file (`what` `path`), what it is (`mode`), its owner, what was
+/// `expected`, and what to do.
+pub fn in_the_way(what: &str, path: &Path, mode: u32, uid: u32, expected: &str) -> Error {
     err!(
         Config,
-        "{what} {} is {}{owner}, not a regular file",
+        "{what} {} is {} owned by {}, not {expected}: something else is in the way; remove it, \
+         and keep locks in a directory only their users can write",
         crate::error::shown(path),
-        kind_name(mode)
+        kind_name(mode),
+        owner_name(uid)
     )
+}
+
+/// The config error for a name that holds the wrong kind of file.
+fn wrong_kind(what: &str, path: &Path, mode: u32, uid: u32) -> Error {
+    in_the_way(what, path, mode, uid, "a regular file")
 }
 
 /// `open(2)` with `O_NONBLOCK | O_NOCTTY | O_CLOEXEC` added to `flags`, then `fstat(2)` on
@@ -80,9 +96,20 @@ pub fn open_regular(path: &Path, what: &str, flags: OFlag, mode: Mode) -> Result
             return Err(match std::fs::symlink_metadata(path) {
                 Ok(md) => {
                     use std::os::unix::fs::MetadataExt;
-                    wrong_kind(what, path, md.mode(), Some(md.uid()))
+                    wrong_kind(what, path, md.mode(), md.uid())
                 }
                 Err(_) => Error::path(&format!("cannot open {what}"), path, e.into()),
+            });
+        }
+        // A symbolic link where `O_NOFOLLOW` asked for none: ELOOP, or EACCES first where
+        // `fs.protected_symlinks` forbids following another user's link in a sticky directory.
+        Err(e @ (Errno::ELOOP | Errno::EACCES)) if flags.contains(OFlag::O_NOFOLLOW) => {
+            use std::os::unix::fs::MetadataExt;
+            return Err(match std::fs::symlink_metadata(path) {
+                Ok(md) if md.file_type().is_symlink() => {
+                    wrong_kind(what, path, md.mode(), md.uid())
+                }
+                _ => Error::path(&format!("cannot open {what}"), path, e.into()),
             });
         }
         Err(e) if flags.contains(OFlag::O_CREAT) => {
@@ -100,7 +127,7 @@ pub fn open_regular(path: &Path, what: &str, flags: OFlag, mode: Mode) -> Result
     };
     let st = fstat(&fd).map_err(|e| Error::path(&format!("cannot stat {what}"), path, e.into()))?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(wrong_kind(what, path, st.st_mode, Some(st.st_uid)));
+        return Err(wrong_kind(what, path, st.st_mode, st.st_uid));
     }
     let fl = OFlag::from_bits_truncate(
         fcntl(fd.as_fd(), F_GETFL).map_err(|e| Error::path("fcntl", path, e.into()))?,

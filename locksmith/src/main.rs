@@ -2,13 +2,13 @@
 
 use std::process::ExitCode;
 
-use locksmith::cli::{self, Command};
-use locksmith::{commands, log, protocol};
+use locksmith_helper::cli::{self, Command};
+use locksmith_helper::{commands, log, protocol};
 
 fn main() -> ExitCode {
     // Backoff jitter must differ between helpers started together (fastrand's own seed is
     // the clock; see host::random_u64).
-    fastrand::seed(locksmith::host::random_u64());
+    fastrand::seed(locksmith_helper::host::random_u64());
     let args: Vec<_> = std::env::args_os().skip(1).collect();
     if let Some(level) = std::env::var("LOCKSMITH_LOG")
         .ok()
@@ -32,10 +32,10 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Help => protocol::report(cli::HELP)
             .map(|_| 0)
-            .map_err(|e| locksmith::error::Error::io("writing help", e)),
+            .map_err(|e| locksmith_helper::error::Error::io("writing help", e)),
         Command::Version => protocol::report(&format!("locksmith {}\n", env!("CARGO_PKG_VERSION")))
             .map(|_| 0)
-            .map_err(|e| locksmith::error::Error::io("writing version", e)),
+            .map_err(|e| locksmith_helper::error::Error::io("writing version", e)),
         _ => commands::dispatch(&cli),
     };
     match result {
@@ -44,7 +44,7 @@ fn main() -> ExitCode {
             if on_stdout {
                 // Nothing is held now: a parent that does not read must not keep us in
                 // write(2) beyond a SIGTERM (issue 15).
-                locksmith::sys::default_termination_signals();
+                locksmith_helper::sys::default_termination_signals();
             }
             protocol::error(&e, on_stdout);
             ExitCode::from(e.kind().exit_code() as u8)

@@ -31,10 +31,6 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions,
-    SortOrder, SortTarget, TlsOptions, Txn, TxnOp, WatchOptions,
-};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
@@ -163,6 +159,9 @@ pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
 }
 
 use super::wake::Wakeups;
+
+mod rpc;
+use rpc::{Client, EventType};
 
 pub struct Etcd {
     cfg: EtcdConfig,
@@ -312,7 +311,7 @@ impl Etcd {
     /// Runs `f` on the runtime, bounded by `limit`.
     fn run<T, F>(&mut self, limit: Duration, f: F) -> Result<std::result::Result<T, String>>
     where
-        F: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+        F: std::future::Future<Output = rpc::Result<T>>,
     {
         let rt = self.rt()?;
         Ok(
@@ -324,9 +323,9 @@ impl Etcd {
         )
     }
 
-    fn error_text(&self, e: &etcd_client::Error) -> String {
+    fn error_text(&self, e: &rpc::Error) -> String {
         match e {
-            etcd_client::Error::GRpcStatus(s) => {
+            rpc::Error::Status(s) => {
                 // Unauthenticated (16), PermissionDenied (7); etcd says "authentication
                 // failed" with InvalidArgument.
                 let code = s.code() as i32;
@@ -366,31 +365,32 @@ impl Etcd {
         if let Some(c) = &self.client {
             return Ok(c.clone());
         }
-        let mut opts = ConnectOptions::new()
-            .with_connect_timeout(self.timeout)
-            .with_timeout(self.timeout)
-            .with_keep_alive(Duration::from_secs(1), self.timeout);
+        let mut opts = rpc::Options {
+            timeout: self.timeout,
+            ping: Duration::from_secs(1),
+            ca_pem: None,
+            user: None,
+        };
         if self.cfg.tls {
-            let pem = crate::tls::ca_pem(self.cfg.ca_file.as_deref())?;
-            opts = opts.with_tls(TlsOptions::new().ca_certificate(Certificate::from_pem(pem)));
+            opts.ca_pem = Some(crate::tls::ca_pem(self.cfg.ca_file.as_deref())?);
         }
         if let Some(user) = &self.cfg.user {
             let pw = match &self.cfg.password {
                 Password::None => String::new(),
                 p => p.resolve(user)?,
             };
-            opts = opts.with_user(user.clone(), pw);
+            opts.user = Some((user.clone(), pw));
         }
         // One member at a time, starting with the one that answered last: a member that is
-        // down makes the request fail over to the next (see `call`), where etcd-client's own
-        // balancing would keep sending some requests to it.
+        // down makes the request fail over to the next (see `call`), where a balanced
+        // channel over all of them would keep sending some requests to it.
         let n = self.cfg.endpoints.len();
         let limit = self.timeout;
         let mut last = String::new();
         for i in 0..n {
             let at = (self.next_ep + i) % n;
-            let endpoint = [self.cfg.endpoints[at].clone()];
-            match self.run(limit, Client::connect(endpoint, Some(opts.clone())))? {
+            let endpoint = self.cfg.endpoints[at].clone();
+            match self.run(limit, Client::connect(&endpoint, &opts))? {
                 Ok(c) => {
                     self.next_ep = at;
                     self.client = Some(c.clone());
@@ -416,7 +416,7 @@ impl Etcd {
     fn call<T, F, Fut>(&mut self, limit: Duration, f: F) -> Result<std::result::Result<T, String>>
     where
         F: Fn(Client) -> Fut,
-        Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+        Fut: std::future::Future<Output = rpc::Result<T>>,
     {
         let deadline = Instant::now() + limit;
         let n = self.cfg.endpoints.len();
@@ -431,13 +431,14 @@ impl Etcd {
                 Ok(Ok(v)) => return Ok(Ok(v)),
                 Ok(Err(e)) => {
                     let unreachable = match &e {
-                        etcd_client::Error::TransportError(_) => true,
+                        rpc::Error::Transport(_) => true,
                         // Unavailable; tonic reports a connection that broke under a
                         // request as Unknown "transport error".
-                        etcd_client::Error::GRpcStatus(s) => {
-                            s.code() as i32 == 14 || s.message() == "transport error"
+                        rpc::Error::Status(s) => {
+                            s.code() as i32 == 14
+                                || s.message() == "transport error"
+                                || s.message().starts_with("Service was not ready")
                         }
-                        _ => false,
                     };
                     tries += 1;
                     // After a round over every member, a pause: an election takes a moment.
@@ -468,30 +469,27 @@ impl Etcd {
     /// The queue, oldest first, and the revision it was read at.
     fn entries(&mut self) -> Result<(Vec<Entry>, i64)> {
         let q = self.queue();
-        let opts = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend);
         let limit = self.timeout;
         let resp = self
             .call(limit, |mut c| {
-                let (q, opts) = (q.clone(), opts.clone());
-                async move { c.get(q, Some(opts)).await }
+                let q = q.clone();
+                async move { c.range_prefix(&q).await }
             })?
             .map_err(|why| self.fail("cannot read the lock queue", why))?;
-        let at = resp.header().map_or(0, |h| h.revision());
+        let at = resp.header.map_or(0, |h| h.revision);
         let q = self.queue();
         let v = resp
-            .kvs()
+            .kvs
             .iter()
             .filter_map(|kv| {
-                let key = kv.key_str().ok()?.to_string();
+                let key = std::str::from_utf8(&kv.key).ok()?.to_string();
                 let rest = key.strip_prefix(&q)?;
                 let writer = rest.starts_with("w/");
                 Some(Entry {
-                    lease: kv.lease(),
-                    rev: kv.create_revision(),
+                    lease: kv.lease,
+                    rev: kv.create_revision,
                     writer,
-                    record: Record::parse(kv.value_str().unwrap_or("")),
+                    record: Record::parse(std::str::from_utf8(&kv.value).unwrap_or("")),
                     key,
                 })
             })
@@ -523,9 +521,9 @@ impl Etcd {
         let limit = self.timeout;
         let sent = Instant::now();
         let lease = self
-            .call(limit, |mut c| async move { c.lease_grant(ttl, None).await })?
+            .call(limit, |mut c| async move { c.lease_grant(ttl).await })?
             .map_err(|why| self.fail("cannot grant a lease", why))?
-            .id();
+            .id;
         self.lease = Some(lease);
         // A new lease: its TTL runs from the grant (a keeper of an earlier lease, aborted
         // by now, only ever moves this forward with times before `sent`).
@@ -543,13 +541,10 @@ impl Etcd {
         let resp = self
             .call(limit, |mut c| {
                 let (key, value) = (key.clone(), value.clone());
-                async move {
-                    c.put(key, value, Some(PutOptions::new().with_lease(lease)))
-                        .await
-                }
+                async move { c.put(&key, &value, lease).await }
             })?
             .map_err(|why| self.fail("cannot queue for the lock", why))?;
-        self.rev = resp.header().map_or(0, |h| h.revision());
+        self.rev = resp.header.map_or(0, |h| h.revision);
         debug!("queued {} at revision {}", self.key, self.rev);
         Ok(())
     }
@@ -566,12 +561,12 @@ impl Etcd {
         let k = state_key.clone();
         let prev = match self.call(limit, |mut c| {
             let k = k.clone();
-            async move { c.get(k, None).await }
+            async move { c.get(&k).await }
         }) {
             Ok(Ok(r)) => r
-                .kvs()
+                .kvs
                 .first()
-                .and_then(|kv| kv.value_str().ok().map(str::to_string)),
+                .and_then(|kv| String::from_utf8(kv.value.clone()).ok()),
             Ok(Err(e)) => {
                 debug!("cannot read {state_key}: {e}");
                 None
@@ -596,7 +591,7 @@ impl Etcd {
         if let Ok(Err(e)) | Err(e) = self
             .call(limit, |mut c| {
                 let (k, v) = (state_key.clone(), v.clone());
-                async move { c.put(k, v, None).await }
+                async move { c.put(&k, &v, 0).await }
             })
             .map_err(|e| e.to_string())
         {
@@ -622,16 +617,22 @@ impl Etcd {
         let task = self.rt()?.spawn(async move {
             let mut c = c;
             loop {
+                let mut sent = Instant::now();
                 if let Ok((mut k, mut s)) = c.lease_keep_alive(lease).await {
+                    // The first answer is to the keepalive that opened the stream.
+                    let mut first = true;
                     loop {
-                        tokio::time::sleep(period).await;
-                        let sent = Instant::now();
-                        if k.keep_alive().await.is_err() {
-                            break;
+                        if !first {
+                            tokio::time::sleep(period).await;
+                            sent = Instant::now();
+                            if k.keep_alive().await.is_err() {
+                                break;
+                            }
                         }
+                        first = false;
                         match tokio::time::timeout(period, s.message()).await {
                             // Confirmed: the lease lives at least a TTL from `sent`.
-                            Ok(Ok(Some(r))) if r.ttl() > 0 => {
+                            Ok(Ok(Some(r))) if r.ttl > 0 => {
                                 let mut at = refreshed.lock().unwrap_or_else(|e| e.into_inner());
                                 *at = (*at).max(sent);
                             }
@@ -657,9 +658,8 @@ impl Etcd {
     ) -> Result<std::result::Result<i64, String>> {
         let sent = Instant::now();
         let r = self.call(limit, |mut c| async move {
-            let (mut k, mut s) = c.lease_keep_alive(lease).await?;
-            k.keep_alive().await?;
-            Ok(s.message().await?.map_or(0, |r| r.ttl()))
+            let (_k, mut s) = c.lease_keep_alive(lease).await?;
+            Ok(s.message().await?.map_or(0, |r| r.ttl))
         })?;
         if let Ok(ttl) = r
             && ttl > 0
@@ -822,14 +822,13 @@ impl Backend for Etcd {
         let k = key.clone();
         let task = self.rt()?.spawn(async move {
             let mut c = c;
-            let opts = WatchOptions::new().with_start_revision(at + 1);
-            if let Ok(mut s) = c.watch(k, Some(opts)).await {
+            if let Ok(mut s) = c.watch(&k, at + 1).await {
                 'outer: while let Ok(Some(r)) = s.message().await {
-                    if r.canceled() {
+                    if r.canceled {
                         break;
                     }
-                    for ev in r.events() {
-                        if ev.event_type() == EventType::Delete {
+                    for ev in &r.events {
+                        if ev.r#type == EventType::Delete as i32 {
                             break 'outer;
                         }
                     }
@@ -895,13 +894,9 @@ impl Backend for Etcd {
                 if let Some(t) = token {
                     // Mark the clean release only while our key still stands, and free the name
                     // in the same step: the next waiter's watch fires one round trip sooner.
-                    let txn = Txn::new()
-                        .when([Compare::lease(key.as_str(), CompareOp::Equal, lease)])
-                        .and_then([
-                            TxnOp::put(state_key, format!("clean {t}"), None),
-                            TxnOp::delete(key.as_str(), None),
-                        ]);
-                    c.txn(txn).await?;
+                    let clean = format!("clean {t}");
+                    c.put_and_delete_if_leased(&key, lease, &state_key, &clean)
+                        .await?;
                 }
                 c.lease_revoke(lease).await
             }

@@ -105,24 +105,27 @@ impl Flock {
     /// locksmith users); shared ones report the current write epoch. Only locksmith keeps
     /// the state: flock(1) users on the same file neither see nor advance it. In a directory
     /// we cannot write, there are no tokens (flock itself does not need the directory).
-    fn grant(&mut self) -> Grant {
+    fn grant(&mut self) -> Result<Grant> {
         let Some((dir, name, shown)) = self.state_at() else {
-            return Grant::default();
+            return Ok(Grant::default());
         };
         let state = match owner::read_state(dir.as_fd(), &name, &shown) {
             Ok(s) => s,
+            // Something planted there: said as the other backends say it, never a token
+            // silently dropped (issue 15).
+            Err(e) if e.kind() == crate::error::Kind::Config => return Err(e),
             Err(e) => {
                 debug!("no fencing token: {e}");
-                return Grant::default();
+                return Ok(Grant::default());
             }
         };
         if self.mode == Mode::Shared {
-            return Grant {
+            return Ok(Grant {
                 token: state.map(|s| s.token),
                 prev_crashed: false,
-            };
+            });
         }
-        let token = state.map_or(1, |s| s.token + 1);
+        let token = super::owner::next_token(state);
         let next = State {
             token,
             clean: false,
@@ -130,14 +133,25 @@ impl Flock {
         match owner::write_state(dir.as_fd(), &name, &shown, next) {
             Ok(()) => {
                 self.token = Some(token);
-                Grant {
+                Ok(Grant {
                     token: Some(token),
                     prev_crashed: state.is_some_and(|s| !s.clean),
-                }
+                })
             }
             Err(e) => {
                 debug!("no fencing token: {e}");
-                Grant::default()
+                Ok(Grant::default())
+            }
+        }
+    }
+
+    /// Holding: the grant, or the lock let go again if its state cannot be used.
+    fn acquired(&mut self) -> Result<Attempt> {
+        match self.grant() {
+            Ok(g) => Ok(Attempt::Acquired(g)),
+            Err(e) => {
+                let _ = self.release();
+                Err(e)
             }
         }
     }
@@ -248,7 +262,7 @@ impl Backend for Flock {
                     let w = self.waiter.take().expect("checked above");
                     let _ = w.thread.join();
                     if buf[0] == b'1' {
-                        return Ok(Attempt::Acquired(self.grant()));
+                        return self.acquired();
                     }
                     // It failed: try directly below, which reports the error.
                 }
@@ -277,7 +291,7 @@ impl Backend for Flock {
             let _ = g.unlock();
         }
         match r {
-            Ok(()) => Ok(Attempt::Acquired(self.grant())),
+            Ok(()) => self.acquired(),
             Err(TryLockError::WouldBlock) => Ok(Attempt::Busy(self.holders())),
             Err(TryLockError::Error(e)) => Err(Error::path("flock", &path, e)),
         }

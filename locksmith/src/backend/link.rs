@@ -121,7 +121,7 @@ impl Link {
     fn finish_create(&mut self, rec: &mut Record) -> Result<bool> {
         let dir = &mut self.files.dir;
         let state = dir.read_state()?;
-        let token = state.map_or(1, |s| s.token + 1);
+        let token = super::owner::next_token(state);
         if state.is_some_and(|s| !s.clean) {
             self.judge.broke = true;
         }
@@ -237,7 +237,7 @@ impl Files {
             .abandoned(&guard, &lockdir::parse(&content), &content);
         if dead && self.unlink_if(&guard, &content)? {
             info!(
-                "removed the guard {} of a breaker that died",
+                "removed the abandoned break guard {} (its breaker died or went silent)",
                 self.dir.shown(&guard).display()
             );
             self.guard_seen.forget(&guard);
@@ -298,7 +298,7 @@ impl Backend for Link {
             };
             if !exists {
                 let mut rec = Record::ours(&self.files.profile);
-                rec.token = Some(self.files.dir.read_state()?.map_or(1, |s| s.token + 1));
+                rec.token = Some(super::owner::next_token(self.files.dir.read_state()?));
                 match self.files.link_new(&rec, &name)? {
                     Linked::Ours => {
                         match self.finish_create(&mut rec) {

@@ -26,6 +26,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -533,13 +534,52 @@ pub fn unstale<T>(mut f: impl FnMut() -> nix::Result<T>) -> nix::Result<T> {
     Err(Errno::ENOENT)
 }
 
-fn not_a_record(shown: &Path, e: Errno) -> Error {
+/// What locksmith keeps at the name `shown` (beside a lock, or the lock itself), for
+/// messages: docs/LAYOUT.md's names.
+pub fn role(shown: &Path) -> &'static str {
+    let name = shown.file_name().map(OsStr::as_bytes).unwrap_or_default();
+    let has = |s: &[u8]| name.windows(s.len()).any(|w| w == s);
+    if name.ends_with(b".state") {
+        "lock state"
+    } else if name.ends_with(b".break") {
+        "break guard"
+    } else if name.ends_with(b".beat") {
+        "heartbeat record"
+    } else if has(b".w.") {
+        "waiting writer's marker"
+    } else if name.starts_with(b".") && has(b".pin.") {
+        "fresh-read link"
+    } else {
+        "lock"
+    }
+}
+
+/// The answer for something locksmith did not make at `name` in `dir` (`shown`), which
+/// should be `expected`: [`crate::files::in_the_way`] with its kind and owner; `e` if it
+/// cannot even be looked at.
+pub fn planted(dir: BorrowedFd<'_>, name: &OsStr, shown: &Path, expected: &str, e: Errno) -> Error {
+    match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => crate::files::in_the_way(role(shown), shown, st.st_mode, st.st_uid, expected),
+        Err(_) => Error::path("cannot open", shown, e.into()),
+    }
+}
+
+/// Whether `name` in `dir` is a symbolic link.
+pub fn is_symlink(dir: BorrowedFd<'_>, name: &OsStr) -> bool {
+    fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK)
+}
+
+/// Where a record (a regular file) should be, `openat` failed with `e`.
+fn not_a_record(dir: BorrowedFd<'_>, name: &OsStr, shown: &Path, e: Errno) -> Error {
     match e {
-        Errno::ELOOP => err!(
-            Config,
-            "{} is a symbolic link, not a lock record: refusing to follow it",
-            shown.display()
-        ),
+        // O_NOFOLLOW on a symbolic link; EACCES where protected_symlinks refuses first.
+        Errno::ELOOP | Errno::ENXIO | Errno::EISDIR => {
+            planted(dir, name, shown, "a lock record (a regular file)", e)
+        }
+        Errno::EACCES if is_symlink(dir, name) => {
+            planted(dir, name, shown, "a lock record (a regular file)", e)
+        }
         e => Error::path("cannot open", shown, e.into()),
     }
 }
@@ -560,7 +600,7 @@ pub fn read_record(
     let fd = match unstale(|| openat(dir, name, flags, FileMode::empty())) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Ok(None),
-        Err(e) => return Err(not_a_record(shown, e)),
+        Err(e) => return Err(not_a_record(dir, name, shown, e)),
     };
     // A network filesystem may stat and read by path: the file removed (or its directory
     // renamed) since our open is gone, not an error.
@@ -570,11 +610,12 @@ pub fn read_record(
         Err(e) => return Err(Error::path("cannot stat", shown, e.into())),
     };
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(err!(
-            Config,
-            "{} is {}, not a lock record: something else is in the way",
-            shown.display(),
-            crate::files::kind_name(st.st_mode)
+        return Err(crate::files::in_the_way(
+            role(shown),
+            shown,
+            st.st_mode,
+            st.st_uid,
+            "a lock record (a regular file)",
         ));
     }
     let mut buf = Vec::new();
@@ -670,7 +711,7 @@ pub fn read_state_fresh(
     }
     let mut p = OsString::from(name);
     p.push(format!(".pin.{}", crate::host::nonce()));
-    match read_pinned(dir, name, &p, shown, |p| nix::fcntl::readlinkat(dir, p))? {
+    match read_pinned(dir, name, &p, shown, |p| owner::look(dir, p))? {
         // A state record is never removed: one that a look still shows cannot be read fresh
         // now, and a token must not be issued twice.
         None if fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) != Err(Errno::ENOENT) => {
@@ -681,7 +722,7 @@ pub fn read_state_fresh(
             ))
         }
         None => Ok(None),
-        Some(text) => owner::parse_state(&text, shown).map(Some),
+        Some(found) => owner::state_of(found, shown).map(Some),
     }
 }
 
@@ -701,7 +742,7 @@ pub fn write_beat(
     let fd = match unstale(|| openat(at, name, flags, FileMode::empty())) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Ok(false),
-        Err(e) => return Err(not_a_record(shown, e)),
+        Err(e) => return Err(not_a_record(at, name, shown, e)),
     };
     let file = File::from(fd);
     let st = fstat(file.as_fd()).map_err(|e| Error::path("cannot stat", shown, e.into()))?;

@@ -158,7 +158,7 @@ impl Mkdir {
     fn finish_create(&mut self, rec: &mut Record) -> Result<()> {
         let f = &mut self.files;
         let state = f.dir.read_state()?;
-        let token = state.map_or(1, |s| s.token + 1);
+        let token = super::owner::next_token(state);
         if state.is_some_and(|s| !s.clean) {
             self.judge.broke = true;
         }
@@ -213,7 +213,7 @@ impl Files {
         }
         let mut rec = Record::ours(&self.profile);
         // Speculate on the token, so the records rarely need rewriting once we hold the name.
-        rec.token = Some(self.dir.read_state()?.map_or(1, |s| s.token + 1));
+        rec.token = Some(super::owner::next_token(self.dir.read_state()?));
         let taken = if self.plain_mkdir {
             self.create_plain(&rec)?
         } else {
@@ -321,12 +321,33 @@ impl Files {
                 BEAT.as_ref(),
                 &rec.render_beat(0),
             )?;
-            nix::unistd::symlinkat(
-                rec.render().as_str(),
-                &fd,
-                format!("{OWNER_PREFIX}{}", rec.nonce).as_str(),
-            )
-            .map_err(|e| Error::path("cannot write owner entry in", &path, e.into()))
+            let owner = format!("{OWNER_PREFIX}{}", rec.nonce);
+            let text = rec.render();
+            // The name is unique to this acquisition, so EEXIST is no answer about anyone
+            // else: our own request answered twice (NFS after a retransmission) if the entry
+            // says our record; GlusterFS also answers it for an entry that is not there (a
+            // fresh directory being looked up by others): then try again.
+            let mut pause = Duration::from_millis(1);
+            for _ in 0..8 {
+                match nix::unistd::symlinkat(text.as_str(), &fd, owner.as_str()) {
+                    Ok(()) => return Ok(()),
+                    Err(Errno::EEXIST) => match readlinkat(&fd, owner.as_str()) {
+                        Ok(t) if t.as_bytes() == text.as_bytes() => return Ok(()),
+                        Err(Errno::ENOENT) => {}
+                        _ => break,
+                    },
+                    Err(e) => {
+                        return Err(Error::path("cannot write owner entry in", &path, e.into()));
+                    }
+                }
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            Err(Error::path(
+                "cannot write owner entry in",
+                &path,
+                Errno::EEXIST.into(),
+            ))
         })();
         if r.is_err() {
             let _ = tidy(self.dir.fd()?, dir);
@@ -376,11 +397,18 @@ impl Files {
         match lockdir::unstale(|| openat(parent, name.as_os_str(), flags, FileMode::empty())) {
             Ok(fd) => Ok(Some(fd)),
             Err(Errno::ENOENT) => Ok(None),
-            Err(Errno::ELOOP) | Err(Errno::ENOTDIR) => Err(err!(
-                Config,
-                "lock path {} exists but is not a directory (a file or symlink is in the way)",
-                path.display()
-            )),
+            // O_NOFOLLOW on a symbolic link (EACCES first where protected_symlinks refuses).
+            Err(e @ (Errno::ELOOP | Errno::ENOTDIR | Errno::EACCES))
+                if e != Errno::EACCES || lockdir::is_symlink(parent, &name) =>
+            {
+                Err(lockdir::planted(
+                    parent,
+                    &name,
+                    &path,
+                    "a directory (backend `mkdir`)",
+                    e,
+                ))
+            }
             Err(e) => Err(Error::path("cannot inspect lock", &path, e.into())),
         }
     }
@@ -489,7 +517,14 @@ fn tidy(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
     )?;
     let mut pause = Duration::from_millis(5);
     loop {
-        let mut listing = nix::dir::Dir::from_fd(fd.try_clone().map_err(|_| Errno::EBADF)?)?;
+        // A new open file description each time: a dup would share the offset, and every
+        // listing after the first would start at the end (and see nothing new).
+        let mut listing = nix::dir::Dir::openat(
+            &fd,
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            FileMode::empty(),
+        )?;
         for entry in listing.iter().flatten() {
             let n = entry.file_name().to_bytes();
             if is_record_entry(n) || n.starts_with(b"new.") || n.starts_with(BEAT.as_bytes()) {

@@ -12,7 +12,8 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use nix::errno::Errno;
-use nix::fcntl::{readlinkat, renameat};
+use nix::fcntl::{AtFlags, readlinkat, renameat};
+use nix::sys::stat::{FileStat, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::Holder;
@@ -253,25 +254,62 @@ impl State {
     }
 }
 
+/// What a look at a name beside the lock found: its `lstat`, and its text if it is a
+/// symbolic link.
+pub type Look = (FileStat, Option<OsString>);
+
+/// `lstat` of `name` in `parent`, and its text if it is a symbolic link.
+pub fn look(parent: BorrowedFd<'_>, name: &OsStr) -> nix::Result<Look> {
+    let st = fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFLNK {
+        return Ok((st, None));
+    }
+    Ok((st, Some(readlinkat(parent, name)?)))
+}
+
 /// Reads the state symlink `name` in `parent` (`shown` names it in messages); `None` if
-/// there is none yet. A record of an unknown version stops the issuing of tokens.
+/// there is none yet. Anything else there stops the issuing of tokens ([`state_of`]).
 pub fn read_state(parent: BorrowedFd<'_>, name: &OsStr, shown: &Path) -> Result<Option<State>> {
-    match readlinkat(parent, name) {
-        Ok(text) => parse_state(&text, shown).map(Some),
+    match look(parent, name) {
+        Ok(found) => state_of(found, shown).map(Some),
         Err(Errno::ENOENT) => Ok(None),
         Err(e) => Err(Error::path("cannot read lock state", shown, e.into())),
     }
 }
 
-/// The state record read from `shown` (its symlink's text).
-pub fn parse_state(text: &OsStr, shown: &Path) -> Result<State> {
-    State::parse(&String::from_utf8_lossy(text.as_bytes())).ok_or_else(|| {
-        err!(
-            Io,
-            "state record {} is of an unknown version; refusing to issue fencing tokens",
-            shown.display()
-        )
-    })
+/// The state a look at `shown` found. Something locksmith did not write there — another
+/// kind of file, a link of a format this build does not know, a token with nothing left
+/// above it — is a config error naming it and its owner: tokens are never issued from it,
+/// and never silently restarted (issue 15).
+pub fn state_of((st, text): Look, shown: &Path) -> Result<State> {
+    let Some(text) = text else {
+        return Err(crate::files::in_the_way(
+            "lock state",
+            shown,
+            st.st_mode,
+            st.st_uid,
+            "a symbolic link locksmith wrote",
+        ));
+    };
+    let state = State::parse(&String::from_utf8_lossy(text.as_bytes()));
+    match state {
+        Some(s) if s.token < u64::MAX => Ok(s),
+        _ => Err(err!(
+            Config,
+            "lock state {}, owned by {}, says {:?}: this locksmith cannot issue a fencing token \
+             after it; if no other locksmith version uses this lock, remove it (tokens then start \
+             again at 1)",
+            shown.display(),
+            crate::files::owner_name(st.st_uid),
+            crate::error::one_line(&text.to_string_lossy(), 80)
+        )),
+    }
+}
+
+/// The token after `state` (1 for none).
+pub fn next_token(state: Option<State>) -> u64 {
+    // state_of refuses u64::MAX: no overflow here.
+    state.map_or(1, |s| s.token + 1)
 }
 
 /// Replaces the state atomically: a new symlink beside it, renamed over it. Only called

@@ -73,7 +73,7 @@ use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
 use super::lockdir::FsConfig;
 use super::lockdir::{self, LockDir};
-use super::owner::{Parsed, Record};
+use super::owner::{self, Parsed, Record};
 use super::stale::{Evidence, Holders, Judge, Observations};
 use super::wake::Wakeups;
 use super::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
@@ -175,23 +175,16 @@ fn seen_of(st: &FileStat) -> Seen {
     (st.st_ino, (st.st_ctime, st.st_ctime_nsec))
 }
 
-/// `lstat` of `name` in `parent`, and its text if it is a symbolic link.
-fn look(parent: BorrowedFd<'_>, name: &OsStr) -> nix::Result<(FileStat, Option<OsString>)> {
-    let st = fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW)?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFLNK {
-        return Ok((st, None));
-    }
-    Ok((st, Some(readlinkat(parent, name)?)))
-}
-
-/// What [`look`] found at `shown`, which must be a symbolic link.
+/// What [`owner::look`] found at `shown`, which must be a symbolic link.
 fn entry((st, text): (FileStat, Option<OsString>), shown: &Path) -> Result<(String, Seen)> {
     match text {
         Some(t) => Ok((t.to_string_lossy().into_owned(), seen_of(&st))),
-        None => Err(err!(
-            Config,
-            "{} is not a symbolic link: it is not a lock of backend `symlink`",
-            shown.display()
+        None => Err(crate::files::in_the_way(
+            lockdir::role(shown),
+            shown,
+            st.st_mode,
+            st.st_uid,
+            "a symbolic link (backend `symlink`)",
         )),
     }
 }
@@ -254,7 +247,7 @@ impl Files {
     fn read_entry(&mut self, name: &OsStr) -> Result<Option<(String, Seen)>> {
         let shown = self.dir.shown(name);
         let parent = self.fd()?;
-        match lockdir::unstale(|| look(parent, name)) {
+        match lockdir::unstale(|| owner::look(parent, name)) {
             Ok(found) => entry(found, &shown).map(Some),
             Err(Errno::ENOENT) => Ok(None),
             Err(e) => Err(Error::path("cannot read lock", &shown, e.into())),
@@ -273,7 +266,7 @@ impl Files {
         let pin = self.dir.beside(&format!(".pin.{}", crate::host::nonce()));
         let shown = self.dir.shown(name);
         let parent = self.fd()?;
-        match lockdir::read_pinned(parent, name, &pin, &shown, |p| look(parent, p))? {
+        match lockdir::read_pinned(parent, name, &pin, &shown, |p| owner::look(parent, p))? {
             Some(found) => entry(found, &shown).map(Some),
             None => Ok(None),
         }
@@ -348,22 +341,21 @@ impl Files {
     /// `symlink(target, name)`; `Ok(true)` if `name` now says `target` (ours: NFS may answer
     /// `EEXIST` after a retransmitted, successful request), `Ok(false)` if it says
     /// something else, `ENOENT` from a missing directory passed on.
-    fn make_link(&mut self, target: &str, at: &Path) -> std::result::Result<bool, Errno> {
-        let parent = self.fd().map_err(|_| Errno::EBADF)?;
+    /// The outer error: what is at `at` cannot be read (something planted there, named).
+    fn make_link(&mut self, target: &str, at: &Path) -> Result<std::result::Result<bool, Errno>> {
+        let parent = self.fd()?;
         match symlinkat(target, parent, at) {
-            Ok(()) => return Ok(true),
+            Ok(()) => return Ok(Ok(true)),
             Err(Errno::EEXIST) => {}
             // sshfs answers a racing symlink(2) over an existing name with EPERM or ENOENT
             // (SFTP's generic failure), GlusterFS with ESTALE or EIO: whoever won, the name
             // says.
             Err(Errno::EPERM | Errno::ENOENT | Errno::ESTALE | Errno::EIO) if self.remote() => {}
-            Err(e) => return Err(e),
+            Err(e) => return Ok(Err(e)),
         }
-        match self.read_fresh(at.as_os_str()) {
-            Ok(Some((t, _))) => Ok(t == target),
-            Ok(None) => Ok(false),
-            Err(_) => Err(Errno::EIO),
-        }
+        Ok(Ok(self
+            .read_fresh(at.as_os_str())?
+            .is_some_and(|(t, _)| t == target)))
     }
 
     /// Members of group `g`; `None` if the group does not exist (any more).
@@ -500,7 +492,7 @@ impl Files {
     fn break_name(&mut self, text: &str, was: &[u8]) -> Result<bool> {
         let guard = self.dir.beside(".break");
         let mine = Record::ours(&self.profile).render();
-        match self.make_link(&mine, Path::new(&guard)) {
+        match self.make_link(&mine, Path::new(&guard))? {
             Ok(true) => self.guard_seen.forget(&guard),
             Ok(false) => {
                 // Someone else is breaking. If they died doing it (or went silent), clear
@@ -512,7 +504,7 @@ impl Files {
                     && self.unlink_if(&guard, &t)
                 {
                     info!(
-                        "removed the guard {} of a breaker that died",
+                        "removed the abandoned break guard {} (its breaker died or went silent)",
                         self.dir.shown(&guard).display()
                     );
                     self.guard_seen.forget(&guard);
@@ -728,7 +720,7 @@ impl Symlink {
         let rec = Record::ours(&self.files.profile);
         let mut m = self.files.marker_prefix();
         m.push(&rec.nonce);
-        match self.files.make_link(&rec.render(), Path::new(&m)) {
+        match self.files.make_link(&rec.render(), Path::new(&m))? {
             Ok(true) => {
                 self.marker = Some(m);
                 Ok(())
@@ -755,10 +747,10 @@ impl Symlink {
     /// One exclusive attempt. `Ok(None)`: something changed, look again.
     fn try_exclusive(&mut self) -> Result<Option<Attempt>> {
         let mut rec = Record::ours(&self.files.profile);
-        rec.token = Some(self.files.dir.read_state()?.map_or(1, |s| s.token + 1));
+        rec.token = Some(owner::next_token(self.files.dir.read_state()?));
         let target = rec.render();
         let name = self.files.dir.name.clone();
-        match self.files.make_link(&target, Path::new(&name)) {
+        match self.files.make_link(&target, Path::new(&name))? {
             Ok(true) => return self.finish_exclusive(rec, target).map(Some),
             Ok(false) => {}
             Err(e) => return Err(self.files.io("cannot create lock", e)),
@@ -777,7 +769,7 @@ impl Symlink {
         let r = (|| -> Result<()> {
             let f = &mut self.files;
             let state = f.dir.read_state()?;
-            let token = state.map_or(1, |s| s.token + 1);
+            let token = owner::next_token(state);
             if state.is_some_and(|s| !s.clean) {
                 self.judge.broke = true;
             }
@@ -865,16 +857,15 @@ impl Symlink {
                 }
                 let entry = Path::new(&g).join(&reg);
                 let name = f.dir.name.clone();
-                let published = f
-                    .make_link(&text, &entry)
-                    .and_then(|ok| {
-                        if ok {
-                            f.make_link(&g.to_string_lossy(), Path::new(&name))
-                        } else {
-                            Ok(false)
-                        }
-                    })
-                    .map_err(|e| f.io("cannot create lock", e));
+                // Any error, a planted file at NAME included, takes our group away below.
+                let mut publish = || -> Result<bool> {
+                    let r = match f.make_link(&text, &entry)? {
+                        Ok(true) => f.make_link(&g.to_string_lossy(), Path::new(&name))?,
+                        r => r,
+                    };
+                    r.map_err(|e| f.io("cannot create lock", e))
+                };
+                let published = publish();
                 let group_gone = !f.dir.shown(&g).exists();
                 match published {
                     Ok(true) => Ok(Some(self.finish_shared(g, entry))),
@@ -901,7 +892,7 @@ impl Symlink {
                     let _ = mkdirat(f.fd()?, g.as_os_str(), mode);
                 }
                 let entry = Path::new(&g).join(&reg);
-                match f.make_link(&text, &entry) {
+                match f.make_link(&text, &entry)? {
                     // The group is gone: its last reader is leaving (or died leaving).
                     Err(Errno::ENOENT) => return Ok(self.clear_dead()?.map(Attempt::Busy)),
                     Err(e) => return Err(f.io("cannot join shared lock", e)),

@@ -119,14 +119,18 @@ fn subcommand_named_profile_and_bad_names() {
         78,
         "named like a subcommand",
     );
-    rejects(GOOD, &["a/b"], 64, "must match");
+    // A word with `/` is a lock address (a flock path), not a bad name (issue 14).
+    rejects(GOOD, &["a b"], 64, "must match");
+    rejects(GOOD, &[&"x".repeat(65)], 64, "must match");
+    rejects(GOOD, &["nfs:x"], 64, "not a lock address scheme");
 }
 
 #[test]
 fn usage_errors_and_help() {
     rejects(GOOD, &[], 64, "missing PROFILE");
     rejects(GOOD, &["--bogus", "p"], 64, "bogus");
-    rejects(GOOD, &["p", "extra"], 64, "unexpected argument");
+    // (`locksmith p extra` is flock(1)'s form: run `extra` under the lock.)
+    rejects(GOOD, &["hold", "p", "extra"], 64, "unexpected argument");
     // Shared where the backend cannot: 64 from the command line, 78 from the profile.
     rejects(GOOD, &["--shared", "p"], 64, "cannot take a shared lock");
     rejects(

@@ -34,6 +34,7 @@ fn example_profiles_validate() {
     }
     for name in [
         "demo",
+        "demo-url",
         "counter",
         "config",
         "downloads",
@@ -62,4 +63,25 @@ fn demo_profile_runs() {
     let o = output_within(c, std::time::Duration::from_secs(30));
     assert_eq!(code(o.status), 0, "{}", stderr(&o));
     assert_eq!(stdout(&o), "holding demo\n");
+}
+
+/// Issue 14: the README's first command, a lock by address, works with nothing but the binary
+/// (no profiles file anywhere: `HOME` empty, no `XDG_CONFIG_HOME`, no `LOCKSMITH_PROFILES`).
+#[test]
+fn readme_first_command_runs_by_address() {
+    let readme = std::fs::read_to_string(example().with_file_name("README.md")).unwrap();
+    assert!(
+        readme.contains("-- run /tmp/demo.lock -- sh -c 'echo \"holding $LOCKSMITH_PROFILE\"'"),
+        "the README's first command is a lock by address"
+    );
+    let mut c = std::process::Command::new(bin());
+    c.env_remove("LOCKSMITH_PROFILES")
+        .env_remove("XDG_CONFIG_HOME")
+        .env("HOME", "")
+        .current_dir("/")
+        .args(["run", "/tmp/demo.lock", "--", "sh", "-c"])
+        .arg("echo \"holding $LOCKSMITH_PROFILE\"");
+    let o = output_within(c, std::time::Duration::from_secs(30));
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o), "holding /tmp/demo.lock\n");
 }

@@ -57,3 +57,5 @@ mod herd;
 mod fs2_smoke;
 // `locksmith verify`: its report on a local directory, on sshfs and on GlusterFS (issue 12).
 mod verify;
+// Issue 14: lock addresses, flock(1)'s forms, `.netrc` / `.pgpass`, against every server.
+mod addresses;

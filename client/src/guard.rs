@@ -115,8 +115,10 @@ pub struct Builder {
 }
 
 impl NetLock {
-    /// Takes the lock named by the profile `tag`, waiting as long as the profile says
-    /// (`wait`; the built-in default is `forever`).
+    /// Takes the lock named by the profile `tag`, or by the lock address `tag`
+    /// (`"mkdir:/srv/locks/x"`, `"/var/lock/x.lock"`: no profiles file needed), waiting as
+    /// long as the profile (or the address's `?wait=`) says (the built-in default is
+    /// `forever`).
     ///
     /// Blocks until the helper answers. Errors carry the helper's kind and message:
     /// [`Busy`](ErrorKind::Busy) when the profile's `wait` ran out, and

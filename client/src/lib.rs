@@ -4,14 +4,18 @@
 //! an etcd key, a PostgreSQL advisory lock — taken and held by a small helper process,
 //! `locksmith`, on behalf of this one. The helper releases it when the guard is dropped or
 //! [unlocked](NetLock::unlock), and also **at once if this process dies**, however it dies.
-//! This crate only names a *profile*; which backend, which server and which credentials it
-//! means is written in the profiles file the helper reads, so no password ever travels on
-//! a command line.
+//! This crate only names a *profile*, or a *lock address*: a profile's backend, server and
+//! credentials are written in the profiles file the helper reads; an address
+//! (`"/var/lock/x.lock"`, `"mkdir:/srv/locks/x"`, `"ftp://locker@host/locks/x"`, ...; see
+//! the helper's `--help`) needs no profiles file and never carries a password (the helper
+//! refuses one), so no password ever travels on a command line.
 //!
 //! ```no_run
 //! let lock = netlock::NetLock::new("phonestuff")?; // blocks until the lock is ours
 //! // ... upload phone.tsv ...
 //! lock.unlock()?;                                  // returns once the lock is really gone
+//!
+//! let lock = netlock::NetLock::new("mkdir:/srv/locks/x")?; // by address, no profiles file
 //! # Ok::<(), netlock::Error>(())
 //! ```
 //!

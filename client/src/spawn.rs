@@ -73,22 +73,24 @@ impl Request<'_> {
     }
 }
 
-/// Checks the tag against the helper's profile-name rule, `[A-Za-z0-9._-]{1,64}`, before
-/// anything is spawned. A leading `-` is refused too: it would read as an option.
+/// Checks the tag before anything is spawned: a profile's name, `[A-Za-z0-9._-]{1,64}`, or a
+/// lock address (a word with `/` or `:`, SPEC §3a: the helper judges the rest) of at most
+/// 4096 bytes without control characters. A leading `-` is refused: it would read as an
+/// option.
 pub(crate) fn check_tag(tag: &str) -> Result<(), Error> {
-    let valid = (1..=64).contains(&tag.len())
-        && !tag.starts_with('-')
+    let name = (1..=64).contains(&tag.len())
         && tag
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if valid {
+    let address = tag.contains(['/', ':']) && tag.len() <= 4096 && !tag.contains(char::is_control);
+    if (name || address) && !tag.starts_with('-') {
         Ok(())
     } else {
         Err(Error::new(
             ErrorKind::Usage,
             format!(
-                "invalid profile name {tag:?}: expected 1 to 64 of A-Z a-z 0-9 . _ -, \
-                 not starting with -"
+                "invalid lock {tag:?}: expected a profile name (1 to 64 of A-Z a-z 0-9 . _ -) \
+                 or a lock address (a path, or SCHEME:...), not starting with -"
             ),
         ))
     }
@@ -406,7 +408,17 @@ mod tests {
 
     #[test]
     fn tags() {
-        for good in ["demo", "a", "phone.stuff_1-2", "x-", &"a".repeat(64)] {
+        for good in [
+            "demo",
+            "a",
+            "phone.stuff_1-2",
+            "x-",
+            &"a".repeat(64),
+            "a/b",
+            "/var/lock/x.lock",
+            "mkdir:/srv/locks/x",
+            "ftp://host/locks/x",
+        ] {
             check_tag(good).unwrap();
         }
         for bad in [
@@ -414,9 +426,10 @@ mod tests {
             "-v",
             "--help",
             "a b",
-            "a/b",
+            "-/x",
             "é",
             "a\n",
+            "/a\n",
             &"a".repeat(65),
         ] {
             assert_eq!(

@@ -1,27 +1,44 @@
-//! The command line (SPEC §3): global options, then an optional subcommand, then PROFILE.
-//! A first word that is not a subcommand is the profile of hold mode.
+//! The command line (SPEC §3, §3a): global options, then an optional subcommand, then LOCK
+//! (a profile's name or a lock address: `commands` tells them apart). A first word that is
+//! not a subcommand is the LOCK of hold mode; words after it are flock(1)'s forms, a CMD to
+//! run (`LOCK CMD ARGS...`, `LOCK -c CMDSTRING`).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use lexopt::prelude::*;
 
 use crate::error::{Error, Kind, Result};
-use crate::profile::{SUBCOMMANDS, Wait, parse_wait};
+use crate::profile::SUBCOMMANDS;
+use crate::settings::{Wait, parse_wait_arg};
 
 pub const HELP: &str = "\
 locksmith - take a lock for your parent process and hold it exactly as long as it wants it
 
 Usage:
-  locksmith [OPTIONS] PROFILE                  hold mode: print OK, hold until the pipe closes
-  locksmith [OPTIONS] run PROFILE -- CMD...    take the lock, run CMD, release when CMD ends
-  locksmith [OPTIONS] status [--json] PROFILE  is it held? by whom? (exit 0 free, 1 held)
-  locksmith [OPTIONS] break [--force] [--token N] PROFILE
+  locksmith [OPTIONS] LOCK                     hold mode: print OK, hold until the pipe closes
+  locksmith [OPTIONS] run LOCK -- CMD...       take the lock, run CMD, release when CMD ends
+  locksmith [OPTIONS] LOCK CMD [ARGS...]       the same, as flock(1) says it
+  locksmith [OPTIONS] LOCK -c 'CMD ARGS'       the same with `sh -c 'CMD ARGS'`
+  locksmith [OPTIONS] status [--json] LOCK     is it held? by whom? (exit 0 free, 1 held)
+  locksmith [OPTIONS] break [--force] [--token N] LOCK
                                                remove a stale lock (refuses a live holder)
-  locksmith [OPTIONS] verify [--peer DIR] PROFILE
+  locksmith [OPTIONS] verify [--peer DIR] LOCK
                                                probe the lock's filesystem for what the
                                                backend relies on (exit 0 only if safe there)
   locksmith [OPTIONS] profiles                 list the profiles found, with their backend
+
+LOCK is a profile's name (a section of the profiles file) or a lock address, which needs
+no profiles file:
+  /var/lock/x.lock  ./x.lock                 flock(2) on that file, as flock(1) takes it
+  flock:PATH  mkdir:PATH  link:PATH  symlink:PATH
+  ftp://[USER@]HOST[:PORT]/PATH              ftps:// for explicit TLS, ?tls=implicit
+  postgres://[USER@]HOST[:PORT]/DB?lock=NAME advisory lock NAME
+  etcd://HOST:PORT[,HOST:PORT...]/PREFIX     etcds:// for https endpoints
+Query parameters are the backend's profile keys: ?stale_after=30s&wait=0&shared=true.
+An address never holds a password: ?password_env=VAR or ?password_file=PATH, else
+$LOCKSMITH_PASSWORD, else ~/.netrc (ftp) or $PGPASSWORD / ~/.pgpass (postgres).
 
 Hold mode prints one line, `OK <profile> backend=... mode=...`, or `ERROR <kind>: <message>`
 with a sysexits code (64 usage, 69 unavailable, 74 lost/io, 75 busy, 77 denied, 78 config).
@@ -31,13 +48,18 @@ process dies, it gets SIGTERM/SIGINT/SIGHUP, or (with --watch-stdin) stdin hits 
 Options:
       --profiles FILE   profiles file [default: $LOCKSMITH_PROFILES, else
                         $XDG_CONFIG_HOME/locksmith/profiles.toml, else /etc/locksmith/profiles.toml]
-      --wait DURATION   give up after this long: `0` tries once, `forever` never gives up
+      --wait DURATION   give up after this long: `0` tries once, `forever` never gives up;
+                        a bare number is seconds, as flock(1)'s -w
                         [default: the profile's `wait`, else forever, as flock(1)]
-      --shared          take a shared (reader) lock; refused (64) where the backend cannot
+  -w, --timeout SECONDS the same as --wait (flock(1)'s spelling)
+  -n, --nonblock        the same as --wait 0: try once
+  -s, --shared          take a shared (reader) lock; refused (64) where the backend cannot
+  -x, -e, --exclusive   take an exclusive lock [default]
       --watch-stdin     hold mode: also release when stdin (a pipe) reaches end-of-file
                         [default: off, since a parent's own stdin is inherited]
   -E, --conflict-exit-code N
-                        run mode: exit N instead of 75 when the lock is busy [default: 75]
+                        run mode: exit N instead of 75 when the lock is busy [default: 75;
+                        flock(1) exits 1: -E 1 mimics it]
   -q, --quiet           say nothing on stderr but the final error (run: not even a
                         busy one: the exit code says it, as `flock -n` is silent)
   -v, --verbose         say more on stderr (repeat for more; $LOCKSMITH_LOG also sets it)
@@ -53,6 +75,7 @@ Subcommand options:
                         flock across mounts and how late changes show through it
                         [default: none; cross-mount delays are then unmeasured]
 
+Options come before LOCK; only -c comes after it, as in flock(1).
 Durations are human strings: 250ms, 3s, 1m30s, 10m, 1h.
 See the README and SPEC for the profiles file, backends and the pipe protocol.
 ";
@@ -111,6 +134,34 @@ fn usage(msg: impl std::fmt::Display) -> Error {
     Error::new(Kind::Usage, format!("{msg} (see locksmith --help)"))
 }
 
+/// The command of flock(1)'s forms, from the words after LOCK: `-c CMDSTRING` (or
+/// `--command`) is `sh -c CMDSTRING`, anything else is the command itself (a leading `--`
+/// dropped); none: hold mode.
+fn flock_command(mut rest: Vec<OsString>) -> Result<Vec<OsString>> {
+    match rest.first().and_then(|w| w.to_str()) {
+        Some("-c" | "--command") => {
+            if rest.len() != 2 {
+                return Err(usage(
+                    "-c takes exactly one command string after LOCK: locksmith LOCK -c 'CMD ARGS'",
+                ));
+            }
+            Ok(vec![
+                "sh".into(),
+                "-c".into(),
+                rest.pop().expect("two words"),
+            ])
+        }
+        Some("--") => {
+            rest.remove(0);
+            if rest.is_empty() {
+                return Err(usage("a command must follow `--` after LOCK"));
+            }
+            Ok(rest)
+        }
+        _ => Ok(rest),
+    }
+}
+
 /// Guesses, for an unparsable command line, whether it was meant for hold mode (whose
 /// errors go to stdout) or for another subcommand (stderr).
 pub fn looks_like_hold(args: &[OsString]) -> bool {
@@ -146,9 +197,17 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
             Long("profiles") => cli.profiles = Some(p.value().map_err(err)?.into()),
             Long("wait") => {
                 let v = p.value().map_err(err)?.string().map_err(of("--wait"))?;
-                cli.wait = Some(parse_wait(&v).map_err(|m| usage(format!("--wait: {m}")))?);
+                cli.wait = Some(parse_wait_arg(&v).map_err(|m| usage(format!("--wait: {m}")))?);
             }
-            Long("shared") => cli.shared = true,
+            // flock(1)'s spellings (SPEC §3a).
+            Short('w') | Long("timeout") => {
+                let opt = "-w/--timeout";
+                let v = p.value().map_err(err)?.string().map_err(of(opt))?;
+                cli.wait = Some(parse_wait_arg(&v).map_err(|m| usage(format!("{opt}: {m}")))?);
+            }
+            Short('n') | Long("nonblock") => cli.wait = Some(Wait::For(Duration::ZERO)),
+            Short('s') | Long("shared") => cli.shared = true,
+            Short('x') | Short('e') | Long("exclusive") => cli.shared = false,
             Long("watch-stdin") => cli.watch_stdin = true,
             Short('E') | Long("conflict-exit-code") => {
                 let opt = "-E/--conflict-exit-code";
@@ -193,6 +252,16 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
                     cmd = p.raw_args().map_err(err)?.collect();
                     if cmd.first().is_some_and(|a| a == "--") {
                         cmd.remove(0);
+                    }
+                    break;
+                }
+                if sub.is_none() {
+                    // flock(1)'s forms: `LOCK CMD [ARGS...]` and `LOCK -c CMDSTRING` are
+                    // `run LOCK -- CMD...`; every word after LOCK belongs to CMD.
+                    let rest: Vec<OsString> = p.raw_args().map_err(err)?.collect();
+                    cmd = flock_command(rest)?;
+                    if !cmd.is_empty() {
+                        sub = Some("run".into());
                     }
                     break;
                 }
@@ -290,7 +359,8 @@ mod tests {
     fn usage_errors() {
         assert_eq!(p(&[]).unwrap_err().kind(), Kind::Usage);
         assert_eq!(p(&["--bogus", "x"]).unwrap_err().kind(), Kind::Usage);
-        assert_eq!(p(&["a", "b"]).unwrap_err().kind(), Kind::Usage);
+        assert_eq!(p(&["hold", "a", "b"]).unwrap_err().kind(), Kind::Usage);
+        assert_eq!(p(&["status", "a", "b"]).unwrap_err().kind(), Kind::Usage);
         assert_eq!(p(&["--wait", "soon", "x"]).unwrap_err().kind(), Kind::Usage);
         assert_eq!(p(&["--json", "x"]).unwrap_err().kind(), Kind::Usage);
         assert_eq!(p(&["--peer", "/m", "x"]).unwrap_err().kind(), Kind::Usage);
@@ -299,6 +369,55 @@ mod tests {
             Kind::Usage
         );
         assert_eq!(p(&["verify"]).unwrap_err().kind(), Kind::Usage);
+    }
+
+    /// Issue 14: flock(1)'s forms are `run`, and its options mean what they mean there.
+    #[test]
+    fn flock_forms() {
+        let run = |lock: &str, cmd: &[&str]| Command::Run {
+            profile: lock.into(),
+            cmd: cmd.iter().map(OsString::from).collect(),
+        };
+        let c = p(&["/tmp/x.lock", "ls", "-l", "--wait"]).unwrap();
+        assert_eq!(c.command, run("/tmp/x.lock", &["ls", "-l", "--wait"]));
+        let c = p(&["-n", "-E", "1", "mkdir:/p", "-c", "echo a; echo b"]).unwrap();
+        assert_eq!(c.command, run("mkdir:/p", &["sh", "-c", "echo a; echo b"]));
+        assert_eq!(
+            (c.wait, c.conflict_exit),
+            (Some(Wait::For(Duration::ZERO)), Some(1))
+        );
+        assert_eq!(
+            p(&["x", "--", "true"]).unwrap().command,
+            run("x", &["true"])
+        );
+        let c = p(&["-w", "2.5", "-s", "x", "true"]).unwrap();
+        assert_eq!(c.wait, Some(Wait::For(Duration::from_millis(2500))));
+        assert!(c.shared);
+        let c = p(&["--timeout=3", "-s", "-x", "x", "true"]).unwrap();
+        assert_eq!(c.wait, Some(Wait::For(Duration::from_secs(3))));
+        assert!(!c.shared);
+        assert!(p(&["-e", "--exclusive", "--nonblock", "x"]).is_ok());
+        assert_eq!(
+            p(&["--wait", "0.5", "x"]).unwrap().wait,
+            Some(Wait::For(Duration::from_millis(500)))
+        );
+        // Without a command: hold mode, and -E stays run's.
+        assert_eq!(
+            p(&["-n", "/tmp/x"]).unwrap().command,
+            Command::Hold {
+                profile: "/tmp/x".into()
+            }
+        );
+        assert_eq!(p(&["-E", "1", "/tmp/x"]).unwrap_err().kind(), Kind::Usage);
+        for bad in [
+            &["x", "-c"][..],
+            &["x", "-c", "a", "b"],
+            &["x", "--"],
+            &["-w", "soon", "x", "true"],
+            &["-w", "-1", "x", "true"],
+        ] {
+            assert_eq!(p(bad).unwrap_err().kind(), Kind::Usage, "{bad:?}");
+        }
     }
 
     #[test]

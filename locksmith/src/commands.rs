@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::backend::{self, Backend, BreakOutcome, Holder};
+use crate::backend::{self, Backend, BreakOutcome, Holder, Profile};
 use crate::cli::{Cli, Command};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
-use crate::profile::{self, Common, Overrides, Profile, ProfilesFile};
+use crate::profile::{self, ProfilesFile};
 use crate::protocol::{self, Mode, OkLine};
+use crate::settings::{Common, Env, Overrides, Password, fmt_duration};
 use crate::sys;
 use crate::watch::{Cause, Event, WatchOpts, Watcher};
 
@@ -36,16 +37,35 @@ pub fn dispatch(cli: &Cli) -> Result<i32> {
     }
 }
 
-fn load(cli: &Cli, name: &str) -> Result<Profile> {
-    let path = profile::locate(cli.profiles.as_deref())?;
+/// The lock a word names: a lock address (SPEC §3a: no profiles file is read), or a profile
+/// of the profiles file. An unknown profile named like a file here gets a hint.
+fn load(cli: &Cli, word: &str) -> Result<Profile> {
+    let overrides = Overrides {
+        wait: cli.wait,
+        shared: cli.shared,
+    };
+    if let Some(entry) = backend::entry_of_address(word)? {
+        return backend::from_address(entry, word, &Env::current(), &overrides);
+    }
+    let hint = |e: Error| -> Error {
+        if std::path::Path::new(word).exists() {
+            Error::new(
+                e.kind(),
+                format!(
+                    "{}; to lock the file {word} here, write ./{word}",
+                    e.message()
+                ),
+            )
+        } else {
+            e
+        }
+    };
+    let path = profile::locate(cli.profiles.as_deref()).map_err(hint)?;
     let file = ProfilesFile::load(&path)?;
-    file.profile(
-        name,
-        &Overrides {
-            wait: cli.wait,
-            shared: cli.shared,
-        },
-    )
+    if !file.names().any(|n| n == word) {
+        return Err(hint(file.profile(word, &overrides).unwrap_err()));
+    }
+    file.profile(word, &overrides)
 }
 
 fn mode_of(p: &Profile) -> Mode {
@@ -263,7 +283,7 @@ impl Heartbeat {
                     return Err(err!(
                         Lost,
                         "no heartbeat confirmed for {}: {}",
-                        profile::fmt_duration(silent),
+                        fmt_duration(silent),
                         e.message()
                     ));
                 }
@@ -384,17 +404,7 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
 
 /// The environment variable a profile's `password_env` names, if any.
 fn password_env(p: &Profile) -> Option<&str> {
-    use crate::profile::{BackendConfig, Password};
-    let password = match &p.backend {
-        BackendConfig::Ftp(c) => &c.password,
-        BackendConfig::Postgres(c) => &c.password,
-        BackendConfig::Etcd(c) => &c.password,
-        BackendConfig::Flock(_)
-        | BackendConfig::Mkdir(_)
-        | BackendConfig::Link(_)
-        | BackendConfig::Symlink(_) => return None,
-    };
-    match password {
+    match p.backend.password()? {
         Password::Env(var) => Some(var),
         _ => None,
     }
@@ -508,14 +518,15 @@ fn break_lock(p: &Profile, force: bool, token: Option<u64>) -> Result<i32> {
 /// The file backends only: the server backends' guarantees are the server's (64, as `break`
 /// on a backend it does not apply to).
 fn verify(p: &Profile, peer: Option<&std::path::Path>) -> Result<i32> {
+    use crate::backend::BackendConfig;
     use crate::backend::lockdir::probe::{self, Scheme};
-    use crate::profile::BackendConfig;
     let (scheme, cfg) = match &p.backend {
         BackendConfig::Flock(c) => (Scheme::Flock, c),
         BackendConfig::Mkdir(c) => (Scheme::Mkdir, c),
         BackendConfig::Link(c) => (Scheme::Link, c),
         BackendConfig::Symlink(c) => (Scheme::Symlink, c),
-        BackendConfig::Ftp(_) | BackendConfig::Postgres(_) | BackendConfig::Etcd(_) => {
+        #[allow(unreachable_patterns)]
+        _ => {
             return Err(err!(
                 Usage,
                 "`verify` probes the file backends (flock, mkdir, link, symlink); profile `{}` uses backend `{}`, whose locking the server decides: `locksmith status {}` shows that it answers",

@@ -3,7 +3,9 @@
 //!
 //! # Layout
 //! - [`cli`]: argv and help text.
-//! - [`profile`]: the profiles file, raw TOML → validated [`profile::Profile`].
+//! - [`settings`]: what every backend shares: durations, `Wait`, `Common`, password sources,
+//!   and the typed key reader both front doors (profiles, addresses) use.
+//! - [`profile`]: the profiles file: where it is, loading it, precedence.
 //! - [`protocol`]: the only stdout writer: `OK` / `ERROR` / `LOST` lines.
 //! - [`watch`]: what ends a hold or a wait (pipe closed, parent gone, stdin EOF, signal).
 //! - [`backend`]: the backend trait, the shared waiting policy, one file per backend.
@@ -21,6 +23,7 @@ pub mod host;
 pub mod log;
 pub mod profile;
 pub mod protocol;
+pub mod settings;
 pub mod sys;
 #[cfg(any(feature = "ftp", feature = "postgres", feature = "etcd"))]
 pub mod tls;

@@ -12,21 +12,7 @@ use std::io::{self, Write};
 
 use crate::error::Error;
 
-/// Exclusive (writer) or shared (reader).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    Exclusive,
-    Shared,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Exclusive => "exclusive",
-            Mode::Shared => "shared",
-        }
-    }
-}
+pub use crate::settings::Mode;
 
 /// Everything the OK line says.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -34,13 +34,129 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
+use super::address::Address;
 use super::owner::{Parsed, Record};
-use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
+use super::{Attempt, Backend, BackendConfig, BreakOutcome, Grant, Holder, Profile, WaitHint};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
-use crate::profile::{EtcdConfig, Password, Profile};
 use crate::protocol::Mode;
+use crate::settings::{Fields, Password, fmt_duration};
 use crate::watch::Watcher;
+
+/// Settings of the `etcd` backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdConfig {
+    /// `http://host:port` or `https://host:port` URLs, all of one scheme (a bare
+    /// `host:port` gets `http://`).
+    pub endpoints: Vec<String>,
+    /// `https://` endpoints: TLS, the server verified against `ca_file` or the system CAs.
+    pub tls: bool,
+    pub ca_file: Option<std::path::PathBuf>,
+    /// The lock's key prefix: the queue lives under `PREFIX/`, the fencing state at
+    /// `PREFIX.state`.
+    pub prefix: String,
+    pub user: Option<String>,
+    pub password: Password,
+}
+
+/// The keys of `backend = "etcd"`. `prefix` defaults to `/locksmith/PROFILE` (an address
+/// on the command line has no profile: it must name its PREFIX). From an address with a
+/// user, the password defaults to `$LOCKSMITH_PASSWORD`.
+pub fn config(f: &mut Fields) -> Result<BackendConfig> {
+    let endpoints = f
+        .strings("endpoints")?
+        .ok_or_else(|| f.error("missing required key `endpoints`"))?;
+    if endpoints.is_empty() {
+        return Err(f.error("`endpoints` is empty"));
+    }
+    let mut urls = Vec::with_capacity(endpoints.len());
+    for e in endpoints {
+        let url = if e.starts_with("http://") || e.starts_with("https://") {
+            e
+        } else if e.contains("://") {
+            return Err(f.error(&format!(
+                "endpoint {e:?}: expected host:port, http://host:port or https://host:port"
+            )));
+        } else {
+            format!("http://{e}")
+        };
+        let hostport = url.split_once("://").map_or("", |(_, rest)| rest);
+        let hostport = hostport.strip_suffix('/').unwrap_or(hostport);
+        let ok = hostport
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+        if !ok || hostport.contains('/') {
+            return Err(f.error(&format!("endpoint {url:?}: expected host:port")));
+        }
+        urls.push(url);
+    }
+    let tls = urls[0].starts_with("https://");
+    if urls.iter().any(|u| u.starts_with("https://") != tls) {
+        return Err(f.error("`endpoints` mix http:// and https://; use one scheme"));
+    }
+    let ca_file = f.path("ca_file")?;
+    if ca_file.is_some() && !tls {
+        return Err(f.error("`ca_file` needs https:// endpoints (a bare host:port means http://)"));
+    }
+    let prefix = match (f.string("prefix")?, &f.origin().profile) {
+        (Some(p), _) => p,
+        (None, Some(profile)) => format!("/locksmith/{profile}"),
+        (None, None) => {
+            return Err(f.error(
+                "an etcd address needs its key PREFIX after HOST:PORT/ (etcd://HOST:PORT/locks/NAME)",
+            ));
+        }
+    };
+    let prefix = prefix.trim_end_matches('/').to_string();
+    if prefix.is_empty() {
+        return Err(f.error("`prefix` is empty"));
+    }
+    let user = f.string("user")?;
+    let mut password = f.password()?;
+    if let Some(env) = &f.origin().address
+        && user.is_some()
+        && password == Password::None
+        && env.locksmith_password
+    {
+        password = Password::Env("LOCKSMITH_PASSWORD".into());
+    }
+    if user.is_none() && password != Password::None {
+        return Err(f.error("a password needs `user`"));
+    }
+    Ok(BackendConfig::Etcd(EtcdConfig {
+        endpoints: urls,
+        tls,
+        ca_file,
+        prefix,
+        user,
+        password,
+    }))
+}
+
+/// `etcd://HOST:PORT[,HOST:PORT...]/PREFIX` (`etcds://`: https endpoints); PREFIX keeps its
+/// leading `/`.
+pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
+    let auth = a.authority()?;
+    let scheme = if a.scheme == "etcds" { "https" } else { "http" };
+    let mut endpoints = Vec::new();
+    for (host, port) in &auth.hosts {
+        let Some(port) = port else {
+            return Err(format!(
+                "etcd endpoint {host:?} needs its :PORT (etcd listens on 2379)"
+            ));
+        };
+        endpoints.push(toml::Value::from(format!("{scheme}://{host}:{port}")));
+    }
+    let mut t = toml::Table::new();
+    t.insert("endpoints".into(), endpoints.into());
+    if let Some(u) = &auth.user {
+        t.insert("user".into(), u.clone().into());
+    }
+    if !a.path.is_empty() && a.path != "/" {
+        t.insert("prefix".into(), a.path.clone().into());
+    }
+    Ok(t)
+}
 
 use super::wake::Wakeups;
 
@@ -202,10 +318,7 @@ impl Etcd {
             match rt.block_on(async { tokio::time::timeout(limit, f).await }) {
                 Ok(Ok(v)) => Ok(v),
                 Ok(Err(e)) => Err(self.error_text(&e)),
-                Err(_) => Err(format!(
-                    "no answer within {}",
-                    crate::profile::fmt_duration(limit)
-                )),
+                Err(_) => Err(format!("no answer within {}", fmt_duration(limit))),
             },
         )
     }
@@ -347,10 +460,7 @@ impl Etcd {
                     return Ok(Err(self.error_text(&e)));
                 }
                 Err(_) => {
-                    return Ok(Err(format!(
-                        "no answer within {}",
-                        crate::profile::fmt_duration(limit)
-                    )));
+                    return Ok(Err(format!("no answer within {}", fmt_duration(limit))));
                 }
             }
         }

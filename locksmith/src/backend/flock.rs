@@ -38,14 +38,21 @@ use std::time::Duration;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode as FileMode;
 
+use super::BackendConfig;
+use super::lockdir::FsConfig;
 use super::owner::{self, State};
 use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint, refuse_break};
 use crate::error::{Error, Result};
 use crate::host;
 use crate::log::{debug, info};
-use crate::profile::FsConfig;
 use crate::protocol::Mode;
+use crate::settings::Fields;
 use crate::watch::Watcher;
+
+/// The keys of `backend = "flock"`: the file backends' keys ([`FsConfig::parse`]).
+pub fn config(f: &mut Fields) -> crate::error::Result<BackendConfig> {
+    FsConfig::parse(f, false).map(BackendConfig::Flock)
+}
 
 pub struct Flock {
     cfg: FsConfig,

@@ -38,16 +38,23 @@ use nix::fcntl::AtFlags;
 use nix::sys::stat::FileStat;
 use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 
+use super::lockdir::FsConfig;
 use super::lockdir::{self, LockDir};
 use super::owner::{Record, State};
 use super::stale::{Evidence, Holders, Judge, Observations};
 use super::wake::Wakeups;
 use super::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
+use super::{BackendConfig, Profile};
 use crate::error::{Error, Result, err};
 use crate::log::info;
-use crate::profile::{FsConfig, Profile};
 use crate::protocol::Mode;
+use crate::settings::Fields;
 use crate::watch::Watcher;
+
+/// The keys of `backend = "link"`: the file backends' keys ([`FsConfig::parse`]).
+pub fn config(f: &mut Fields) -> crate::error::Result<BackendConfig> {
+    FsConfig::parse(f, true).map(BackendConfig::Link)
+}
 
 pub struct Link {
     cfg: FsConfig,

@@ -37,10 +37,114 @@ use nix::sys::stat::{FileStat, Mode as FileMode, fstat, fstatat, major, minor};
 use nix::sys::statfs::fstatfs;
 
 use super::owner::{self, Parsed, Record, State};
-use crate::error::{Error, Result, err};
-use crate::profile::{FsConfig, fmt_duration};
+use crate::error::{Error, Result, err, shown};
+use crate::settings::{Fields, MAX_NAME, MAX_PATH, fmt_duration, parse_duration};
 
 pub mod probe;
+
+/// Settings of the filesystem backends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsConfig {
+    /// Absolute path of the lock (file for flock, directory for mkdir).
+    pub path: PathBuf,
+    /// Mode for files and directories locksmith creates (directories get `x` where `r` is).
+    pub file_mode: Option<u32>,
+    /// Group for files and directories locksmith creates.
+    pub group: Option<u32>,
+    /// Every contender is on this host: no heartbeat, staleness by proof of death alone
+    /// (and, for flock, a network or FUSE filesystem is accepted).
+    pub local: bool,
+    /// How late the mount may show another host's changes, as the user states it (network
+    /// and FUSE filesystems; `stale_after` must exceed it).
+    pub cache_time: Option<Duration>,
+}
+
+impl FsConfig {
+    /// The keys of the filesystem backends: `path`, `file_mode`, `group`, `local`, and
+    /// `cache_time` where the backend judges liveness by heartbeats (`heartbeats`: mkdir,
+    /// link, symlink).
+    pub fn parse(f: &mut Fields, heartbeats: bool) -> Result<FsConfig> {
+        let path = f
+            .string("path")?
+            .ok_or_else(|| f.error("missing required key `path`"))?;
+        if path.is_empty() {
+            return Err(f.error("`path` is empty"));
+        }
+        if path.contains('\0') {
+            return Err(f.error(&format!(
+                "`path` {} contains a NUL byte",
+                shown(Path::new(&path))
+            )));
+        }
+        let path = f.anchor(path);
+        let too_long = path.as_os_str().len() > MAX_PATH || path.iter().any(|c| c.len() > MAX_NAME);
+        if too_long {
+            return Err(f.error(&format!(
+                "`path` {} is {} bytes long: a path is at most {MAX_PATH} bytes, a name in it at most {MAX_NAME}",
+                shown(&path),
+                path.as_os_str().len()
+            )));
+        }
+        if path.file_name().is_none() {
+            return Err(f.error(&format!(
+                "`path` {} does not name a file or directory",
+                shown(&path)
+            )));
+        }
+        let file_mode = match f.string("file_mode")? {
+            None => None,
+            Some(s) => Some(match u32::from_str_radix(s.trim_start_matches("0o"), 8) {
+                Ok(m) if m <= 0o777 => m,
+                // Root would create a setuid (or setgid, or sticky) file (issue 15).
+                Ok(m) if m <= 0o7777 => {
+                    return Err(f.error(&format!(
+                            "`file_mode` = \"{s}\" sets setuid, setgid or sticky bits; give permission bits only, at most \"0777\""
+                        )));
+                }
+                _ => {
+                    return Err(f.error(&format!(
+                        "`file_mode` = \"{s}\" is not an octal mode like \"0660\""
+                    )));
+                }
+            }),
+        };
+        let group = match f.string("group")? {
+            None => None,
+            Some(g) => Some(resolve_group(&g).ok_or_else(|| {
+                f.error(&format!("`group` = \"{g}\": no such group on this host"))
+            })?),
+        };
+        let local = f.bool("local")?.unwrap_or(false);
+        let cache_time = match f.string("cache_time")? {
+            Some(s) if heartbeats => {
+                Some(parse_duration(&s).map_err(|m| f.error(&format!("`cache_time`: {m}")))?)
+            }
+            Some(_) => {
+                return Err(f.error(
+                    "`cache_time` applies to backends mkdir, link and symlink (flock has no heartbeat)",
+                ));
+            }
+            None => None,
+        };
+        Ok(FsConfig {
+            path,
+            file_mode,
+            group,
+            local,
+            cache_time,
+        })
+    }
+}
+
+fn resolve_group(g: &str) -> Option<u32> {
+    if let Ok(gid) = g.parse::<u32>() {
+        return Some(gid);
+    }
+    nix::unistd::Group::from_name(g)
+        .ok()
+        .flatten()
+        .map(|gr| gr.gid.as_raw())
+}
 
 /// The most a heartbeat record (or a link lock file) holds; more is not ours.
 const RECORD_CAP: u64 = 4096;

@@ -60,15 +60,17 @@ use nix::sys::stat::{
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
+use super::lockdir::FsConfig;
 use super::lockdir::{self, LockDir};
 use super::owner::{Parsed, Record, State};
 use super::stale::{Evidence, Holders, Judge};
 use super::wake::Wakeups;
 use super::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
+use super::{BackendConfig, Profile};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
-use crate::profile::{FsConfig, Profile};
 use crate::protocol::Mode;
+use crate::settings::Fields;
 use crate::watch::Watcher;
 
 const OWNER_PREFIX: &str = "owner.";
@@ -78,6 +80,11 @@ const OWNER_PREFIX: &str = "owner.";
 const RELEASING_PREFIX: &str = "releasing.";
 /// The heartbeat record inside the lock directory (a fixed name: read without a listing).
 const BEAT: &str = "beat";
+
+/// The keys of `backend = "mkdir"`: the file backends' keys ([`FsConfig::parse`]).
+pub fn config(f: &mut Fields) -> crate::error::Result<BackendConfig> {
+    FsConfig::parse(f, true).map(BackendConfig::Mkdir)
+}
 
 fn is_record_entry(name: &[u8]) -> bool {
     name.starts_with(OWNER_PREFIX.as_bytes()) || name.starts_with(RELEASING_PREFIX.as_bytes())

@@ -6,6 +6,7 @@
 //! `wait` — lives here only (as cargo's `acquire` does), so the protocol and watch code never
 //! see a backend's details and new backends plug in without touching them.
 
+pub mod address;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod flock;
@@ -25,11 +26,289 @@ use std::fmt;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
+use toml::Table;
+
+use self::address::Address;
+use self::lockdir::FsConfig;
 use crate::error::{Error, Kind, Result, err};
 use crate::log::info;
-use crate::profile::{BackendConfig, Common, Profile, Wait, fmt_duration};
 use crate::protocol::Mode;
+use crate::settings::{
+    Common, Env, Fields, Origin, Overrides, Password, Wait, apply_timing, fmt_duration,
+};
 use crate::watch::{Event, Watcher};
+
+/// One backend as the two front doors see it: its name (`backend = "NAME"`), its address
+/// schemes, the parser of its keys and the keys its address says. Adding a backend is one
+/// file under `backend/` and one line in [`BACKENDS`] (plus its variant of
+/// [`BackendConfig`] and its arm in [`open`]).
+pub struct Entry {
+    pub name: &'static str,
+    /// Address schemes (SPEC §3a), the first the usual one.
+    pub schemes: &'static [&'static str],
+    /// Reads the backend's own keys (a profile section or an address: the same code).
+    /// `None`: left out of this build (the cargo feature of the same name).
+    parse: Option<fn(&mut Fields) -> Result<BackendConfig>>,
+    /// The keys an address's parts say (its query is added by [`address::keys`]).
+    address: fn(&Address) -> std::result::Result<Table, String>,
+}
+
+/// The backends, in the order messages list them.
+pub static BACKENDS: &[Entry] = &[
+    Entry {
+        name: "flock",
+        schemes: &["flock"],
+        parse: Some(flock::config),
+        address: address::path_keys,
+    },
+    Entry {
+        name: "mkdir",
+        schemes: &["mkdir"],
+        parse: Some(mkdir::config),
+        address: address::path_keys,
+    },
+    Entry {
+        name: "link",
+        schemes: &["link"],
+        parse: Some(link::config),
+        address: address::path_keys,
+    },
+    Entry {
+        name: "symlink",
+        schemes: &["symlink"],
+        parse: Some(symlink::config),
+        address: address::path_keys,
+    },
+    #[cfg(feature = "ftp")]
+    Entry {
+        name: "ftp",
+        schemes: &["ftp", "ftps"],
+        parse: Some(ftp::config),
+        address: ftp::address,
+    },
+    #[cfg(not(feature = "ftp"))]
+    Entry {
+        name: "ftp",
+        schemes: &["ftp", "ftps"],
+        parse: None,
+        address: address::path_keys,
+    },
+    #[cfg(feature = "postgres")]
+    Entry {
+        name: "postgres",
+        schemes: &["postgres", "postgresql"],
+        parse: Some(postgres::config),
+        address: postgres::address,
+    },
+    #[cfg(not(feature = "postgres"))]
+    Entry {
+        name: "postgres",
+        schemes: &["postgres", "postgresql"],
+        parse: None,
+        address: address::path_keys,
+    },
+    #[cfg(feature = "etcd")]
+    Entry {
+        name: "etcd",
+        schemes: &["etcd", "etcds"],
+        parse: Some(etcd::config),
+        address: etcd::address,
+    },
+    #[cfg(not(feature = "etcd"))]
+    Entry {
+        name: "etcd",
+        schemes: &["etcd", "etcds"],
+        parse: None,
+        address: address::path_keys,
+    },
+];
+
+/// The backend called `name`, or a config error naming the known ones.
+pub fn entry(name: &str) -> std::result::Result<&'static Entry, String> {
+    BACKENDS.iter().find(|e| e.name == name).ok_or_else(|| {
+        let known: Vec<&str> = BACKENDS.iter().map(|e| e.name).collect();
+        format!("unknown backend `{name}` (known: {})", known.join(", "))
+    })
+}
+
+/// Which backend, with its own settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendConfig {
+    Flock(FsConfig),
+    Mkdir(FsConfig),
+    Link(FsConfig),
+    Symlink(FsConfig),
+    #[cfg(feature = "ftp")]
+    Ftp(ftp::FtpConfig),
+    #[cfg(feature = "postgres")]
+    Postgres(postgres::PgConfig),
+    #[cfg(feature = "etcd")]
+    Etcd(etcd::EtcdConfig),
+}
+
+impl BackendConfig {
+    pub fn name(&self) -> &'static str {
+        match self {
+            BackendConfig::Flock(_) => "flock",
+            BackendConfig::Mkdir(_) => "mkdir",
+            BackendConfig::Link(_) => "link",
+            BackendConfig::Symlink(_) => "symlink",
+            #[cfg(feature = "ftp")]
+            BackendConfig::Ftp(_) => "ftp",
+            #[cfg(feature = "postgres")]
+            BackendConfig::Postgres(_) => "postgres",
+            #[cfg(feature = "etcd")]
+            BackendConfig::Etcd(_) => "etcd",
+        }
+    }
+
+    /// Whether the backend can take a shared (reader) lock.
+    pub fn supports_shared(&self) -> bool {
+        !matches!(self, BackendConfig::Mkdir(_) | BackendConfig::Link(_))
+    }
+
+    /// The settings of a file backend (flock, mkdir, link, symlink).
+    pub fn fs(&self) -> Option<&FsConfig> {
+        match self {
+            BackendConfig::Flock(c)
+            | BackendConfig::Mkdir(c)
+            | BackendConfig::Link(c)
+            | BackendConfig::Symlink(c) => Some(c),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    /// Where the server password comes from, for the server backends.
+    pub fn password(&self) -> Option<&Password> {
+        match self {
+            #[cfg(feature = "ftp")]
+            BackendConfig::Ftp(c) => Some(&c.password),
+            #[cfg(feature = "postgres")]
+            BackendConfig::Postgres(c) => Some(&c.password),
+            #[cfg(feature = "etcd")]
+            BackendConfig::Etcd(c) => Some(&c.password),
+            _ => None,
+        }
+    }
+}
+
+/// A validated profile: a profile section, or a lock address standing for one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Profile {
+    /// The profile's name, or the address as given ([`address::display`]).
+    pub name: String,
+    pub backend: BackendConfig,
+    pub common: Common,
+    /// The profile (or the address's query) itself said `shared = true` (a refusal is then
+    /// of its origin's kind, not 64 for `--shared`).
+    pub shared_from_profile: bool,
+}
+
+/// Both front doors end here: the common keys (timing over `common`, `shared`), the
+/// backend's own keys, no key left over, then `overrides` (the command line), the floors
+/// and cross-key rules, and whether the backend can share. Errors are of `f`'s origin kind
+/// (78 in a profiles file, 64 on the command line), except `--shared` (64).
+pub fn configure(
+    name: &str,
+    entry: &Entry,
+    mut f: Fields,
+    mut common: Common,
+    overrides: &Overrides,
+) -> Result<Profile> {
+    apply_timing(&mut f, &mut common)?;
+    let shared_from_profile = f.bool("shared")?.unwrap_or(false);
+    common.shared = shared_from_profile;
+    let Some(parse) = entry.parse else {
+        return Err(f.error(&format!(
+            "backend `{0}` was left out of this build of locksmith (cargo feature `{0}`)",
+            entry.name
+        )));
+    };
+    let backend = parse(&mut f)?;
+    let origin = f.origin().clone();
+    f.finish()?;
+    if let Some(w) = overrides.wait {
+        common.wait = w;
+    }
+    if overrides.shared {
+        common.shared = true;
+    }
+    common
+        .check()
+        .map_err(|m| Error::new(origin.kind, format!("{}: {m}", origin.ctx)))?;
+    if common.shared && !backend.supports_shared() {
+        let (kind, why) = if shared_from_profile {
+            (origin.kind, "the profile says `shared = true`")
+        } else {
+            (Kind::Usage, "--shared was given")
+        };
+        let what = match origin.profile {
+            Some(_) => format!("profile `{name}`"),
+            None => format!("address `{name}`"),
+        };
+        return Err(Error::new(
+            kind,
+            format!(
+                "backend `{}` ({what}) cannot take a shared lock, but {why}",
+                backend.name()
+            ),
+        ));
+    }
+    Ok(Profile {
+        name: name.to_string(),
+        backend,
+        common,
+        shared_from_profile,
+    })
+}
+
+/// The backend a word names as a lock address (SPEC §3a); `Ok(None)`: a profile name; a
+/// usage error for a word with `:` and no known scheme.
+pub fn entry_of_address(word: &str) -> Result<Option<&'static Entry>> {
+    address::classify(word)
+}
+
+/// The keys an address says (its parts, then its query), and which of them its parts said.
+pub fn address_keys(
+    entry: &Entry,
+    text: &str,
+) -> std::result::Result<(Table, Vec<String>), String> {
+    address::keys(entry, text)
+}
+
+/// An address as messages show it (a password-like part masked).
+pub fn shown_address(text: &str) -> String {
+    address::shown(text)
+}
+
+/// A lock address given on the command line (SPEC §3a): no profiles file, built-in
+/// defaults, relative paths from the current directory; a bad address is 64.
+pub fn from_address(
+    entry: &Entry,
+    text: &str,
+    env: &Env,
+    overrides: &Overrides,
+) -> Result<Profile> {
+    let ctx = format!("address `{}`", address::shown(text));
+    let (table, _) =
+        address::keys(entry, text).map_err(|m| Error::new(Kind::Usage, format!("{ctx}: {m}")))?;
+    let origin = Origin {
+        ctx,
+        kind: Kind::Usage,
+        dir: env.cwd.clone(),
+        profile: None,
+        file: None,
+        address: Some(env.clone()),
+    };
+    configure(
+        &address::display(text),
+        entry,
+        Fields::new(origin, table),
+        Common::builtin(),
+        overrides,
+    )
+}
 
 /// Someone holding (or recorded as holding) the lock.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -166,28 +445,18 @@ pub trait Backend {
 
 /// Opens the backend a profile names. Nothing is created or taken yet.
 pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
-    let mode = if profile.common.shared {
-        Mode::Shared
-    } else {
-        Mode::Exclusive
-    };
+    let mode: Mode = profile.common.mode();
     Ok(match &profile.backend {
         BackendConfig::Flock(cfg) => Box::new(flock::Flock::new(cfg.clone(), mode)),
         BackendConfig::Mkdir(cfg) => Box::new(mkdir::Mkdir::new(cfg.clone(), profile)),
-        #[cfg(feature = "ftp")]
-        BackendConfig::Ftp(cfg) => Box::new(ftp::Ftp::new(cfg.clone(), profile)),
-        #[cfg(not(feature = "ftp"))]
-        BackendConfig::Ftp(_) => unreachable!("refused when the profile was read"),
-        #[cfg(feature = "postgres")]
-        BackendConfig::Postgres(cfg) => Box::new(postgres::Postgres::new(cfg.clone(), profile)),
-        #[cfg(not(feature = "postgres"))]
-        BackendConfig::Postgres(_) => unreachable!("refused when the profile was read"),
-        #[cfg(feature = "etcd")]
-        BackendConfig::Etcd(cfg) => Box::new(etcd::Etcd::new(cfg.clone(), profile)),
-        #[cfg(not(feature = "etcd"))]
-        BackendConfig::Etcd(_) => unreachable!("refused when the profile was read"),
         BackendConfig::Link(cfg) => Box::new(link::Link::new(cfg.clone(), profile)),
         BackendConfig::Symlink(cfg) => Box::new(symlink::Symlink::new(cfg.clone(), profile)),
+        #[cfg(feature = "ftp")]
+        BackendConfig::Ftp(cfg) => Box::new(ftp::Ftp::new(cfg.clone(), profile)),
+        #[cfg(feature = "postgres")]
+        BackendConfig::Postgres(cfg) => Box::new(postgres::Postgres::new(cfg.clone(), profile)),
+        #[cfg(feature = "etcd")]
+        BackendConfig::Etcd(cfg) => Box::new(etcd::Etcd::new(cfg.clone(), profile)),
     })
 }
 

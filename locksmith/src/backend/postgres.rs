@@ -36,6 +36,7 @@
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -44,12 +45,216 @@ use postgres::error::SqlState;
 use postgres::{CancelToken, Client, Config, NoTls};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
+use super::address::Address;
+use super::{Attempt, Backend, BackendConfig, BreakOutcome, Grant, Holder, Profile, WaitHint};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
-use crate::profile::{PgConfig, Profile, SslMode};
 use crate::protocol::Mode;
+use crate::settings::{Fields, Hidden, Password, fmt_duration, pgpass_password};
 use crate::watch::Watcher;
+
+/// Settings of the `postgres` backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PgConfig {
+    /// A `postgresql://` URL (or key=value string); `None`: the separate keys below.
+    pub url: Option<Hidden>,
+    pub host: String,
+    pub port: u16,
+    pub dbname: Option<String>,
+    pub user: Option<String>,
+    pub password: Password,
+    /// The lock's name, hashed to the 64-bit advisory key on the server.
+    pub lock: String,
+    /// Schema of the fencing-token table (an identifier, created on first use).
+    pub schema: String,
+    pub sslmode: SslMode,
+    /// CA certificates (PEM) that verify the server; `None`: the system's CA bundle.
+    pub ca_file: Option<PathBuf>,
+}
+
+/// `sslmode` of the postgres backend, in libpq's words. Unlike libpq, every mode that uses
+/// TLS verifies the server's certificate chain (against `ca_file` or the system CAs):
+/// `require` and `verify-ca` behave as libpq's do when a root certificate is configured,
+/// `verify-full` also checks the host name, `prefer` uses TLS when the server offers it (and
+/// then verifies as `require`), `disable` (the default) never uses TLS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SslMode {
+    Disable,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl SslMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+}
+
+/// The keys of `backend = "postgres"`. `lock` defaults to the profile's name (an address on
+/// the command line has none: it must say `?lock=NAME`). From an address, the password
+/// defaults to `$LOCKSMITH_PASSWORD`, else `$PGPASSWORD`, else the `.pgpass` line (libpq's
+/// conventions, SPEC §3a).
+pub fn config(f: &mut Fields) -> Result<BackendConfig> {
+    let url = f.string("url")?;
+    let host = f.string("host")?;
+    let port = f.port("port")?;
+    let dbname = f.string("dbname")?;
+    let user = f.string("user")?;
+    let password = f.password()?;
+    let sslmode = match f.string("sslmode")?.as_deref() {
+        None => None,
+        Some("disable") => Some(SslMode::Disable),
+        Some("prefer") => Some(SslMode::Prefer),
+        Some("require") => Some(SslMode::Require),
+        Some("verify-ca") => Some(SslMode::VerifyCa),
+        Some("verify-full") => Some(SslMode::VerifyFull),
+        Some(other) => {
+            return Err(f.error(&format!(
+                "`sslmode` = \"{other}\" (expected disable, prefer, require, verify-ca or verify-full)"
+            )));
+        }
+    };
+    let ca_file = f.path("ca_file")?;
+    let lock = match (f.string("lock")?, &f.origin().profile) {
+        (Some(lock), _) => lock,
+        (None, Some(profile)) => profile.clone(),
+        (None, None) => {
+            return Err(f.error(
+                "a postgres address needs `?lock=NAME`: it has no profile name to default to",
+            ));
+        }
+    };
+    if lock.is_empty() {
+        return Err(f.error("`lock` is empty"));
+    }
+    let schema = f.string("schema")?.unwrap_or_else(|| "locksmith".into());
+    let ident = schema.len() <= 63
+        && schema.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && schema
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !ident {
+        return Err(f.error(&format!(
+            "`schema` = {schema:?} must be a lower-case SQL identifier like \"locksmith\""
+        )));
+    }
+    let url = match (url, &host) {
+        (Some(_), Some(_)) => return Err(f.error("give either `url` or `host`, not both")),
+        (None, None) => return Err(f.error("missing required key `url` (or `host`)")),
+        (Some(u), None) => {
+            if port.is_some() || dbname.is_some() || user.is_some() {
+                return Err(f.error(
+                    "with `url`, put port, dbname and user in the URL, not in separate keys",
+                ));
+            }
+            let has_password = url_has_password(&u).map_err(|why| {
+                f.error(&format!(
+                    "`url` is not a PostgreSQL connection string: {why}"
+                ))
+            })?;
+            if has_password {
+                f.holds_secret()?;
+                if password != Password::None {
+                    return Err(
+                        f.error("the `url` holds a password already; drop the other password key")
+                    );
+                }
+            }
+            Some(Hidden(u))
+        }
+        (None, Some(_)) => None,
+    };
+    // A connection string may carry its own `sslmode` (disable, prefer or require).
+    let in_url = url.as_ref().and_then(|u| url_ssl_mode(&u.0));
+    let sslmode = match (sslmode, in_url) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(f.error(&format!(
+                "`sslmode` = \"{}\" but the `url` says sslmode={}; give it once",
+                a.name(),
+                b.name()
+            )));
+        }
+        (Some(m), _) | (None, Some(m)) => m,
+        (None, None) => SslMode::Disable,
+    };
+    if ca_file.is_some() && sslmode == SslMode::Disable {
+        return Err(
+            f.error("`ca_file` needs `sslmode` = \"require\", \"verify-ca\" or \"verify-full\"")
+        );
+    }
+    let host = host.unwrap_or_default();
+    let port = port.unwrap_or(5432);
+    let password = match (password, f.origin().address.clone()) {
+        (Password::None, Some(env)) if url.is_none() => {
+            if env.locksmith_password {
+                Password::Env("LOCKSMITH_PASSWORD".into())
+            } else if env.pgpassword {
+                Password::Env("PGPASSWORD".into())
+            } else {
+                match env.pgpass().filter(|f| f.exists()) {
+                    Some(file) => {
+                        // libpq's defaults: the login name, and a database named like the user.
+                        let login = user.clone().unwrap_or_else(|| env.login());
+                        let db = dbname.clone().unwrap_or_else(|| login.clone());
+                        match pgpass_password(&file, &host, port, &db, &login)? {
+                            Some(_) => Password::Pgpass {
+                                file,
+                                host: host.clone(),
+                                port,
+                                dbname: db,
+                            },
+                            None => Password::None,
+                        }
+                    }
+                    None => Password::None,
+                }
+            }
+        }
+        (p, _) => p,
+    };
+    Ok(BackendConfig::Postgres(PgConfig {
+        url,
+        host,
+        port,
+        dbname,
+        user,
+        password,
+        lock,
+        schema,
+        sslmode,
+        ca_file,
+    }))
+}
+
+/// `postgres://` or `postgresql://[USER@]HOST[:PORT]/DB`, libpq's URL syntax (its
+/// parameters are the backend's keys: `?lock=NAME&sslmode=require`).
+pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
+    let auth = a.authority()?;
+    let [(host, port)] = auth.hosts.as_slice() else {
+        return Err("a postgres address names one HOST[:PORT]".into());
+    };
+    let mut t = toml::Table::new();
+    t.insert("host".into(), host.clone().into());
+    if let Some(p) = port {
+        t.insert("port".into(), i64::from(*p).into());
+    }
+    if let Some(u) = &auth.user {
+        t.insert("user".into(), u.clone().into());
+    }
+    let db = a.path.strip_prefix('/').unwrap_or(&a.path);
+    if !db.is_empty() {
+        t.insert("dbname".into(), db.to_string().into());
+    }
+    Ok(t)
+}
 
 /// Whether a connection string holds a password (then the profiles file must be private).
 pub fn url_has_password(url: &str) -> std::result::Result<bool, String> {
@@ -195,6 +400,18 @@ impl Postgres {
         } else {
             ""
         };
+        // The server asked for a password and none was configured: the driver says so only
+        // in words (its error kind is private). Authentication, not reachability: 77.
+        if !self.held && msg.contains("password missing") {
+            return Error::new(
+                Kind::Denied,
+                format!(
+                    "{what} ({server}): the server asks for a password and none was given \
+                     (password_env / password_file; for an address also $LOCKSMITH_PASSWORD, \
+                     $PGPASSWORD or ~/.pgpass)"
+                ),
+            );
+        }
         Error::new(kind, format!("{what} ({server}): {msg}{hint}"))
     }
 
@@ -222,7 +439,7 @@ impl Postgres {
                     .map_or_else(|| "postgres".to_string(), |u| u.name),
             );
         }
-        if !matches!(self.cfg.password, crate::profile::Password::None) {
+        if !matches!(self.cfg.password, Password::None) {
             let user = c.get_user().unwrap_or_default().to_string();
             c.password(self.cfg.password.resolve(&user)?);
         }
@@ -593,7 +810,7 @@ impl Backend for Postgres {
         let why = if text.contains("timeout") || text.contains("timed out") {
             format!(
                 "no answer within {}; giving it up before the server can free it",
-                crate::profile::fmt_duration(limit)
+                fmt_duration(limit)
             )
         } else {
             format!("{text}; the server has released it")

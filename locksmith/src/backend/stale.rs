@@ -21,13 +21,14 @@ use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use super::Profile;
 use super::owner::Parsed;
 use super::wake::Wakeups;
 use super::{Attempt, BreakOutcome, Grant, Holder, describe};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::info;
-use crate::profile::{Profile, fmt_duration};
 use crate::protocol::Mode;
+use crate::settings::fmt_duration;
 use crate::watch::{Event, Watcher};
 
 /// One holder of a lock, as a backend sees it now.

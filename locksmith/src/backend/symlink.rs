@@ -71,16 +71,23 @@ use nix::sys::stat::{FileStat, Mode as FileMode, UtimensatFlags, fstatat, mkdira
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
+use super::lockdir::FsConfig;
 use super::lockdir::{self, LockDir};
 use super::owner::{self, Parsed, Record};
 use super::stale::{Evidence, Holders, Judge, Observations};
 use super::wake::Wakeups;
 use super::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
+use super::{BackendConfig, Profile};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
-use crate::profile::{FsConfig, Profile};
 use crate::protocol::Mode;
+use crate::settings::Fields;
 use crate::watch::Watcher;
+
+/// The keys of `backend = "symlink"`: the file backends' keys ([`FsConfig::parse`]).
+pub fn config(f: &mut Fields) -> crate::error::Result<BackendConfig> {
+    FsConfig::parse(f, true).map(BackendConfig::Symlink)
+}
 
 /// Prefix of a reader's registration entry inside a group.
 const READER_PREFIX: &str = "r.";

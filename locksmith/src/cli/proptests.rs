@@ -5,7 +5,8 @@
 //!
 //! Properties: nothing panics; every rejection is a `usage` error (64) with a non-empty
 //! one-line message pointing at `--help`; a bad option value names its option; a valid line
-//! round-trips (options in any order and spelling: `--wait 3s`, `--wait=3s`, `-E5`, `-vv`).
+//! round-trips (options in any order and spelling: `--wait 3s`, `--wait=3s`, `-E5`, `-vv`;
+//! flock(1)'s forms `PROFILE CMD...` and `PROFILE -c CMDSTRING`, issue 14).
 //!
 //! Bounded pass: 512 cases for each of the 4 properties (2,048 command lines, under 1 s in a
 //! debug build). Failures are not persisted (`failure_persistence: None`): nothing is written
@@ -201,6 +202,8 @@ enum Sub {
     /// `--peer DIR`, if any.
     Verify(Option<OsString>),
     Profiles,
+    /// flock(1)'s forms (issue 14): `PROFILE CMD...`, or `PROFILE -c CMDSTRING` (`Some`).
+    Flock(Vec<OsString>, Option<OsString>),
 }
 
 /// A valid command line and what it must parse to.
@@ -212,6 +215,8 @@ struct Line {
     profile_at: Option<usize>,
     /// The subcommand is `run` (even where `--help` makes the command Help).
     run: bool,
+    /// Hold mode without the word `hold`: words after PROFILE are flock(1)'s CMD.
+    implicit: bool,
 }
 
 fn wait_value() -> impl Strategy<Value = (String, Wait)> {
@@ -274,6 +279,22 @@ fn sub() -> impl Strategy<Value = Sub> {
         // lexopt takes `--peer -x` as the value only when attached; keep the value plain.
         .prop_map(|p| Sub::Verify(p.filter(|p| !p.as_encoded_bytes().starts_with(b"-")))),
         Just(Sub::Profiles),
+        (
+            prop::collection::vec(
+                prop_oneof![
+                    3 => "[a-z./]{1,8}".prop_map(OsString::from),
+                    2 => select(OPTION_WORDS.to_vec()).prop_map(os),
+                    1 => prop::collection::vec(any::<u8>(), 0..6).prop_map(OsString::from_vec),
+                ],
+                1..4
+            ),
+            prop::option::of(".{0,12}".prop_map(OsString::from)),
+        )
+            // A first word `-c` or `--` is the other form.
+            .prop_filter("CMD's first word is CMD's", |(cmd, _)| {
+                !["-c", "--command", "--"].iter().any(|w| cmd[0] == *w)
+            })
+            .prop_map(|(cmd, c)| Sub::Flock(cmd, c)),
     ]
 }
 
@@ -326,8 +347,8 @@ fn line() -> impl Strategy<Value = Line> {
                 if watch_stdin {
                     groups.push(vec![os("--watch-stdin")]);
                 }
-                // -E only where it belongs: run.
-                let conflict = conflict.filter(|_| matches!(sub, Sub::Run(..)));
+                // -E only where it belongs: run (flock(1)'s forms are run).
+                let conflict = conflict.filter(|_| matches!(sub, Sub::Run(..) | Sub::Flock(..)));
                 if let Some((n, style)) = conflict {
                     groups.push(match style {
                         0 => vec![os("-E"), os(&n.to_string())],
@@ -356,14 +377,15 @@ fn line() -> impl Strategy<Value = Line> {
                 let mut args: Vec<OsString> = groups.concat();
 
                 // Implicit hold: a PROFILE named like a subcommand would be read as one.
-                let profile =
-                    if matches!(sub, Sub::Implicit) && SUBCOMMANDS.contains(&profile.as_str()) {
-                        format!("{profile}.x")
-                    } else {
-                        profile
-                    };
+                let profile = if matches!(sub, Sub::Implicit | Sub::Flock(..))
+                    && SUBCOMMANDS.contains(&profile.as_str())
+                {
+                    format!("{profile}.x")
+                } else {
+                    profile
+                };
                 let word = match &sub {
-                    Sub::Implicit => None,
+                    Sub::Implicit | Sub::Flock(..) => None,
                     Sub::Hold => Some("hold"),
                     Sub::Run(..) => Some("run"),
                     Sub::Status(_) => Some("status"),
@@ -407,8 +429,14 @@ fn line() -> impl Strategy<Value = Line> {
                     }
                     args.extend(cmd.iter().cloned());
                 }
+                match &sub {
+                    Sub::Flock(_, Some(c)) => args.extend([os("-c"), c.clone()]),
+                    Sub::Flock(cmd, None) => args.extend(cmd.iter().cloned()),
+                    _ => {}
+                }
 
-                let run = matches!(sub, Sub::Run(..));
+                let run = matches!(sub, Sub::Run(..) | Sub::Flock(..));
+                let implicit = matches!(sub, Sub::Implicit | Sub::Flock(..));
                 let command = match early {
                     Some("-h" | "--help") => Command::Help,
                     Some(_) => Command::Version,
@@ -426,6 +454,11 @@ fn line() -> impl Strategy<Value = Line> {
                             peer: peer.map(Into::into),
                         },
                         Sub::Profiles => Command::Profiles,
+                        Sub::Flock(_, Some(c)) => Command::Run {
+                            profile,
+                            cmd: vec![os("sh"), os("-c"), c],
+                        },
+                        Sub::Flock(cmd, None) => Command::Run { profile, cmd },
                     },
                 };
                 let want = Cli {
@@ -443,6 +476,7 @@ fn line() -> impl Strategy<Value = Line> {
                     want,
                     profile_at,
                     run,
+                    implicit,
                 }
             },
         )
@@ -528,8 +562,9 @@ impl Line {
                 "--token"
             }
             Breakage::MissingValue(opt) => {
-                // Only last on the line does an option lack its value.
-                if self.run {
+                // Only last on the line does an option lack its value (after an implicit
+                // hold's PROFILE it is flock(1)'s CMD).
+                if self.run || self.implicit {
                     return None;
                 }
                 args.push(os(opt));
@@ -541,7 +576,8 @@ impl Line {
                 "unicode"
             }
             Breakage::ExtraArgument => {
-                if self.run || matches!(sub, Command::Help | Command::Version) {
+                // (After an implicit hold's PROFILE a word is flock(1)'s CMD.)
+                if self.run || self.implicit || matches!(sub, Command::Help | Command::Version) {
                     return None;
                 }
                 args.push(os("extra"));
@@ -596,7 +632,8 @@ impl Line {
                 "PROFILE"
             }
             Breakage::RunWithoutCmd => {
-                if !matches!(sub, Command::Run { .. }) {
+                // (Without its CMD, flock(1)'s form is hold mode.)
+                if !matches!(sub, Command::Run { .. }) || self.implicit {
                     // (With --help the command line is not judged further.)
                     return None;
                 }

@@ -11,7 +11,10 @@
 //! Durations on their own: never a panic, never above [`MAX_DURATION`], and the same value
 //! or the same error as `humantime::parse_duration` wherever humantime itself cannot panic.
 //!
-//! Bounded pass: 512 cases for each of the 6 properties (3,072 inputs, about 2 s in a debug
+//! Issue 14: an address and the profile section that says the same keys parse to the same
+//! settings, or to the same error (78 in the file, 64 on the command line).
+//!
+//! Bounded pass: 512 cases for each of the 7 properties (3,584 inputs, about 2 s in a debug
 //! build on 2 cores). Failures are not persisted (`failure_persistence: None`), so a failing
 //! run leaves no file in the tree; proptest prints the minimal failing input instead.
 
@@ -23,6 +26,14 @@ use proptest::prelude::*;
 use proptest::sample::select;
 
 use super::*;
+use crate::backend::BackendConfig;
+use crate::backend::ftp::{FtpConfig, Tls};
+use crate::backend::lockdir::FsConfig;
+use crate::settings::{
+    Env, MAX_DURATION, MIN_KEEPALIVE, MIN_POLL, MIN_STALE_AFTER, Password, Wait, fmt_duration,
+    human_duration, parse_duration, parse_wait,
+};
+use std::time::Duration;
 
 const CASES: u32 = 512;
 
@@ -882,7 +893,7 @@ impl Spec {
                 match password {
                     Password::Env(v) => profile.push(("password_env", s(v))),
                     Password::File(p) => profile.push(("password_file", s(p.to_str().unwrap()))),
-                    Password::None | Password::Inline(_) => {}
+                    _ => {}
                 }
                 if let Some(e) = explicit_tls {
                     profile.push(("tls", s(if *e { "explicit" } else { "none" })));
@@ -1117,6 +1128,280 @@ proptest! {
             Ok(Wait::For(d)) => prop_assert!(d <= MAX_DURATION),
             Ok(Wait::Forever) => prop_assert_eq!(s.trim(), "forever"),
             Err(m) => prop_assert!(!m.is_empty()),
+        }
+    }
+}
+
+/// Issue 14: one lock written as an address and as a profile section.
+#[derive(Clone, Debug)]
+struct AddressCase {
+    backend: &'static str,
+    /// Keys the address says in its own parts (typed as a profile writes them).
+    parts: Vec<(&'static str, V)>,
+    /// Keys given in the query (the same values, as a profile writes them).
+    query: Vec<(&'static str, V)>,
+}
+
+/// `%`-escapes what an address's query or path cannot hold as it is.
+fn escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~/:".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+impl AddressCase {
+    fn part(&self, key: &str) -> Option<String> {
+        self.parts
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| match v {
+                V::Str(s) => s.clone(),
+                other => other.render(),
+            })
+    }
+
+    fn address(&self) -> String {
+        let p = |k| self.part(k).unwrap_or_default();
+        let mut text = match self.backend {
+            "ftp" => {
+                let port = self
+                    .part("port")
+                    .map(|p| format!(":{p}"))
+                    .unwrap_or_default();
+                let path = p("path");
+                let path = match path.strip_prefix('/') {
+                    Some(abs) => format!("%2F{}", escape(abs)),
+                    None => escape(&path),
+                };
+                format!("ftp://{}@{}{port}/{path}", escape(&p("user")), p("host"))
+            }
+            "postgres" => {
+                let port = self
+                    .part("port")
+                    .map(|p| format!(":{p}"))
+                    .unwrap_or_default();
+                let user = self
+                    .part("user")
+                    .map(|u| format!("{}@", escape(&u)))
+                    .unwrap_or_default();
+                format!(
+                    "postgres://{user}{}{port}/{}",
+                    p("host"),
+                    escape(&p("dbname"))
+                )
+            }
+            "etcd" => {
+                let user = self
+                    .part("user")
+                    .map(|u| format!("{}@", escape(&u)))
+                    .unwrap_or_default();
+                format!(
+                    "etcd://{user}{}/{}",
+                    p("endpoints"),
+                    escape(p("prefix").trim_start_matches('/'))
+                )
+            }
+            fs => format!("{fs}:{}", escape(&p("path"))),
+        };
+        let query: Vec<String> = self
+            .query
+            .iter()
+            .map(|(k, v)| {
+                let v = match v {
+                    V::Str(s) => s.clone(),
+                    other => other.render(),
+                };
+                format!("{k}={}", escape(&v))
+            })
+            .collect();
+        if !query.is_empty() {
+            text.push('?');
+            text.push_str(&query.join("&"));
+        }
+        text
+    }
+
+    fn profile(&self) -> String {
+        let mut out = format!("[profile.x]\nbackend = \"{}\"\n", self.backend);
+        for (k, v) in self.parts.iter().chain(&self.query) {
+            let v = match (*k, v) {
+                ("endpoints", V::Str(s)) => V::Arr(vec![V::Str(format!("http://{s}"))]),
+                _ => v.clone(),
+            };
+            writeln!(out, "{k} = {}", v.render()).unwrap();
+        }
+        out
+    }
+}
+
+fn address_case() -> impl Strategy<Value = AddressCase> {
+    let s = |v: Vec<&'static str>| select(v).prop_map(|s| V::Str(s.to_owned())).boxed();
+    let common = prop::collection::vec(
+        prop_oneof![
+            plausible("wait").prop_map(|v| ("wait", v)),
+            plausible("poll").prop_map(|v| ("poll", v)),
+            plausible("max_poll").prop_map(|v| ("max_poll", v)),
+            plausible("keepalive").prop_map(|v| ("keepalive", v)),
+            plausible("stale_after").prop_map(|v| ("stale_after", v)),
+            any::<bool>().prop_map(|b| ("shared", V::Bool(b))),
+            Just(("bogus", V::Str("1".into()))),
+        ],
+        0..4,
+    );
+    let path = "[a-z]{1,8}(/[a-z]{1,8}){0,2}";
+    let fs = (
+        select(vec!["flock", "mkdir", "link", "symlink"]),
+        prop_oneof![
+            path.prop_map(V::Str),
+            path.prop_map(|p| V::Str(format!("/tmp/{p}")))
+        ],
+        prop::collection::vec(
+            prop_oneof![
+                plausible("file_mode")
+                    .prop_filter("a string", |v| matches!(v, V::Str(_)))
+                    .prop_map(|v| ("file_mode", v)),
+                any::<bool>().prop_map(|b| ("local", V::Bool(b))),
+                s(vec!["30s", "0", "soon"]).prop_map(|v| ("cache_time", v)),
+            ],
+            0..3,
+        ),
+    )
+        .prop_map(|(backend, path, query)| (backend, vec![("path", path)], query));
+    let host = "[a-z][a-z0-9.-]{0,12}".prop_map(V::Str);
+    let port = prop::option::of((1i64..=65535).prop_map(V::Int));
+    let ftp = (
+        host.clone(),
+        port.clone(),
+        "[a-z]{1,8}".prop_map(V::Str),
+        prop_oneof![
+            path.prop_map(V::Str),
+            path.prop_map(|p| V::Str(format!("/{p}")))
+        ],
+        prop::collection::vec(
+            prop_oneof![
+                s(vec!["none", "explicit", "implicit", "ssl"]).prop_map(|v| ("tls", v)),
+                s(vec!["FTP_PW", ""]).prop_map(|v| ("password_env", v)),
+                s(vec!["ca.pem"]).prop_map(|v| ("ca_file", v)),
+            ],
+            0..3,
+        ),
+    )
+        .prop_map(|(host, port, user, path, query)| {
+            let mut parts = vec![("host", host), ("user", user), ("path", path)];
+            parts.extend(port.map(|p| ("port", p)));
+            ("ftp", parts, query)
+        });
+    let postgres = (
+        host.clone(),
+        port,
+        prop::option::of("[a-z]{1,8}".prop_map(V::Str)),
+        "[a-z]{1,8}".prop_map(V::Str),
+        prop::collection::vec(
+            prop_oneof![
+                s(vec!["locksmith", "Bad-Schema"]).prop_map(|v| ("schema", v)),
+                s(vec!["disable", "require", "verify-full", "maybe"]).prop_map(|v| ("sslmode", v)),
+                s(vec!["PG_PW"]).prop_map(|v| ("password_env", v)),
+                s(vec!["ca.pem"]).prop_map(|v| ("ca_file", v)),
+            ],
+            0..3,
+        ),
+        "[a-z]{1,8}".prop_map(V::Str),
+    )
+        .prop_map(|(host, port, user, db, mut query, lock)| {
+            let mut parts = vec![("host", host), ("dbname", db)];
+            parts.extend(port.map(|p| ("port", p)));
+            parts.extend(user.map(|u| ("user", u)));
+            query.push(("lock", lock));
+            ("postgres", parts, query)
+        });
+    let etcd = (
+        ("[a-z][a-z0-9.-]{0,12}", 1u16..=65535).prop_map(|(h, p)| V::Str(format!("{h}:{p}"))),
+        "(/[a-z]{1,8}){1,3}".prop_map(V::Str),
+        prop::option::of("[a-z]{1,8}".prop_map(V::Str)),
+        prop::collection::vec(s(vec!["ETCD_PW"]).prop_map(|v| ("password_env", v)), 0..2),
+    )
+        .prop_map(|(endpoints, prefix, user, query)| {
+            let mut parts = vec![("endpoints", endpoints), ("prefix", prefix)];
+            parts.extend(user.map(|u| ("user", u)));
+            ("etcd", parts, query)
+        });
+    (
+        prop_oneof![4 => fs, 2 => ftp, 2 => postgres, 1 => etcd],
+        common,
+    )
+        .prop_map(|((backend, parts, mut query), common)| {
+            // One value per key, as a profile section holds it.
+            for (k, v) in common {
+                if !query.iter().any(|(q, _)| *q == k) {
+                    query.push((k, v));
+                }
+            }
+            query.dedup_by_key(|(k, _)| *k);
+            let mut seen = Vec::new();
+            query.retain(|(k, _)| {
+                let new = !seen.contains(k);
+                seen.push(*k);
+                new
+            });
+            AddressCase {
+                backend,
+                parts,
+                query,
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Issue 14: an address and the profile section that says the same keys parse to the
+    /// same settings, or fail with the same words (78 in the file, 64 on the command line).
+    #[test]
+    fn an_address_and_the_same_profile_parse_alike(case in address_case(), over_shared in any::<bool>()) {
+        use crate::backend;
+        let text = case.profile();
+        let address = case.address();
+        let overrides = Overrides { wait: None, shared: over_shared };
+        let pf = ProfilesFile::parse(&file(), &text)
+            .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+        let by_profile = pf.profile("x", &overrides);
+        let env = Env { cwd: anchor(), ..Env::default() };
+        let entry = backend::entry_of_address(&address)
+            .map_err(|e| TestCaseError::fail(format!("{e}: {address}")))?
+            .ok_or_else(|| TestCaseError::fail(format!("not an address: {address}")))?;
+        prop_assert_eq!(entry.name, case.backend);
+        let by_address = backend::from_address(entry, &address, &env, &overrides);
+        match (&by_profile, &by_address) {
+            (Ok(p), Ok(a)) => {
+                prop_assert_eq!(&p.backend, &a.backend, "\n{}\n{}", text, address);
+                prop_assert_eq!(&p.common, &a.common);
+                prop_assert_eq!(p.shared_from_profile, a.shared_from_profile);
+                prop_assert_eq!(&a.name, &address);
+            }
+            (Err(p), Err(a)) => {
+                let p_tail = p.message().split_once("profile `x`: ").map(|(_, t)| t);
+                let a_tail = a.message().split_once(&format!("address `{address}`: ")).map(|(_, t)| t);
+                match (p_tail, a_tail) {
+                    (Some(pt), Some(at)) => prop_assert_eq!(pt, at, "\n{}\n{}", text, address),
+                    _ => {
+                        // --shared or `shared = true` on a backend without shared locks.
+                        prop_assert!(p.message().contains("cannot take a shared lock"), "{p}");
+                        prop_assert!(a.message().contains("cannot take a shared lock"), "{a}");
+                    }
+                }
+                if p.kind() == Kind::Config {
+                    prop_assert_eq!(a.kind(), Kind::Usage, "{}", a);
+                } else {
+                    prop_assert_eq!((p.kind(), a.kind()), (Kind::Usage, Kind::Usage));
+                }
+            }
+            _ => prop_assert!(false, "profile {by_profile:?}\naddress {by_address:?}\n{text}\n{address}"),
         }
     }
 }

@@ -11,9 +11,10 @@ use suppaftp::FtpError;
 use suppaftp::RustlsConnector;
 
 use super::marker::{is_marker, parse_marker};
+use super::{FtpConfig, Tls};
 use crate::error::{Error, Result, err};
 use crate::log::debug;
-use crate::profile::{FtpConfig, Tls, fmt_duration};
+use crate::settings::fmt_duration;
 
 /// The control connection type: plain until `AUTH TLS` (rustls with ring) upgrades it.
 pub(super) type Conn = suppaftp::RustlsFtpStream;

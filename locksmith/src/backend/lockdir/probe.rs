@@ -45,14 +45,16 @@ use nix::sys::stat::{Mode as FileMode, UtimensatFlags, fstat, fstatat, mkdirat, 
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, linkat, symlinkat, unlinkat};
 
+use super::FsConfig;
 use super::{
     UNKNOWN_CACHE, cache_time, check, check_dir_mode, detect, pin, read_record, suggest_cache_time,
     write_beat,
 };
+use crate::backend::Profile;
 use crate::backend::owner::Record;
 use crate::error::{Error, Result, err};
-use crate::profile::{FsConfig, Profile, fmt_duration};
 use crate::protocol::Mode;
+use crate::settings::fmt_duration;
 
 /// How often a change is looked for through the peer: the resolution of the delays.
 pub const POLL: Duration = Duration::from_millis(10);

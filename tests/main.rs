@@ -25,6 +25,8 @@ mod tokens;
 mod soak;
 // The soak: every backend at once, kills of parents and locksmiths, FTP restarts and cuts.
 mod faults;
+// help, --version, the man pages and the shell completions (bash, fish, zsh).
+mod docs;
 // status, break, profiles.
 mod inspect;
 // The netlock client crate against the real helper.

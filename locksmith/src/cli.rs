@@ -9,76 +9,14 @@ use std::time::Duration;
 
 use lexopt::prelude::*;
 
-use crate::error::{Error, Kind, Result};
+use crate::error::{Error, Kind, Result, closest};
 use crate::profile::SUBCOMMANDS;
 use crate::settings::{Wait, parse_wait_arg};
 
-pub const HELP: &str = "\
-locksmith - take a lock for your parent process and hold it exactly as long as it wants it
+pub mod doc;
+pub mod usage;
 
-Usage:
-  locksmith [OPTIONS] LOCK                     hold mode: print OK, hold until the pipe closes
-  locksmith [OPTIONS] run LOCK -- CMD...       take the lock, run CMD, release when CMD ends
-  locksmith [OPTIONS] LOCK CMD [ARGS...]       the same, as flock(1) says it
-  locksmith [OPTIONS] LOCK -c 'CMD ARGS'       the same with `sh -c 'CMD ARGS'`
-  locksmith [OPTIONS] status [--json] LOCK     is it held? by whom? (exit 0 free, 1 held)
-  locksmith [OPTIONS] break [--force] [--token N] LOCK
-                                               remove a stale lock (refuses a live holder)
-  locksmith [OPTIONS] verify [--peer DIR] LOCK
-                                               probe the lock's filesystem for what the
-                                               backend relies on (exit 0 only if safe there)
-  locksmith [OPTIONS] profiles                 list the profiles found, with their backend
-
-LOCK is a profile's name (a section of the profiles file) or a lock address, which needs
-no profiles file:
-  /var/lock/x.lock  ./x.lock                 flock(2) on that file, as flock(1) takes it
-  flock:PATH  mkdir:PATH  link:PATH  symlink:PATH
-  ftp://[USER@]HOST[:PORT]/PATH              ftps:// for explicit TLS, ?tls=implicit
-  postgres://[USER@]HOST[:PORT]/DB?lock=NAME advisory lock NAME
-  etcd://HOST:PORT[,HOST:PORT...]/PREFIX     etcds:// for https endpoints
-Query parameters are the backend's profile keys: ?stale_after=30s&wait=0&shared=true.
-An address never holds a password: ?password_env=VAR or ?password_file=PATH, else
-$LOCKSMITH_PASSWORD, else ~/.netrc (ftp) or $PGPASSWORD / ~/.pgpass (postgres).
-
-Hold mode prints one line, `OK <profile> backend=... mode=...`, or `ERROR <kind>: <message>`
-with a sysexits code (64 usage, 69 unavailable, 74 lost/io, 75 busy, 77 denied, 78 config).
-It releases the lock and exits 0 the moment every reader of its stdout is gone, its parent
-process dies, it gets SIGTERM/SIGINT/SIGHUP, or (with --watch-stdin) stdin hits end-of-file.
-
-Options:
-      --profiles FILE   profiles file [default: $LOCKSMITH_PROFILES, else
-                        $XDG_CONFIG_HOME/locksmith/profiles.toml, else /etc/locksmith/profiles.toml]
-      --wait DURATION   give up after this long: `0` tries once, `forever` never gives up;
-                        a bare number is seconds, as flock(1)'s -w
-                        [default: the profile's `wait`, else forever, as flock(1)]
-  -w, --timeout SECONDS the same as --wait (flock(1)'s spelling)
-  -n, --nonblock        the same as --wait 0: try once
-  -s, --shared          take a shared (reader) lock; refused (64) where the backend cannot
-  -x, -e, --exclusive   take an exclusive lock [default]
-      --watch-stdin     hold mode: also release when stdin (a pipe) reaches end-of-file
-                        [default: off, since a parent's own stdin is inherited]
-  -E, --conflict-exit-code N
-                        run mode: exit N instead of 75 when the lock is busy [default: 75;
-                        flock(1) exits 1: -E 1 mimics it]
-  -q, --quiet           say nothing on stderr but the final error (run: not even a
-                        busy one: the exit code says it, as `flock -n` is silent)
-  -v, --verbose         say more on stderr (repeat for more; $LOCKSMITH_LOG also sets it)
-  -h, --help            print this help and exit
-  -V, --version         print the version and exit
-
-Subcommand options:
-      --json            status: print JSON
-      --force           break: break even a live holder
-      --token N         break: only break the acquisition with fencing token N
-      --peer DIR        verify: the lock's directory seen through a second mount of the
-                        same server directory (as another host sees it): also measure
-                        flock across mounts and how late changes show through it
-                        [default: none; cross-mount delays are then unmeasured]
-
-Options come before LOCK; only -c comes after it, as in flock(1).
-Durations are human strings: 250ms, 3s, 1m30s, 10m, 1h.
-See the README and SPEC for the profiles file, backends and the pipe protocol.
-";
+use usage::{GENERATE, Opt, OptDoc};
 
 /// What to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,8 +44,15 @@ pub enum Command {
         peer: Option<PathBuf>,
     },
     Profiles,
-    Help,
+    /// `--help`, `help [SUB]`, `SUB --help`.
+    Help {
+        topic: Option<String>,
+    },
     Version,
+    /// `--generate KIND`: a man page or a completion script.
+    Generate {
+        kind: String,
+    },
 }
 
 impl Command {
@@ -189,60 +134,39 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
     let mut cmd: Vec<OsString> = Vec::new();
     let mut help = false;
     let mut version = false;
+    let mut generate: Option<String> = None;
+    let mut topic: Option<String> = None;
+    // The subcommand word as given (flock(1)'s forms are `run` without it).
+    let mut typed: Option<String> = None;
+    // Options that belong to some subcommands only, as given (checked once the subcommand
+    // is known).
+    let mut scoped: Vec<(&'static OptDoc, String)> = Vec::new();
     let err = |e: lexopt::Error| usage(e);
     // lexopt's "cannot parse argument" does not say for which option.
     let of = |opt: &'static str| move |e: lexopt::Error| usage(format!("{opt}: {e}"));
     while let Some(arg) = p.next().map_err(err)? {
-        match arg {
-            Long("profiles") => cli.profiles = Some(p.value().map_err(err)?.into()),
-            Long("wait") => {
-                let v = p.value().map_err(err)?.string().map_err(of("--wait"))?;
-                cli.wait = Some(parse_wait_arg(&v).map_err(|m| usage(format!("--wait: {m}")))?);
-            }
-            // flock(1)'s spellings (SPEC §3a).
-            Short('w') | Long("timeout") => {
-                let opt = "-w/--timeout";
-                let v = p.value().map_err(err)?.string().map_err(of(opt))?;
-                cli.wait = Some(parse_wait_arg(&v).map_err(|m| usage(format!("{opt}: {m}")))?);
-            }
-            Short('n') | Long("nonblock") => cli.wait = Some(Wait::For(Duration::ZERO)),
-            Short('s') | Long("shared") => cli.shared = true,
-            Short('x') | Short('e') | Long("exclusive") => cli.shared = false,
-            Long("watch-stdin") => cli.watch_stdin = true,
-            Short('E') | Long("conflict-exit-code") => {
-                let opt = "-E/--conflict-exit-code";
-                let v: i32 = p.value().map_err(err)?.parse().map_err(of(opt))?;
-                if !(0..=255).contains(&v) {
-                    return Err(usage(format!("{opt} must be 0..255, not {v}")));
-                }
-                cli.conflict_exit = Some(v);
-            }
-            Short('q') | Long("quiet") => cli.quiet = true,
-            Short('v') | Long("verbose") => cli.verbose = cli.verbose.saturating_add(1),
-            Short('h') | Long("help") => help = true,
-            Short('V') | Long("version") => version = true,
-            Long("json") => json = true,
-            Long("force") => force = true,
-            Long("token") => token = Some(p.value().map_err(err)?.parse().map_err(of("--token"))?),
-            Long("peer") => {
-                let v = p.value().map_err(err)?;
-                if v.is_empty() {
-                    return Err(usage("--peer: empty directory name"));
-                }
-                peer = Some(v.into());
-            }
+        let (doc, given) = match arg {
+            Long(l) => (usage::long(l), format!("--{l}")),
+            Short(c) => (usage::short(c), format!("-{c}")),
             Value(v) => {
                 let v = v.string().map_err(err)?;
                 if sub.is_none() && profile.is_none() && SUBCOMMANDS.contains(&v.as_str()) {
-                    if v == "profiles" {
-                        sub = Some(v);
-                        continue;
-                    }
+                    typed = Some(v.clone());
                     sub = Some(v);
                     continue;
                 }
-                if sub.as_deref() == Some("profiles") {
-                    return Err(usage(format!("`profiles` takes no argument, got `{v}`")));
+                match sub.as_deref() {
+                    Some("profiles") => {
+                        return Err(usage(format!("`profiles` takes no argument, got `{v}`")));
+                    }
+                    Some("help") => {
+                        if topic.is_some() {
+                            return Err(usage(format!("unexpected argument `{v}`")));
+                        }
+                        topic = Some(v);
+                        continue;
+                    }
+                    _ => {}
                 }
                 if profile.is_some() {
                     return Err(usage(format!("unexpected argument `{v}`")));
@@ -265,30 +189,104 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
                     }
                     break;
                 }
+                continue;
             }
-            _ => return Err(usage(arg.unexpected())),
+        };
+        // Only options of usage::OPTIONS exist.
+        let Some(doc) = doc else {
+            return Err(usage(format!("invalid option '{given}'")));
+        };
+        if doc.scope != usage::Scope::Global {
+            scoped.push((doc, given));
+        }
+        match doc.opt {
+            Opt::Profiles => cli.profiles = Some(p.value().map_err(err)?.into()),
+            Opt::Wait => {
+                let v = p.value().map_err(err)?.string().map_err(of("--wait"))?;
+                cli.wait = Some(parse_wait_arg(&v).map_err(|m| usage(format!("--wait: {m}")))?);
+            }
+            // flock(1)'s spellings (SPEC §3a).
+            Opt::Timeout => {
+                let opt = "-w/--timeout";
+                let v = p.value().map_err(err)?.string().map_err(of(opt))?;
+                cli.wait = Some(parse_wait_arg(&v).map_err(|m| usage(format!("{opt}: {m}")))?);
+            }
+            Opt::Nonblock => cli.wait = Some(Wait::For(Duration::ZERO)),
+            Opt::Shared => cli.shared = true,
+            Opt::Exclusive => cli.shared = false,
+            Opt::WatchStdin => cli.watch_stdin = true,
+            Opt::ConflictExit => {
+                let opt = "-E/--conflict-exit-code";
+                let v: i32 = p.value().map_err(err)?.parse().map_err(of(opt))?;
+                if !(0..=255).contains(&v) {
+                    return Err(usage(format!("{opt} must be 0..255, not {v}")));
+                }
+                cli.conflict_exit = Some(v);
+            }
+            Opt::Quiet => cli.quiet = true,
+            Opt::Verbose => cli.verbose = cli.verbose.saturating_add(1),
+            Opt::Help => help = true,
+            Opt::Version => version = true,
+            Opt::Generate => {
+                let v = p.value().map_err(err)?.string().map_err(of("--generate"))?;
+                if !GENERATE.contains(&v.as_str()) {
+                    return Err(usage(format!(
+                        "--generate {v}: expected one of {}",
+                        GENERATE.join(", ")
+                    )));
+                }
+                generate = Some(v);
+            }
+            Opt::Json => json = true,
+            Opt::Force => force = true,
+            Opt::Token => {
+                token = Some(p.value().map_err(err)?.parse().map_err(of("--token"))?);
+            }
+            Opt::Peer => {
+                let v = p.value().map_err(err)?;
+                if v.is_empty() {
+                    return Err(usage("--peer: empty directory name"));
+                }
+                peer = Some(v.into());
+            }
         }
     }
-    if help {
-        cli.command = Command::Help;
+    if help || sub.as_deref() == Some("help") {
+        let topic = match (topic, typed.as_deref()) {
+            (Some(t), _) => Some(t),
+            (None, Some(s)) if help || s != "help" => Some(s.to_string()),
+            (None, _) => None,
+        };
+        if let Some(t) = &topic
+            && usage::subcommand(t).is_none()
+        {
+            let hint = closest(t, SUBCOMMANDS.iter().copied())
+                .map(|c| format!("; did you mean `{c}`?"))
+                .unwrap_or_default();
+            return Err(usage(format!(
+                "no subcommand `{t}` (subcommands: {}){hint}",
+                SUBCOMMANDS.join(", ")
+            )));
+        }
+        cli.command = Command::Help { topic };
         return Ok(cli);
     }
     if version {
         cli.command = Command::Version;
         return Ok(cli);
     }
+    if let Some(kind) = generate {
+        cli.command = Command::Generate { kind };
+        return Ok(cli);
+    }
     let sub = sub.unwrap_or_else(|| "hold".into());
-    if json && sub != "status" {
-        return Err(usage("--json belongs to `status`"));
-    }
-    if (force || token.is_some()) && sub != "break" {
-        return Err(usage("--force and --token belong to `break`"));
-    }
-    if peer.is_some() && sub != "verify" {
-        return Err(usage("--peer belongs to `verify`"));
-    }
-    if cli.conflict_exit.is_some() && sub != "run" {
-        return Err(usage("--conflict-exit-code belongs to `run`"));
+    // Options given with a subcommand they do not belong to (flock(1)'s forms are `run`).
+    if let Some((doc, given)) = scoped.iter().find(|(doc, _)| !doc.belongs_to(&sub)) {
+        let usage::Scope::Only(owners) = doc.scope else {
+            unreachable!("only scoped options are kept")
+        };
+        let owners: Vec<String> = owners.iter().map(|o| format!("`{o}`")).collect();
+        return Err(usage(format!("{given} belongs to {}", owners.join(", "))));
     }
     if sub == "profiles" {
         cli.command = Command::Profiles;

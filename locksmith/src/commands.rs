@@ -33,7 +33,7 @@ pub fn dispatch(cli: &Cli) -> Result<i32> {
         } => break_lock(&load(cli, profile)?, *force, *token),
         Command::Verify { profile, peer } => verify(&load(cli, profile)?, peer.as_deref()),
         Command::Profiles => list_profiles(cli),
-        Command::Help | Command::Version => Ok(0),
+        Command::Help { .. } | Command::Version | Command::Generate { .. } => Ok(0),
     }
 }
 

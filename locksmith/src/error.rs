@@ -37,6 +37,33 @@ impl Kind {
         }
     }
 
+    /// Every kind, in the order of their exit codes.
+    pub const ALL: [Kind; 7] = [
+        Kind::Usage,
+        Kind::Unavailable,
+        Kind::Lost,
+        Kind::Io,
+        Kind::Busy,
+        Kind::Denied,
+        Kind::Config,
+    ];
+
+    /// What the kind means, for the man page.
+    pub fn about(self) -> &'static str {
+        match self {
+            Kind::Usage => "a bad command line",
+            Kind::Unavailable => "the server is unreachable, refused the connection, or TLS failed",
+            Kind::Lost => "the lock was lost while held (LOST), or releasing it failed",
+            Kind::Io => "an I/O error on the lock's path (EIO, ENOSPC, EROFS)",
+            Kind::Busy => "gave up waiting (--wait, -n), or interrupted while waiting",
+            Kind::Denied => "authentication failed, or permission denied",
+            Kind::Config => {
+                "the profiles file is missing or malformed; an unknown profile, backend or key; \
+                 a filesystem the backend is not safe on; something planted beside the lock"
+            }
+        }
+    }
+
     /// The word after `ERROR ` on the protocol line.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -181,6 +208,17 @@ macro_rules! err {
     };
 }
 pub(crate) use err;
+
+/// The candidate `word` was most likely a typo of, for a "did you mean" hint: the closest by
+/// Jaro-Winkler similarity, if close enough (as cargo and clap suggest).
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|c| (strsim::jaro_winkler(word, c), c))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
+}
 
 #[cfg(test)]
 mod tests {

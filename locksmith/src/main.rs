@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use locksmith_helper::cli::{self, Command};
+use locksmith_helper::cli::{self, Command, doc, usage};
 use locksmith_helper::{commands, log, protocol};
 
 fn main() -> ExitCode {
@@ -29,14 +29,27 @@ fn main() -> ExitCode {
         log::set_level(log::NORMAL + cli.verbose);
     }
     let on_stdout = cli.command.errors_on_stdout();
-    let result = match &cli.command {
-        Command::Help => protocol::report(cli::HELP)
+    let text = match &cli.command {
+        Command::Help { topic: None } => Some(doc::help()),
+        Command::Help { topic: Some(t) } => Some(doc::help_for(
+            usage::subcommand(t).expect("checked by cli::parse"),
+        )),
+        Command::Version => Some(doc::version()),
+        Command::Generate { kind } => Some(match kind.as_str() {
+            "man" => doc::man(),
+            "man-profiles" => doc::man_profiles(),
+            "complete-bash" => doc::bash(),
+            "complete-zsh" => doc::zsh(),
+            "complete-fish" => doc::fish(),
+            _ => unreachable!("checked by cli::parse"),
+        }),
+        _ => None,
+    };
+    let result = match text {
+        Some(text) => protocol::report(&text)
             .map(|_| 0)
             .map_err(|e| locksmith_helper::error::Error::io("writing help", e)),
-        Command::Version => protocol::report(&format!("locksmith {}\n", env!("CARGO_PKG_VERSION")))
-            .map(|_| 0)
-            .map_err(|e| locksmith_helper::error::Error::io("writing version", e)),
-        _ => commands::dispatch(&cli),
+        None => commands::dispatch(&cli),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),

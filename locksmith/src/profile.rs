@@ -12,10 +12,28 @@ use toml::{Table, Value};
 use crate::backend::{self, Entry, Profile};
 use crate::error::{Error, Kind, Result, err, shown};
 use crate::files;
-use crate::settings::{Common, Env, Fields, Origin, Overrides, apply_timing, check_secret_file};
+use crate::settings::{
+    Common, Env, Fields, KeyDoc, Origin, Overrides, apply_timing, check_secret_file,
+};
 
 /// Subcommand names; a profile may not be called like one of them.
-pub const SUBCOMMANDS: &[&str] = &["hold", "run", "status", "break", "verify", "profiles"];
+pub const SUBCOMMANDS: &[&str] = &[
+    "hold", "run", "status", "break", "verify", "profiles", "help",
+];
+
+/// The keys of a profile that are not any backend's (the profiles man page).
+pub static PROFILE_KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        key: "backend",
+        example: "\"mkdir\"",
+        doc: "the backend: flock, mkdir, link, symlink, ftp, postgres or etcd (or give url)",
+    },
+    KeyDoc {
+        key: "url",
+        example: "\"mkdir:/var/lock/myapp/x\"",
+        doc: "the lock's address (as on the command line, without a password) in place of backend and its location keys; the profile's other keys add to its query",
+    },
+];
 
 /// A loaded profiles file: the raw tables, validated lazily per profile so that one
 /// broken profile does not hide the others from `profiles`.

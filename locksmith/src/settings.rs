@@ -550,6 +550,75 @@ pub fn pgpass_password(
     Ok(None)
 }
 
+/// One key of a profile section (or an address's query), documented where it is parsed:
+/// `locksmith --generate man-profiles` renders these, and a unit test checks that each
+/// backend's parser takes exactly the keys it documents.
+pub struct KeyDoc {
+    pub key: &'static str,
+    /// An example value, as TOML writes it.
+    pub example: &'static str,
+    pub doc: &'static str,
+}
+
+/// The keys every backend takes (read by [`apply_timing`] and `backend::configure`).
+pub static COMMON_KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        key: "wait",
+        example: "\"10m\"",
+        doc: "give up after this long; \"0\" tries once; \"forever\" [default: forever]",
+    },
+    KeyDoc {
+        key: "poll",
+        example: "\"200ms\"",
+        doc: "first retry interval where the backend must poll; grows with jitter [default: 200ms]",
+    },
+    KeyDoc {
+        key: "max_poll",
+        example: "\"4s\"",
+        doc: "retry interval ceiling (\"don't hammer the server\") [default: 4s]",
+    },
+    KeyDoc {
+        key: "keepalive",
+        example: "\"5s\"",
+        doc: "keep the connection, lease or heartbeat alive this often; the heartbeat runs every min(keepalive, stale_after/3) [default: 5s]",
+    },
+    KeyDoc {
+        key: "stale_after",
+        example: "\"60s\"",
+        doc: "a holder silent this long may be broken by a waiter, never sooner [default: 60s]",
+    },
+    KeyDoc {
+        key: "shared",
+        example: "true",
+        doc: "take a shared (reader) lock where the backend can (flock, symlink, ftp, etcd, postgres) [default: false]",
+    },
+];
+
+/// Where a password may come from (at most one of them; read by [`Fields::password`]).
+pub static PASSWORD_KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        key: "password",
+        example: "\"s3cret\"",
+        doc: "the password itself: the profiles file must then be the user's own (or root's) and not readable by group or others",
+    },
+    KeyDoc {
+        key: "password_env",
+        example: "\"PHONE_FTP_PASSWORD\"",
+        doc: "the environment variable that holds the password (removed from CMD's environment)",
+    },
+    KeyDoc {
+        key: "password_file",
+        example: "\"/etc/locksmith/phone.password\"",
+        doc: "a file holding the password on its first line; it must be the user's own and 0600",
+    },
+];
+
+#[cfg(test)]
+thread_local! {
+    /// Every key a [`Fields`] was asked for on this thread (the documentation test).
+    pub static ASKED: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Where a set of keys comes from; errors are worded and classed after it.
 #[derive(Clone, Debug)]
 pub struct Origin {
@@ -599,6 +668,8 @@ impl Fields {
     }
 
     pub fn string(&mut self, key: &str) -> Result<Option<String>> {
+        #[cfg(test)]
+        ASKED.with(|a| a.borrow_mut().push(key.to_string()));
         match self.table.remove(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),
@@ -616,6 +687,8 @@ impl Fields {
     }
 
     pub fn bool(&mut self, key: &str) -> Result<Option<bool>> {
+        #[cfg(test)]
+        ASKED.with(|a| a.borrow_mut().push(key.to_string()));
         match self.table.remove(key) {
             None => Ok(None),
             Some(Value::Boolean(b)) => Ok(Some(b)),
@@ -636,6 +709,8 @@ impl Fields {
 
     /// A TCP port, 1 to 65535.
     pub fn port(&mut self, key: &str) -> Result<Option<u16>> {
+        #[cfg(test)]
+        ASKED.with(|a| a.borrow_mut().push(key.to_string()));
         let n = match self.table.remove(key) {
             None => return Ok(None),
             Some(Value::Integer(p)) => p,
@@ -659,6 +734,8 @@ impl Fields {
 
     /// A list of strings (a single string is a list of one).
     pub fn strings(&mut self, key: &str) -> Result<Option<Vec<String>>> {
+        #[cfg(test)]
+        ASKED.with(|a| a.borrow_mut().push(key.to_string()));
         match self.table.remove(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(vec![s])),

@@ -40,7 +40,7 @@ use super::{Attempt, Backend, BackendConfig, BreakOutcome, Grant, Holder, Profil
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
-use crate::settings::{Fields, Password, fmt_duration};
+use crate::settings::{Fields, KeyDoc, Password, fmt_duration};
 use crate::watch::Watcher;
 
 /// Settings of the `etcd` backend.
@@ -58,6 +58,30 @@ pub struct EtcdConfig {
     pub user: Option<String>,
     pub password: Password,
 }
+
+/// The keys [`config`] takes (besides the common and password keys).
+pub static KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        key: "endpoints",
+        example: "[\"http://127.0.0.1:2379\"]",
+        doc: "the cluster's members: host:port, http://host:port or https://host:port (required)",
+    },
+    KeyDoc {
+        key: "ca_file",
+        example: "\"/etc/locksmith/etcd-ca.pem\"",
+        doc: "PEM file of the CA(s) that sign the members' certificates (https endpoints)",
+    },
+    KeyDoc {
+        key: "prefix",
+        example: "\"/locks/deploy\"",
+        doc: "the lock's key prefix; nothing stays under it after release [default: /locksmith/PROFILE]",
+    },
+    KeyDoc {
+        key: "user",
+        example: "\"locker\"",
+        doc: "the etcd user, for a cluster with authentication",
+    },
+];
 
 /// The keys of `backend = "etcd"`. `prefix` defaults to `/locksmith/PROFILE` (an address
 /// on the command line has no profile: it must name its PREFIX). From an address with a

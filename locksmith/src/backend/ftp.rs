@@ -74,7 +74,7 @@ use super::{BackendConfig, Profile};
 use crate::error::{Kind, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
-use crate::settings::{Fields, Password, netrc_entry};
+use crate::settings::{Fields, KeyDoc, Password, netrc_entry};
 use crate::watch::Watcher;
 
 mod marker;
@@ -109,6 +109,40 @@ pub struct FtpConfig {
     /// The lock directory, relative to the login directory (or absolute on the server).
     pub path: String,
 }
+
+/// The keys [`config`] takes (besides the common and password keys).
+pub static KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        key: "host",
+        example: "\"ftp.example.com\"",
+        doc: "the FTP server (required)",
+    },
+    KeyDoc {
+        key: "port",
+        example: "21",
+        doc: "[default: 21, or 990 with tls = \"implicit\"]",
+    },
+    KeyDoc {
+        key: "user",
+        example: "\"phoneacc\"",
+        doc: "the login (required in a profile; an address defaults to ~/.netrc's, else anonymous)",
+    },
+    KeyDoc {
+        key: "tls",
+        example: "\"explicit\"",
+        doc: "none | explicit (AUTH TLS) | implicit (FTPS); certificates are verified [default: none]",
+    },
+    KeyDoc {
+        key: "ca_file",
+        example: "\"/etc/locksmith/ca.pem\"",
+        doc: "PEM file of the CA(s) that sign the server's certificate, for a private CA (needs tls)",
+    },
+    KeyDoc {
+        key: "path",
+        example: "\"phone_lock\"",
+        doc: "the lock directory on the server, relative to the login directory (required); its parent must exist",
+    },
+];
 
 /// The keys of `backend = "ftp"`. From an address, `user` defaults to the `.netrc` login
 /// for the host, else `anonymous`, and the password to `$LOCKSMITH_PASSWORD`, else the

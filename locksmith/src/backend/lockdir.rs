@@ -38,7 +38,7 @@ use nix::sys::statfs::fstatfs;
 
 use super::owner::{self, Parsed, Record, State};
 use crate::error::{Error, Result, err, shown};
-use crate::settings::{Fields, MAX_NAME, MAX_PATH, fmt_duration, parse_duration};
+use crate::settings::{Fields, KeyDoc, MAX_NAME, MAX_PATH, fmt_duration, parse_duration};
 
 pub mod probe;
 
@@ -58,6 +58,37 @@ pub struct FsConfig {
     /// and FUSE filesystems; `stale_after` must exceed it).
     pub cache_time: Option<Duration>,
 }
+
+/// The keys of every file backend ([`FsConfig::parse`]).
+pub static FS_KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        key: "path",
+        example: "\"/var/lock/myapp/x.lock\"",
+        doc: "the lock (required); relative paths are resolved against the profiles file's directory; its directory must exist",
+    },
+    KeyDoc {
+        key: "file_mode",
+        example: "\"0660\"",
+        doc: "permission bits of the files locksmith creates, so that a group can share the lock (no setuid, setgid or sticky bits)",
+    },
+    KeyDoc {
+        key: "group",
+        example: "\"staff\"",
+        doc: "the group of the files locksmith creates (a group name or number of this host)",
+    },
+    KeyDoc {
+        key: "local",
+        example: "true",
+        doc: "the lock's filesystem is used from this host only: allows flock on a network or FUSE mount, whose locks other hosts do not see [default: false]",
+    },
+];
+
+/// The key of the file backends that heartbeat (mkdir, link, symlink).
+pub static HEARTBEAT_KEYS: &[KeyDoc] = &[KeyDoc {
+    key: "cache_time",
+    example: "\"1s\"",
+    doc: "how long the mount may serve stale attributes (NFS actimeo, sshfs cache_timeout): stale_after must exceed it [default: read from the mount where it says, else a conservative guess]",
+}];
 
 impl FsConfig {
     /// The keys of the filesystem backends: `path`, `file_mode`, `group`, `local`, and
@@ -115,14 +146,18 @@ impl FsConfig {
             })?),
         };
         let local = f.bool("local")?.unwrap_or(false);
-        let cache_time = match f.string("cache_time")? {
-            Some(s) if heartbeats => {
+        if !heartbeats && f.has("cache_time") {
+            return Err(f.error(
+                "`cache_time` applies to backends mkdir, link and symlink (flock has no heartbeat)",
+            ));
+        }
+        let cache_time = match heartbeats
+            .then(|| f.string("cache_time"))
+            .transpose()?
+            .flatten()
+        {
+            Some(s) => {
                 Some(parse_duration(&s).map_err(|m| f.error(&format!("`cache_time`: {m}")))?)
-            }
-            Some(_) => {
-                return Err(f.error(
-                    "`cache_time` applies to backends mkdir, link and symlink (flock has no heartbeat)",
-                ));
             }
             None => None,
         };

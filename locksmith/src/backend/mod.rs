@@ -34,7 +34,7 @@ use crate::error::{Error, Kind, Result, err};
 use crate::log::info;
 use crate::protocol::Mode;
 use crate::settings::{
-    Common, Env, Fields, Origin, Overrides, Password, Wait, apply_timing, fmt_duration,
+    Common, Env, Fields, KeyDoc, Origin, Overrides, Password, Wait, apply_timing, fmt_duration,
 };
 use crate::watch::{Event, Watcher};
 
@@ -51,6 +51,10 @@ pub struct Entry {
     parse: Option<fn(&mut Fields) -> Result<BackendConfig>>,
     /// The keys an address's parts say (its query is added by [`address::keys`]).
     address: fn(&Address) -> std::result::Result<Table, String>,
+    /// What it is, one line (the profiles man page, `--version`).
+    pub about: &'static str,
+    /// Its own keys, documented where they are parsed (empty when left out of the build).
+    pub keys: &'static [&'static [KeyDoc]],
 }
 
 /// The backends, in the order messages list them.
@@ -60,24 +64,32 @@ pub static BACKENDS: &[Entry] = &[
         schemes: &["flock"],
         parse: Some(flock::config),
         address: address::path_keys,
+        about: "flock(2) on a file that stays after release (the kernel releases it if everything dies); interoperates with flock(1); shared locks",
+        keys: &[lockdir::FS_KEYS],
     },
     Entry {
         name: "mkdir",
         schemes: &["mkdir"],
         parse: Some(mkdir::config),
         address: address::path_keys,
+        about: "a lock directory, atomic on local disks and NFS; heartbeats let waiters on other hosts break a dead holder",
+        keys: &[lockdir::FS_KEYS, lockdir::HEARTBEAT_KEYS],
     },
     Entry {
         name: "link",
         schemes: &["link"],
         parse: Some(link::config),
         address: address::path_keys,
+        about: "an NFS-safe hard-link lock file (what the lock name holds judges success); heartbeats",
+        keys: &[lockdir::FS_KEYS, lockdir::HEARTBEAT_KEYS],
     },
     Entry {
         name: "symlink",
         schemes: &["symlink"],
         parse: Some(symlink::config),
         address: address::path_keys,
+        about: "an NFS-safe reservation plus symlink scheme with shared (reader) locks; heartbeats",
+        keys: &[lockdir::FS_KEYS, lockdir::HEARTBEAT_KEYS],
     },
     #[cfg(feature = "ftp")]
     Entry {
@@ -85,6 +97,8 @@ pub static BACKENDS: &[Entry] = &[
         schemes: &["ftp", "ftps"],
         parse: Some(ftp::config),
         address: ftp::address,
+        about: "an FTP or FTPS MKD lock directory on a server (the seed's case); shared locks by marker files",
+        keys: &[ftp::KEYS, crate::settings::PASSWORD_KEYS],
     },
     #[cfg(not(feature = "ftp"))]
     Entry {
@@ -92,6 +106,8 @@ pub static BACKENDS: &[Entry] = &[
         schemes: &["ftp", "ftps"],
         parse: None,
         address: address::path_keys,
+        about: "an FTP or FTPS MKD lock directory on a server (the seed's case); shared locks by marker files",
+        keys: &[],
     },
     #[cfg(feature = "postgres")]
     Entry {
@@ -99,6 +115,8 @@ pub static BACKENDS: &[Entry] = &[
         schemes: &["postgres", "postgresql"],
         parse: Some(postgres::config),
         address: postgres::address,
+        about: "a PostgreSQL advisory lock held by a session; fencing tokens in a small table",
+        keys: &[postgres::KEYS, crate::settings::PASSWORD_KEYS],
     },
     #[cfg(not(feature = "postgres"))]
     Entry {
@@ -106,6 +124,8 @@ pub static BACKENDS: &[Entry] = &[
         schemes: &["postgres", "postgresql"],
         parse: None,
         address: address::path_keys,
+        about: "a PostgreSQL advisory lock held by a session; fencing tokens in a small table",
+        keys: &[],
     },
     #[cfg(feature = "etcd")]
     Entry {
@@ -113,6 +133,8 @@ pub static BACKENDS: &[Entry] = &[
         schemes: &["etcd", "etcds"],
         parse: Some(etcd::config),
         address: etcd::address,
+        about: "an etcd lease-backed lock key under a prefix; shared locks",
+        keys: &[etcd::KEYS, crate::settings::PASSWORD_KEYS],
     },
     #[cfg(not(feature = "etcd"))]
     Entry {
@@ -120,8 +142,17 @@ pub static BACKENDS: &[Entry] = &[
         schemes: &["etcd", "etcds"],
         parse: None,
         address: address::path_keys,
+        about: "an etcd lease-backed lock key under a prefix; shared locks",
+        keys: &[],
     },
 ];
+
+impl Entry {
+    /// Whether this build has it (its cargo feature).
+    pub fn built(&self) -> bool {
+        self.parse.is_some()
+    }
+}
 
 /// The backend called `name`, or a config error naming the known ones.
 pub fn entry(name: &str) -> std::result::Result<&'static Entry, String> {
@@ -552,4 +583,112 @@ pub fn refuse_break(backend: &str, why: &str) -> Error {
         Usage,
         "`break` does not apply to backend `{backend}`: {why}"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::settings::{ASKED, COMMON_KEYS};
+
+    /// The least each backend needs to parse, as a profile section says it.
+    fn minimal(name: &str) -> &'static str {
+        match name {
+            "ftp" => "host = \"h\"\nuser = \"u\"\npath = \"p\"",
+            "postgres" => "host = \"h\"",
+            "etcd" => "endpoints = [\"h:1\"]",
+            _ => "path = \"/tmp/x\"",
+        }
+    }
+
+    /// The keys each backend's parser takes are exactly the keys it documents (what
+    /// `--generate man-profiles` prints): a key added to a parser without its documentation,
+    /// or documented but not parsed, fails here.
+    #[test]
+    fn every_backend_documents_exactly_the_keys_it_parses() {
+        for e in BACKENDS.iter().filter(|e| e.built()) {
+            let origin = Origin {
+                ctx: format!("profile `{}`", e.name),
+                kind: Kind::Config,
+                dir: "/tmp".into(),
+                profile: Some("p".into()),
+                file: None,
+                address: None,
+            };
+            let table: Table = minimal(e.name).parse().unwrap();
+            ASKED.with(|a| a.borrow_mut().clear());
+            configure(
+                "p",
+                e,
+                Fields::new(origin, table),
+                Common::builtin(),
+                &Overrides::default(),
+            )
+            .unwrap_or_else(|err| panic!("{}: {err}", e.name));
+            let asked: BTreeSet<String> = ASKED.with(|a| a.borrow().iter().cloned().collect());
+            let documented: BTreeSet<String> = COMMON_KEYS
+                .iter()
+                .chain(e.keys.iter().flat_map(|k| k.iter()))
+                .map(|k| k.key.to_string())
+                .collect();
+            assert_eq!(asked, documented, "backend {}", e.name);
+        }
+    }
+
+    /// Each documented example is a value its key accepts.
+    #[test]
+    fn documented_examples_parse() {
+        for e in BACKENDS.iter().filter(|e| e.built()) {
+            for k in COMMON_KEYS
+                .iter()
+                .chain(e.keys.iter().flat_map(|k| k.iter()))
+            {
+                // Keys that need another key's company get it.
+                let company = match (e.name, k.key) {
+                    ("ftp", "ca_file") => "\ntls = \"explicit\"",
+                    ("postgres", "ca_file") => "\nsslmode = \"require\"",
+                    ("etcd", "ca_file") => "\nendpoints = [\"https://h:1\"]",
+                    ("etcd", "user") => "\npassword_env = \"X\"",
+                    ("etcd", "password" | "password_env" | "password_file") => "\nuser = \"u\"",
+                    ("postgres", "url") => "",
+                    _ => "",
+                };
+                let base = match (e.name, k.key) {
+                    // url replaces host.
+                    ("postgres", "url") => "",
+                    ("etcd", "endpoints" | "ca_file") => "",
+                    _ => minimal(e.name),
+                };
+                let mut text = format!("{base}{company}");
+                if !text.contains(&format!("{} =", k.key)) {
+                    text.push_str(&format!("\n{} = {}", k.key, k.example));
+                }
+                let table: Table = text
+                    .parse()
+                    .unwrap_or_else(|err| panic!("{} {}: {err}", e.name, k.key));
+                let origin = Origin {
+                    ctx: format!("profile `{}`", e.name),
+                    kind: Kind::Config,
+                    dir: "/tmp".into(),
+                    profile: Some("p".into()),
+                    file: None,
+                    address: None,
+                };
+                let r = configure(
+                    "p",
+                    e,
+                    Fields::new(origin, table),
+                    Common::builtin(),
+                    &Overrides::default(),
+                );
+                // `shared` on a backend that cannot share is refused by design.
+                if k.key == "shared" && !matches!(e.name, "mkdir" | "link") {
+                    r.unwrap_or_else(|err| panic!("{} {}: {err}", e.name, k.key));
+                } else if k.key != "shared" {
+                    r.unwrap_or_else(|err| panic!("{} {} = {}: {err}", e.name, k.key, k.example));
+                }
+            }
+        }
+    }
 }

@@ -50,7 +50,7 @@ use super::{Attempt, Backend, BackendConfig, BreakOutcome, Grant, Holder, Profil
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
-use crate::settings::{Fields, Hidden, Password, fmt_duration, pgpass_password};
+use crate::settings::{Fields, Hidden, KeyDoc, Password, fmt_duration, pgpass_password};
 use crate::watch::Watcher;
 
 /// Settings of the `postgres` backend.
@@ -97,6 +97,55 @@ impl SslMode {
         }
     }
 }
+
+/// The keys [`config`] takes (besides the common and password keys).
+pub static KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        key: "url",
+        example: "\"postgresql://locker@db.example.com/app\"",
+        doc: "a libpq connection string or URL (or give host, port, dbname, user)",
+    },
+    KeyDoc {
+        key: "host",
+        example: "\"db.example.com\"",
+        doc: "the server, or a Unix socket directory (instead of url)",
+    },
+    KeyDoc {
+        key: "port",
+        example: "5432",
+        doc: "[default: 5432]",
+    },
+    KeyDoc {
+        key: "dbname",
+        example: "\"app\"",
+        doc: "the database [default: libpq's, the user's name]",
+    },
+    KeyDoc {
+        key: "user",
+        example: "\"locker\"",
+        doc: "the role [default: libpq's, the login name]",
+    },
+    KeyDoc {
+        key: "sslmode",
+        example: "\"verify-full\"",
+        doc: "disable | prefer | require | verify-ca | verify-full, as libpq [default: disable]",
+    },
+    KeyDoc {
+        key: "ca_file",
+        example: "\"/etc/locksmith/ca.pem\"",
+        doc: "PEM file of the CA(s) that sign the server's certificate (needs sslmode require or stricter)",
+    },
+    KeyDoc {
+        key: "lock",
+        example: "\"nightly\"",
+        doc: "the lock's name, hashed to the 64-bit advisory key [default: the profile's name]",
+    },
+    KeyDoc {
+        key: "schema",
+        example: "\"locksmith\"",
+        doc: "where the fencing-token counter lives, created on first use [default: locksmith]",
+    },
+];
 
 /// The keys of `backend = "postgres"`. `lock` defaults to the profile's name (an address on
 /// the command line has none: it must say `?lock=NAME`). From an address, the password

@@ -141,7 +141,9 @@ fn check_cli(cli: &Cli, args: &[OsString]) -> Result<(), TestCaseError> {
             prop_assert!(!cmd.is_empty());
             Some(profile)
         }
-        Command::Profiles | Command::Help | Command::Version => None,
+        Command::Profiles | Command::Help { .. } | Command::Version | Command::Generate { .. } => {
+            None
+        }
     };
     if let Some(p) = profile {
         // The profile is one of the words given.
@@ -150,7 +152,7 @@ fn check_cli(cli: &Cli, args: &[OsString]) -> Result<(), TestCaseError> {
     if cli.conflict_exit.is_some() {
         let run = matches!(
             cli.command,
-            Command::Run { .. } | Command::Help | Command::Version
+            Command::Run { .. } | Command::Help { .. } | Command::Version
         );
         prop_assert!(run, "-E without run: {:?}", args);
     }
@@ -438,7 +440,10 @@ fn line() -> impl Strategy<Value = Line> {
                 let run = matches!(sub, Sub::Run(..) | Sub::Flock(..));
                 let implicit = matches!(sub, Sub::Implicit | Sub::Flock(..));
                 let command = match early {
-                    Some("-h" | "--help") => Command::Help,
+                    // Help names the subcommand it was given with.
+                    Some("-h" | "--help") => Command::Help {
+                        topic: word.map(str::to_string),
+                    },
                     Some(_) => Command::Version,
                     None => match sub {
                         Sub::Implicit | Sub::Hold => Command::Hold { profile },
@@ -577,7 +582,10 @@ impl Line {
             }
             Breakage::ExtraArgument => {
                 // (After an implicit hold's PROFILE a word is flock(1)'s CMD.)
-                if self.run || self.implicit || matches!(sub, Command::Help | Command::Version) {
+                if self.run
+                    || self.implicit
+                    || matches!(sub, Command::Help { .. } | Command::Version)
+                {
                     return None;
                 }
                 args.push(os("extra"));
@@ -586,7 +594,7 @@ impl Line {
             Breakage::MisplacedJson => {
                 if matches!(
                     sub,
-                    Command::Status { .. } | Command::Help | Command::Version
+                    Command::Status { .. } | Command::Help { .. } | Command::Version
                 ) {
                     return None;
                 }
@@ -596,7 +604,7 @@ impl Line {
             Breakage::MisplacedForce => {
                 if matches!(
                     sub,
-                    Command::Break { .. } | Command::Help | Command::Version
+                    Command::Break { .. } | Command::Help { .. } | Command::Version
                 ) {
                     return None;
                 }
@@ -606,7 +614,7 @@ impl Line {
             Breakage::MisplacedToken => {
                 if matches!(
                     sub,
-                    Command::Break { .. } | Command::Help | Command::Version
+                    Command::Break { .. } | Command::Help { .. } | Command::Version
                 ) {
                     return None;
                 }
@@ -616,7 +624,7 @@ impl Line {
             Breakage::MisplacedPeer => {
                 if matches!(
                     sub,
-                    Command::Verify { .. } | Command::Help | Command::Version
+                    Command::Verify { .. } | Command::Help { .. } | Command::Version
                 ) {
                     return None;
                 }
@@ -624,7 +632,7 @@ impl Line {
                 "--peer"
             }
             Breakage::MissingProfile => {
-                if self.run || matches!(sub, Command::Help | Command::Version) {
+                if self.run || matches!(sub, Command::Help { .. } | Command::Version) {
                     return None;
                 }
                 let at = self.profile_at?;

@@ -309,3 +309,150 @@ true"#,
     assert_eq!(complete(&["locksmith", "--peer", ""]), ["FILES"]);
     assert_eq!(complete(&["locksmith", "phonestuff", ""]), ["COMMANDS"]);
 }
+
+/// Issue 16's onboarding edges, each as a new user meets it.
+mod onboarding {
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
+
+    use crate::support::*;
+
+    /// With no profiles file anywhere, the error says what to do: an address, or where to
+    /// write one.
+    #[test]
+    fn no_profiles_file_says_what_to_do() {
+        let home = tempfile::tempdir().unwrap();
+        let mut c = Command::new(bin());
+        c.arg("nightly")
+            .env_remove("LOCKSMITH_PROFILES")
+            .env_remove("XDG_CONFIG_HOME")
+            .env("HOME", home.path());
+        let o = output_within(c, Duration::from_secs(30));
+        assert_eq!(code(o.status), 78);
+        let out = stdout(&o);
+        assert!(
+            out.starts_with("ERROR config: no profiles file found"),
+            "{out}"
+        );
+        assert!(out.contains("lock by address instead"), "{out}");
+        let want = home.path().join(".config/locksmith/profiles.toml");
+        assert!(
+            out.contains(&format!("or write {}", want.display())),
+            "{out}"
+        );
+    }
+
+    /// A mistyped profile gets the name it was probably meant to be.
+    #[test]
+    fn a_mistyped_profile_gets_a_suggestion() {
+        let sb = Sandbox::standard();
+        let o = sb.output(["run", "fasst", "--", "true"]);
+        assert_eq!(code(o.status), 78);
+        assert!(
+            stderr(&o).contains("did you mean `fast`?"),
+            "{}",
+            stderr(&o)
+        );
+        // Nothing close: no suggestion.
+        let o = sb.output(["run", "zzzzzz", "--", "true"]);
+        assert!(!stderr(&o).contains("did you mean"), "{}", stderr(&o));
+    }
+
+    /// `profiles` names the file it read (on stderr: stdout stays one profile per line).
+    #[test]
+    fn profiles_names_the_file_it_read() {
+        let sb = Sandbox::standard();
+        let o = sb.output(["profiles"]);
+        assert_eq!(code(o.status), 0);
+        assert!(
+            stderr(&o).contains(&format!("profiles of {}", sb.profiles.display())),
+            "{}",
+            stderr(&o)
+        );
+        assert!(
+            stdout(&o).lines().all(|l| l.contains('\t')),
+            "{}",
+            stdout(&o)
+        );
+    }
+
+    /// `-v` on a free lock shows what was resolved: backend, where, which file.
+    #[test]
+    fn verbose_shows_backend_location_and_profiles_file() {
+        let sb = Sandbox::standard();
+        let o = sb.output(["-v", "run", "m", "--", "true"]);
+        assert_eq!(code(o.status), 0, "{}", stderr(&o));
+        let want = format!(
+            "lock m: backend mkdir, {} (profile of {})",
+            sb.join("m.lock").display(),
+            sb.profiles.display()
+        );
+        assert!(stderr(&o).contains(&want), "{}", stderr(&o));
+        let lock = sb.join("addr.lock");
+        let o = sb.output(["-v", "run", lock.to_str().unwrap(), "--", "true"]);
+        assert_eq!(code(o.status), 0, "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!(
+                "backend flock, {} (an address: no profiles file read)",
+                lock.display()
+            )),
+            "{}",
+            stderr(&o)
+        );
+    }
+
+    /// Hold mode on a terminal (a real pty, from script(1)) says how to release, and Ctrl-C
+    /// typed there releases.
+    #[test]
+    fn hold_on_a_terminal_says_how_to_release() {
+        let sb = Sandbox::standard();
+        let lock = sb.join("tty.lock");
+        let line = format!("{} {}", bin(), lock.display());
+        let mut c = Command::new("script");
+        c.args(["-qec", &line, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().expect("script(1) from util-linux");
+        let mut out = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 512];
+            while !String::from_utf8_lossy(&seen).contains("until Ctrl-C") {
+                match out.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
+            // The pipe stays open: script(1) echoes what is typed next.
+            (String::from_utf8_lossy(&seen).into_owned(), out)
+        });
+        let (seen, mut out) = reader.join().unwrap();
+        assert!(seen.starts_with("OK "), "{seen}");
+        assert!(
+            seen.contains(&format!("holding {} until Ctrl-C", lock.display())),
+            "{seen}"
+        );
+        // Held now: flock(1) cannot take it.
+        let busy = Command::new("flock")
+            .arg("-n")
+            .arg(&lock)
+            .arg("true")
+            .status()
+            .unwrap();
+        assert_eq!(busy.code(), Some(1));
+        child.stdin.as_mut().unwrap().write_all(b"\x03").unwrap();
+        let mut rest = Vec::new();
+        out.read_to_end(&mut rest).unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(0));
+        let free = Command::new("flock")
+            .arg("-n")
+            .arg(&lock)
+            .arg("true")
+            .status()
+            .unwrap();
+        assert_eq!(free.code(), Some(0));
+    }
+}

@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 
 use crate::backend::{self, Backend, BreakOutcome, Holder, Profile};
 use crate::cli::{Cli, Command};
-use crate::error::{Error, Kind, Result, err};
+use crate::error::{Error, Kind, Result, err, shown};
 use crate::log::{debug, info};
 use crate::profile::{self, ProfilesFile};
 use crate::protocol::{self, Mode, OkLine};
@@ -45,7 +45,14 @@ fn load(cli: &Cli, word: &str) -> Result<Profile> {
         shared: cli.shared,
     };
     if let Some(entry) = backend::entry_of_address(word)? {
-        return backend::from_address(entry, word, &Env::current(), &overrides);
+        let p = backend::from_address(entry, word, &Env::current(), &overrides)?;
+        debug!(
+            "lock {}: backend {}, {} (an address: no profiles file read)",
+            p.name,
+            p.backend.name(),
+            p.backend.location()
+        );
+        return Ok(p);
     }
     let hint = |e: Error| -> Error {
         if std::path::Path::new(word).exists() {
@@ -65,7 +72,15 @@ fn load(cli: &Cli, word: &str) -> Result<Profile> {
     if !file.names().any(|n| n == word) {
         return Err(hint(file.profile(word, &overrides).unwrap_err()));
     }
-    file.profile(word, &overrides)
+    let p = file.profile(word, &overrides)?;
+    debug!(
+        "lock {}: backend {}, {} (profile of {})",
+        p.name,
+        p.backend.name(),
+        p.backend.location(),
+        shown(&path)
+    );
+    Ok(p)
 }
 
 fn mode_of(p: &Profile) -> Mode {
@@ -96,7 +111,15 @@ fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
     // The OK line goes out only when the pipe can take it: a parent that does not read
     // must not hold us in write(2), deaf to signals (issue 15).
     match write_line(&mut watcher, || protocol::ok(&line))? {
-        Written::Done(Ok(())) => {}
+        Written::Done(Ok(())) => {
+            // A person at a terminal has no pipe to close: say how to let go.
+            if nix::unistd::isatty(std::io::stdout()).unwrap_or(false) {
+                info!(
+                    "holding {} until Ctrl-C (a parent releases it by closing the pipe it reads)",
+                    p.name
+                );
+            }
+        }
         Written::Done(Err(e)) => {
             debug!("cannot write OK ({e}): the parent is gone; releasing");
             return Ok(after_release(
@@ -554,6 +577,8 @@ fn verify(p: &Profile, peer: Option<&std::path::Path>) -> Result<i32> {
 fn list_profiles(cli: &Cli) -> Result<i32> {
     let path = profile::locate(cli.profiles.as_deref())?;
     let file = ProfilesFile::load(&path)?;
+    // Which file it read: on stderr, so that stdout stays one profile per line.
+    info!("profiles of {}", shown(&path));
     let mut out = String::new();
     for name in file.names() {
         let backend = file.backend_of(name).unwrap_or("?");

@@ -77,8 +77,11 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
     let tried: Vec<String> = tried.iter().map(|p| p.display().to_string()).collect();
     Err(err!(
         Config,
-        "no profiles file found (tried --profiles, $LOCKSMITH_PROFILES, {})",
-        tried.join(", ")
+        "no profiles file found (tried --profiles, $LOCKSMITH_PROFILES, {}): lock by address \
+         instead, which needs none (`locksmith run /tmp/x.lock -- CMD`, see `locksmith help`), \
+         or write {} (`man locksmith-profiles`; profiles.example.toml is an example)",
+        tried.join(", "),
+        tried.first().map_or("one", String::as_str)
     ))
 }
 
@@ -200,9 +203,12 @@ impl ProfilesFile {
             ));
         }
         let Some(raw) = self.profiles.get(name) else {
+            let hint = crate::error::closest(name, self.names())
+                .map(|c| format!("; did you mean `{c}`?"))
+                .unwrap_or_default();
             return Err(err!(
                 Config,
-                "{}: unknown profile `{name}` (known: {})",
+                "{}: unknown profile `{name}` (known: {}){hint}",
                 shown(&self.path),
                 crate::error::some_of(self.names(), 10)
             ));

@@ -193,6 +193,36 @@ impl BackendConfig {
         }
     }
 
+    /// Where the lock is, for `-v`: never a password (a postgres `url` is not shown at all,
+    /// since a connection string may carry one).
+    pub fn location(&self) -> String {
+        match self {
+            BackendConfig::Flock(c)
+            | BackendConfig::Mkdir(c)
+            | BackendConfig::Link(c)
+            | BackendConfig::Symlink(c) => c.path.display().to_string(),
+            #[cfg(feature = "ftp")]
+            BackendConfig::Ftp(c) => {
+                format!("{}@{}:{}, directory {}", c.user, c.host, c.port, c.path)
+            }
+            #[cfg(feature = "postgres")]
+            BackendConfig::Postgres(c) => {
+                let server = match &c.url {
+                    Some(_) => "the server of the profile's url".to_string(),
+                    None => format!(
+                        "{}:{}/{}",
+                        c.host,
+                        c.port,
+                        c.dbname.as_deref().unwrap_or("(the user's database)")
+                    ),
+                };
+                format!("advisory lock {:?} on {server}", c.lock)
+            }
+            #[cfg(feature = "etcd")]
+            BackendConfig::Etcd(c) => format!("{} under {}", c.endpoints.join(","), c.prefix),
+        }
+    }
+
     /// Whether the backend can take a shared (reader) lock.
     pub fn supports_shared(&self) -> bool {
         !matches!(self, BackendConfig::Mkdir(_) | BackendConfig::Link(_))

@@ -113,7 +113,7 @@ fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
     match write_line(&mut watcher, || protocol::ok(&line))? {
         Written::Done(Ok(())) => {
             // A person at a terminal has no pipe to close: say how to let go.
-            if nix::unistd::isatty(std::io::stdout()).unwrap_or(false) {
+            if protocol::stdout_is_terminal() {
                 info!(
                     "holding {} until Ctrl-C (a parent releases it by closing the pipe it reads)",
                     p.name

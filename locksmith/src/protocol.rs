@@ -99,6 +99,12 @@ fn write_stdout(s: &str) -> io::Result<()> {
     out.flush()
 }
 
+/// Whether stdout is a terminal (a person, not a parent's pipe, reads it).
+pub fn stdout_is_terminal() -> bool {
+    use std::io::IsTerminal;
+    io::stdout().is_terminal()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -55,15 +55,24 @@ impl Etcd {
     /// As [`Etcd::start`]; with `tls` = (CA, leaf chain, leaf key) its client URL is
     /// `https://` serving the leaf.
     pub fn start_with(tls: Option<(&Path, &Path, &Path)>) -> Option<Etcd> {
-        Etcd::start_full(tls, None)
+        Etcd::start_full(tls, None, &[])
     }
 
     /// As [`Etcd::start`], in the server namespace of `net`, listening on its address.
     pub fn start_in(net: &Net) -> Option<Etcd> {
-        Etcd::start_full(None, Some(net))
+        Etcd::start_full(None, Some(net), &[])
     }
 
-    fn start_full(tls: Option<(&Path, &Path, &Path)>, net: Option<&Net>) -> Option<Etcd> {
+    /// As [`Etcd::start`], with more of etcd's flags (`--election-timeout 5000`).
+    pub fn start_flags(flags: &[&str]) -> Option<Etcd> {
+        Etcd::start_full(None, None, flags)
+    }
+
+    fn start_full(
+        tls: Option<(&Path, &Path, &Path)>,
+        net: Option<&Net>,
+        flags: &[&str],
+    ) -> Option<Etcd> {
         for tool in ["etcd", "etcdctl"] {
             if !on_path(tool) {
                 return skip(&format!(
@@ -94,6 +103,7 @@ impl Etcd {
             .args(["--listen-peer-urls", &peer_url])
             .args(["--initial-advertise-peer-urls", &peer_url])
             .args(["--initial-cluster", &format!("t={peer_url}")])
+            .args(flags)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(fs::File::create(dir.path().join("log")).unwrap())

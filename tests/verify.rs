@@ -5,13 +5,18 @@
 //!
 //! - local: every file backend is safe (exit 0) with the lines its backend relies on `ok`;
 //!   nothing is left beside the lock; a peer on the lock's own mount measures nothing across;
-//!   a directory anyone may write is `FAIL` (78); server backends and a wrong `--peer` are 64;
+//!   a directory anyone may write is `FAIL` (78); a wrong `--peer` is 64;
 //! - sshfs: `mkdir`, `link`, `symlink` with `cache_time = "1s"` pass through the peer (content
 //!   delays measured within it), with a too-small `stale_after` fail (78) naming what to set;
 //!   `flock` fails across the mounts even with `local = true`; through the peer with sshfs's
 //!   default 20 s cache, names and readlink show late (measured) while records do not;
 //! - GlusterFS: records show through the other mount up to ~1 s late, so `cache_time = "1s"`
-//!   is refused with a measured suggestion, and a larger one passes.
+//!   is refused with a measured suggestion, and a larger one passes;
+//! - the server backends against the suite's real servers (libunftp, pure-ftpd, vsftpd,
+//!   PostgreSQL, etcd): 0 with every relied-on line `ok`, by profile and by address, nothing
+//!   left on the server; a wrong password 77, a closed port 69, a missing parent or database
+//!   78; PostgreSQL ending idle sessions sooner than the heartbeat and etcd granting leases
+//!   longer than `stale_after` are `FAIL` (78) naming what to set.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -199,8 +204,10 @@ fn verify_with_a_peer_on_the_same_mount_measures_nothing_across() {
     assert!(probes_left(sb.path()).is_empty());
 }
 
+/// A wrong `--peer` is 64; so is a `--peer` for a server backend (every host sees its server
+/// alike); a server backend whose server does not answer is 69, as for taking the lock.
 #[test]
-fn verify_refuses_a_wrong_peer_and_server_backends_with_64() {
+fn verify_refuses_a_wrong_peer_with_64_and_a_silent_server_with_69() {
     let sb = Sandbox::new(
         r#"
 [profile.m]
@@ -217,20 +224,31 @@ prefix = "/locks/x"
     std::fs::create_dir(sb.join("elsewhere")).unwrap();
     let elsewhere = sb.join("elsewhere").display().to_string();
     let missing = sb.join("missing").display().to_string();
-    for (args, needle) in [
+    for (args, want, needle) in [
         (
             vec!["verify", "--peer", &elsewhere, "m"],
+            64,
             "another directory",
         ),
-        (vec!["verify", "--peer", &missing, "m"], "--peer"),
-        (vec!["verify", "e"], "file backends"),
-        (vec!["status", "--peer", &elsewhere, "m"], "--peer"),
+        (vec!["verify", "--peer", &missing, "m"], 64, "--peer"),
+        (
+            vec!["verify", "--peer", &elsewhere, "e"],
+            64,
+            "file backends",
+        ),
+        (vec!["status", "--peer", &elsewhere, "m"], 64, "--peer"),
+        (vec!["verify", "e"], 69, "127.0.0.1:1"),
     ] {
         let o = sb.output(&args);
         let err = stderr(&o);
+        let kind = if want == 64 {
+            "ERROR usage: "
+        } else {
+            "ERROR unavailable: "
+        };
         assert!(
-            code(o.status) == 64 && err.starts_with("ERROR usage: ") && err.contains(needle),
-            "{args:?}: exit {}, stderr {err:?} (64 and an ERROR usage line naming {needle:?} expected)",
+            code(o.status) == want && err.starts_with(kind) && err.contains(needle),
+            "{args:?}: exit {}, stderr {err:?} ({want} and an {kind:?} line naming {needle:?} expected)",
             code(o.status)
         );
     }
@@ -611,4 +629,399 @@ fn gluster_records_show_late_and_verify_says_what_to_set() {
         c => vec![format!("exit {c} (0 expected), FAIL lines {fails:?}")],
     };
     verdict("verify loose --peer b (gluster)", &o, &problems);
+}
+
+// ---- server backends -----------------------------------------------------------------------
+
+/// Runs `cmd` (a verify) with a bound; its output.
+fn verify_out(mut c: std::process::Command, env: &[(&str, &str)]) -> Output {
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    output_within(c, Duration::from_secs(120))
+}
+
+/// The report is 0, every `ok` property ok, every `info` one info, the verdict ok, and
+/// nothing on stderr; the problems otherwise.
+fn passes(o: &Output, ok: &[&str], info: &[&str]) -> Vec<String> {
+    let out = stdout(o);
+    let mut problems = Vec::new();
+    if code(o.status) != 0 {
+        problems.push(format!("exit {} (0 expected)", code(o.status)));
+    }
+    for p in ok {
+        expect(&out, p, "ok", &mut problems);
+    }
+    for p in info {
+        expect(&out, p, "info", &mut problems);
+    }
+    if !out
+        .lines()
+        .last()
+        .unwrap_or("")
+        .starts_with("verdict: ok — ")
+    {
+        problems.push("the last line is not `verdict: ok — …`".into());
+    }
+    if out.contains("FAIL") || !stderr(o).is_empty() {
+        problems.push("a FAIL or a word on stderr".into());
+    }
+    problems
+}
+
+/// Exit `want` with an `ERROR <kind>: ` line on stderr naming `needle`.
+fn refused(what: &str, o: &Output, want: i32, kind: &str, needle: &str) {
+    let err = stderr(o);
+    assert!(
+        code(o.status) == want
+            && err.starts_with(&format!("ERROR {kind}: "))
+            && err.contains(needle),
+        "{what}: exit {}, stderr {err:?} ({want}, `ERROR {kind}:` naming {needle:?} expected); stdout:\n{}",
+        code(o.status),
+        stdout(o)
+    );
+}
+
+/// The FTP report's relied-on lines.
+const FTP_OK: [&str; 9] = [
+    "login",
+    "mkd exclusive",
+    "owner record (NLST)",
+    "heartbeat (RNFR/RNTO)",
+    "claim of an old name",
+    "rmd not empty",
+    "directory test (CWD)",
+    "release (RMD)",
+    "reconnect",
+];
+
+/// verify on `srv` by profile and by address: 0, every line ok, nothing left beside the
+/// lock; a wrong password 77 (never shown), a closed port 69, a missing parent 78.
+fn ftp_verify(srv: &dyn crate::ftp_server::TestFtp) {
+    use crate::ftp_server::PASSWORD;
+    let sb = crate::ftp::sandbox(srv);
+    // Profile `p` with stale_after 10 s: a reconnecting heartbeat may take 2.5 s, room for a
+    // PAM login on a loaded machine (with `p`'s 1.5 s, a login over 187 ms is rightly FAIL).
+    let text = std::fs::read_to_string(&sb.profiles).unwrap();
+    let pv = text
+        .split("\n[profile.")
+        .find(|s| s.starts_with("p]"))
+        .unwrap()
+        .replacen("p]", "pv]", 1);
+    sb.write_profiles(&format!("{text}\n[profile.{pv}stale_after = \"10s\"\n"));
+    let before = std::fs::read_dir(srv.path("locks")).unwrap().count();
+    let o = verify_out(sb.cmd(["verify", "pv"]), &[]);
+    let mut problems = passes(&o, &FTP_OK, &["server clock", "idle timeout"]);
+    match line(&stdout(&o), "reconnect") {
+        Some(("ok", d)) if d.contains("within the 2s500ms a heartbeat") => {}
+        got => problems.push(format!("reconnect: {got:?}")),
+    }
+    verdict(&format!("verify pv on {}", srv.name()), &o, &problems);
+    let (port, user) = (srv.port(), srv.user());
+    let addr = format!("ftp://{user}@127.0.0.1:{port}/locks/p");
+    let o = verify_out(
+        sb.cmd(["verify", &addr]),
+        &[("LOCKSMITH_PASSWORD", PASSWORD)],
+    );
+    let problems = passes(&o, &FTP_OK, &[]);
+    verdict(&format!("verify {addr} on {}", srv.name()), &o, &problems);
+    assert!(
+        stdout(&o).starts_with(&format!("locksmith verify {addr}: backend ftp")),
+        "{}",
+        stdout(&o)
+    );
+    let left: Vec<String> = std::fs::read_dir(srv.path("locks"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".verify."))
+        .collect();
+    assert!(left.is_empty(), "{}: verify left {left:?}", srv.name());
+    assert_eq!(
+        std::fs::read_dir(srv.path("locks")).unwrap().count(),
+        before,
+        "{}: verify left something beside the lock",
+        srv.name()
+    );
+    assert!(!srv.path("locks/p").exists(), "verify took the lock");
+
+    let o = verify_out(sb.cmd(["verify", "wrongpw"]), &[]);
+    refused("verify wrongpw", &o, 77, "denied", "refused the login");
+    assert!(!stdout(&o).contains("not-the-password") && !stderr(&o).contains("not-the-password"));
+    let o = verify_out(sb.cmd(["verify", "closed"]), &[]);
+    refused("verify closed", &o, 69, "unavailable", "cannot connect");
+    let o = verify_out(sb.cmd(["verify", "noparent"]), &[]);
+    refused("verify noparent", &o, 78, "config", "parent directory");
+    assert!(!srv.path("missing").exists());
+}
+
+#[test]
+fn ftp_libunftp_verify_passes_by_profile_and_address_and_leaves_nothing() {
+    ftp_verify(&crate::ftp_server::FtpServer::start());
+}
+
+#[test]
+fn ftp_pure_ftpd_verify_passes_by_profile_and_address_and_leaves_nothing() {
+    use crate::ftp_debian::{DebianFtp, Server};
+    let Some(srv) = DebianFtp::start(Server::PureFtpd) else {
+        return;
+    };
+    ftp_verify(&srv);
+}
+
+#[test]
+fn ftp_vsftpd_verify_passes_by_profile_and_address_and_leaves_nothing() {
+    use crate::ftp_debian::{DebianFtp, Server};
+    let Some(srv) = DebianFtp::start(Server::Vsftpd) else {
+        return;
+    };
+    ftp_verify(&srv);
+}
+
+/// A directory the FTP user may not write beside the lock: 77, as for taking the lock
+/// (pure-ftpd, which acts as its own user: permissions do not bind the root we run as).
+#[test]
+fn ftp_verify_without_the_right_to_write_beside_the_lock_is_denied() {
+    use crate::ftp_debian::{DebianFtp, Server};
+    use crate::ftp_server::TestFtp;
+    use std::os::unix::fs::PermissionsExt;
+    let Some(srv) = DebianFtp::start(Server::PureFtpd) else {
+        return;
+    };
+    let acts_as = srv
+        .owner()
+        .map_or(nix::unistd::geteuid().as_raw(), |(uid, _)| uid);
+    if acts_as == 0 {
+        eprintln!("SKIP: the server acts as root: permissions do not bind it");
+        return;
+    }
+    let sb = crate::ftp::sandbox(&srv);
+    let locks = srv.path("locks");
+    std::fs::set_permissions(&locks, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let o = verify_out(sb.cmd(["verify", "p"]), &[]);
+    std::fs::set_permissions(&locks, std::fs::Permissions::from_mode(0o755)).unwrap();
+    refused(
+        "verify p in a read-only directory",
+        &o,
+        77,
+        "denied",
+        "permission denied",
+    );
+    assert!(probes_left(&locks).is_empty());
+}
+
+/// The PostgreSQL report's relied-on lines.
+const PG_OK: [&str; 7] = [
+    "connect",
+    "advisory exclusive",
+    "advisory shared",
+    "freed on session end",
+    "heartbeat",
+    "dead holder detection",
+    "idle_session_timeout",
+];
+
+/// Advisory locks and locksmith sessions on `pg`'s server.
+fn pg_leftovers(pg: &crate::postgres::Pg) -> String {
+    pg.sql(
+        "SELECT (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory') || ' ' || \
+                (SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'locksmith %')",
+    )
+    .trim()
+    .to_string()
+}
+
+#[test]
+fn postgres_verify_passes_by_profile_and_address_and_leaves_nothing() {
+    let Some(pg) = crate::postgres::Pg::start() else {
+        return;
+    };
+    let sb = pg.sandbox();
+    let o = verify_out(sb.cmd(["verify", "pg"]), &[]);
+    let mut problems = passes(
+        &o,
+        &PG_OK,
+        &["wait timeouts", "fencing tokens", "server clock"],
+    );
+    // The backend's keepalives for stale_after 60 s: the server gives up after 60 s.
+    match line(&stdout(&o), "dead holder detection") {
+        Some(("ok", d)) if d.contains("within 1m ") && d.contains("tcp_user_timeout 1m") => {}
+        got => problems.push(format!("dead holder detection: {got:?}")),
+    }
+    verdict("verify pg", &o, &problems);
+    let addr = format!("postgres://locker@127.0.0.1:{}/app?lock=pg", pg.port);
+    let o = verify_out(
+        sb.cmd(["verify", &addr]),
+        &[("LOCKSMITH_PASSWORD", "lockpw")],
+    );
+    let problems = passes(&o, &PG_OK, &[]);
+    verdict(&format!("verify {addr}"), &o, &problems);
+    assert!(!stdout(&o).contains("lockpw") && !stderr(&o).contains("lockpw"));
+    eventually(Duration::from_secs(10), "verify's sessions gone", || {
+        pg_leftovers(&pg) == "0 0"
+    });
+
+    let o = verify_out(sb.cmd(["verify", "pgbad"]), &[]);
+    refused("verify pgbad", &o, 77, "denied", "password");
+    let o = verify_out(sb.cmd(["verify", "pgclosed"]), &[]);
+    refused("verify pgclosed", &o, 69, "unavailable", "cannot connect");
+    let o = verify_out(sb.cmd(["verify", "pgnodb"]), &[]);
+    refused("verify pgnodb", &o, 78, "config", "nosuchdb");
+}
+
+/// A server that ends sessions idle for 1 s would free a held lock between two heartbeats
+/// of 5 s: FAIL (78) naming `keepalive`; with a 200 ms heartbeat the same server passes.
+#[test]
+fn postgres_verify_fails_an_idle_session_timeout_shorter_than_the_heartbeat() {
+    let Some(pg) = crate::postgres::Pg::start() else {
+        return;
+    };
+    pg.sql_in(
+        "postgres",
+        "ALTER ROLE locker SET idle_session_timeout = '1s'",
+    );
+    let sb = pg.sandbox();
+    let o = verify_out(sb.cmd(["verify", "pg"]), &[]);
+    let out = stdout(&o);
+    let mut problems = Vec::new();
+    match line(&out, "idle_session_timeout") {
+        Some(("FAIL", d)) if d.contains("set keepalive to 500ms or less") => {}
+        got => problems.push(format!("idle_session_timeout: {got:?}")),
+    }
+    for p in ["connect", "advisory exclusive", "freed on session end"] {
+        expect(&out, p, "ok", &mut problems);
+    }
+    if !out.contains("verdict: FAIL — ") {
+        problems.push("no `verdict: FAIL — …` line".into());
+    }
+    verdict("verify pg with idle_session_timeout 1s", &o, &problems);
+    refused(
+        "verify pg with idle_session_timeout 1s",
+        &o,
+        78,
+        "config",
+        "keepalive",
+    );
+    let o = verify_out(sb.cmd(["verify", "pgfast"]), &[]);
+    let problems = passes(&o, &PG_OK, &[]);
+    verdict("verify pgfast with idle_session_timeout 1s", &o, &problems);
+    assert!(
+        line(&stdout(&o), "idle_session_timeout").is_some_and(|(_, d)| d.starts_with("1s: ")),
+        "{}",
+        stdout(&o)
+    );
+}
+
+/// The etcd report's relied-on lines.
+const ETCD_OK: [&str; 9] = [
+    "endpoints",
+    "leader",
+    "linearizable read",
+    "lease TTL",
+    "lease keepalive",
+    "queue order",
+    "revoke and watch",
+    "release transaction",
+    "lease expiry",
+];
+
+/// Keys of verify's, and leases, on `e`'s cluster.
+fn etcd_leftovers(e: &crate::etcd::Etcd) -> (Vec<String>, String) {
+    let o = e.ctl(&["get", "--prefix", "--keys-only", ""]);
+    assert!(o.status.success(), "etcdctl get: {}", stderr(&o));
+    let keys = stdout(&o)
+        .lines()
+        .filter(|l| l.contains(".verify."))
+        .map(str::to_string)
+        .collect();
+    let o = e.ctl(&["lease", "list"]);
+    assert!(o.status.success(), "etcdctl lease list: {}", stderr(&o));
+    (keys, stdout(&o).trim().to_string())
+}
+
+#[test]
+fn etcd_verify_passes_by_profile_and_address_and_leaves_nothing() {
+    let Some(e) = crate::etcd::Etcd::start() else {
+        return;
+    };
+    let sb = e.sandbox();
+    let o = verify_out(sb.cmd(["verify", "e"]), &[]);
+    let mut problems = passes(&o, &ETCD_OK, &["leader change", "server clock"]);
+    match line(&stdout(&o), "lease TTL") {
+        Some(("ok", d))
+            if d.starts_with("asked 60s for stale_after 1m") && d.ends_with("granted 60s") => {}
+        got => problems.push(format!("lease TTL: {got:?}")),
+    }
+    verdict("verify e", &o, &problems);
+    let addr = format!(
+        "etcd://127.0.0.1:{}/t/e?stale_after=3s&keepalive=500ms",
+        e.port
+    );
+    let o = verify_out(sb.cmd(["verify", &addr]), &[]);
+    let problems = passes(&o, &ETCD_OK, &[]);
+    verdict(&format!("verify {addr}"), &o, &problems);
+    let (keys, leases) = etcd_leftovers(&e);
+    assert!(keys.is_empty(), "verify left keys {keys:?}");
+    assert_eq!(leases, "found 0 leases", "verify left leases");
+    assert_eq!(e.keys("/t/e"), "", "verify touched the lock's prefix");
+    let o = verify_out(sb.cmd(["verify", "eclosed"]), &[]);
+    refused("verify eclosed", &o, 69, "unavailable", "cannot connect");
+}
+
+/// A cluster whose election timeout is 5 s grants leases of at least 8 s: a lock with
+/// stale_after 2 s would outlive a dead holder by 6 s, so verify fails naming the
+/// stale_after it accepts; with stale_after 10 s the same cluster passes.
+#[test]
+fn etcd_verify_fails_a_minimum_lease_longer_than_stale_after() {
+    let Some(e) = crate::etcd::Etcd::start_flags(&[
+        "--election-timeout",
+        "5000",
+        "--heartbeat-interval",
+        "500",
+    ]) else {
+        return;
+    };
+    let sb = e.sandbox();
+    let short = format!(
+        "etcd://127.0.0.1:{}/t/short?stale_after=2s&keepalive=500ms",
+        e.port
+    );
+    let o = verify_out(sb.cmd(["verify", &short]), &[]);
+    let out = stdout(&o);
+    let mut problems = Vec::new();
+    match line(&out, "lease TTL") {
+        Some(("FAIL", d))
+            if d.contains("granted 8s") && d.contains("set stale_after to at least 8s") => {}
+        got => problems.push(format!("lease TTL: {got:?}")),
+    }
+    for p in ["endpoints", "leader", "lease keepalive", "revoke and watch"] {
+        expect(&out, p, "ok", &mut problems);
+    }
+    verdict(
+        "verify with stale_after 2s, minimum lease 8s",
+        &o,
+        &problems,
+    );
+    refused(
+        "verify with stale_after 2s",
+        &o,
+        78,
+        "config",
+        "stale_after to at least 8s",
+    );
+    let long = format!("etcd://127.0.0.1:{}/t/long?stale_after=10s", e.port);
+    let o = verify_out(sb.cmd(["verify", &long]), &[]);
+    let problems = passes(&o, &ETCD_OK, &[]);
+    verdict(
+        "verify with stale_after 10s, minimum lease 8s",
+        &o,
+        &problems,
+    );
+    assert!(
+        stdout(&o).contains("it accepts stale_after of 8s or more"),
+        "{}",
+        stdout(&o)
+    );
+    let (keys, leases) = etcd_leftovers(&e);
+    assert!(keys.is_empty(), "verify left keys {keys:?}");
+    assert_eq!(leases, "found 0 leases", "verify left leases");
 }

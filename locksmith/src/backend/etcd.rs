@@ -184,6 +184,7 @@ pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
 
 use super::wake::Wakeups;
 
+pub mod probe;
 mod rpc;
 use rpc::{Client, EventType};
 
@@ -385,10 +386,8 @@ impl Etcd {
         Error::new(kind, format!("{what} ({}): {why}{hint}", self.server()))
     }
 
-    fn client(&mut self) -> Result<Client> {
-        if let Some(c) = &self.client {
-            return Ok(c.clone());
-        }
+    /// How to reach a member: timeouts, TLS, the user (its password resolved).
+    fn options(&self) -> Result<rpc::Options> {
         let mut opts = rpc::Options {
             timeout: self.timeout,
             ping: Duration::from_secs(1),
@@ -405,6 +404,14 @@ impl Etcd {
             };
             opts.user = Some((user.clone(), pw));
         }
+        Ok(opts)
+    }
+
+    fn client(&mut self) -> Result<Client> {
+        if let Some(c) = &self.client {
+            return Ok(c.clone());
+        }
+        let opts = self.options()?;
         // One member at a time, starting with the one that answered last: a member that is
         // down makes the request fail over to the next (see `call`), where a balanced
         // channel over all of them would keep sending some requests to it.

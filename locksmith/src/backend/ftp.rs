@@ -78,6 +78,7 @@ use crate::settings::{Fields, KeyDoc, Password, netrc_entry};
 use crate::watch::Watcher;
 
 mod marker;
+pub mod probe;
 mod session;
 mod shared;
 mod tokens;

@@ -20,6 +20,7 @@ pub mod owner;
 pub mod postgres;
 pub mod stale;
 pub mod symlink;
+pub mod verify;
 pub mod wake;
 
 use std::fmt;

@@ -53,6 +53,8 @@ use crate::protocol::Mode;
 use crate::settings::{Fields, Hidden, KeyDoc, Password, fmt_duration, pgpass_password};
 use crate::watch::Watcher;
 
+pub mod probe;
+
 /// Settings of the `postgres` backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PgConfig {

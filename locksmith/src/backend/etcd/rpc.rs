@@ -1,5 +1,6 @@
 //! The etcd v3 gRPC calls the etcd backend makes, on tonic: range, put, a release
-//! transaction, lease grant/revoke/keepalive, a watch, and authentication.
+//! transaction, lease grant/revoke/keepalive, a watch, and authentication; and for
+//! `locksmith verify` a member's status and a deletion (a transaction).
 //!
 //! The message and client code in `pb/` is generated from `proto/etcd/*.proto` (the parts of
 //! etcd's `rpc.proto` and `kv.proto` used here) and checked in, so that building locksmith
@@ -31,11 +32,13 @@ pub mod pb {
 }
 
 use pb::etcdserverpb::{
-    AuthenticateRequest, Compare, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
-    LeaseKeepAliveResponse, LeaseRevokeRequest, LeaseRevokeResponse, PutRequest, PutResponse,
-    RangeRequest, RangeResponse, RequestOp, TxnRequest, TxnResponse, WatchCreateRequest,
-    WatchRequest, WatchResponse, auth_client::AuthClient, compare, kv_client::KvClient,
-    lease_client::LeaseClient, range_request, request_op, watch_client::WatchClient, watch_request,
+    AuthenticateRequest, Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseGrantResponse,
+    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseRevokeRequest, LeaseRevokeResponse,
+    PutRequest, PutResponse, RangeRequest, RangeResponse, RequestOp, StatusRequest, StatusResponse,
+    TxnRequest, TxnResponse, WatchCreateRequest, WatchRequest, WatchResponse,
+    auth_client::AuthClient, compare, kv_client::KvClient, lease_client::LeaseClient,
+    maintenance_client::MaintenanceClient, range_request, request_op, watch_client::WatchClient,
+    watch_request,
 };
 pub use pb::mvccpb::event::EventType;
 
@@ -104,6 +107,7 @@ pub struct Client {
     kv: KvClient<Svc>,
     watch: WatchClient<Svc>,
     lease: LeaseClient<Svc>,
+    maintenance: MaintenanceClient<Svc>,
 }
 
 /// The sending half of a lease keepalive stream.
@@ -189,6 +193,7 @@ impl Client {
         Ok(Client {
             kv: KvClient::new(svc.clone()),
             watch: WatchClient::new(svc.clone()),
+            maintenance: MaintenanceClient::new(svc.clone()),
             lease: LeaseClient::new(svc),
         })
     }
@@ -252,7 +257,7 @@ impl Client {
                 },
                 RequestOp {
                     request: Some(request_op::Request::RequestDeleteRange(
-                        pb::etcdserverpb::DeleteRangeRequest {
+                        DeleteRangeRequest {
                             key: key.as_bytes().to_vec(),
                             range_end: Vec::new(),
                         },
@@ -262,6 +267,35 @@ impl Client {
             failure: Vec::new(),
         };
         Ok(self.kv.txn(req).await?.into_inner())
+    }
+
+    /// Deletes `key` and, with `prefix`, every key that starts with it (a transaction
+    /// without conditions: the KV service's `DeleteRange` is not in our protos).
+    pub async fn delete(&mut self, key: &str, prefix: bool) -> Result<TxnResponse> {
+        let k = key.as_bytes().to_vec();
+        let req = TxnRequest {
+            compare: Vec::new(),
+            success: vec![RequestOp {
+                request: Some(request_op::Request::RequestDeleteRange(
+                    DeleteRangeRequest {
+                        range_end: if prefix { prefix_end(&k) } else { Vec::new() },
+                        key: k,
+                    },
+                )),
+            }],
+            failure: Vec::new(),
+        };
+        Ok(self.kv.txn(req).await?.into_inner())
+    }
+
+    /// The status of the member this client talks to: its id, the leader it knows, its
+    /// raft term, alarms.
+    pub async fn status(&mut self) -> Result<StatusResponse> {
+        Ok(self
+            .maintenance
+            .status(StatusRequest {})
+            .await?
+            .into_inner())
     }
 
     /// A new lease of `ttl` seconds.

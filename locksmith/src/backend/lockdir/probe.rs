@@ -52,6 +52,7 @@ use super::{
 };
 use crate::backend::Profile;
 use crate::backend::owner::Record;
+use crate::backend::verify::{Finding, Report, Status, figure};
 use crate::error::{Error, Result, err};
 use crate::protocol::Mode;
 use crate::settings::fmt_duration;
@@ -87,82 +88,6 @@ impl Scheme {
     /// Liveness by heartbeats (else the kernel's flock(2) decides).
     fn heartbeats(self) -> bool {
         self != Scheme::Flock
-    }
-}
-
-/// One property's verdict.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
-    /// Relied on, and it holds.
-    Ok,
-    /// Relied on, and it does not hold: the backend is not safe here.
-    Fail,
-    /// Relied on, but not measured (no `--peer`): taken on trust.
-    Unmeasured,
-    /// Measured, but this backend does not rely on it.
-    Info,
-}
-
-impl Status {
-    fn word(self) -> &'static str {
-        match self {
-            Status::Ok => "ok",
-            Status::Fail => "FAIL",
-            Status::Unmeasured => "unmeasured",
-            Status::Info => "info",
-        }
-    }
-}
-
-/// One line of the report.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Finding {
-    pub property: &'static str,
-    pub status: Status,
-    pub detail: String,
-}
-
-/// What `verify` found.
-#[derive(Clone, Debug)]
-pub struct Report {
-    pub header: String,
-    pub findings: Vec<Finding>,
-    /// Why the backend is not safe here; empty: it is.
-    pub problems: Vec<String>,
-    /// The last line's text after `verdict: ok — ` (when safe).
-    pub accepts: String,
-    /// Probe names that could not be removed (the filesystem did not answer).
-    pub left: Vec<String>,
-}
-
-impl Report {
-    /// The report as printed: a header, one line per property, the verdict.
-    pub fn render(&self) -> String {
-        let mut s = format!("{}\n", self.header);
-        for f in &self.findings {
-            s.push_str(&format!(
-                "  {:<24} {:<10} {}\n",
-                f.property,
-                f.status.word(),
-                f.detail
-            ));
-        }
-        if !self.left.is_empty() {
-            s.push_str(&format!(
-                "  (could not remove probe names: {})\n",
-                self.left.join(", ")
-            ));
-        }
-        if self.problems.is_empty() {
-            s.push_str(&format!("verdict: ok — {}\n", self.accepts));
-        } else {
-            s.push_str(&format!("verdict: FAIL — {}\n", self.problems.join("; ")));
-        }
-        s
-    }
-
-    pub fn safe(&self) -> bool {
-        self.problems.is_empty()
     }
 }
 
@@ -243,15 +168,6 @@ impl Ctx {
 
 fn failed(what: &str, name: &OsStr, e: impl std::fmt::Display) -> String {
     format!("{what} {}: {e}", name.to_string_lossy())
-}
-
-/// A delay for the report: `4ms`, `1.02s`.
-pub fn figure(d: Duration) -> String {
-    if d < Duration::from_secs(1) {
-        format!("{}ms", d.as_millis())
-    } else {
-        format!("{:.2}s", d.as_secs_f64())
-    }
 }
 
 /// Creates the regular file `name` in `dir` (exclusively) holding `text`.
@@ -1446,6 +1362,7 @@ fn verify_here(p: &Profile, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>)
             scheme.name(),
             cfg.path.display()
         ),
+        lock: cfg.path.display().to_string(),
         findings,
         problems,
         accepts,

@@ -1,0 +1,470 @@
+//! `locksmith verify` on a PostgreSQL lock: what the backend relies on, tried on the server
+//! with the backend's own sessions (its connection settings, TLS and keepalives; issue 12).
+//!
+//! The probes lock `LOCK.verify.<nonce>`, never the lock itself, and release every advisory
+//! lock they take; their sessions are closed at the end (nothing stays on the server).
+//!
+//! What is measured, and why the backend needs it (see `postgres.rs`):
+//! - the connection as configured (TLS as `sslmode` says: whether the session really is);
+//! - `pg_try_advisory_lock` refused to a second session while a first holds it (exclusive
+//!   and shared requests), granted once released; shared requests of two sessions together,
+//!   an exclusive one refused meanwhile;
+//! - the lock freed when the holding session closes (the crash safety: a killed locksmith's
+//!   lock goes with its connection), and how fast;
+//! - what bounds the server's detection of a holder cut off without a word: the session's
+//!   `tcp_user_timeout` and keepalives as the server took them (the backend sets them from
+//!   `stale_after`), so how long the server may keep a dead holder's lock;
+//! - `idle_session_timeout`: a server that ends sessions idle for less than the holder's
+//!   heartbeat period would free a lock while its holder still holds it;
+//! - for information: `statement_timeout` / `lock_timeout` (they end waits in the server),
+//!   the fencing-token table, an empty query's round trip (the heartbeat).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::{KEY, PgConfig, Postgres, SslMode};
+use crate::backend::Profile;
+use crate::backend::verify::{Report, Status, figure, median};
+use crate::error::{Result, err};
+use crate::settings::fmt_duration;
+
+/// How long the probes wait for a released lock to show as free.
+const FREED_WITHIN: Duration = Duration::from_secs(5);
+
+/// Probes the server of lock `cfg` (profile `p`). `Err` where nothing could be probed: the
+/// connection (69, 77, 78 as for taking the lock) or a query the server refused.
+pub fn verify(p: &Profile, cfg: &PgConfig) -> Result<Report> {
+    let mut probe_cfg = cfg.clone();
+    probe_cfg.lock = format!("{}.verify.{}", cfg.lock, crate::host::nonce());
+    let mut a = Postgres::new(probe_cfg.clone(), p);
+    let server = a.server();
+    let mut r = Report::new(
+        format!(
+            "locksmith verify {}: backend postgres, lock `{}` at {server}",
+            p.name, cfg.lock
+        ),
+        format!("`{}` ({server})", cfg.lock),
+    );
+    let t0 = Instant::now();
+    a.client()?;
+    let connect = t0.elapsed();
+    let set = settings(&mut a)?;
+    let num = |n: &str| set.get(n).and_then(|v| v.parse::<i64>().ok());
+    let (version, ssl, unix) = {
+        let row = query(
+            &mut a,
+            "SELECT current_setting('server_version'), \
+                    coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false), \
+                    inet_client_addr() IS NULL",
+        )?;
+        (
+            row.get::<_, String>(0),
+            row.get::<_, bool>(1),
+            row.get::<_, bool>(2),
+        )
+    };
+    let tls = match (ssl, cfg.sslmode) {
+        (true, m) => format!("TLS (sslmode {}), certificate verified", m.name()),
+        (false, SslMode::Disable) => "no TLS (sslmode disable)".to_string(),
+        (false, m) => format!("no TLS (sslmode {}: the server offers none)", m.name()),
+    };
+    r.add(
+        "connect",
+        Status::Ok,
+        format!(
+            "PostgreSQL {version}, {}, {tls}, in {}",
+            if unix { "a local socket" } else { "TCP" },
+            figure(connect)
+        ),
+    );
+
+    let mut b = Postgres::new(probe_cfg.clone(), p);
+    b.client()?;
+    exclusion(&mut a, &mut b, &mut r)?;
+    freed_on_close(&mut a, &mut b, &mut r)?;
+
+    // The heartbeat: an empty query, answered in time.
+    let period = p.common.heartbeat();
+    let mut rtts = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        b.client()?
+            .is_valid(Duration::from_secs(10))
+            .map_err(|e| b.error("heartbeat", &e))?;
+        rtts.push(t.elapsed());
+    }
+    let rtt = median(rtts);
+    let budget = p.common.stale_after.saturating_sub(period * 2);
+    r.add(
+        "heartbeat",
+        if rtt < budget {
+            Status::Ok
+        } else {
+            Status::Fail
+        },
+        format!(
+            "an empty query answered in {} (median of 5); one every {} must be answered within {}",
+            figure(rtt),
+            fmt_duration(period),
+            fmt_duration(budget)
+        ),
+    );
+
+    // How long the server may keep the lock of a holder cut off without a word.
+    let stale_after = p.common.stale_after;
+    let bound = if unix {
+        r.add(
+            "dead holder detection",
+            Status::Ok,
+            "a local socket: the server sees the connection close when the holder's process dies",
+        );
+        None
+    } else {
+        let ut = num("tcp_user_timeout").unwrap_or(0);
+        let (idle, iv, count) = (
+            num("tcp_keepalives_idle").unwrap_or(0),
+            num("tcp_keepalives_interval").unwrap_or(0),
+            num("tcp_keepalives_count").unwrap_or(0),
+        );
+        let settings = format!(
+            "tcp_user_timeout {}, keepalives idle {idle}s interval {iv}s count {count}",
+            if ut > 0 {
+                fmt_duration(Duration::from_millis(ut as u64))
+            } else {
+                "0 (off)".into()
+            }
+        );
+        match detection(ut, idle, iv, count) {
+            Some(d) => {
+                let limit = stale_after + p.common.max_poll + period;
+                if d <= limit {
+                    r.add(
+                        "dead holder detection",
+                        Status::Ok,
+                        format!(
+                            "the server ends a silently cut-off session within {} of its last word ({settings}, set by the backend from stale_after {})",
+                            fmt_duration(d),
+                            fmt_duration(stale_after)
+                        ),
+                    );
+                } else {
+                    r.add(
+                        "dead holder detection",
+                        Status::Fail,
+                        format!(
+                            "the server keeps a silently cut-off holder's session, and its lock, up to {} ({settings}), past stale_after {} + max_poll + a heartbeat: the session's settings did not take (a pooler in between?); set the server's tcp_keepalives_idle + tcp_keepalives_interval × tcp_keepalives_count below stale_after",
+                            fmt_duration(d),
+                            fmt_duration(stale_after)
+                        ),
+                    );
+                }
+                Some(d)
+            }
+            None => {
+                r.add(
+                    "dead holder detection",
+                    Status::Fail,
+                    format!(
+                        "the session's keepalive settings did not take ({settings}): the server keeps a silently cut-off holder's session, and its lock, until the operating system gives up (hours by default); set the server's tcp_keepalives_idle, tcp_keepalives_interval and tcp_keepalives_count so that idle + interval × count is below stale_after ({})",
+                        fmt_duration(stale_after)
+                    ),
+                );
+                None
+            }
+        }
+    };
+
+    // A server that ends idle sessions would free a held lock between two heartbeats.
+    let idle_timeout = num("idle_session_timeout").unwrap_or(0);
+    if idle_timeout <= 0 {
+        r.add(
+            "idle_session_timeout",
+            Status::Ok,
+            if set.contains_key("idle_session_timeout") {
+                "0 (off)"
+            } else {
+                "not known to this server (before 14): sessions are never ended for idling"
+            },
+        );
+    } else {
+        let t = Duration::from_millis(idle_timeout as u64);
+        if period * 2 <= t {
+            r.add(
+                "idle_session_timeout",
+                Status::Ok,
+                format!(
+                    "{}: a heartbeat every {} keeps the holder's session from idling that long",
+                    fmt_duration(t),
+                    fmt_duration(period)
+                ),
+            );
+        } else {
+            r.add(
+                "idle_session_timeout",
+                Status::Fail,
+                format!(
+                    "the server ends sessions idle for {} (idle_session_timeout), and with them their locks, but a holder idles up to {} between heartbeats: set keepalive to {} or less (or have idle_session_timeout = 0 for this role or database)",
+                    fmt_duration(t),
+                    fmt_duration(period),
+                    fmt_duration(t / 2)
+                ),
+            );
+        }
+    }
+
+    // Timeouts that end a wait in the server (not a safety matter: the wait fails).
+    let waits: Vec<String> = ["statement_timeout", "lock_timeout"]
+        .iter()
+        .filter_map(|n| {
+            let v = num(n).filter(|v| *v > 0)?;
+            Some(format!(
+                "{n} {}",
+                fmt_duration(Duration::from_millis(v as u64))
+            ))
+        })
+        .collect();
+    r.add(
+        "wait timeouts",
+        Status::Info,
+        if waits.is_empty() {
+            "statement_timeout and lock_timeout off: a wait in the server lasts as long as `wait` says".to_string()
+        } else {
+            format!(
+                "{}: a wait in the server longer than that ends with an error (not relied on for safety)",
+                waits.join(", ")
+            )
+        },
+    );
+    tokens(&mut b, cfg, &mut r)?;
+    r.add(
+        "server clock",
+        Status::Info,
+        "not read: the server decides from its sessions, not from timestamps",
+    );
+    drop(b);
+
+    r.accepts = match bound {
+        Some(d) => format!(
+            "backend postgres keeps SPEC §6 here; with stale_after {} the server frees a silently cut-off holder's lock within {} (its keepalives count whole seconds: at least 2s)",
+            fmt_duration(stale_after),
+            fmt_duration(d)
+        ),
+        None => format!(
+            "backend postgres keeps SPEC §6 here; any stale_after (now {}): the server frees a dead holder's lock when its socket closes",
+            fmt_duration(stale_after)
+        ),
+    };
+    if idle_timeout > 0 {
+        r.accepts.push_str(&format!(
+            "; keepalive at most {} (idle_session_timeout)",
+            fmt_duration(Duration::from_millis(idle_timeout as u64 / 2))
+        ));
+    }
+    Ok(r)
+}
+
+/// When the kernel gives up on a silent peer (Linux, `tcp_keepalive_timer`): with a user
+/// timeout, at the first keepalive probe after it has passed (probes from `idle`, every
+/// `iv`), else after `count` unanswered probes. `None`: no keepalive settings (the system's
+/// defaults: hours).
+fn detection(ut_ms: i64, idle: i64, iv: i64, count: i64) -> Option<Duration> {
+    if idle <= 0 || iv <= 0 {
+        return (ut_ms > 0).then(|| Duration::from_millis(ut_ms as u64));
+    }
+    let ms = if ut_ms > 0 {
+        let (idle, iv) = (idle * 1000, iv * 1000);
+        let probes = ((ut_ms - idle).max(0) + iv - 1) / iv;
+        idle + iv * probes.max(1)
+    } else if count > 0 {
+        (idle + iv * count) * 1000
+    } else {
+        return None;
+    };
+    Some(Duration::from_millis(ms as u64))
+}
+
+/// The session's settings as the server took them (`pg_settings`: raw numbers).
+fn settings(pg: &mut Postgres) -> Result<HashMap<String, String>> {
+    let names = [
+        "tcp_user_timeout",
+        "tcp_keepalives_idle",
+        "tcp_keepalives_interval",
+        "tcp_keepalives_count",
+        "idle_session_timeout",
+        "statement_timeout",
+        "lock_timeout",
+    ];
+    let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    let rows = pg
+        .client()?
+        .query(
+            "SELECT name, setting FROM pg_settings WHERE name = ANY($1)",
+            &[&names],
+        )
+        .map_err(|e| pg.error("cannot read the session's settings", &e))?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+fn query(pg: &mut Postgres, q: &str) -> Result<postgres::Row> {
+    pg.client()?
+        .query_one(q, &[])
+        .map_err(|e| pg.error("probe query failed", &e))
+}
+
+/// `SELECT f(KEY)` on the probe lock: the boolean the function answers.
+fn call(pg: &mut Postgres, f: &str) -> Result<bool> {
+    let lock = pg.cfg.lock.clone();
+    pg.client()?
+        .query_one(&format!("SELECT {f}({KEY})"), &[&lock])
+        .map(|r| r.get::<_, bool>(0))
+        .map_err(|e| pg.error(&format!("probe {f} failed"), &e))
+}
+
+/// Exclusive and shared advisory locks between two sessions.
+fn exclusion(a: &mut Postgres, b: &mut Postgres, r: &mut Report) -> Result<()> {
+    let steps = [
+        (true, "pg_try_advisory_lock", true),
+        (false, "pg_try_advisory_lock", false),
+        (false, "pg_try_advisory_lock_shared", false),
+        (true, "pg_advisory_unlock", true),
+        (false, "pg_try_advisory_lock", true),
+        (false, "pg_advisory_unlock", true),
+    ];
+    let mut wrong = None;
+    for (i, (first, f, want)) in steps.iter().enumerate() {
+        let got = call(if *first { &mut *a } else { &mut *b }, f)?;
+        if got != *want && wrong.is_none() {
+            wrong = Some(format!(
+                "step {} ({} session: {f}) answered {got}, {want} expected",
+                i + 1,
+                if *first { "first" } else { "second" }
+            ));
+        }
+    }
+    match wrong {
+        None => r.add(
+            "advisory exclusive",
+            Status::Ok,
+            "a second session is refused (exclusive and shared) while the first holds it, and gets it once released",
+        ),
+        Some(w) => r.add("advisory exclusive", Status::Fail, w),
+    }
+    let steps = [
+        (true, "pg_try_advisory_lock_shared", true),
+        (false, "pg_try_advisory_lock_shared", true),
+        (false, "pg_try_advisory_lock", false),
+        (true, "pg_advisory_unlock_shared", true),
+        (false, "pg_advisory_unlock_shared", true),
+    ];
+    let mut wrong = None;
+    for (i, (first, f, want)) in steps.iter().enumerate() {
+        let got = call(if *first { &mut *a } else { &mut *b }, f)?;
+        if got != *want && wrong.is_none() {
+            wrong = Some(format!(
+                "step {} ({} session: {f}) answered {got}, {want} expected",
+                i + 1,
+                if *first { "first" } else { "second" }
+            ));
+        }
+    }
+    match wrong {
+        None => r.add(
+            "advisory shared",
+            Status::Ok,
+            "two sessions hold it shared; an exclusive request is refused meanwhile",
+        ),
+        Some(w) => r.add("advisory shared", Status::Fail, w),
+    }
+    Ok(())
+}
+
+/// The lock goes with the session that holds it.
+fn freed_on_close(a: &mut Postgres, b: &mut Postgres, r: &mut Report) -> Result<()> {
+    if !call(a, "pg_try_advisory_lock")? {
+        return Err(err!(
+            Io,
+            "probe: the first session could not take the probe lock again"
+        ));
+    }
+    // Closing the connection (as the kernel does for a killed locksmith).
+    a.client = None;
+    let t0 = Instant::now();
+    let freed = loop {
+        if call(b, "pg_try_advisory_lock")? {
+            break Some(t0.elapsed());
+        }
+        if t0.elapsed() > FREED_WITHIN {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    match freed {
+        Some(d) => {
+            call(b, "pg_advisory_unlock")?;
+            r.add(
+                "freed on session end",
+                Status::Ok,
+                format!("the lock was free {} after its session closed", figure(d)),
+            );
+        }
+        None => r.add(
+            "freed on session end",
+            Status::Fail,
+            format!(
+                "the lock was still held {} after its session closed",
+                fmt_duration(FREED_WITHIN)
+            ),
+        ),
+    }
+    Ok(())
+}
+
+/// Whether the fencing-token table can be used (information: the lock works without).
+fn tokens(pg: &mut Postgres, cfg: &PgConfig, r: &mut Report) -> Result<()> {
+    let table = format!("{}.tokens", cfg.schema);
+    let row = pg
+        .client()?
+        .query_one(
+            "SELECT CASE WHEN to_regclass($1) IS NULL THEN NULL \
+                         ELSE has_table_privilege($1, 'INSERT, UPDATE') END, \
+                    has_database_privilege(current_database(), 'CREATE'), \
+                    (SELECT has_schema_privilege(oid, 'CREATE') FROM pg_namespace WHERE nspname = $2)",
+            &[&table, &cfg.schema],
+        )
+        .map_err(|e| pg.error("cannot read privileges", &e))?;
+    let (writable, create_db, create_schema): (Option<bool>, bool, Option<bool>) =
+        (row.get(0), row.get(1), row.get(2));
+    let detail = match (writable, create_db, create_schema) {
+        (Some(true), ..) => format!("{table} is there and writable: tokens and prev=crashed"),
+        (Some(false), ..) => {
+            format!("{table} is there but not writable by this user: no fencing tokens")
+        }
+        (None, _, Some(true)) | (None, true, None) => {
+            format!("{table} is made on first use (this user may)")
+        }
+        (None, ..) => {
+            format!("this user may not make {table}: no fencing tokens (the lock works without)")
+        }
+    };
+    r.add("fencing tokens", Status::Info, detail);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detection_follows_the_kernels_keepalive_timer() {
+        let s = Duration::from_secs;
+        // The backend's settings for stale_after 60 s: idle 30, every 1 s, user timeout 60 s.
+        assert_eq!(detection(60_000, 30, 1, 30), Some(s(60)));
+        // stale_after 1.5 s: idle 1, count 1, user timeout 1.5 s: the second probe.
+        assert_eq!(detection(1_500, 1, 1, 1), Some(s(2)));
+        // No user timeout: idle + interval × count.
+        assert_eq!(detection(0, 10, 2, 3), Some(s(16)));
+        // Nothing set: the system's defaults.
+        assert_eq!(detection(0, 0, 0, 0), None);
+        assert_eq!(detection(5_000, 0, 0, 0), Some(s(5)));
+    }
+}

@@ -338,15 +338,18 @@ pub static SUBCOMMANDS: &[SubDoc] = &[
         name: "verify",
         forms: &[(
             "verify [--peer DIR] LOCK",
-            "probe the lock's filesystem for what the\n\
-             backend relies on (exit 0 only if safe there)",
+            "probe the lock's filesystem or server for what\n\
+             its backend relies on (exit 0 only if safe there)",
         )],
-        about: "probe the lock's filesystem for what its backend relies on",
-        text: "Probes the lock's filesystem for what its backend relies on (atomic create, link\n\
-               counts, record updates, rename over an existing name, flock across mounts, how\n\
-               late a change shows through a second mount given with --peer) and prints one\n\
-               line per property and a verdict with the stale_after it would accept. Exit 0\n\
-               only if the backend is safe there, else 78 naming what to set.",
+        about: "probe the lock's filesystem or server for what its backend relies on",
+        text: "Probes, beside the lock and never the lock itself, what its backend relies on: for\n\
+               flock, mkdir, link and symlink the filesystem (atomic create, link counts, record\n\
+               updates, rename over an existing name, flock across mounts, how late a change\n\
+               shows through a second mount given with --peer); for ftp, postgres and etcd the\n\
+               server (atomic MKD and renames; advisory locks between sessions and how long the\n\
+               server keeps a cut-off holder; lease TTLs, keepalive and revoke). Prints one line\n\
+               per property and a verdict with the stale_after it accepts. Exit 0 only if the\n\
+               backend is safe there, 78 naming what to set, 69/77 as for taking the lock.",
     },
     SubDoc {
         name: "profiles",

@@ -149,6 +149,54 @@ fn verify_on_a_local_directory_passes_every_file_backend() {
     );
 }
 
+/// `verify ADDRESS` on a local directory: the same probes and verdict as by profile, the
+/// header naming the address, with no profiles file anywhere (issue 12 item 2 with issue 14).
+#[test]
+fn verify_by_address_of_every_file_backend_needs_no_profiles_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    for (address, taking) in [
+        (
+            format!("{}/f.lock", dir.path().display()),
+            "flock on this mount",
+        ),
+        (
+            format!("mkdir:{}/m.lock?stale_after=30s", dir.path().display()),
+            "mkdir exclusive",
+        ),
+        (format!("link:{}/l.lock", dir.path().display()), taking("l")),
+        (
+            format!("symlink:{}/s.lock", dir.path().display()),
+            taking("s"),
+        ),
+    ] {
+        let mut c = std::process::Command::new(bin());
+        c.args(["verify", &address])
+            .env_remove("LOCKSMITH_PROFILES")
+            .env_remove("XDG_CONFIG_HOME")
+            .env("HOME", home.path());
+        let o = output_within(c, Duration::from_secs(60));
+        let out = stdout(&o);
+        let mut problems = Vec::new();
+        if !out.starts_with(&format!("locksmith verify {address}: backend ")) {
+            problems.push("the header does not name the address".into());
+        }
+        expect(&out, taking, "ok", &mut problems);
+        expect(&out, "profile", "ok", &mut problems);
+        if !out
+            .lines()
+            .last()
+            .unwrap_or("")
+            .starts_with("verdict: ok — ")
+        {
+            problems.push("the last line is not `verdict: ok — …`".into());
+        }
+        verdict(&format!("verify {address}"), &o, &problems);
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "verify left {left:?}");
+}
+
 /// verify never touches the lock: a holder keeps it, says nothing, and releases cleanly.
 #[test]
 fn verify_beside_a_held_lock_leaves_it_alone() {

@@ -623,6 +623,18 @@ mod tests {
     use super::*;
     use crate::settings::{ASKED, COMMON_KEYS};
 
+    /// A profile `p` of a profiles file, as the keys' origin.
+    fn origin(e: &Entry) -> Origin {
+        Origin {
+            ctx: format!("profile `{}`", e.name),
+            kind: Kind::Config,
+            dir: "/tmp".into(),
+            profile: Some("p".into()),
+            file: None,
+            address: None,
+        }
+    }
+
     /// The least each backend needs to parse, as a profile section says it.
     fn minimal(name: &str) -> &'static str {
         match name {
@@ -639,14 +651,7 @@ mod tests {
     #[test]
     fn every_backend_documents_exactly_the_keys_it_parses() {
         for e in BACKENDS.iter().filter(|e| e.built()) {
-            let origin = Origin {
-                ctx: format!("profile `{}`", e.name),
-                kind: Kind::Config,
-                dir: "/tmp".into(),
-                profile: Some("p".into()),
-                file: None,
-                address: None,
-            };
+            let origin = origin(e);
             let table: Table = minimal(e.name).parse().unwrap();
             ASKED.with(|a| a.borrow_mut().clear());
             configure(
@@ -698,14 +703,7 @@ mod tests {
                 let table: Table = text
                     .parse()
                     .unwrap_or_else(|err| panic!("{} {}: {err}", e.name, k.key));
-                let origin = Origin {
-                    ctx: format!("profile `{}`", e.name),
-                    kind: Kind::Config,
-                    dir: "/tmp".into(),
-                    profile: Some("p".into()),
-                    file: None,
-                    address: None,
-                };
+                let origin = origin(e);
                 let r = configure(
                     "p",
                     e,

@@ -68,7 +68,7 @@ use super::wake::Wakeups;
 use super::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use super::{BackendConfig, Profile};
 use crate::error::{Error, Kind, Result, err};
-use crate::log::{debug, info};
+use crate::log::{debug, info, trace};
 use crate::protocol::Mode;
 use crate::settings::Fields;
 use crate::watch::Watcher;
@@ -170,7 +170,9 @@ impl Mkdir {
         f.dir.write_state(State {
             token,
             clean: false,
-        })
+        })?;
+        trace!("took the name: nonce {} token {token}", rec.nonce);
+        Ok(())
     }
 }
 
@@ -434,6 +436,7 @@ impl Files {
     /// claimed it first, or it is not in the lock directory now.
     fn claim(&mut self, dir: &OwnedFd, nonce: &str) -> Result<bool> {
         let mut claimed = false;
+        trace!("claiming acquisition {nonce}");
         for prefix in [OWNER_PREFIX, RELEASING_PREFIX] {
             match unlinkat(
                 dir,
@@ -441,6 +444,7 @@ impl Files {
                 UnlinkatFlags::NoRemoveDir,
             ) {
                 Ok(()) => {
+                    trace!("claimed {prefix}{nonce} (unlinked it); freeing the name");
                     claimed = true;
                     break;
                 }
@@ -483,7 +487,7 @@ impl Files {
         let path = self.path().to_path_buf();
         let parent = self.dir.fd()?;
         match renameat(parent, name.as_os_str(), parent, tomb.as_os_str()) {
-            Ok(()) => {}
+            Ok(()) => trace!("freed the name: lock renamed to {}", tomb.to_string_lossy()),
             Err(Errno::ENOENT) => return Ok(false),
             Err(e) => {
                 // Last resort: rmdir works if it is empty.

@@ -137,6 +137,46 @@ fn ownerless_directory_is_broken_after_stale_after() {
     assert!(t0.elapsed() >= Duration::from_millis(1500));
 }
 
+/// A breaker that claimed a dead holder's acquisition (unlinked its `owner.<nonce>`) and was
+/// killed before freeing the name leaves the lock directory with the dead holder's heartbeat
+/// record and no owner entry: nobody can claim it again, so it is a directory without a live
+/// record, broken after `stale_after` of no change — not held forever (seen in the soak).
+#[test]
+fn breaker_killed_between_claim_and_free_leaves_a_lock_broken_after_stale_after() {
+    let sb = Sandbox::standard();
+    let mut a = sb.hold(["fast"]);
+    a.ok();
+    kill9(a.pid());
+    a.wait_exit(T);
+    let lock = sb.join("fast.lock");
+    let owners: Vec<_> = fs::read_dir(&lock)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("owner.")
+        })
+        .collect();
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    fs::remove_file(&owners[0]).unwrap(); // the breaker's claim; then it died
+    assert!(lock.join("beat").exists());
+    let t0 = Instant::now();
+    let o = sb.output(["--wait", "10s", "run", "fast", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(1500),
+        "broken at once: {took:?}"
+    );
+    assert!(
+        stderr(&o).contains("no heartbeat for 1s500ms"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// The same on the path NFS users take (mkdir, then the record), forced by its debug switch.
 #[test]
 fn killed_holder_is_broken_at_once_with_plain_mkdir() {

@@ -38,9 +38,10 @@
 //! the claim on `owner.<nonce>` of exactly that holder.
 //!
 //! # Limits
-//! A lock directory without a record (a breaker killed between its unlink and its rename, a
-//! locker on NFS killed between `mkdir` and `symlink`, or a foreign tool's plain `mkdir`) is
-//! broken after `stale_after` of no change; that path re-checks the directory's inode just
+//! A lock directory without a live record (a breaker killed between its unlink and its
+//! rename — the heartbeat record then names an acquisition whose entry is gone —, a locker on
+//! NFS killed between `mkdir` and `symlink`, or a foreign tool's plain `mkdir`) is broken
+//! after `stale_after` of no change; that path re-checks the directory's inode just
 //! before renaming it, which leaves a window of microseconds between two such breakers. A
 //! reader holding `NAME/beat` open on the releaser's mount keeps the tombstone from being
 //! removed (a `.nfsXXXX` / `.fuse_hiddenXXXX` file): the removal is retried for about a
@@ -545,6 +546,19 @@ fn tidy(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
     }
 }
 
+/// Whether acquisition `nonce` was claimed in the lock directory `dir`: neither its
+/// `owner.<nonce>` nor its `releasing.<nonce>` is there (looked up in that order, the order
+/// in which a releasing holder renames one to the other).
+fn claimed(dir: &OwnedFd, nonce: &str) -> bool {
+    [OWNER_PREFIX, RELEASING_PREFIX].iter().all(|prefix| {
+        let entry = format!("{prefix}{nonce}");
+        matches!(
+            lockdir::unstale(|| fstatat(dir, entry.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW)),
+            Err(Errno::ENOENT)
+        )
+    })
+}
+
 impl Holders for Files {
     fn holders(&mut self) -> Result<Option<Vec<Evidence>>> {
         let Some(dir) = self.open_lock()? else {
@@ -563,6 +577,14 @@ impl Holders for Files {
             Parsed::Foreign(_) => None,
         });
         let (record, entry) = match from_beat {
+            // The acquisition the heartbeat record names holds the lock only while its claim
+            // entry is there: `owner.<nonce>`, or `releasing.<nonce>` while its holder
+            // releases. With neither, someone claimed it (released or broke it) and has not
+            // freed the name yet — or was killed before it could: then no record speaks for
+            // the lock, and the rule for a directory without one applies (no change for
+            // `stale_after`). Judging the holder the record names would wait forever: its
+            // claim is gone, so no breaker can win it.
+            Some(r) if claimed(&dir, &r.nonce) => (None, None),
             Some(r) => {
                 let entry = format!("{OWNER_PREFIX}{}", r.nonce);
                 (Some(Parsed::V1(r)), Some(entry))

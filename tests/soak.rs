@@ -7,7 +7,7 @@
 //! every run's helper pid, start and end (ms since the soak began), exit and stderr
 //! (`DIR/PROFILE.wN.log`), the killer's kills (`DIR/PROFILE.kills`), and the critical
 //! sections' own trace (`DIR/PROFILE.trace`: token, shell pid, helper pid, /proc/uptime at
-//! entry and exit).
+//! entry and exit; at entry also the helper's state and thread count).
 
 use std::fs;
 use std::process::Stdio;
@@ -30,7 +30,12 @@ if ! (set -C; echo $$ > "$m") 2>/dev/null; then
   if [ -n "$p" ] && ! dead "$p"; then echo "overlap $$ $p" >> "$D/overlaps"; fi
   echo $$ > "$m"
 fi
-[ -z "$SOAK_TRACE" ] || { read -r t _ < /proc/uptime; echo "in $LOCKSMITH_TOKEN $$ $PPID $t" >> "$SOAK_TRACE"; }
+if [ -n "$SOAK_TRACE" ]; then
+  read -r t _ < /proc/uptime
+  read -r _ _ s _ < /proc/$PPID/stat
+  while read -r k v; do [ "$k" = Threads: ] && n=$v; done < /proc/$PPID/status
+  echo "in $LOCKSMITH_TOKEN $$ $PPID $t helper-state=$s threads=$n" >> "$SOAK_TRACE"
+fi
 echo "$LOCKSMITH_TOKEN" >> "$D/tokens"
 i=0; while [ $i -lt 20 ]; do i=$((i+1)); done
 rm -f "$m"

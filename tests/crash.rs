@@ -137,6 +137,78 @@ fn ownerless_directory_is_broken_after_stale_after() {
     assert!(t0.elapsed() >= Duration::from_millis(1500));
 }
 
+/// Proof of death is about the whole process, not its main thread. A holder killed while one
+/// of its threads is slow to go (locksmith closes its inotify instance on a thread: an SRCU
+/// grace period, uninterruptible) shows `Z` in `/proc/PID/stat` — the main thread's state —
+/// until that thread is gone, and a child it forked gets its parent-death signal only then: a
+/// `run` helper killed between `fork` and its child's `PR_SET_PDEATHSIG` left a CMD that
+/// passed the `getppid` check and ran beside the next holder's (the soak's "tokens not
+/// strictly increasing"). Here the holder is a process whose main thread exited while
+/// another thread sleeps: alive, never broken; once it exits, broken at once.
+#[test]
+fn holder_whose_main_thread_exited_while_a_thread_lives_is_alive() {
+    let sb = Sandbox::standard();
+    let script = "import ctypes, threading, time\n\
+                  threading.Thread(target=time.sleep, args=(60,)).start()\n\
+                  ctypes.CDLL(None).pthread_exit(None)\n";
+    let Ok(mut p) = std::process::Command::new("python3")
+        .args(["-c", script])
+        .stdin(Stdio::null())
+        .spawn()
+    else {
+        assert!(std::env::var("CI").is_err(), "python3 is needed under CI");
+        eprintln!("SKIP: no python3 to make a process whose main thread exited");
+        return;
+    };
+    let pid = p.id() as i32;
+    let stat = || {
+        let text = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let f: Vec<String> = text[text.rfind(')').map_or(0, |i| i + 1)..]
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        // Fields 3 (state), 20 (threads), 22 (start time).
+        (f[0].clone(), f[17].clone(), f[19].clone())
+    };
+    let t0 = Instant::now();
+    while stat().0 != "Z" {
+        assert!(t0.elapsed() < T, "main thread never exited: {:?}", stat());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (_, threads, start) = stat();
+    assert_eq!(threads, "2");
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let pidns = fs::read_link("/proc/self/ns/pid").unwrap();
+    forge(
+        &sb,
+        "m.lock",
+        &format!(
+            "locksmith v=1 host=vm pid={pid} ppid=1 start={start} boot={} pidns={} since=2026-01-01T00:00:00Z profile=m nonce=0123456789abcdef",
+            boot.trim(),
+            pidns.display()
+        ),
+    );
+    let o = sb.output(["--wait", "1s", "run", "m", "--", "true"]);
+    assert_eq!(
+        code(o.status),
+        75,
+        "a live holder was broken: {}",
+        stderr(&o)
+    );
+    // Killed (not reaped: a zombie, now the last thread): broken at once.
+    kill9(pid);
+    let t0 = Instant::now();
+    let o = sb.output(["--wait", "5s", "run", "m", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(stderr(&o).contains("it is dead"), "{}", stderr(&o));
+    p.wait().unwrap();
+}
+
 /// A breaker that claimed a dead holder's acquisition (unlinked its `owner.<nonce>`) and was
 /// killed before freeing the name leaves the lock directory with the dead holder's heartbeat
 /// record and no owner entry: nobody can claim it again, so it is a directory without a live

@@ -209,10 +209,11 @@ fn holder_whose_main_thread_exited_while_a_thread_lives_is_alive() {
     p.wait().unwrap();
 }
 
-/// A breaker that claimed a dead holder's acquisition (unlinked its `owner.<nonce>`) and was
-/// killed before freeing the name leaves the lock directory with the dead holder's heartbeat
-/// record and no owner entry: nobody can claim it again, so it is a directory without a live
-/// record, broken after `stale_after` of no change — not held forever (seen in the soak).
+/// A breaker of an older locksmith claimed a dead holder's acquisition by unlinking its
+/// `owner.<nonce>` and was killed before freeing the name: the lock directory keeps the dead
+/// holder's heartbeat record and no entry, and no claim can be won on it again. It is a
+/// directory without a record, broken after `stale_after` of no change — not held forever
+/// (seen in the soak).
 #[test]
 fn breaker_killed_between_claim_and_free_leaves_a_lock_broken_after_stale_after() {
     let sb = Sandbox::standard();
@@ -246,6 +247,81 @@ fn breaker_killed_between_claim_and_free_leaves_a_lock_broken_after_stale_after(
         stderr(&o).contains("no heartbeat for 1s500ms"),
         "{}",
         stderr(&o)
+    );
+}
+
+/// A breaker claims by renaming the holder's entry to `claimed.<its nonce>`, its own record
+/// left beside as `breaker.<its nonce>`. Killed before it frees the name (the soak killed
+/// breakers there), it is the lock's holder as far as proof of death goes: a dead breaker is
+/// broken at once, a live one never.
+#[test]
+fn breaker_killed_between_claim_and_free_is_broken_at_once() {
+    let sb = Sandbox::standard();
+    let mut a = sb.hold(["fast"]);
+    a.ok();
+    kill9(a.pid());
+    a.wait_exit(T);
+    let lock = sb.join("fast.lock");
+    let owner = fs::read_dir(&lock)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("owner."))
+        .expect("an owner entry");
+    // The breaker: a process of this host, alive at first.
+    let mut breaker = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let pid = breaker.id();
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let start = text[text.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .to_string();
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let pidns = fs::read_link("/proc/self/ns/pid").unwrap();
+    let nonce = "00000000b4ea4e40";
+    symlink(
+        format!(
+            "locksmith v=1 host=vm pid={pid} ppid=1 start={start} boot={} pidns={} since=2026-01-01T00:00:00Z profile=fast nonce={nonce}",
+            boot.trim(),
+            pidns.display()
+        ),
+        lock.join(format!("breaker.{nonce}")),
+    )
+    .unwrap();
+    fs::rename(lock.join(&owner), lock.join(format!("claimed.{nonce}"))).unwrap();
+    // Alive: never broken (> stale_after of waiting).
+    let o = sb.output(["--wait", "2s", "run", "fast", "--", "true"]);
+    assert_eq!(
+        code(o.status),
+        75,
+        "a live breaker was broken: {}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains(&format!("pid={pid}")), "{}", stderr(&o));
+    // Dead: broken at once.
+    kill9(pid as i32);
+    breaker.wait().unwrap();
+    let t0 = Instant::now();
+    let o = sb.output(["--wait", "5s", "run", "fast", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(stderr(&o).contains("it is dead"), "{}", stderr(&o));
+    let left: Vec<_> = sb
+        .listing()
+        .into_iter()
+        .filter(|n| n.contains("fast.lock"))
+        .collect();
+    assert!(
+        left.iter()
+            .all(|n| n.ends_with(".state") || n.ends_with(".queue")),
+        "{left:?}"
     );
 }
 

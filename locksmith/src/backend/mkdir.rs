@@ -443,8 +443,18 @@ impl Files {
         let mine = format!("{BREAKER_PREFIX}{}", me.nonce);
         let to = format!("{CLAIMED_PREFIX}{}", me.nonce);
         trace!("claiming acquisition {nonce} as {}", me.nonce);
-        nix::unistd::symlinkat(me.render().as_str(), dir, mine.as_str())
-            .map_err(|e| Error::path("cannot write breaker record in", self.path(), e.into()))?;
+        match nix::unistd::symlinkat(me.render().as_str(), dir, mine.as_str()) {
+            Ok(()) => {}
+            // The directory we opened was removed meanwhile (released or broken, and tidied).
+            Err(Errno::ENOENT) => return Ok(false),
+            Err(e) => {
+                return Err(Error::path(
+                    "cannot write breaker record in",
+                    self.path(),
+                    e.into(),
+                ));
+            }
+        }
         let mut claimed = false;
         for prefix in [OWNER_PREFIX, RELEASING_PREFIX, CLAIMED_PREFIX] {
             match renameat(dir, format!("{prefix}{nonce}").as_str(), dir, to.as_str()) {

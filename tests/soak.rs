@@ -19,7 +19,11 @@ use crate::support::*;
 
 /// The critical section. The marker holds the holder's pid; finding a marker whose pid is
 /// still running is an overlap. A killed predecessor gets 100 ms to finish dying (its
-/// parent-death SIGKILL is in flight when the lock becomes breakable).
+/// parent-death SIGKILL is in flight when the lock becomes breakable). Where the lock's
+/// record can be read with a shell builtin (`$HELD`: mkdir's `NAME/beat`, link's `NAME`),
+/// CMD also checks after writing its token that the record still names its helper: a CMD
+/// that runs on after its lock was broken (its helper judged dead too early) is an overlap
+/// even when no other CMD happens to be inside at that moment.
 const CRITICAL: &str = r#"
 m="$D/inside"
 dead() { local s=; read -r _ _ s _ 2>/dev/null < /proc/$1/stat; [ -z "$s" ] || [ "$s" = Z ] || [ "$s" = X ]; }
@@ -32,11 +36,15 @@ if ! (set -C; echo $$ > "$m") 2>/dev/null; then
 fi
 if [ -n "$SOAK_TRACE" ]; then
   read -r t _ < /proc/uptime
-  read -r _ _ s _ < /proc/$PPID/stat
-  while read -r k v; do [ "$k" = Threads: ] && n=$v; done < /proc/$PPID/status
+  s=; n=; read -r _ _ s _ 2>/dev/null < /proc/$PPID/stat
+  while read -r k v; do [ "$k" = Threads: ] && n=$v; done 2>/dev/null < /proc/$PPID/status
   echo "in $LOCKSMITH_TOKEN $$ $PPID $t helper-state=$s threads=$n" >> "$SOAK_TRACE"
 fi
 echo "$LOCKSMITH_TOKEN" >> "$D/tokens"
+if [ -n "$HELD" ]; then
+  r=; read -r r 2>/dev/null < "$HELD"
+  case " $r " in *" pid=$PPID "*) ;; *) echo "outlived its lock: token $LOCKSMITH_TOKEN cmd $$ helper $PPID; the lock says: $r" >> "$D/overlaps";; esac
+fi
 i=0; while [ $i -lt 20 ]; do i=$((i+1)); done
 rm -f "$m"
 [ -z "$SOAK_TRACE" ] || { read -r t _ < /proc/uptime; echo "out $LOCKSMITH_TOKEN $$ $PPID $t" >> "$SOAK_TRACE"; }
@@ -74,6 +82,14 @@ fn soak(profile: &str) {
                 quiet, "--wait", "60s", "run", profile, "--", "sh", "-c", CRITICAL,
             ]);
             c.env("D", &d).stdout(Stdio::null()).stderr(Stdio::piped());
+            let held = match profile {
+                "fast" => Some(sb.join("fast.lock/beat")),
+                "lfast" => Some(sb.join("lfast.lock")),
+                _ => None,
+            };
+            if let Some(h) = held {
+                c.env("HELD", h);
+            }
             let mut log = log_dir.as_ref().map(|dir| {
                 c.env("SOAK_TRACE", dir.join(format!("{profile}.trace")));
                 fs::File::create(dir.join(format!("{profile}.w{w}.log"))).unwrap()

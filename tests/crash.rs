@@ -137,6 +137,194 @@ fn ownerless_directory_is_broken_after_stale_after() {
     assert!(t0.elapsed() >= Duration::from_millis(1500));
 }
 
+/// Proof of death is about the whole process, not its main thread. A holder killed while one
+/// of its threads is slow to go (locksmith closes its inotify instance on a thread: an SRCU
+/// grace period, uninterruptible) shows `Z` in `/proc/PID/stat` — the main thread's state —
+/// until that thread is gone, and a child it forked gets its parent-death signal only then: a
+/// `run` helper killed between `fork` and its child's `PR_SET_PDEATHSIG` left a CMD that
+/// passed the `getppid` check and ran beside the next holder's (the soak's "tokens not
+/// strictly increasing"). Here the holder is a process whose main thread exited while
+/// another thread sleeps: alive, never broken; once it exits, broken at once.
+#[test]
+fn holder_whose_main_thread_exited_while_a_thread_lives_is_alive() {
+    let sb = Sandbox::standard();
+    let script = "import ctypes, threading, time\n\
+                  threading.Thread(target=time.sleep, args=(60,)).start()\n\
+                  ctypes.CDLL(None).pthread_exit(None)\n";
+    let Ok(mut p) = std::process::Command::new("python3")
+        .args(["-c", script])
+        .stdin(Stdio::null())
+        .spawn()
+    else {
+        assert!(std::env::var("CI").is_err(), "python3 is needed under CI");
+        eprintln!("SKIP: no python3 to make a process whose main thread exited");
+        return;
+    };
+    let pid = p.id() as i32;
+    let stat = || {
+        let text = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let f: Vec<String> = text[text.rfind(')').map_or(0, |i| i + 1)..]
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        // Fields 3 (state), 20 (threads), 22 (start time).
+        (f[0].clone(), f[17].clone(), f[19].clone())
+    };
+    let t0 = Instant::now();
+    while stat().0 != "Z" {
+        assert!(t0.elapsed() < T, "main thread never exited: {:?}", stat());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (_, threads, start) = stat();
+    assert_eq!(threads, "2");
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let pidns = fs::read_link("/proc/self/ns/pid").unwrap();
+    forge(
+        &sb,
+        "m.lock",
+        &format!(
+            "locksmith v=1 host=vm pid={pid} ppid=1 start={start} boot={} pidns={} since=2026-01-01T00:00:00Z profile=m nonce=0123456789abcdef",
+            boot.trim(),
+            pidns.display()
+        ),
+    );
+    let o = sb.output(["--wait", "1s", "run", "m", "--", "true"]);
+    assert_eq!(
+        code(o.status),
+        75,
+        "a live holder was broken: {}",
+        stderr(&o)
+    );
+    // Killed (not reaped: a zombie, now the last thread): broken at once.
+    kill9(pid);
+    let t0 = Instant::now();
+    let o = sb.output(["--wait", "5s", "run", "m", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(stderr(&o).contains("it is dead"), "{}", stderr(&o));
+    p.wait().unwrap();
+}
+
+/// A breaker of an older locksmith claimed a dead holder's acquisition by unlinking its
+/// `owner.<nonce>` and was killed before freeing the name: the lock directory keeps the dead
+/// holder's heartbeat record and no entry, and no claim can be won on it again. It is a
+/// directory without a record, broken after `stale_after` of no change — not held forever
+/// (seen in the soak).
+#[test]
+fn breaker_killed_between_claim_and_free_leaves_a_lock_broken_after_stale_after() {
+    let sb = Sandbox::standard();
+    let mut a = sb.hold(["fast"]);
+    a.ok();
+    kill9(a.pid());
+    a.wait_exit(T);
+    let lock = sb.join("fast.lock");
+    let owners: Vec<_> = fs::read_dir(&lock)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("owner.")
+        })
+        .collect();
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    fs::remove_file(&owners[0]).unwrap(); // the breaker's claim; then it died
+    assert!(lock.join("beat").exists());
+    let t0 = Instant::now();
+    let o = sb.output(["--wait", "10s", "run", "fast", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(1500),
+        "broken at once: {took:?}"
+    );
+    assert!(
+        stderr(&o).contains("no heartbeat for 1s500ms"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A breaker claims by renaming the holder's entry to `claimed.<its nonce>`, its own record
+/// left beside as `breaker.<its nonce>`. Killed before it frees the name (the soak killed
+/// breakers there), it is the lock's holder as far as proof of death goes: a dead breaker is
+/// broken at once, a live one never.
+#[test]
+fn breaker_killed_between_claim_and_free_is_broken_at_once() {
+    let sb = Sandbox::standard();
+    let mut a = sb.hold(["fast"]);
+    a.ok();
+    kill9(a.pid());
+    a.wait_exit(T);
+    let lock = sb.join("fast.lock");
+    let owner = fs::read_dir(&lock)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("owner."))
+        .expect("an owner entry");
+    // The breaker: a process of this host, alive at first.
+    let mut breaker = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let pid = breaker.id();
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let start = text[text.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .to_string();
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let pidns = fs::read_link("/proc/self/ns/pid").unwrap();
+    let nonce = "00000000b4ea4e40";
+    symlink(
+        format!(
+            "locksmith v=1 host=vm pid={pid} ppid=1 start={start} boot={} pidns={} since=2026-01-01T00:00:00Z profile=fast nonce={nonce}",
+            boot.trim(),
+            pidns.display()
+        ),
+        lock.join(format!("breaker.{nonce}")),
+    )
+    .unwrap();
+    fs::rename(lock.join(&owner), lock.join(format!("claimed.{nonce}"))).unwrap();
+    // Alive: never broken (> stale_after of waiting).
+    let o = sb.output(["--wait", "2s", "run", "fast", "--", "true"]);
+    assert_eq!(
+        code(o.status),
+        75,
+        "a live breaker was broken: {}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains(&format!("pid={pid}")), "{}", stderr(&o));
+    // Dead: broken at once.
+    kill9(pid as i32);
+    breaker.wait().unwrap();
+    let t0 = Instant::now();
+    let o = sb.output(["--wait", "5s", "run", "fast", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(stderr(&o).contains("it is dead"), "{}", stderr(&o));
+    let left: Vec<_> = sb
+        .listing()
+        .into_iter()
+        .filter(|n| n.contains("fast.lock"))
+        .collect();
+    assert!(
+        left.iter()
+            .all(|n| n.ends_with(".state") || n.ends_with(".queue")),
+        "{left:?}"
+    );
+}
+
 /// The same on the path NFS users take (mkdir, then the record), forced by its debug switch.
 #[test]
 fn killed_holder_is_broken_at_once_with_plain_mkdir() {

@@ -43,23 +43,32 @@ impl Host {
 /// What `/proc/PID/stat` says about a process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcStat {
+    /// The state of the process's *main thread* (field 3).
     pub state: char,
     pub ppid: i32,
+    /// Threads not yet gone, the main thread included (field 20).
+    pub threads: u64,
     /// Start time in clock ticks after boot (field 22).
     pub start: u64,
 }
 
-/// `/proc/PID/stat`: state, parent and start time. `None` if there is no such process.
+/// `/proc/PID/stat`: state, parent, threads and start time. `None` if there is no such
+/// process.
 pub fn stat(pid: i32) -> Option<ProcStat> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+fn parse_stat(text: &str) -> Option<ProcStat> {
     // The command name (field 2) may contain spaces and parentheses: split after the last ')'.
     let rest = &text[text.rfind(')')? + 1..];
-    let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let ppid = fields.next()?.parse().ok()?;
-    // After state (3) and ppid (4), field 22 is the 18th further on.
-    let start = fields.nth(17)?.parse().ok()?;
-    Some(ProcStat { state, ppid, start })
+    // Fields 3, 4, … from here: field N is fields[N - 3].
+    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+    Some(ProcStat {
+        state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
+        threads: fields.get(17)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
 }
 
 /// Our own start time, for the owner record.
@@ -70,10 +79,19 @@ pub fn own_start() -> u64 {
 /// Whether a process recorded as (`pid`, `start`) on this host is still running.
 /// A zombie is dead (it holds nothing; `kill(pid, 0)` would wrongly say alive), and so is
 /// a different process that reused the pid (its start time differs).
+///
+/// "Zombie" is the state of the *main thread* only: a process whose main thread exited
+/// (killed, its other threads not yet gone — one waiting out a grace period in the kernel,
+/// say) shows `Z` while its other threads still run, and a child it spawned receives its
+/// parent-death signal only when the last of them exits. A `run` helper killed between
+/// `fork` and its child's `PR_SET_PDEATHSIG` was such a process, and its CMD ran on beside
+/// the next holder's. So a zombie is dead only once it is the last thread left (SPEC §6:
+/// provably dead).
 pub fn alive(pid: i32, start: u64) -> bool {
     match stat(pid) {
         None => false,
-        Some(s) => s.state != 'Z' && s.state != 'X' && (start == 0 || s.start == start),
+        Some(s) if start != 0 && s.start != start => false,
+        Some(s) => !(matches!(s.state, 'Z' | 'X') && s.threads <= 1),
     }
 }
 
@@ -110,6 +128,21 @@ mod tests {
         );
         assert!(!this().boot_id.is_empty());
         assert!(this().pidns.starts_with("pid:["));
+    }
+
+    #[test]
+    fn a_zombie_main_thread_with_threads_left_is_a_live_process() {
+        // Field 2 with spaces and parentheses; fields 3 (state), 4 (ppid), 20 (threads),
+        // 22 (start).
+        let line = |state: &str, threads: u32| {
+            format!(
+                "4242 (a (b) c) {state} 1 4242 4242 0 -1 4194624 0 0 0 0 0 0 0 0 20 0 {threads} 0 987654 0 0"
+            )
+        };
+        let s = parse_stat(&line("Z", 2)).unwrap();
+        assert_eq!((s.state, s.ppid, s.threads, s.start), ('Z', 1, 2, 987654));
+        assert_eq!(parse_stat(&line("S", 3)).unwrap().threads, 3);
+        assert!(parse_stat("4242 (x) Z 1").is_none());
     }
 
     #[test]

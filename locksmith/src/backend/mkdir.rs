@@ -7,6 +7,8 @@
 //! PARENT/NAME/owner.<nonce>        symlink; its target is the owner record (owner.rs)
 //! PARENT/NAME/beat                 the heartbeat record: owner record + counter (lockdir.rs)
 //! PARENT/NAME/releasing.<nonce>    the same record, renamed by its holder while releasing
+//! PARENT/NAME/breaker.<nonce>      symlink; the record of a breaker, made before it claims
+//! PARENT/NAME/claimed.<nonce>      the holder's record entry, renamed by breaker <nonce>
 //! PARENT/.NAME.<nonce>.new/        a lock being prepared (published by renameat2 NOREPLACE)
 //! PARENT/.NAME.<nonce>.tomb/       a released or broken lock on its way out
 //! PARENT/.NAME.state               symlink; the state record (last fencing token, clean?)
@@ -22,12 +24,16 @@
 //! On NFS (no NOREPLACE) it is `mkdir` then the record.
 //!
 //! # Removal is a claim
-//! A breaker claims an acquisition by unlinking its record entry; the holder releasing claims
-//! it by renaming `owner.<nonce>` to `releasing.<nonce>` (the record stays readable, so its
-//! death half-way is still provable). The nonce is in the name, so only one claimant can
-//! win and no breaker can remove a successor's lock (its entry has another name). The
-//! claimant checks the directory it claimed in is still NAME, renames NAME to a tombstone
-//! (freeing the name even if something sits inside it) and tidies the tombstone afterwards.
+//! The holder releasing claims its acquisition by renaming `owner.<nonce>` to
+//! `releasing.<nonce>` (the record stays readable, so its death half-way is still provable).
+//! A breaker first leaves its own record as `breaker.<its nonce>`, then claims by renaming
+//! the holder's entry to `claimed.<its nonce>`. The nonce is in the name, so only one
+//! claimant can win and no breaker can remove a successor's lock (its entry has another
+//! name). The claimant checks the directory it claimed in is still NAME, renames NAME to a
+//! tombstone (freeing the name even if something sits inside it) and tidies the tombstone
+//! afterwards. A breaker killed between its claim and freeing the name is itself a holder
+//! of the directory, known by its record: proof of death breaks it at once, by the same
+//! claim on `claimed.<its nonce>` (so a lock never waits on a dead breaker).
 //!
 //! # Liveness
 //! Unless `local = true`, the holder rewrites the counter in `NAME/beat` every heartbeat
@@ -38,9 +44,9 @@
 //! the claim on `owner.<nonce>` of exactly that holder.
 //!
 //! # Limits
-//! A lock directory without a record (a breaker killed between its unlink and its rename, a
-//! locker on NFS killed between `mkdir` and `symlink`, or a foreign tool's plain `mkdir`) is
-//! broken after `stale_after` of no change; that path re-checks the directory's inode just
+//! A lock directory without a record (an older locksmith's breaker killed between its unlink
+//! and its rename, a locker on NFS killed between `mkdir` and its owner entry, or a foreign
+//! tool's plain `mkdir`) is broken after `stale_after` of no change; that path re-checks the directory's inode just
 //! before renaming it, which leaves a window of microseconds between two such breakers. A
 //! reader holding `NAME/beat` open on the releaser's mount keeps the tombstone from being
 //! removed (a `.nfsXXXX` / `.fuse_hiddenXXXX` file): the removal is retried for about a
@@ -68,7 +74,7 @@ use super::wake::Wakeups;
 use super::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use super::{BackendConfig, Profile};
 use crate::error::{Error, Kind, Result, err};
-use crate::log::{debug, info};
+use crate::log::{debug, info, trace};
 use crate::protocol::Mode;
 use crate::settings::Fields;
 use crate::watch::Watcher;
@@ -80,6 +86,10 @@ const OWNER_PREFIX: &str = "owner.";
 const RELEASING_PREFIX: &str = "releasing.";
 /// The heartbeat record inside the lock directory (a fixed name: read without a listing).
 const BEAT: &str = "beat";
+/// A breaker's own record (a symlink, as an owner record), left before it claims.
+const BREAKER_PREFIX: &str = "breaker.";
+/// A claimed acquisition's record entry, renamed to carry its claimant's nonce.
+const CLAIMED_PREFIX: &str = "claimed.";
 
 /// The keys of `backend = "mkdir"`: the file backends' keys ([`FsConfig::parse`]).
 pub fn config(f: &mut Fields) -> crate::error::Result<BackendConfig> {
@@ -170,7 +180,9 @@ impl Mkdir {
         f.dir.write_state(State {
             token,
             clean: false,
-        })
+        })?;
+        trace!("took the name: nonce {} token {token}", rec.nonce);
+        Ok(())
     }
 }
 
@@ -415,46 +427,60 @@ impl Files {
 
     /// The record entries a listing of the lock directory shows (maybe from a cache).
     fn listed(dir: &OwnedFd) -> Vec<String> {
-        let Ok(dup) = dir.try_clone() else {
-            return Vec::new();
-        };
-        let Ok(mut listing) = nix::dir::Dir::from_fd(dup) else {
-            return Vec::new();
-        };
-        listing
-            .iter()
-            .flatten()
-            .filter(|e| is_record_entry(e.file_name().to_bytes()))
-            .map(|e| String::from_utf8_lossy(e.file_name().to_bytes()).into_owned())
-            .collect()
+        let mut v = entries(dir, OWNER_PREFIX);
+        v.extend(entries(dir, RELEASING_PREFIX));
+        v
     }
 
-    /// Claims the acquisition with nonce `nonce` by unlinking its record entry (only one
-    /// claimant can: the nonce is in the name), then frees the name. `Ok(false)`: someone else
-    /// claimed it first, or it is not in the lock directory now.
+    /// Claims the acquisition with nonce `nonce` — a holder's, or a breaker's that claimed
+    /// before us and died — by renaming its entry (`owner.`, `releasing.` or `claimed.`
+    /// `<nonce>`) to `claimed.<our nonce>`, our own record left beside it first as
+    /// `breaker.<our nonce>`: only one claimant can win, and until it frees the name it is
+    /// known by its record. Then frees the name. `Ok(false)`: someone else claimed it first,
+    /// or it is not in the lock directory now.
     fn claim(&mut self, dir: &OwnedFd, nonce: &str) -> Result<bool> {
+        let me = Record::ours(&self.profile);
+        let mine = format!("{BREAKER_PREFIX}{}", me.nonce);
+        let to = format!("{CLAIMED_PREFIX}{}", me.nonce);
+        trace!("claiming acquisition {nonce} as {}", me.nonce);
+        match nix::unistd::symlinkat(me.render().as_str(), dir, mine.as_str()) {
+            Ok(()) => {}
+            // The directory we opened was removed meanwhile (released or broken, and tidied).
+            Err(Errno::ENOENT) => return Ok(false),
+            Err(e) => {
+                return Err(Error::path(
+                    "cannot write breaker record in",
+                    self.path(),
+                    e.into(),
+                ));
+            }
+        }
         let mut claimed = false;
-        for prefix in [OWNER_PREFIX, RELEASING_PREFIX] {
-            match unlinkat(
-                dir,
-                format!("{prefix}{nonce}").as_str(),
-                UnlinkatFlags::NoRemoveDir,
-            ) {
+        for prefix in [OWNER_PREFIX, RELEASING_PREFIX, CLAIMED_PREFIX] {
+            match renameat(dir, format!("{prefix}{nonce}").as_str(), dir, to.as_str()) {
                 Ok(()) => {
+                    trace!("claimed {prefix}{nonce} (renamed it to {to}); freeing the name");
                     claimed = true;
                     break;
                 }
                 Err(Errno::ENOENT) => {}
                 Err(e) => {
+                    let _ = unlinkat(dir, mine.as_str(), UnlinkatFlags::NoRemoveDir);
                     return Err(Error::path(
-                        "cannot remove owner record of",
+                        "cannot claim owner record of",
                         self.path(),
                         e.into(),
                     ));
                 }
             }
         }
+        // NFS may answer a retransmitted rename that succeeded with ENOENT: ours if it is
+        // there under our name.
+        if !claimed && fstatat(dir, to.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok() {
+            claimed = true;
+        }
         if !claimed {
+            let _ = unlinkat(dir, mine.as_str(), UnlinkatFlags::NoRemoveDir);
             return Ok(false);
         }
         // The directory we looked into may have been renamed to a tombstone meanwhile (its
@@ -474,6 +500,24 @@ impl Files {
         self.free_name(&crate::host::nonce())
     }
 
+    /// The breaker that claimed the acquisition in `dir` and has not freed the name (yet):
+    /// its record and its `claimed.<nonce>` entry. `(None, None)` if there is none (a
+    /// locksmith that claims by unlinking, or a locker on NFS between `beat` and its owner
+    /// entry): then the lock has no record.
+    fn claimant(dir: &OwnedFd) -> (Option<Parsed>, Option<String>) {
+        let Some(entry) = entries(dir, CLAIMED_PREFIX).into_iter().next() else {
+            return (None, None);
+        };
+        let nonce = &entry[CLAIMED_PREFIX.len()..];
+        match readlinkat(dir, format!("{BREAKER_PREFIX}{nonce}").as_str()) {
+            Ok(t) => (
+                Some(Record::parse(&String::from_utf8_lossy(t.as_bytes()))),
+                Some(entry),
+            ),
+            Err(_) => (None, None),
+        }
+    }
+
     /// Renames the lock directory to a tombstone (works even if something sits inside it),
     /// then tidies the tombstone; tidying may fail without leaving the lock held.
     /// `Ok(false)`: the name was gone already (a network filesystem's cache showed it).
@@ -483,7 +527,7 @@ impl Files {
         let path = self.path().to_path_buf();
         let parent = self.dir.fd()?;
         match renameat(parent, name.as_os_str(), parent, tomb.as_os_str()) {
-            Ok(()) => {}
+            Ok(()) => trace!("freed the name: lock renamed to {}", tomb.to_string_lossy()),
             Err(Errno::ENOENT) => return Ok(false),
             Err(e) => {
                 // Last resort: rmdir works if it is empty.
@@ -527,7 +571,11 @@ fn tidy(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
         )?;
         for entry in listing.iter().flatten() {
             let n = entry.file_name().to_bytes();
-            if is_record_entry(n) || n.starts_with(b"new.") || n.starts_with(BEAT.as_bytes()) {
+            if is_record_entry(n)
+                || [BREAKER_PREFIX, CLAIMED_PREFIX, "new.", BEAT]
+                    .iter()
+                    .any(|p| n.starts_with(p.as_bytes()))
+            {
                 let _ = unlinkat(&fd, entry.file_name(), UnlinkatFlags::NoRemoveDir);
             }
         }
@@ -539,6 +587,35 @@ fn tidy(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
             r => return r,
         }
     }
+}
+
+/// Whether acquisition `nonce` was claimed in the lock directory `dir`: neither its
+/// `owner.<nonce>` nor its `releasing.<nonce>` is there (looked up in that order, the order
+/// in which a releasing holder renames one to the other).
+fn claimed(dir: &OwnedFd, nonce: &str) -> bool {
+    [OWNER_PREFIX, RELEASING_PREFIX].iter().all(|prefix| {
+        let entry = format!("{prefix}{nonce}");
+        matches!(
+            lockdir::unstale(|| fstatat(dir, entry.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW)),
+            Err(Errno::ENOENT)
+        )
+    })
+}
+
+/// The names starting with `prefix` that a listing of `dir` shows (maybe from a cache).
+fn entries(dir: &OwnedFd, prefix: &str) -> Vec<String> {
+    let Ok(dup) = dir.try_clone() else {
+        return Vec::new();
+    };
+    let Ok(mut listing) = nix::dir::Dir::from_fd(dup) else {
+        return Vec::new();
+    };
+    listing
+        .iter()
+        .flatten()
+        .filter(|e| e.file_name().to_bytes().starts_with(prefix.as_bytes()))
+        .map(|e| String::from_utf8_lossy(e.file_name().to_bytes()).into_owned())
+        .collect()
 }
 
 impl Holders for Files {
@@ -559,6 +636,15 @@ impl Holders for Files {
             Parsed::Foreign(_) => None,
         });
         let (record, entry) = match from_beat {
+            // The acquisition the heartbeat record names holds the lock only while its
+            // entry is there: `owner.<nonce>`, or `releasing.<nonce>` while its holder
+            // releases. With neither, someone claimed it (released or broke it) and has not
+            // freed the name yet, maybe killed before it could: judging the holder the record
+            // names would wait forever (its entry is gone, no breaker can win it again). The
+            // lock is the claimant's now: a breaker is known by its record; without one (a
+            // locksmith that claims by unlinking), the lock has no record, and the rule for
+            // a directory without one applies (no change for `stale_after`).
+            Some(r) if claimed(&dir, &r.nonce) => Self::claimant(&dir),
             Some(r) => {
                 let entry = format!("{OWNER_PREFIX}{}", r.nonce);
                 (Some(Parsed::V1(r)), Some(entry))
@@ -571,7 +657,7 @@ impl Holders for Files {
                     ),
                     Err(_) => (None, None),
                 },
-                None => (None, None),
+                None => Self::claimant(&dir),
             },
         };
         let st = match &entry {

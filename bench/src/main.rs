@@ -67,13 +67,14 @@ Options:
                      `etcdctl lock` beside locksmith's etcd backend)
   --sshfs            also the network-filesystem section: a directory served by OpenSSH's
                      sftp-server behind socat on 127.0.0.1, mounted twice with sshfs (two
-                     hosts); mkdir/link/symlink (and flock with local = true) beside
-                     `flock F true` on the mount: full cycle, handoff across the mounts, holder
-                     SIGKILLed on one mount → waiter on the other (SPEC §6's window). Needs
-                     sshfs, socat, sftp-server, fusermount3 and /dev/fuse (else skipped with a
-                     note); root for the pid-namespace holder. Mounts are undone at the end
-  --sshfs-only       only the --sshfs section (no local-disk sections; the section has its
-                     own local-disk reference rows): a few minutes
+                     mounts, own caches each: two hosts). mkdir/link/symlink (cache_time 1s)
+                     and flock (local = true) beside `flock F true` on the mount: full cycle;
+                     handoff mount a -> mount b; holder SIGKILLed on a -> waiter on b holds,
+                     checked against SPEC §6's window (earlier = FAILURE in the notes). Needs
+                     sshfs, socat, sftp-server, fusermount3, /dev/fuse (else skipped with a
+                     note) and root; unmounts and stops its servers at the end, also on error
+  --sshfs-only       only the --sshfs section (it has its own local-disk reference rows):
+                     ~5 min with --runs 10
   --locksmith PATH   the locksmith binary [default: $LOCKSMITH_BIN, else build it with
                      `cargo build --release -p locksmith-helper` and use target/release/locksmith]
   -h, --help         this text
@@ -1039,6 +1040,12 @@ fn sshfs_rows(
         if early > 0 {
             notes.push(format!(
                 "FAILURE: {}: {early} takeover(s) before SPEC §6's window (min {min:.0} ms < {lo:.0} ms): a live holder could have been broken",
+                row.tool
+            ));
+        }
+        if early == 0 && max <= hi {
+            notes.push(format!(
+                "{}: every takeover inside SPEC §6's window {lo:.0}–{hi:.0} ms (min {min:.0} ms, max {max:.0} ms)",
                 row.tool
             ));
         }

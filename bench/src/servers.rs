@@ -317,9 +317,21 @@ impl Sshfs {
         t
     }
 
-    /// `sshfs -V`'s first line.
+    /// sshfs's version line (`sshfs -V` prints fusermount3's first).
     pub fn version() -> String {
-        crate::proc::first_line_of("sshfs", &["-V"]).unwrap_or_else(|| "sshfs ?".into())
+        Command::new("sshfs")
+            .arg("-V")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .find(|l| l.starts_with("SSHFS"))
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| "sshfs ?".into())
     }
 }
 

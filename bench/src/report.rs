@@ -87,6 +87,8 @@ pub fn svg(rows: &[Row]) -> String {
         "helper killed",
         "FTP parent SIGKILL → lock gone",
         "FTP handoff (holder's pipe closed → waiter's OK)",
+        "sshfs: handoff, holder on mount a → waiter on mount b",
+        "sshfs: helper killed on mount a → waiter on mount b holds",
     ];
     let groups: Vec<(&str, Vec<&Row>)> = metrics
         .iter()
@@ -104,12 +106,16 @@ pub fn svg(rows: &[Row]) -> String {
     let n_bars: usize = groups.iter().map(|(_, v)| v.len()).sum();
     let height = 60.0 + groups.len() as f64 * gap + n_bars as f64 * (bar_h + 4.0) + 40.0;
     let width = label_w + plot_w + 40.0;
-    // Log scale over decades covering every value.
-    let vals: Vec<f64> = groups
+    // Log scale over decades covering every value (1 µs – 1 s when there is none: a run of
+    // only sections the chart does not show).
+    let mut vals: Vec<f64> = groups
         .iter()
         .flat_map(|(_, v)| v.iter().flat_map(|r| [r.samples.min(), r.samples.max()]))
         .filter(|v| v.is_finite() && *v > 0.0)
         .collect();
+    if vals.is_empty() {
+        vals = vec![1e-3, 1e3];
+    }
     let lo = vals
         .iter()
         .copied()
@@ -225,7 +231,9 @@ pub fn markdown(rows: &[Row], head: &str, targets: &str, notes: &[String], date:
             fmt_value(r.samples.max(), r.unit),
         );
     }
-    let _ = writeln!(out, "\n## Targets\n\n```text\n{}```\n", targets);
+    if !targets.is_empty() {
+        let _ = writeln!(out, "\n## Targets\n\n```text\n{}```\n", targets);
+    }
     if !notes.is_empty() {
         out.push_str("## Notes\n\n");
         for n in notes {
@@ -252,6 +260,12 @@ mod tests {
             samples: s,
             ratio: Ratio::None,
         }
+    }
+
+    #[test]
+    fn svg_of_no_charted_metric_is_finite() {
+        let s = svg(&[row("sshfs: full cycle on mount a", "x", &[1.0])]);
+        assert!(s.trim_end().ends_with("</svg>") && s.len() < 10_000, "{s}");
     }
 
     #[test]

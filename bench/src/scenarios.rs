@@ -39,6 +39,8 @@ pub struct Ctx {
     me: PathBuf,
     /// flock(1)'s lock file in the timed scenarios.
     ref_lock: PathBuf,
+    /// The served directory of the sshfs section (its locks' truth, past every cache).
+    netfs_server: Option<PathBuf>,
     notes: RefCell<BTreeMap<String, usize>>,
 }
 
@@ -62,6 +64,10 @@ pub struct Holding {
 /// max_poll + heartbeat] = [1.0 s, 2.1 s] (heartbeat = stale_after / 3 = 500 ms).
 const OTHER_NS: &str =
     "stale_after = \"1500ms\"\nkeepalive = \"500ms\"\npoll = \"20ms\"\nmax_poll = \"100ms\"\n";
+
+/// How long a holder in the sshfs section may wait (untimed) before it holds: mount `a`
+/// keeps sshfs's default 20 s cache, which may still show a name mount `b` removed.
+const NET_WAIT: Duration = Duration::from_secs(30);
 
 /// SPEC §6's takeover window for the `OTHER_NS` profiles, in ms.
 pub const OTHER_NS_WINDOW_MS: (f64, f64) = (1000.0, 2100.0);
@@ -92,6 +98,7 @@ impl Ctx {
             dir,
             profiles,
             me,
+            netfs_server: None,
             notes: RefCell::new(BTreeMap::new()),
         };
         let mut check = ctx.locksmith_cmd(&["profiles"]);
@@ -113,6 +120,13 @@ impl Ctx {
             ));
         }
         Ok(ctx)
+    }
+
+    /// The sshfs section's served directory: its profiles' locks (`nm-a` → `nm.lock`) are
+    /// checked free there after each scenario.
+    pub fn with_netfs_server(mut self, dir: PathBuf) -> Ctx {
+        self.netfs_server = Some(dir);
+        self
     }
 
     /// Something worth telling the reader, counted.
@@ -290,7 +304,7 @@ impl Ctx {
                 (a, Box::new(out))
             }
             None => {
-                let mut h = self.flock1_holder(&["cat"], Stdio::piped())?;
+                let mut h = self.flock1_holder(&self.ref_lock(), &["cat"], Stdio::piped())?;
                 let stdin = h.stdin();
                 (h, Box::new(stdin))
             }
@@ -382,7 +396,12 @@ impl Ctx {
     }
 
     pub fn cycle_flock1(&self) -> Result<Duration> {
-        let mut c = Self::plain_cmd("flock", &["-w", "10", &self.ref_lock(), "true"]);
+        self.cycle_flock1_at(&self.ref_lock())
+    }
+
+    /// `flock F true` on the lock file `lock`.
+    pub fn cycle_flock1_at(&self, lock: &str) -> Result<Duration> {
+        let mut c = Self::plain_cmd("flock", &["-w", "10", lock, "true"]);
         self.cycle("flock F true", &mut c)
     }
 
@@ -504,11 +523,22 @@ impl Ctx {
     /// A locksmith holder `A` whose stdout the bench reads: returns it with its pipe (the
     /// pipe's read end is the lock, in effect: closing it releases).
     fn locksmith_holder(&self, profile: &str) -> Result<(Proc, BufReader<ChildStdout>)> {
-        let mut c = self.locksmith_cmd(&["--wait", "0", profile]);
+        self.locksmith_holder_within(profile, Duration::ZERO)
+    }
+
+    /// [`Ctx::locksmith_holder`] with `--wait` `wait` (untimed: a mount's cache may still
+    /// show the name another mount removed).
+    fn locksmith_holder_within(
+        &self,
+        profile: &str,
+        wait: Duration,
+    ) -> Result<(Proc, BufReader<ChildStdout>)> {
+        let wait_arg = format!("{}ms", wait.as_millis());
+        let mut c = self.locksmith_cmd(&["--wait", &wait_arg, profile]);
         c.stdout(Stdio::piped());
         let mut a = Proc::spawn(format!("holder locksmith {profile}"), &mut c)?;
         let mut out = BufReader::new(a.stdout());
-        let (line, _) = read_first_line(&mut out, "reading the holder's OK", T, a.pid())?;
+        let (line, _) = read_first_line(&mut out, "reading the holder's OK", T + wait, a.pid())?;
         expect_ok(&line, profile)?;
         Ok((a, out))
     }
@@ -529,7 +559,7 @@ impl Ctx {
             let said = out.try_next().unwrap_or_default();
             return Err(format!("{e}; waiter's stdout: {said:?}"));
         }
-        if profile == "f" {
+        if profile == "f" || profile.starts_with("nf") {
             proc::poll_until(
                 "for the waiter's flock(2) request in /proc/locks",
                 T,
@@ -580,18 +610,29 @@ impl Ctx {
     /// Handoff: A holds, B waits; the bench closes A's stdout pipe (A's release) and times
     /// until B's OK line is read.
     pub fn handoff_locksmith(&self, profile: &str) -> Result<Duration> {
-        let (mut a, a_out) = self.locksmith_holder(profile)?;
-        let w = self.locksmith_waiter(profile)?;
+        self.handoff_across(profile, profile)
+    }
+
+    /// Handoff from a holder of profile `pa` to a waiter of `pb`: the same lock through two
+    /// sshfs mounts in the sshfs section (the holder may wait for its mount's cache first,
+    /// untimed), else `pa == pb`.
+    pub fn handoff_across(&self, pa: &str, pb: &str) -> Result<Duration> {
+        let (mut a, a_out) = if pa == pb {
+            self.locksmith_holder(pa)?
+        } else {
+            self.locksmith_holder_within(pa, NET_WAIT)?
+        };
+        let w = self.locksmith_waiter(pb)?;
         let t0 = Instant::now();
         drop(a_out);
         let (t1, line) = self.finish_waiter(w, "the holder's pipe closed")?;
         a.wait_ok(T)?;
         if line.contains("prev=crashed") {
             self.note(format!(
-                "locksmith {profile}: `prev=crashed` in the OK line after a clean release (pipe close)"
+                "locksmith {pb}: `prev=crashed` in the OK line after a clean release (pipe close)"
             ));
         }
-        self.check_free(profile)?;
+        self.check_free(pb)?;
         Ok(t1 - t0)
     }
 
@@ -608,6 +649,14 @@ impl Ctx {
     /// `unshare`, which takes the namespace down. No proof of death reaches the waiter, so
     /// mkdir/link/symlink wait out `stale_after`; flock is still freed by the kernel.
     pub fn helper_kill_other_ns(&self, profile: &str) -> Result<Duration> {
+        self.helper_kill_other_ns_across(profile, profile)
+    }
+
+    /// [`Ctx::helper_kill_other_ns`] with the holder on profile `pa` and the waiter on `pb`
+    /// (the sshfs section: one lock through two mounts; the holder may wait, untimed, for its
+    /// mount's cache to let go of the name the last round's waiter removed).
+    pub fn helper_kill_other_ns_across(&self, pa: &str, pb: &str) -> Result<Duration> {
+        let wait = if pa == pb { Duration::ZERO } else { NET_WAIT };
         let mut c = Command::new("unshare");
         c.args([
             "--pid",
@@ -621,23 +670,21 @@ impl Ctx {
         .arg(&self.locksmith)
         .arg("--profiles")
         .arg(&self.profiles)
-        .args(["--wait", "0", profile])
+        .args(["--wait", &format!("{}ms", wait.as_millis()), pa])
         .env_remove("LOCKSMITH_LOG")
         .env_remove("LOCKSMITH_PROFILES")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-        let mut a = Proc::spawn(
-            format!("holder locksmith {profile} in a pid namespace"),
-            &mut c,
-        )?;
+        let mut a = Proc::spawn(format!("holder locksmith {pa} in a pid namespace"), &mut c)?;
         let mut a_out = BufReader::new(a.stdout());
-        let (line, _) = read_first_line(&mut a_out, "reading the holder's OK", T, a.pid())?;
-        expect_ok(&line, profile)?;
-        self.kill_holder(profile, a, a_out, "the holder's pid namespace was")
+        let (line, _) = read_first_line(&mut a_out, "reading the holder's OK", T + wait, a.pid())?;
+        expect_ok(&line, pa)?;
+        self.kill_holder(pb, a, a_out, "the holder's pid namespace was")
     }
 
-    /// With `a` holding: a waiter blocks, `a` is SIGKILLed; the time until the waiter's OK.
+    /// With `a` holding: a waiter of `profile` blocks, `a` is SIGKILLed; the time until the
+    /// waiter's OK.
     fn kill_holder(
         &self,
         profile: &str,
@@ -719,9 +766,8 @@ impl Ctx {
     /// flock(1) holder `flock -F F CMD...`: with `-F` flock(1) execs CMD instead of forking,
     /// so the holder is one process (CMD), as locksmith's holder is one process. Returns once
     /// /proc/locks shows it holding.
-    fn flock1_holder(&self, cmd: &[&str], stdin: Stdio) -> Result<Proc> {
-        let lock = self.ref_lock();
-        let mut args = vec!["-F", "-w", "10", &lock];
+    fn flock1_holder(&self, lock: &str, cmd: &[&str], stdin: Stdio) -> Result<Proc> {
+        let mut args = vec!["-F", "-w", "10", lock];
         args.extend_from_slice(cmd);
         let mut c = Self::plain_cmd("flock", &args);
         c.stdin(stdin);
@@ -741,13 +787,12 @@ impl Ctx {
     /// sees). `Flock1Wait::Taken`: `flock --verbose F true` on a line-buffered stdout
     /// (stdbuf: flock(1) prints with stdio, which would keep the message buffered), done
     /// when "getting lock took" is read: the moment flock(2) returned, before any fork.
-    fn flock1_waiter(&self, how: Flock1Wait) -> Result<(Proc, Lines<ChildStdout>)> {
-        let lock = self.ref_lock();
+    fn flock1_waiter(&self, lock: &str, how: Flock1Wait) -> Result<(Proc, Lines<ChildStdout>)> {
         let mut c = match how {
-            Flock1Wait::Cmd => Self::plain_cmd("flock", &["-w", "10", &lock, "echo", "OK"]),
+            Flock1Wait::Cmd => Self::plain_cmd("flock", &["-w", "10", lock, "echo", "OK"]),
             Flock1Wait::Taken => Self::plain_cmd(
                 "stdbuf",
-                &["-oL", "flock", "--verbose", "-w", "10", &lock, "true"],
+                &["-oL", "flock", "--verbose", "-w", "10", lock, "true"],
             ),
         };
         c.stdout(Stdio::piped());
@@ -785,9 +830,14 @@ impl Ctx {
     /// closing that pipe ends cat, the lock holder: the same "parent closes a pipe"
     /// release as locksmith's.
     pub fn handoff_flock1(&self, how: Flock1Wait) -> Result<Duration> {
-        let mut h = self.flock1_holder(&["cat"], Stdio::piped())?;
+        self.handoff_flock1_at(&self.ref_lock(), how)
+    }
+
+    /// [`Ctx::handoff_flock1`] on the lock file `lock` (the sshfs section: on a mount).
+    pub fn handoff_flock1_at(&self, lock: &str, how: Flock1Wait) -> Result<Duration> {
+        let mut h = self.flock1_holder(lock, &["cat"], Stdio::piped())?;
         let h_in = h.stdin();
-        let (mut w, mut w_out) = self.flock1_waiter(how)?;
+        let (mut w, mut w_out) = self.flock1_waiter(lock, how)?;
         let t0 = Instant::now();
         drop(h_in);
         let t1 = self.flock1_finish(how, &mut w, &mut w_out)?;
@@ -798,8 +848,9 @@ impl Ctx {
     /// flock(1) crash release: SIGKILL of the whole holder (`flock -F F sleep`: one process
     /// holds the lock; the fair equivalent of kill -9 on the holder's process group).
     pub fn crash_flock1(&self, how: Flock1Wait) -> Result<Duration> {
-        let mut h = self.flock1_holder(&["sleep", "100"], Stdio::null())?;
-        let (mut w, mut w_out) = self.flock1_waiter(how)?;
+        let lock = self.ref_lock();
+        let mut h = self.flock1_holder(&lock, &["sleep", "100"], Stdio::null())?;
+        let (mut w, mut w_out) = self.flock1_waiter(&lock, how)?;
         let t0 = Instant::now();
         h.kill()?;
         let t1 = self.flock1_finish(how, &mut w, &mut w_out)?;
@@ -809,6 +860,18 @@ impl Ctx {
 
     /// After a scenario, the lock must be free (a mkdir lock's directory, a link lock's file gone).
     fn check_free(&self, profile: &str) -> Result<()> {
+        if let (Some(server), Some((lock, _))) = (&self.netfs_server, profile.split_once('-'))
+            && lock != "nf"
+        {
+            let path = server.join(format!("{lock}.lock"));
+            if fs::symlink_metadata(&path).is_ok() {
+                return Err(format!(
+                    "{} still exists on the sshfs server after every holder exited",
+                    path.display()
+                ));
+            }
+            return Ok(());
+        }
         if profile.starts_with('m') || profile.starts_with('l') || profile.starts_with('s') {
             let path = self.dir.join(format!("{profile}.lock"));
             if fs::symlink_metadata(&path).is_ok() {

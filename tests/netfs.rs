@@ -75,6 +75,8 @@ pub trait Mounts: Sized {
     fn mount_point(&self, m: char) -> &Path;
     /// The names in the shared directory, read on the server past every client cache.
     fn server_listing(&self) -> Vec<String>;
+    /// The shared directory on the server (the brick): what is really there.
+    fn server_dir(&self) -> &Path;
 }
 
 impl Mounts for Sshfs {
@@ -89,6 +91,9 @@ impl Mounts for Sshfs {
     }
     fn server_listing(&self) -> Vec<String> {
         Sshfs::server_listing(self)
+    }
+    fn server_dir(&self) -> &Path {
+        &self.server
     }
 }
 
@@ -108,6 +113,9 @@ impl Mounts for Gluster {
     }
     fn server_listing(&self) -> Vec<String> {
         Gluster::server_listing(self)
+    }
+    fn server_dir(&self) -> &Path {
+        &self.server
     }
 }
 
@@ -303,6 +311,24 @@ fn counter_race_across_mounts<F: Mounts>(backend: &str) {
     );
 }
 
+/// kill -9 at random moments (waiting, holding, releasing, breaking) while 4 workers take the
+/// lock through both mounts (two each, alternating): never two live holders (the critical
+/// section's marker, and the lock's record read on the server naming CMD's own helper),
+/// fencing tokens strictly increasing, exits only 0 or 137, and the lock recoverable at the end.
+fn kill9_soak_across_mounts<F: Mounts>(backend: &str) {
+    let Some((fx, sb)) = setup::<F>() else { return };
+    let (pa, pb) = (format!("race-{backend}-a"), format!("race-{backend}-b"));
+    // What CMD reads to see that the lock still names its helper: the record on the server
+    // itself, past every client cache (mkdir's NAME/beat, link's NAME).
+    let server = fx.server_dir().to_path_buf();
+    let held = |_: &str| match backend {
+        "mkdir" => Some(server.join("mkdir.lock/beat")),
+        "link" => Some(server.join("link.lock")),
+        _ => None,
+    };
+    crate::soak::soak_in(&sb, &[&pa, &pb], 40, 50..450, &held);
+}
+
 /// A holder on mount a in another pid namespace; a waiter on mount b for 3 × stale_after.
 fn live_holder_is_never_broken<F: Mounts>(backend: &str) {
     let Some((_fx, sb)) = setup::<F>() else {
@@ -491,6 +517,16 @@ macro_rules! on_each_backend {
                 #[test]
                 fn counter_race_across_mounts() {
                     super::super::counter_race_across_mounts::<$F>(B);
+                }
+
+                // Not yet passing: on sshfs, mkdir gets too few acquisitions through (5 of 160
+                // runs: every kill costs a takeover across mounts' caches, ~1–2 s) and symlink
+                // fails a run with `ERROR io: cannot read lock state … fresh (the server says
+                // it is gone, the mount shows it)` (exit 74); link passed. Issue 12's note.
+                #[test]
+                #[ignore = "issue 12: kill -9 soak across mounts not yet passing (see the note)"]
+                fn kill9_soak_across_mounts() {
+                    super::super::kill9_soak_across_mounts::<$F>(B);
                 }
 
                 #[test]

@@ -68,6 +68,26 @@ fn random_kill9_never_double_holds_and_tokens_increase_symlink() {
 fn soak(profile: &str) {
     let _heavy = heavy();
     let sb = Sandbox::standard();
+    let held = |p: &str| match p {
+        "fast" => Some(sb.join("fast.lock/beat")),
+        "lfast" => Some(sb.join("lfast.lock")),
+        _ => None,
+    };
+    soak_in(&sb, &[profile], 250, 5..45, &held);
+}
+
+/// The soak with 4 workers taking turns over `profiles` (worker w takes `profiles[w % n]`:
+/// the same lock through different mounts, say), `runs` each; `held` names the file whose
+/// record says who holds the lock (read by CMD with a shell builtin), if any. The killer
+/// strikes every `gap` ms (drawn at random from the range).
+pub fn soak_in(
+    sb: &Sandbox,
+    profiles: &[&str],
+    runs: usize,
+    gap: std::ops::Range<u64>,
+    held: &dyn Fn(&str) -> Option<std::path::PathBuf>,
+) {
+    let profile = profiles[0];
     let d = sb.path().join("soak");
     fs::create_dir(&d).unwrap();
     let live: Arc<Mutex<Vec<i32>>> = Arc::default();
@@ -77,17 +97,13 @@ fn soak(profile: &str) {
     let ms = move || t0.elapsed().as_millis();
     let workers: Vec<_> = (0..4)
         .map(|w| {
+            let profile = profiles[w % profiles.len()];
             let quiet = if log_dir.is_some() { "-vv" } else { "-q" };
             let mut c = sb.cmd([
                 quiet, "--wait", "60s", "run", profile, "--", "sh", "-c", CRITICAL,
             ]);
             c.env("D", &d).stdout(Stdio::null()).stderr(Stdio::piped());
-            let held = match profile {
-                "fast" => Some(sb.join("fast.lock/beat")),
-                "lfast" => Some(sb.join("lfast.lock")),
-                _ => None,
-            };
-            if let Some(h) = held {
+            if let Some(h) = held(profile) {
                 c.env("HELD", h);
             }
             let mut log = log_dir.as_ref().map(|dir| {
@@ -96,7 +112,7 @@ fn soak(profile: &str) {
             });
             let live = live.clone();
             std::thread::spawn(move || {
-                for k in 0..250 {
+                for k in 0..runs {
                     let start = ms();
                     let child = c.spawn().unwrap();
                     let pid = child.id() as i32;
@@ -138,7 +154,7 @@ fn soak(profile: &str) {
         std::thread::spawn(move || {
             let mut kills = 0;
             while !done.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(5 + fastrand::u64(..40)));
+                std::thread::sleep(Duration::from_millis(fastrand::u64(gap.clone())));
                 let victim = {
                     let l = live.lock().unwrap();
                     (!l.is_empty()).then(|| l[fastrand::usize(..l.len())])
@@ -173,9 +189,10 @@ fn soak(profile: &str) {
         .map(|l| l.parse().unwrap())
         .collect();
     assert!(
-        tokens.len() > 50,
-        "too few acquisitions got through: {}",
-        tokens.len()
+        tokens.len() > runs / 5,
+        "too few acquisitions got through: {} of {} runs",
+        tokens.len(),
+        4 * runs
     );
     for w in tokens.windows(2) {
         assert!(

@@ -23,7 +23,8 @@
 //! # Exclusive
 //! `symlink(record, NAME)`; on `EEXIST` (which NFS may also answer after a retransmitted,
 //! successful request) `readlink(NAME)` decides whether it is ours. Release: `readlink`
-//! confirms it is still ours, then `unlink`.
+//! confirms it is still ours, then `unlink`; on a network filesystem a "not ours" is read
+//! again before it counts (GlusterFS can answer ENOENT for a name that exists).
 //!
 //! # Shared
 //! If NAME names a group G: register `G/r.<nonce>`, then `readlink(NAME)` again — only if it

@@ -97,7 +97,8 @@ fn regressions(text: &str) -> Vec<String> {
 /// Runs `workers` at once, each doing `increments` increments, a locked one through
 /// `locksmith run PROFILE -- sh -c CRITICAL` (its stderr, the waiting notices, shown only
 /// with a failure). To study a failure, `RACE_LOG_DIR=DIR` keeps every increment's stderr in
-/// `DIR/wN.log` (worker N).
+/// `DIR/wN.log` (worker N), each stamped with its start and end (Unix ms), and runs locksmith
+/// at `LOCKSMITH_LOG=$RACE_LOG_LEVEL` (default `debug`: what it decides and why).
 pub fn race_workers(
     sb: &Sandbox,
     workers: &[Worker],
@@ -116,6 +117,10 @@ pub fn race_workers(
                 Some(p) => {
                     let mut c = sb.cmd_via(w.prefix, ["run", p, "--", "sh", "-c", CRITICAL]);
                     c.env("D", &d).envs(env.iter().copied());
+                    if std::env::var_os("RACE_LOG_DIR").is_some() {
+                        let level = std::env::var("RACE_LOG_LEVEL");
+                        c.env("LOCKSMITH_LOG", level.as_deref().unwrap_or("debug"));
+                    }
                     c
                 }
                 None => {
@@ -130,7 +135,13 @@ pub fn race_workers(
                 (Some(p), Some(via)) => format!("worker {i} ({p}, via {via})"),
             };
             std::thread::spawn(move || {
+                let ms = || {
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis())
+                };
                 for k in 0..increments {
+                    let t0 = ms();
                     let o = c.output().unwrap();
                     if let Ok(dir) = std::env::var("RACE_LOG_DIR") {
                         use std::io::Write;
@@ -139,8 +150,14 @@ pub fn race_workers(
                             .append(true)
                             .open(format!("{dir}/w{i}.log"))
                             .unwrap();
-                        writeln!(f, "=== increment {k} exit {:?}\n{}", o.status, stderr(&o))
-                            .unwrap();
+                        writeln!(
+                            f,
+                            "=== increment {k} {t0}..{} exit {:?}\n{}",
+                            ms(),
+                            o.status,
+                            stderr(&o)
+                        )
+                        .unwrap();
                     }
                     if !o.status.success() {
                         return Some(format!(

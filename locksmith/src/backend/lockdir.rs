@@ -746,19 +746,27 @@ pub fn read_state_fresh(
     }
     let mut p = OsString::from(name);
     p.push(format!(".pin.{}", crate::host::nonce()));
-    match read_pinned(dir, name, &p, shown, |p| owner::look(dir, p))? {
-        // A state record is never removed: one that a look still shows cannot be read fresh
-        // now, and a token must not be issued twice.
-        None if fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) != Err(Errno::ENOENT) => {
-            Err(err!(
-                Io,
-                "cannot read lock state {} fresh (the server says it is gone, the mount shows it); refusing to issue a fencing token",
-                shown.display()
-            ))
+    // A state record is never removed, but the first holder creates it: "gone", then a look
+    // that shows it, is that creation between the two (seen under load: the first increments
+    // of a race), or GlusterFS answering ENOENT while it is renamed over. Read it again.
+    let mut pause = Duration::from_millis(2);
+    for _ in 0..4 {
+        match read_pinned(dir, name, &p, shown, |p| owner::look(dir, p))? {
+            Some(found) => return owner::state_of(found, shown).map(Some),
+            None if fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) == Err(Errno::ENOENT) => {
+                return Ok(None);
+            }
+            None => {}
         }
-        None => Ok(None),
-        Some(found) => owner::state_of(found, shown).map(Some),
+        std::thread::sleep(pause);
+        pause *= 3;
     }
+    // Still shown but never read fresh: a token must not be issued twice.
+    Err(err!(
+        Io,
+        "cannot read lock state {} fresh (the server says it is gone, the mount shows it); refusing to issue a fencing token",
+        shown.display()
+    ))
 }
 
 /// One heartbeat: rewrites the record `name` (in `at`) in place with `rec` at beat `n`, if it

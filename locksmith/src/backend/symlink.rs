@@ -23,7 +23,8 @@
 //! # Exclusive
 //! `symlink(record, NAME)`; on `EEXIST` (which NFS may also answer after a retransmitted,
 //! successful request) `readlink(NAME)` decides whether it is ours. Release: `readlink`
-//! confirms it is still ours, then `unlink`.
+//! confirms it is still ours, then `unlink`; on a network filesystem a "not ours" is read
+//! again before it counts (GlusterFS can answer ENOENT for a name that exists).
 //!
 //! # Shared
 //! If NAME names a group G: register `G/r.<nonce>`, then `readlink(NAME)` again — only if it
@@ -530,11 +531,45 @@ impl Files {
         Ok(broke)
     }
 
+    /// Whether symlink `name` says `text` (read fresh), and what it said otherwise. A "no" is
+    /// confirmed by reading again: GlusterFS can answer a lookup of a name that exists with
+    /// ENOENT, or a read with an error, while others link and unlink pins of it. A "yes" needs
+    /// no confirmation: every `text` here is unique to one acquisition and never comes back
+    /// once removed, so a fresh read that shows it shows the present.
+    fn says(&mut self, name: &OsStr, text: &str) -> Result<std::result::Result<(), String>> {
+        self.fd()?;
+        let tries = if self.remote() { 4 } else { 1 };
+        let mut pause = Duration::from_millis(2);
+        let mut last: Result<Option<(String, Seen)>> = Ok(None);
+        for i in 0..tries {
+            if i > 0 {
+                debug!(
+                    "{} read as {} (not {text}): reading it again",
+                    self.dir.shown(name).display(),
+                    match &last {
+                        Ok(Some((t, _))) => t.clone(),
+                        Ok(None) => "gone".into(),
+                        Err(e) => format!("an error: {e}"),
+                    }
+                );
+                std::thread::sleep(pause);
+                pause *= 3;
+            }
+            last = self.read_fresh(name);
+            if matches!(&last, Ok(Some((t, _))) if t == text) {
+                return Ok(Ok(()));
+            }
+        }
+        match last? {
+            Some((t, _)) => Ok(Err(format!("it names {t}"))),
+            None => Ok(Err("it is gone".into())),
+        }
+    }
+
     /// Unlinks symlink `name` if it still says `text`.
     fn unlink_if(&mut self, name: &OsStr, text: &str) -> bool {
-        match self.read_fresh(name) {
-            Ok(Some((t, _))) if t == text => {}
-            _ => return false,
+        if !matches!(self.says(name, text), Ok(Ok(()))) {
+            return false;
         }
         let Ok(parent) = self.fd() else {
             return false;
@@ -1049,15 +1084,12 @@ impl Backend for Symlink {
             None => Ok(()),
             Some(Held::Exclusive { rec, target }) => {
                 let name = f.dir.name.clone();
-                match f.read_fresh(&name)? {
-                    Some((t, _)) if t == target => {}
-                    _ => {
-                        return Err(err!(
-                            Lost,
-                            "lock {} was broken while held: it no longer names us",
-                            path.display()
-                        ));
-                    }
+                if let Err(now) = f.says(&name, &target)? {
+                    return Err(err!(
+                        Lost,
+                        "lock {} was broken while held: it no longer names us ({now}; we were {target})",
+                        path.display()
+                    ));
                 }
                 if let Some(token) = rec.token
                     && f.dir.read_state().ok().flatten().map(|s| s.token) == Some(token)

@@ -576,17 +576,23 @@ impl Session {
 
     /// The entries of `dir` (base names, sorted); a missing directory lists as empty.
     pub(super) fn entries(&mut self, dir: &str) -> Result<Vec<String>> {
+        Ok(self.listing(dir)?.unwrap_or_default())
+    }
+
+    /// The names in `dir`, sorted; `None`: the server refused to list it (no such directory,
+    /// as most servers say it).
+    pub(super) fn listing(&mut self, dir: &str) -> Result<Option<Vec<String>>> {
         let d = dir.to_string();
-        let mut names: Vec<String> = match self.cmd("NLST", |c| c.nlst(Some(d.as_str())))? {
-            Ok(lines) => lines
-                .iter()
-                .map(|l| l.rsplit('/').next().unwrap_or(l).to_string())
-                .filter(|n| !n.is_empty() && n != "." && n != "..")
-                .collect(),
-            Err(_) => Vec::new(),
+        let Ok(lines) = self.cmd("NLST", |c| c.nlst(Some(d.as_str())))? else {
+            return Ok(None);
         };
+        let mut names: Vec<String> = lines
+            .iter()
+            .map(|l| l.rsplit('/').next().unwrap_or(l).to_string())
+            .filter(|n| !n.is_empty() && n != "." && n != "..")
+            .collect();
         names.sort();
-        Ok(names)
+        Ok(Some(names))
     }
 }
 

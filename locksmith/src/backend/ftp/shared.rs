@@ -175,9 +175,24 @@ impl Ftp {
         // Exclusive-only locks never have readers: one refused `CWD` says so.
         // libunftp has refused a `CWD` spuriously under load: a refusal alone must never make
         // a writer overlook a reader, so it is confirmed by a listing.
-        if !self.s.is_dir(&dir)? && self.s.entries(&dir)?.is_empty() {
-            debug!("drain: CWD {dir} refused and it lists nothing: no readers");
-            return Ok(Vec::new());
+        if !self.s.is_dir(&dir)? {
+            match self.s.listing(&dir)? {
+                None => {
+                    debug!("drain: CWD and NLST {dir} refused: no readers");
+                    return Ok(Vec::new());
+                }
+                // Listed, yet CWD refused: an empty directory behind a spurious refusal (or a
+                // server that lists a missing one as empty). Nobody registers while we hold the
+                // gate, so it goes now rather than stay behind.
+                Some(names) if names.is_empty() => {
+                    let removed = self.s.cmd("RMD", |c| c.rmdir(dir.as_str()))?.is_ok();
+                    debug!(
+                        "drain: CWD {dir} refused, it lists nothing (RMD: {removed}): no readers"
+                    );
+                    return Ok(Vec::new());
+                }
+                Some(_) => {}
+            }
         }
         if self.s.cmd("RMD", |c| c.rmdir(dir.as_str()))?.is_ok() {
             debug!("drain: RMD {dir} done: no readers");

@@ -82,6 +82,24 @@ pub struct Authority {
     pub hosts: Vec<(String, Option<u16>)>,
 }
 
+/// The keys of an address that names one `[USER@]HOST[:PORT]` (ftp, postgres): `host`,
+/// `port` and `user` where given; `backend` names the backend in the error.
+pub fn one_host_keys(a: &Address, backend: &str) -> std::result::Result<Table, String> {
+    let auth = a.authority()?;
+    let [(host, port)] = auth.hosts.as_slice() else {
+        return Err(format!("{backend} address names one HOST[:PORT]"));
+    };
+    let mut t = Table::new();
+    t.insert("host".into(), host.clone().into());
+    if let Some(p) = port {
+        t.insert("port".into(), i64::from(*p).into());
+    }
+    if let Some(u) = &auth.user {
+        t.insert("user".into(), u.clone().into());
+    }
+    Ok(t)
+}
+
 impl Address {
     /// Splits `text`, whose scheme is known to be `entry`'s (or a bare path for flock).
     /// Errors never repeat a password: [`refuse_password`] names the safe ways instead.

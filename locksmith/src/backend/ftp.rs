@@ -235,18 +235,7 @@ pub fn config(f: &mut Fields) -> Result<BackendConfig> {
 /// `ftp://[USER@]HOST[:PORT]/PATH` (`ftps://`: explicit TLS): PATH relative to the login
 /// directory, `/%2F...` for an absolute one, as curl reads it.
 pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
-    let auth = a.authority()?;
-    let [(host, port)] = auth.hosts.as_slice() else {
-        return Err("an ftp address names one HOST[:PORT]".into());
-    };
-    let mut t = toml::Table::new();
-    t.insert("host".into(), host.clone().into());
-    if let Some(p) = port {
-        t.insert("port".into(), i64::from(*p).into());
-    }
-    if let Some(u) = &auth.user {
-        t.insert("user".into(), u.clone().into());
-    }
+    let mut t = super::address::one_host_keys(a, "an ftp")?;
     if a.scheme == "ftps" {
         // Explicit TLS, unless the query asks for implicit TLS.
         match a.query_value("tls") {

@@ -288,18 +288,7 @@ pub fn config(f: &mut Fields) -> Result<BackendConfig> {
 /// `postgres://` or `postgresql://[USER@]HOST[:PORT]/DB`, libpq's URL syntax (its
 /// parameters are the backend's keys: `?lock=NAME&sslmode=require`).
 pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
-    let auth = a.authority()?;
-    let [(host, port)] = auth.hosts.as_slice() else {
-        return Err("a postgres address names one HOST[:PORT]".into());
-    };
-    let mut t = toml::Table::new();
-    t.insert("host".into(), host.clone().into());
-    if let Some(p) = port {
-        t.insert("port".into(), i64::from(*p).into());
-    }
-    if let Some(u) = &auth.user {
-        t.insert("user".into(), u.clone().into());
-    }
+    let mut t = super::address::one_host_keys(a, "a postgres")?;
     let db = a.path.strip_prefix('/').unwrap_or(&a.path);
     if !db.is_empty() {
         t.insert("dbname".into(), db.to_string().into());

@@ -408,9 +408,13 @@ mod onboarding {
     fn hold_on_a_terminal_says_how_to_release() {
         let sb = Sandbox::standard();
         let lock = sb.join("tty.lock");
-        let line = format!("{} {}", bin(), lock.display());
+        // script(1) runs the line with $SHELL -c: `exec` so that the terminal's Ctrl-C reaches
+        // locksmith alone, as from an interactive shell (a non-interactive dash that waited for
+        // it would die of the SIGINT itself and make script(1) exit 130).
+        let line = format!("exec '{}' '{}'", bin(), lock.display());
         let mut c = Command::new("script");
         c.args(["-qec", &line, "/dev/null"])
+            .env("SHELL", "/bin/sh")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());

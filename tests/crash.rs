@@ -379,3 +379,74 @@ fn killed_link_holder_is_broken_at_once() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// A holder that stalls while taking the lock — here in its token-state write, as a network
+/// filesystem under load can — for longer than stale_after is silent to a waiter, which may
+/// legally break in. The stalled one must then give the lock back and wait its turn: its
+/// command never runs beside the breaker's, and commands run in fencing-token order. For
+/// every file backend that heartbeats; the stalled holder is in another pid namespace, so
+/// only silence can break it.
+#[test]
+fn holder_stalled_while_taking_the_lock_gives_it_back() {
+    let Some(pidns) = other_pidns() else { return };
+    let sb = Sandbox::standard();
+    // Each critical section logs its start and end; the breaker's is long enough that a
+    // stalled holder running its command as soon as it wakes would land inside it.
+    let cs =
+        r#"echo "start $LOCKSMITH_TOKEN" >> "$0"; sleep 3; echo "end $LOCKSMITH_TOKEN" >> "$0""#;
+    for (p, lock) in [
+        ("fast", "fast.lock"),
+        ("lfast", "lfast.lock"),
+        ("sfast", "sfast.lock"),
+    ] {
+        let log = sb.join(&format!("{p}.log"));
+        let lock = sb.join(lock);
+        let mut h = sb.cmd_via(
+            pidns,
+            ["-v", "--wait", "30s", "run", p, "--", "sh", "-c", cs],
+        );
+        h.arg(&log)
+            .env("LOCKSMITH_TEST_STALL_TAKING_MS", "4000")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let h = h.spawn().unwrap();
+        // The stalled holder has made the lock (and stalls before its OK).
+        let t0 = Instant::now();
+        while fs::symlink_metadata(&lock).is_err() {
+            assert!(
+                t0.elapsed() < T,
+                "{p}: the holder never made {}",
+                lock.display()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut w = sb.cmd(["--wait", "30s", "run", p, "--", "sh", "-c", cs]);
+        w.arg(&log);
+        let w = output_within(w, Duration::from_secs(60));
+        let h = h.wait_with_output().unwrap();
+        let herr = String::from_utf8_lossy(&h.stderr);
+        let text = fs::read_to_string(&log).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let tokens: Vec<u64> = lines
+            .chunks(2)
+            .map(|pair| {
+                let (Some(s), Some(e)) = (
+                    pair[0].strip_prefix("start "),
+                    pair.get(1).and_then(|l| l.strip_prefix("end ")),
+                ) else {
+                    panic!("{p}: critical sections overlapped: {lines:?}");
+                };
+                assert_eq!(s, e, "{p}: critical sections overlapped: {lines:?}");
+                s.parse().unwrap()
+            })
+            .collect();
+        assert_eq!(tokens.len(), 2, "{p}: {lines:?}");
+        assert!(tokens[0] < tokens[1], "{p}: tokens out of order: {lines:?}");
+        assert_eq!(code(w.status), 0, "{p}: breaker: {}", stderr(&w));
+        assert_eq!(code(h.status), 0, "{p}: stalled holder: {herr}");
+        assert!(
+            herr.contains("too late to keep it"),
+            "{p}: the stalled holder did not give the lock back: {herr}"
+        );
+    }
+}

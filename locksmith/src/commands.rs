@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::backend::{self, Backend, BreakOutcome, Holder, Profile};
+use crate::backend::{self, Backend, BreakOutcome, Holder, Lease, Profile, Taken};
 use crate::cli::{Cli, Command};
 use crate::error::{Error, Kind, Result, err, shown};
 use crate::log::{debug, info};
@@ -99,7 +99,9 @@ fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
         parent: true,
     })?;
     let mut lock = backend::open(p)?;
-    let grant = backend::acquire(lock.as_mut(), &p.name, &p.common, &mut watcher)?;
+    let Taken { grant, since } = backend::acquire(lock.as_mut(), &p.name, &p.common, &mut watcher)?;
+    // The lease runs from the winning attempt: heartbeat while the OK line waits for the pipe.
+    let mut beat = Heartbeat::new(lock.as_ref(), &p.common, since);
     let line = OkLine {
         profile: p.name.clone(),
         backend: lock.name(),
@@ -110,7 +112,19 @@ fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
     };
     // The OK line goes out only when the pipe can take it: a parent that does not read
     // must not hold us in write(2), deaf to signals (issue 15).
-    match write_line(&mut watcher, || protocol::ok(&line))? {
+    let written = loop {
+        match watcher.wait_writable_for(beat.timeout())? {
+            Event::Release(cause) => break Written::Stopped(cause),
+            Event::Ready => break Written::Done(protocol::ok(&line)),
+            Event::Timeout => {
+                if let Err(e) = beat.beat(lock.as_mut()) {
+                    let _ = lock.release();
+                    return Err(e);
+                }
+            }
+        }
+    };
+    match written {
         Written::Done(Ok(())) => {
             // A person at a terminal has no pipe to close: say how to let go.
             if protocol::stdout_is_terminal() {
@@ -155,7 +169,6 @@ fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
         }
     }
     debug!("holding lock `{}`", p.name);
-    let mut beat = Heartbeat::new(lock.as_ref(), &p.common);
     loop {
         match watcher.wait(&[], beat.timeout())? {
             Event::Release(cause) => {
@@ -236,60 +249,52 @@ fn release(lock: &mut dyn Backend, common: &Common) -> Result<()> {
     }
 }
 
-/// The heartbeat schedule of a holder: every min(keepalive, stale_after/3); a failure to
-/// confirm is retried, and declared lost early enough that `run`'s CMD is gone (SIGTERM, the
-/// grace, SIGKILL) before a waiter could legally break in: SPEC §6's window opens at
-/// `stale_after − period` after the last confirmed heartbeat — counted from when it was
-/// *sent*, since the server may have seen it at any moment after. Every attempt is bounded by
-/// that point (the backend gets it as a deadline). Timed with CLOCK_BOOTTIME, which counts
-/// suspend.
+/// The heartbeat schedule of a holder: every min(keepalive, stale_after/3) from the start
+/// of the attempt that took the lock ([`Taken::since`]); a failure to confirm is retried,
+/// and LOST declared by the [`Lease`]'s point of no return after the last confirmed
+/// heartbeat — counted from when it was *sent*, since the server may have seen it at any
+/// moment after. Every attempt is bounded by that point (the backend gets it as a deadline).
 struct Heartbeat {
-    period: Option<Duration>,
-    stale_after: Duration,
+    lease: Option<Lease>,
     retry: Duration,
-    /// When the last confirmed heartbeat (or the acquisition) began.
+    /// When (CLOCK_BOOTTIME) the last confirmed heartbeat (or the winning attempt) began.
     last_ok: Duration,
     next: Instant,
 }
 
 impl Heartbeat {
-    fn new(lock: &dyn Backend, common: &Common) -> Heartbeat {
-        let period = lock.heartbeat_period();
+    fn new(lock: &dyn Backend, common: &Common, since: Duration) -> Heartbeat {
+        let lease = Lease::of(lock, common);
+        let age = sys::boottime().saturating_sub(since);
         Heartbeat {
-            period,
-            stale_after: common.stale_after,
+            lease,
             retry: common.poll,
-            last_ok: sys::boottime(),
-            next: Instant::now() + period.unwrap_or_default(),
+            last_ok: since,
+            next: Instant::now() + lease.map_or(Duration::ZERO, |l| l.period.saturating_sub(age)),
         }
     }
 
     /// `None`: no heartbeat, sleep until an event.
     fn timeout(&self) -> Option<Duration> {
-        self.period
+        self.lease
             .map(|_| self.next.saturating_duration_since(Instant::now()))
     }
 
-    /// Half a period: how long CMD gets between SIGTERM and SIGKILL once the lock is lost.
+    /// How long CMD gets between SIGTERM and SIGKILL once the lock is lost.
     fn grace(&self) -> Duration {
-        self.period.map_or(Duration::from_secs(1), |p| p / 2)
-    }
-
-    /// The moment (CLOCK_BOOTTIME) by which LOST must be declared: the grace before the
-    /// earliest legal break-in.
-    fn lost_by(&self, period: Duration) -> Duration {
-        (self.last_ok + self.stale_after).saturating_sub(period + self.grace())
+        self.lease.map_or(Duration::from_secs(1), |l| l.grace())
     }
 
     fn beat(&mut self, lock: &mut dyn Backend) -> Result<()> {
-        let Some(period) = self.period else {
+        let Some(lease) = self.lease else {
             return Ok(());
         };
+        let period = lease.period;
         if Instant::now() < self.next {
             return Ok(());
         }
         let start = sys::boottime();
-        let lost_by = self.lost_by(period);
+        let lost_by = lease.lost_by(self.last_ok);
         let deadline = Instant::now() + lost_by.saturating_sub(start);
         match lock.heartbeat(deadline) {
             Ok(()) => {
@@ -326,17 +331,18 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
         parent: true,
     })?;
     let mut lock = backend::open(p)?;
-    let grant = match backend::acquire(lock.as_mut(), &p.name, &p.common, &mut watcher) {
-        Ok(g) => g,
-        // `-q`: busy is said by the exit code alone, as `flock -n` is silent (issue 15).
-        Err(e) if e.kind() == Kind::Busy && (cli.quiet || cli.conflict_exit.is_some()) => {
-            if !cli.quiet {
-                protocol::error(&e, false);
+    let Taken { grant, since } =
+        match backend::acquire(lock.as_mut(), &p.name, &p.common, &mut watcher) {
+            Ok(t) => t,
+            // `-q`: busy is said by the exit code alone, as `flock -n` is silent (issue 15).
+            Err(e) if e.kind() == Kind::Busy && (cli.quiet || cli.conflict_exit.is_some()) => {
+                if !cli.quiet {
+                    protocol::error(&e, false);
+                }
+                return Ok(cli.conflict_exit.unwrap_or(Kind::Busy.exit_code()));
             }
-            return Ok(cli.conflict_exit.unwrap_or(Kind::Busy.exit_code()));
-        }
-        Err(e) => return Err(e),
-    };
+            Err(e) => return Err(e),
+        };
     // From here CMD's life decides, as with flock(1), not the caller's.
     watcher.forget_parent();
 
@@ -378,7 +384,7 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
     let pid = child.id() as i32;
     let target = Pid::from_raw(if own_group { -pid } else { pid });
     let pidfd = sys::pidfd_open(pid).ok();
-    let mut beat = Heartbeat::new(lock.as_ref(), &p.common);
+    let mut beat = Heartbeat::new(lock.as_ref(), &p.common, since);
     let status = loop {
         let fds: Vec<_> = pidfd.iter().map(|f| f.as_fd()).collect();
         let mut timeout = beat.timeout();

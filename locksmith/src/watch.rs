@@ -134,6 +134,11 @@ impl Watcher {
         self.wait_for(&[], None, true)
     }
 
+    /// [`wait_writable`](Self::wait_writable), or `Timeout` after `timeout`.
+    pub fn wait_writable_for(&mut self, timeout: Option<Duration>) -> Result<Event> {
+        self.wait_for(&[], timeout, true)
+    }
+
     fn wait_for(
         &mut self,
         extra: &[BorrowedFd<'_>],

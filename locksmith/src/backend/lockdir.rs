@@ -456,6 +456,17 @@ impl LockDir {
 
     /// Replaces the state; only while holding the lock.
     pub fn write_state(&mut self, st: State) -> Result<()> {
+        // A debug switch for the test of a holder that stalls while taking the lock (a
+        // network filesystem stalling on this write): sleeps before the process's first
+        // acquisition write. Never set outside that test.
+        static STALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !st.clean
+            && !STALLED.swap(true, std::sync::atomic::Ordering::Relaxed)
+            && let Some(ms) = std::env::var_os("LOCKSMITH_TEST_STALL_TAKING_MS")
+                .and_then(|v| v.to_str()?.parse::<u64>().ok())
+        {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
         let name = self.beside(".state");
         let shown = self.shown(&name);
         owner::write_state(self.fd()?, &name, &shown, st)

@@ -439,6 +439,49 @@ pub struct Grant {
     pub prev_crashed: bool,
 }
 
+/// A lock [`acquire`] took.
+#[derive(Debug)]
+pub struct Taken {
+    pub grant: Grant,
+    /// When (CLOCK_BOOTTIME) the attempt that took it began. The lock may have been ours —
+    /// and silent, on a waiter's clock — from then on, not only from when the attempt
+    /// returned: a holder counts its lease from here ([`Lease`]).
+    pub since: Duration,
+}
+
+/// The holder's side of SPEC §6: a holder that heartbeats every `period` and was last
+/// confirmed at some moment may be broken by a waiter `stale_after` after it, at the
+/// earliest `stale_after − period` (the waiter may have seen that heartbeat a period late).
+/// LOST is declared early enough that `run`'s CMD is gone (SIGTERM, then SIGKILL after
+/// [`grace`](Lease::grace)) before then. Every moment here is CLOCK_BOOTTIME, which counts
+/// suspend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub period: Duration,
+    stale_after: Duration,
+}
+
+impl Lease {
+    /// The lease of a holder of `lock`; `None` if it never heartbeats (nothing breaks it for
+    /// silence).
+    pub fn of(lock: &dyn Backend, common: &Common) -> Option<Lease> {
+        lock.heartbeat_period().map(|period| Lease {
+            period,
+            stale_after: common.stale_after,
+        })
+    }
+
+    /// How long CMD gets between SIGTERM and SIGKILL once the lock is lost: half a period.
+    pub fn grace(&self) -> Duration {
+        self.period / 2
+    }
+
+    /// The moment by which a holder last confirmed at `confirmed` must have declared LOST.
+    pub fn lost_by(&self, confirmed: Duration) -> Duration {
+        (confirmed + self.stale_after).saturating_sub(self.period + self.grace())
+    }
+}
+
 /// The outcome of one attempt.
 #[derive(Debug)]
 pub enum Attempt {
@@ -548,22 +591,50 @@ impl Backoff {
 /// The waiting policy: try; on contention say once on stderr who holds it; wait for the
 /// backend's descriptor, a backoff timer, or a release cause; give up at `wait`.
 /// Returns `Kind::Busy` if the wait elapsed or was interrupted (parent gone, signal).
+///
+/// An attempt that took the lock but returned past its lease's point of no return (a
+/// network filesystem stalled between creating the lock and writing its records, say) gives
+/// it back and tries again: a waiter may already have judged it silent for `stale_after`
+/// and broken in, and nothing done after that moment proves otherwise.
 pub fn acquire(
     lock: &mut dyn Backend,
     profile: &str,
     common: &Common,
     watcher: &mut Watcher,
-) -> Result<Grant> {
+) -> Result<Taken> {
     let deadline = match common.wait {
         Wait::Forever => None,
         Wait::For(d) => Some(Instant::now() + d),
     };
+    let lease = Lease::of(lock, common);
     let mut backoff = Backoff::new(common);
     let mut said = false;
     let mut prepared = false;
     loop {
+        let began = crate::sys::boottime();
         let holders = match lock.try_acquire()? {
-            Attempt::Acquired(grant) => return Ok(grant),
+            Attempt::Acquired(grant) => {
+                let took = crate::sys::boottime().saturating_sub(began);
+                match lease {
+                    Some(l) if began + took >= l.lost_by(began) => {
+                        info!(
+                            "took lock `{profile}` in {}, too late to keep it (a waiter may break a holder silent for {}): giving it back and trying again",
+                            fmt_duration(took),
+                            fmt_duration(common.stale_after)
+                        );
+                        if let Err(e) = lock.release() {
+                            info!("giving back lock `{profile}`: {e}");
+                        }
+                        Vec::new()
+                    }
+                    _ => {
+                        return Ok(Taken {
+                            grant,
+                            since: began,
+                        });
+                    }
+                }
+            }
             Attempt::Busy(h) => h,
         };
         let now = Instant::now();

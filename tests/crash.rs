@@ -450,3 +450,81 @@ fn holder_stalled_while_taking_the_lock_gives_it_back() {
         );
     }
 }
+
+/// A heartbeat that stalls — a filesystem call that does not return, as on a network mount
+/// whose server stops answering — must not keep the holder from stopping its command: by the
+/// lease's point of no return `run` says LOST and kills CMD, before a waiter may legally break
+/// in, although the stalled call returns only later. The waiter's critical section then never
+/// sees the stalled holder's command still running. mkdir and link (their heartbeat is a
+/// record file rewritten in place); the holder in another pid namespace.
+#[test]
+fn heartbeat_that_stalls_stops_the_command_before_a_waiter_may_break_in() {
+    let Some(pidns) = other_pidns() else { return };
+    let sb = Sandbox::new(
+        r#"
+[profile.m]
+backend = "mkdir"
+path = "{dir}/m.lock"
+poll = "20ms"
+max_poll = "100ms"
+keepalive = "300ms"
+stale_after = "3s"
+
+[profile.l]
+backend = "link"
+path = "{dir}/l.lock"
+poll = "20ms"
+max_poll = "100ms"
+keepalive = "300ms"
+stale_after = "3s"
+"#,
+    );
+    // The stalled holder's command ticks until it is stopped; the waiter's logs its start
+    // and end.
+    let ticks = r#"while :; do echo "tick $LOCKSMITH_TOKEN" >> "$0"; sleep 0.05; done"#;
+    let cs =
+        r#"echo "start $LOCKSMITH_TOKEN" >> "$0"; sleep 1; echo "end $LOCKSMITH_TOKEN" >> "$0""#;
+    for p in ["m", "l"] {
+        let log = sb.join(&format!("{p}.log"));
+        let mut h = sb.cmd_via(pidns, ["-v", "run", p, "--", "sh", "-c", ticks]);
+        h.arg(&log)
+            .env("LOCKSMITH_TEST_STALL_BEAT_MS", "8000")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let h = h.spawn().unwrap();
+        let t0 = Instant::now();
+        while !fs::read_to_string(&log).is_ok_and(|t| t.contains("tick")) {
+            assert!(t0.elapsed() < T, "{p}: the holder's command never ran");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut w = sb.cmd(["--wait", "30s", "run", p, "--", "sh", "-c", cs]);
+        w.arg(&log);
+        let w = output_within(w, Duration::from_secs(60));
+        let h = h.wait_with_output().unwrap();
+        let herr = String::from_utf8_lossy(&h.stderr);
+        let text = fs::read_to_string(&log).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let start = lines
+            .iter()
+            .position(|l| l.starts_with("start "))
+            .unwrap_or_else(|| panic!("{p}: the waiter's command never ran: {lines:?}"));
+        assert!(
+            lines[start..].iter().all(|l| !l.starts_with("tick")),
+            "{p}: the stalled holder's command still ran inside the waiter's: {lines:?}"
+        );
+        assert!(
+            lines[start + 1..]
+                .first()
+                .is_some_and(|l| l.starts_with("end ")),
+            "{p}: {lines:?}"
+        );
+        let token = |l: &str| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap();
+        assert!(token(lines[0]) < token(lines[start]), "{p}: {lines:?}");
+        assert_eq!(code(w.status), 0, "{p}: waiter: {}", stderr(&w));
+        assert_eq!(code(h.status), 74, "{p}: stalled holder: {herr}");
+        assert!(
+            herr.contains("ERROR lost: ") && herr.contains("has not returned"),
+            "{p}: {herr}"
+        );
+    }
+}

@@ -117,7 +117,7 @@ fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
             Event::Release(cause) => break Written::Stopped(cause),
             Event::Ready => break Written::Done(protocol::ok(&line)),
             Event::Timeout => {
-                if let Err(e) = beat.beat(lock.as_mut()) {
+                if let Err(e) = beat.beat(lock.as_mut(), |_| {}) {
                     let _ = lock.release();
                     return Err(e);
                 }
@@ -179,12 +179,14 @@ fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
                 ));
             }
             Event::Ready | Event::Timeout => {
-                if let Err(e) = beat.beat(lock.as_mut()) {
+                let said = |e: &Error| {
                     let _ = write_line(&mut watcher, || {
                         protocol::lost(e.message());
                         Ok(())
                     });
                     info!("{e}");
+                };
+                if beat.beat(lock.as_mut(), said).is_err() {
                     let _ = lock.release();
                     return Ok(Kind::Lost.exit_code());
                 }
@@ -285,7 +287,14 @@ impl Heartbeat {
         self.lease.map_or(Duration::from_secs(1), |l| l.grace())
     }
 
-    fn beat(&mut self, lock: &mut dyn Backend) -> Result<()> {
+    /// One heartbeat, if one is due. `lost` runs once the lock is declared lost, before
+    /// this returns `Kind::Lost`: at the lease's point of no return at the latest, even
+    /// while the heartbeat call is still in flight — a filesystem call may block in the
+    /// kernel for as long as its server likes (a FUSE or hard NFS mount), and the deadline
+    /// a backend is given cannot interrupt it. So the call runs on a thread of its own,
+    /// and this thread waits for it only until that point; past it, `lost` (stop CMD, say
+    /// LOST) runs at once and the beat ends once the call returns.
+    fn beat(&mut self, lock: &mut dyn Backend, lost: impl FnOnce(&Error)) -> Result<()> {
         let Some(lease) = self.lease else {
             return Ok(());
         };
@@ -296,30 +305,61 @@ impl Heartbeat {
         let start = sys::boottime();
         let lost_by = lease.lost_by(self.last_ok);
         let deadline = Instant::now() + lost_by.saturating_sub(start);
-        match lock.heartbeat(deadline) {
-            Ok(()) => {
+        let (done, returned) = std::sync::mpsc::channel();
+        let mut lost = Some(lost);
+        let result = std::thread::scope(|s| {
+            let call = s.spawn(move || {
+                let r = lock.heartbeat(deadline);
+                let _ = done.send(());
+                r
+            });
+            let wait = lost_by.saturating_sub(sys::boottime());
+            if returned.recv_timeout(wait).is_err() {
+                let e = err!(
+                    Lost,
+                    "no heartbeat confirmed for {}: the last one has not returned (the filesystem or server stalls)",
+                    fmt_duration(sys::boottime().saturating_sub(self.last_ok))
+                );
+                if let Some(lost) = lost.take() {
+                    lost(&e);
+                }
+                // The call cannot be cut short: the lock is given up once it returns.
+                let _ = call.join();
+                return Err(e);
+            }
+            Ok(call
+                .join()
+                .unwrap_or_else(|_| Err(err!(Io, "the heartbeat panicked"))))
+        });
+        let e = match result {
+            Err(overdue) => return Err(overdue),
+            Ok(Ok(())) => {
                 self.last_ok = start;
                 self.next = Instant::now() + period;
-                Ok(())
+                return Ok(());
             }
-            Err(e) if e.kind() == Kind::Lost => Err(e),
-            Err(e) => {
+            Ok(Err(e)) if e.kind() == Kind::Lost => e,
+            Ok(Err(e)) => {
                 let silent = sys::boottime().saturating_sub(self.last_ok);
                 let retry = self.retry.min(period);
                 // Give up if the next try would begin past the point of no return.
-                if sys::boottime() + retry >= lost_by {
-                    return Err(err!(
-                        Lost,
-                        "no heartbeat confirmed for {}: {}",
-                        fmt_duration(silent),
-                        e.message()
-                    ));
+                if sys::boottime() + retry < lost_by {
+                    info!("heartbeat failed, retrying: {e}");
+                    self.next = Instant::now() + retry;
+                    return Ok(());
                 }
-                info!("heartbeat failed, retrying: {e}");
-                self.next = Instant::now() + retry;
-                Ok(())
+                err!(
+                    Lost,
+                    "no heartbeat confirmed for {}: {}",
+                    fmt_duration(silent),
+                    e.message()
+                )
             }
+        };
+        if let Some(lost) = lost.take() {
+            lost(&e);
         }
+        Err(e)
     }
 }
 
@@ -406,15 +446,12 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
                 {
                     break status;
                 }
-                if let Err(e) = beat.beat(lock.as_mut()) {
-                    protocol::error(&e, false);
-                    stop_child(
-                        &mut child,
-                        target,
-                        pidfd.as_ref(),
-                        beat.grace(),
-                        &mut watcher,
-                    );
+                let grace = beat.grace();
+                let stop = |e: &Error| {
+                    protocol::error(e, false);
+                    stop_child(&mut child, target, pidfd.as_ref(), grace, &mut watcher);
+                };
+                if beat.beat(lock.as_mut(), stop).is_err() {
                     let _ = lock.release();
                     return Ok(Kind::Lost.exit_code());
                 }

@@ -792,6 +792,17 @@ pub fn write_beat(
     rec: &Record,
     n: u64,
 ) -> Result<bool> {
+    // A debug switch for the test of a heartbeat that stalls (a network filesystem that
+    // does not answer): sleeps in the process's first heartbeat after taking the lock.
+    // Never set outside that test.
+    static STALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if n > 0
+        && !STALLED.swap(true, std::sync::atomic::Ordering::Relaxed)
+        && let Some(ms) = std::env::var_os("LOCKSMITH_TEST_STALL_BEAT_MS")
+            .and_then(|v| v.to_str()?.parse::<u64>().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
     let flags = OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
     let fd = match unstale(|| openat(at, name, flags, FileMode::empty())) {
         Ok(fd) => fd,

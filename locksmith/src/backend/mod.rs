@@ -506,7 +506,7 @@ pub enum BreakOutcome {
 }
 
 /// A lock backend. One value serves one profile, for one acquisition.
-pub trait Backend {
+pub trait Backend: Send {
     fn name(&self) -> &'static str;
 
     /// Tries once, without blocking. Breaking a provably dead or stale holder is part of

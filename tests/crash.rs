@@ -401,29 +401,16 @@ fn holder_stalled_while_taking_the_lock_gives_it_back() {
     ] {
         let log = sb.join(&format!("{p}.log"));
         let lock = sb.join(lock);
-        let mut h = sb.cmd_via(
+        let (w, h) = stalled_holder_then_waiter(
+            &sb,
             pidns,
-            ["-v", "--wait", "30s", "run", p, "--", "sh", "-c", cs],
+            p,
+            ("LOCKSMITH_TEST_STALL_TAKING_MS", "4000"),
+            cs,
+            || fs::symlink_metadata(&lock).is_ok(),
+            cs,
+            &log,
         );
-        h.arg(&log)
-            .env("LOCKSMITH_TEST_STALL_TAKING_MS", "4000")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let h = h.spawn().unwrap();
-        // The stalled holder has made the lock (and stalls before its OK).
-        let t0 = Instant::now();
-        while fs::symlink_metadata(&lock).is_err() {
-            assert!(
-                t0.elapsed() < T,
-                "{p}: the holder never made {}",
-                lock.display()
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let mut w = sb.cmd(["--wait", "30s", "run", p, "--", "sh", "-c", cs]);
-        w.arg(&log);
-        let w = output_within(w, Duration::from_secs(60));
-        let h = h.wait_with_output().unwrap();
         let herr = String::from_utf8_lossy(&h.stderr);
         let text = fs::read_to_string(&log).unwrap();
         let lines: Vec<&str> = text.lines().collect();
@@ -486,21 +473,16 @@ stale_after = "3s"
         r#"echo "start $LOCKSMITH_TOKEN" >> "$0"; sleep 1; echo "end $LOCKSMITH_TOKEN" >> "$0""#;
     for p in ["m", "l"] {
         let log = sb.join(&format!("{p}.log"));
-        let mut h = sb.cmd_via(pidns, ["-v", "run", p, "--", "sh", "-c", ticks]);
-        h.arg(&log)
-            .env("LOCKSMITH_TEST_STALL_BEAT_MS", "8000")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let h = h.spawn().unwrap();
-        let t0 = Instant::now();
-        while !fs::read_to_string(&log).is_ok_and(|t| t.contains("tick")) {
-            assert!(t0.elapsed() < T, "{p}: the holder's command never ran");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let mut w = sb.cmd(["--wait", "30s", "run", p, "--", "sh", "-c", cs]);
-        w.arg(&log);
-        let w = output_within(w, Duration::from_secs(60));
-        let h = h.wait_with_output().unwrap();
+        let (w, h) = stalled_holder_then_waiter(
+            &sb,
+            pidns,
+            p,
+            ("LOCKSMITH_TEST_STALL_BEAT_MS", "8000"),
+            ticks,
+            || fs::read_to_string(&log).is_ok_and(|t| t.contains("tick")),
+            cs,
+            &log,
+        );
         let herr = String::from_utf8_lossy(&h.stderr);
         let text = fs::read_to_string(&log).unwrap();
         let lines: Vec<&str> = text.lines().collect();
@@ -527,4 +509,38 @@ stale_after = "3s"
             "{p}: {herr}"
         );
     }
+}
+
+/// Runs `run P -- sh -c HOLDER_CS LOG` in the other pid namespace with the stall switch
+/// `stall` set, waits until `ready` says it has got as far as the test needs, then runs a
+/// waiter `run P -- sh -c CS LOG` here; returns both outputs (waiter, holder).
+#[allow(clippy::too_many_arguments)]
+fn stalled_holder_then_waiter(
+    sb: &Sandbox,
+    pidns: &[&str],
+    p: &str,
+    stall: (&str, &str),
+    holder_cs: &str,
+    ready: impl Fn() -> bool,
+    cs: &str,
+    log: &std::path::Path,
+) -> (std::process::Output, std::process::Output) {
+    let mut h = sb.cmd_via(
+        pidns,
+        ["-v", "--wait", "30s", "run", p, "--", "sh", "-c", holder_cs],
+    );
+    h.arg(log)
+        .env(stall.0, stall.1)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let h = h.spawn().unwrap();
+    let t0 = Instant::now();
+    while !ready() {
+        assert!(t0.elapsed() < T, "{p}: the stalled holder never got going");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut w = sb.cmd(["--wait", "30s", "run", p, "--", "sh", "-c", cs]);
+    w.arg(log);
+    let w = output_within(w, Duration::from_secs(60));
+    (w, h.wait_with_output().unwrap())
 }

@@ -313,7 +313,14 @@ impl Heartbeat {
                 let _ = done.send(());
                 r
             });
-            let wait = lost_by.saturating_sub(sys::boottime());
+            // A beat begun past the point of no return (the process was paused, say) comes
+            // too late to stop anything: the backend's answer alone says whether the lock is
+            // still ours (a server that kept our session), and it gets half a period.
+            let wait = if start >= lost_by {
+                lease.grace()
+            } else {
+                lost_by.saturating_sub(sys::boottime())
+            };
             if returned.recv_timeout(wait).is_err() {
                 let e = err!(
                     Lost,

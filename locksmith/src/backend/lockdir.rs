@@ -375,6 +375,13 @@ pub struct LockDir {
 }
 
 impl LockDir {
+    /// How long after making the lock a locker may still write into it by a name it looked
+    /// up: a waiter may break a lock that showed no change for `stale_after` (half a
+    /// `stale_after` of margin for a waiter that saw it late and a slow clock).
+    pub fn making_budget(&self) -> Duration {
+        self.stale_after / 2
+    }
+
     pub fn new(cfg: &FsConfig, stale_after: Duration) -> LockDir {
         LockDir {
             path: cfg.path.clone(),

@@ -287,7 +287,10 @@ impl Files {
         let path = self.path().to_path_buf();
         let (group, mode) = (self.group, self.dir_mode());
         let chmod = self.file_mode.is_some();
+        let budget = self.dir.making_budget();
         let parent = self.dir.fd()?;
+        let began = crate::sys::boottime();
+        let late = || crate::sys::boottime().saturating_sub(began) >= budget;
         match mkdirat(parent, dir.as_os_str(), mode) {
             Ok(()) => {}
             // EPERM: sshfs's and GlusterFS's answer when a racer made it first (and may
@@ -317,6 +320,16 @@ impl Files {
                 FileMode::empty(),
             )
             .map_err(|e| Error::path("cannot open lock directory", &path, e.into()))?;
+            // Opened by name: only while nobody may yet have broken the directory we made
+            // (record-less, it is broken after stale_after) is it surely ours. Later, leave
+            // it unwritten and unremoved — it may be a successor's — for that rule.
+            if *dir == self.dir.name && late() {
+                info!(
+                    "made lock directory {} but could not open it in time; leaving it to be broken as one without a record",
+                    path.display()
+                );
+                return Err(err!(Busy, "exists"));
+            }
             if chmod {
                 nix::sys::stat::fchmod(&fd, mode)
                     .map_err(|e| Error::path("cannot chmod", &path, e.into()))?;
@@ -361,42 +374,55 @@ impl Files {
                 Errno::EEXIST.into(),
             ))
         })();
-        if r.is_err() {
-            let _ = tidy(self.dir.fd()?, dir);
+        match r {
+            // Too late to know whose NAME is: not ours to tidy.
+            Err(e) if e.kind() == Kind::Busy || (*dir == self.dir.name && late()) => Err(e),
+            Err(e) => {
+                let _ = tidy(self.dir.fd()?, dir);
+                Err(e)
+            }
+            Ok(()) => Ok(()),
         }
-        r
     }
 
     /// Rewrites our records (a new token): the owner symlink atomically (a new one renamed
-    /// over it), the heartbeat record in place.
+    /// over it), the heartbeat record in place — inside our own directory, whatever NAME is
+    /// by now: opened, and known ours by the heartbeat record we wrote in it. Written by
+    /// NAME's path, a stall past `stale_after` could plant our entry in a successor's lock,
+    /// which our release would then claim and free.
     fn rewrite_owner(&mut self, rec: &Record) -> Result<()> {
         let path = self.path().to_path_buf();
-        let owner = self.inside(&format!("{OWNER_PREFIX}{}", rec.nonce));
-        let tmp = self.inside(&format!("new.{}", rec.nonce));
-        let beat = self.inside(BEAT);
+        let broken = || err!(Lost, "lock {} was broken as we took it", path.display());
+        let Some(dir) = self.open_lock()? else {
+            return Err(broken());
+        };
+        let shown = self.dir.shown(self.inside(BEAT));
+        match lockdir::read_record(dir.as_fd(), BEAT.as_ref(), &shown)? {
+            Some((c, _)) if lockdir::is_ours(&c, rec) => {}
+            _ => return Err(broken()),
+        }
+        let owner = format!("{OWNER_PREFIX}{}", rec.nonce);
+        let tmp = format!("new.{}", rec.nonce);
         let remote = self.dir.remote();
-        let parent = self.dir.fd()?;
-        nix::unistd::symlinkat(rec.render().as_str(), parent, &tmp)
-            .and_then(|()| match renameat(parent, &tmp, parent, &owner) {
-                // GlusterFS was seen to refuse renaming a symlink over another (EEXIST).
-                // There, waiters judge by the heartbeat record, which holds our whole record
-                // meanwhile: replace the owner entry in two steps.
-                Err(Errno::EEXIST) if remote => {
-                    let _ = unlinkat(parent, &owner, UnlinkatFlags::NoRemoveDir);
-                    renameat(parent, &tmp, parent, &owner)
-                }
-                r => r,
-            })
+        nix::unistd::symlinkat(rec.render().as_str(), &dir, tmp.as_str())
+            .and_then(
+                |()| match renameat(&dir, tmp.as_str(), &dir, owner.as_str()) {
+                    // GlusterFS was seen to refuse renaming a symlink over another (EEXIST).
+                    // There, waiters judge by the heartbeat record, which holds our whole record
+                    // meanwhile: replace the owner entry in two steps.
+                    Err(Errno::EEXIST) if remote => {
+                        let _ = unlinkat(&dir, owner.as_str(), UnlinkatFlags::NoRemoveDir);
+                        renameat(&dir, tmp.as_str(), &dir, owner.as_str())
+                    }
+                    r => r,
+                },
+            )
             .map_err(|e| {
-                let _ = unlinkat(parent, &tmp, UnlinkatFlags::NoRemoveDir);
+                let _ = unlinkat(&dir, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
                 Error::path("cannot rewrite owner record in", &path, e.into())
             })?;
-        if !lockdir::write_beat(parent, beat.as_os_str(), &path, rec, 0)? {
-            return Err(err!(
-                Lost,
-                "lock {} was broken as we took it",
-                path.display()
-            ));
+        if !lockdir::write_beat(dir.as_fd(), BEAT.as_ref(), &path, rec, 0)? {
+            return Err(broken());
         }
         Ok(())
     }
@@ -664,15 +690,13 @@ impl Holders for Files {
             Some(e) => fstatat(&dir, e.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW).ok(),
             None => fstat(&dir).ok(),
         };
-        // A lock directory with no record on a network filesystem: what we see of it may come
-        // from a cache (an empty listing, the stat of the directory that was there before), so
-        // "unchanged for stale_after" proves nothing: only --force breaks it.
-        let record = match record {
-            None if self.dir.remote() => Some(Parsed::Foreign(
-                "no owner record (on a network filesystem only break --force removes it)".into(),
-            )),
-            r => r,
-        };
+        // A lock directory with no record — on a network filesystem too: a live holder's
+        // heartbeat record, read fresh, would be there (a locker writes it at once, into the
+        // directory it made, or leaves that directory alone: `make_dir`), and its appearing
+        // changes the sign; the listing and the directory's stat may come from a cache, which
+        // only delays the verdict. So the rule for a lock without a record applies (no change
+        // for stale_after): a locker killed between mkdir and its records on NFS or sshfs must
+        // not leave a lock that only --force breaks.
         let key = match &record {
             Some(Parsed::V1(r)) => OsString::from(&r.nonce),
             _ => name,
@@ -727,7 +751,13 @@ impl Backend for Mkdir {
         for _ in 0..4 {
             if let Some(mut rec) = self.files.create()? {
                 if let Err(e) = self.finish_create(&mut rec) {
-                    let _ = self.files.free_name(&rec.nonce);
+                    // Given back as a release does: claimed first (our owner entry, which
+                    // exists only in our own directory), so a lock broken and taken by a
+                    // successor meanwhile is never freed.
+                    self.ours = Some((rec, 0));
+                    if let Err(r) = self.release() {
+                        debug!("giving back what we made: {r}");
+                    }
                     return Err(e);
                 }
                 let grant = self.judge.acquired(&mut self.wake, rec.token);

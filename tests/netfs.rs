@@ -17,7 +17,11 @@
 //!   stale_after (it must stay out), is killed with its namespace; the waiter takes over inside
 //!   [stale_after − heartbeat, stale_after + max_poll + heartbeat] of the kill (the end later by
 //!   the filesystem's content cache, [`Mounts::LATE_BY`]: never the start);
-//! - `handoff_across_mounts`: a holder on `a` releases, the waiter on `b` gets in.
+//! - `handoff_across_mounts`: a holder on `a` releases, the waiter on `b` gets in;
+//! - `kill9_soak_across_mounts`: 4 workers × 40 runs alternating mounts, kill -9 every
+//!   50–450 ms (waiting, holding, releasing, breaking): never two live holders (CMD checks the
+//!   record on the server names its own helper), tokens strictly increasing, exits 0 or 137,
+//!   enough acquisitions, the lock recoverable at the end.
 //!
 //! And, per filesystem, `flock_on_fuse_is_refused_unless_local`: flock(2) on a FUSE mount
 //! excludes nothing across mounts as far as locksmith can tell, so `backend = "flock"` there is
@@ -503,8 +507,8 @@ fn handoff_across_mounts<F: Mounts>(backend: &str) {
 }
 
 macro_rules! on_each_backend {
-    // `#[…]` before a backend goes on its counter race (an `ignore` with its reason).
-    ($fs:ident: $F:ty; $($(#[$race:meta])* $backend:ident),*) => {
+    // `#[…]` before a backend goes on its kill -9 soak (an `ignore` with its reason).
+    ($fs:ident: $F:ty; $($(#[$soak:meta])* $backend:ident),*) => {
         mod $fs {
             #[test]
             fn flock_on_fuse_is_refused_unless_local() {
@@ -515,18 +519,13 @@ macro_rules! on_each_backend {
             mod $backend {
                 const B: &str = stringify!($backend);
 
-                $(#[$race])*
                 #[test]
                 fn counter_race_across_mounts() {
                     super::super::counter_race_across_mounts::<$F>(B);
                 }
 
-                // Not yet passing: on sshfs, mkdir gets too few acquisitions through (5 of 160
-                // runs: every kill costs a takeover across mounts' caches, ~1–2 s) and symlink
-                // fails a run with `ERROR io: cannot read lock state … fresh (the server says
-                // it is gone, the mount shows it)` (exit 74); link passed. Issue 12's note.
+                $(#[$soak])*
                 #[test]
-                #[ignore = "issue 12: kill -9 soak across mounts not yet passing (see the note)"]
                 fn kill9_soak_across_mounts() {
                     super::super::kill9_soak_across_mounts::<$F>(B);
                 }
@@ -551,11 +550,19 @@ macro_rules! on_each_backend {
     };
 }
 
-on_each_backend!(sshfs: crate::support::Sshfs; mkdir, link, symlink);
+// mkdir's soak across sshfs mounts gets only 20–31 acquisitions of 160 through (the bound is
+// 8): a takeover there costs 1–2 s (issue 12's note); kept out of CI until that is understood.
+on_each_backend!(sshfs: crate::support::Sshfs;
+    #[ignore = "issue 12: few acquisitions (20-31 of 160) across sshfs mounts; see the note"]
+    mkdir, link, symlink);
 // The symlink race here once caught a real break of a live holder under CI load (tokens
 // 160 → 159): an acquisition stalled past stale_after between making the lock and writing its
 // records. Such an acquisition now gives the lock back (crash::holder_stalled_…).
-on_each_backend!(gluster: crate::support::Gluster; mkdir, link, symlink);
+// mkdir's soak on GlusterFS failed 1 run in 8 under load with an unexpected exit (not yet
+// read): kept out of CI until it is (issue 12's note).
+on_each_backend!(gluster: crate::support::Gluster;
+    #[ignore = "issue 12: 1 run in 8 under load ended in an unexpected exit; see the note"]
+    mkdir, link, symlink);
 
 /// flock(2) through FUSE is node-local as far as locksmith can know (sshfs: it is; GlusterFS
 /// forwards it to its locks translator): refused (78, naming the filesystem) unless the

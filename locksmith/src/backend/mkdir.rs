@@ -212,15 +212,14 @@ impl Files {
     /// (NFS, sshfs answer EINVAL) it is `mkdir(2)` then the records.
     fn create(&mut self) -> Result<Option<Record>> {
         // Cheap look first, so waiters neither read the state nor prepare (and remove) a
-        // directory per attempt.
+        // directory per attempt. Not on a network filesystem: there the look is answered from
+        // the mount's cache (sshfs: up to 20 s) and would keep a waiter out of a free lock;
+        // `mkdir(2)` itself asks the server.
         let name = self.dir.name.clone();
-        if fstatat(
-            self.dir.fd()?,
-            name.as_os_str(),
-            AtFlags::AT_SYMLINK_NOFOLLOW,
-        )
-        .is_ok()
-        {
+        self.dir.fd()?;
+        let remote = self.dir.remote();
+        let parent = self.dir.fd()?;
+        if !remote && fstatat(parent, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok() {
             return Ok(None);
         }
         let mut rec = Record::ours(&self.profile);
@@ -377,6 +376,12 @@ impl Files {
         match r {
             // Too late to know whose NAME is: not ours to tidy.
             Err(e) if e.kind() == Kind::Busy || (*dir == self.dir.name && late()) => Err(e),
+            // ENOENT inside the lock we made (the parent was there a moment ago): it was
+            // broken as we made it — a waiter saw it without records. Busy: look again.
+            Err(e) if *dir == self.dir.name && e.kind() == Kind::Config => {
+                debug!("the lock directory we made went before its records: {e}");
+                Err(err!(Busy, "exists"))
+            }
             Err(e) => {
                 let _ = tidy(self.dir.fd()?, dir);
                 Err(e)
@@ -847,6 +852,26 @@ impl Backend for Mkdir {
         // The claim: from here nobody else may remove or take this acquisition.
         match renameat(parent, &owner, parent, &claimed) {
             Ok(()) => {
+                // The claim went by NAME's path (as every write does on a path-based network
+                // filesystem such as sshfs): our entry may have been planted in a successor's
+                // lock by a write that stalled past our lock's break. Ours only if its
+                // heartbeat record is ours; else take the entry back out and free nothing.
+                let beat = f.inside(BEAT);
+                let shown = f.dir.shown(&beat);
+                let ours = match f.open_lock()? {
+                    Some(d) => lockdir::read_record(d.as_fd(), BEAT.as_ref(), &shown)?
+                        .is_some_and(|(c, _)| lockdir::is_ours(&c, &rec)),
+                    None => false,
+                };
+                if !ours {
+                    let parent = f.dir.fd()?;
+                    let _ = unlinkat(parent, &claimed, UnlinkatFlags::NoRemoveDir);
+                    return Err(err!(
+                        Lost,
+                        "lock {} was broken while held: it holds another's heartbeat record",
+                        path.display()
+                    ));
+                }
                 // Still holding the name: say this acquisition ended cleanly, unless the state
                 // moved on (only possible after a pause longer than stale_after).
                 if let Some(token) = rec.token

@@ -213,8 +213,17 @@ impl Judge {
         wake: &mut Wakeups,
     ) -> Result<Option<Vec<Holder>>> {
         let Some(list) = lock.holders()? else {
+            // Free (or vanished): whatever comes next is watched from scratch.
+            self.observed.clear();
             return Ok(None);
         };
+        // "Unchanged for stale_after" means seen unchanged at every look: an entry missing
+        // from this look starts again if it comes back. On a network filesystem a new lock
+        // between its creation and its records can look just like an old one that was there
+        // before (same name, a cached stat), and must not inherit its age.
+        self.observed
+            .seen
+            .retain(|k, _| list.iter().any(|ev| ev.key.as_os_str() == k.as_os_str()));
         let mut live = Vec::new();
         for ev in &list {
             let v = self.verdict(ev, wake)?;

@@ -276,15 +276,17 @@ impl Files {
     /// On a network filesystem, what changes when an exclusive holder with record `rec`
     /// heartbeats: its heartbeat record `.NAME.beat`, read fresh (or, before it wrote one,
     /// NAME's own look).
-    fn remote_seen(&mut self, parsed: &Parsed, seen: Seen) -> Result<Seen> {
+    fn remote_seen(&mut self, parsed: &Parsed) -> Result<Seen> {
         let beat = self.dir.beside(".beat");
         let content = self.dir_read(&beat)?;
         Ok(match (parsed, content) {
             (Parsed::V1(rec), Some(c)) if lockdir::is_ours(&c, rec) => (fnv(&c), (0, 0)),
             // No heartbeat record of its own (not written yet, or removed by a release that
-            // died before unlinking NAME): nothing of it changes. Not NAME's ctime: every
-            // waiter's fresh read (a hard link, then its removal) moves it.
-            _ => (seen.0, (0, 0)),
+            // died before unlinking NAME): nothing of it changes — NAME's text, unique to one
+            // acquisition, is compared beside this. Not NAME's ctime: every waiter's fresh
+            // read (a hard link, then its removal) moves it; nor its inode number: sshfs
+            // numbers each new name (the pin) anew, so a killed holder was never broken.
+            _ => (0, (0, 0)),
         })
     }
 
@@ -332,7 +334,7 @@ impl Files {
         }
         let parsed = Record::parse(&text);
         let seen = if self.remote() {
-            self.remote_seen(&parsed, seen)?
+            self.remote_seen(&parsed)?
         } else {
             seen
         };

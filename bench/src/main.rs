@@ -256,6 +256,21 @@ impl Drop for TempDir {
     }
 }
 
+/// A server section the user asked for (`on`): started, or skipped with a note saying why.
+fn optional<T>(
+    on: bool,
+    what: &str,
+    notes: &mut Vec<String>,
+    start: impl FnOnce() -> Result<T>,
+) -> Option<T> {
+    if !on {
+        return None;
+    }
+    start()
+        .map_err(|e| notes.push(format!("{what} section skipped: {e}")))
+        .ok()
+}
+
 fn find_locksmith(arg: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = arg
         .map(PathBuf::from)
@@ -377,30 +392,12 @@ fn bench(args: &Args) -> Result<()> {
     let dir = TempDir::new()?;
     // The PostgreSQL cluster first: its profile goes into the one profiles file.
     let mut net_notes: Vec<String> = Vec::new();
-    let pg = if args.pg {
-        match servers::Pg::start() {
-            Ok(p) => Some(p),
-            Err(e) => {
-                net_notes.push(format!("PostgreSQL section skipped: {e}"));
-                None
-            }
-        }
-    } else {
-        None
-    };
+    let pg = optional(args.pg, "PostgreSQL", &mut net_notes, servers::Pg::start);
     // The sshfs mounts likewise (unmounted when `sshfs` drops, also on an error).
-    let sshfs = if args.sshfs {
+    if args.sshfs {
         eprintln!("locksmith-bench: serving a directory over SFTP, mounting it twice (sshfs)");
-        match servers::Sshfs::start() {
-            Ok(fx) => Some(fx),
-            Err(e) => {
-                net_notes.push(format!("sshfs section skipped: {e}"));
-                None
-            }
-        }
-    } else {
-        None
-    };
+    }
+    let sshfs = optional(args.sshfs, "sshfs", &mut net_notes, servers::Sshfs::start);
     let mut ctx = Ctx::new(
         locksmith.clone(),
         dir.0.clone(),

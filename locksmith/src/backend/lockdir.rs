@@ -29,6 +29,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -463,16 +464,11 @@ impl LockDir {
 
     /// Replaces the state; only while holding the lock.
     pub fn write_state(&mut self, st: State) -> Result<()> {
-        // A debug switch for the test of a holder that stalls while taking the lock (a
-        // network filesystem stalling on this write): sleeps before the process's first
-        // acquisition write. Never set outside that test.
-        static STALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if !st.clean
-            && !STALLED.swap(true, std::sync::atomic::Ordering::Relaxed)
-            && let Some(ms) = std::env::var_os("LOCKSMITH_TEST_STALL_TAKING_MS")
-                .and_then(|v| v.to_str()?.parse::<u64>().ok())
-        {
-            std::thread::sleep(std::time::Duration::from_millis(ms));
+        // A holder that stalls while taking the lock (a network filesystem stalling on this
+        // write): the process's first acquisition write.
+        static STALLED: AtomicBool = AtomicBool::new(false);
+        if !st.clean {
+            test_stall(&STALLED, "LOCKSMITH_TEST_STALL_TAKING_MS");
         }
         let name = self.beside(".state");
         let shown = self.shown(&name);
@@ -787,6 +783,16 @@ pub fn read_state_fresh(
     ))
 }
 
+/// A debug switch for the stall tests (`tests/crash.rs`): sleeps the milliseconds the
+/// environment variable `var` says, once per process (`done`). Never set outside them.
+fn test_stall(done: &AtomicBool, var: &str) {
+    if let Some(ms) = std::env::var_os(var).and_then(|v| v.to_str()?.parse::<u64>().ok())
+        && !done.swap(true, Ordering::Relaxed)
+    {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+}
+
 /// One heartbeat: rewrites the record `name` (in `at`) in place with `rec` at beat `n`, if it
 /// still is ours (its nonce), and makes the write reach the server (`fdatasync`; NFS flushes
 /// on it, FUSE passes it on). `Ok(false)`: the record is gone or belongs to someone else — the
@@ -799,16 +805,11 @@ pub fn write_beat(
     rec: &Record,
     n: u64,
 ) -> Result<bool> {
-    // A debug switch for the test of a heartbeat that stalls (a network filesystem that
-    // does not answer): sleeps in the process's first heartbeat after taking the lock.
-    // Never set outside that test.
-    static STALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if n > 0
-        && !STALLED.swap(true, std::sync::atomic::Ordering::Relaxed)
-        && let Some(ms) = std::env::var_os("LOCKSMITH_TEST_STALL_BEAT_MS")
-            .and_then(|v| v.to_str()?.parse::<u64>().ok())
-    {
-        std::thread::sleep(std::time::Duration::from_millis(ms));
+    // A heartbeat that stalls (a network filesystem that does not answer): the process's
+    // first heartbeat after taking the lock.
+    static STALLED: AtomicBool = AtomicBool::new(false);
+    if n > 0 {
+        test_stall(&STALLED, "LOCKSMITH_TEST_STALL_BEAT_MS");
     }
     let flags = OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
     let fd = match unstale(|| openat(at, name, flags, FileMode::empty())) {

@@ -856,13 +856,15 @@ impl Backend for Mkdir {
                 // filesystem such as sshfs): our entry may have been planted in a successor's
                 // lock by a write that stalled past our lock's break. Ours only if its
                 // heartbeat record is ours; else take the entry back out and free nothing.
+                // (A local filesystem writes through our descriptors: nothing to check.)
                 let beat = f.inside(BEAT);
                 let shown = f.dir.shown(&beat);
-                let ours = match f.open_lock()? {
-                    Some(d) => lockdir::read_record(d.as_fd(), BEAT.as_ref(), &shown)?
-                        .is_some_and(|(c, _)| lockdir::is_ours(&c, &rec)),
-                    None => false,
-                };
+                let ours = !f.dir.remote()
+                    || match f.open_lock()? {
+                        Some(d) => lockdir::read_record(d.as_fd(), BEAT.as_ref(), &shown)?
+                            .is_some_and(|(c, _)| lockdir::is_ours(&c, &rec)),
+                        None => false,
+                    };
                 if !ours {
                     let parent = f.dir.fd()?;
                     let _ = unlinkat(parent, &claimed, UnlinkatFlags::NoRemoveDir);

@@ -67,7 +67,7 @@ use std::time::{Duration, Instant};
 
 use nix::dir::Dir;
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, openat, readlinkat, renameat};
+use nix::fcntl::{AtFlags, OFlag, openat, readlinkat};
 use nix::sys::stat::{FileStat, Mode as FileMode, UtimensatFlags, fstatat, mkdirat, utimensat};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
@@ -788,7 +788,7 @@ impl Symlink {
         let target = rec.render();
         let name = self.files.dir.name.clone();
         match self.files.make_link(&target, Path::new(&name))? {
-            Ok(true) => return self.finish_exclusive(rec, target).map(Some),
+            Ok(true) => return self.finish_exclusive(rec, target),
             Ok(false) => {}
             Err(e) => return Err(self.files.io("cannot create lock", e)),
         }
@@ -799,29 +799,24 @@ impl Symlink {
         Ok(Some(Attempt::Busy(holders)))
     }
 
-    /// Holding exclusively: fencing token (rewriting NAME if the speculated one was
-    /// overtaken), state "not cleanly released" until our release says otherwise.
-    fn finish_exclusive(&mut self, mut rec: Record, mut target: String) -> Result<Attempt> {
+    /// Holding exclusively: fencing token, state "not cleanly released" until our release
+    /// says otherwise. `Ok(None)`: the token NAME names was overtaken (someone took and
+    /// released the lock between our read of the state and our symlink); NAME is given back
+    /// and the caller looks again. Rewriting NAME instead (a rename over it) would replace a
+    /// successor's lock if we stalled here past stale_after and were broken meanwhile.
+    fn finish_exclusive(&mut self, rec: Record, target: String) -> Result<Option<Attempt>> {
         let name = self.files.dir.name.clone();
+        let mut overtaken = false;
         let r = (|| -> Result<()> {
             let f = &mut self.files;
             let state = f.dir.read_state()?;
             let token = owner::next_token(state);
+            if rec.token != Some(token) {
+                overtaken = true;
+                return Ok(());
+            }
             if state.is_some_and(|s| !s.clean) {
                 self.judge.broke = true;
-            }
-            if rec.token != Some(token) {
-                rec.token = Some(token);
-                let text = rec.render();
-                let tmp = f.dir.beside(&format!(".{}.new", rec.nonce));
-                let parent = f.fd()?;
-                let r = symlinkat(text.as_str(), parent, tmp.as_os_str())
-                    .and_then(|()| renameat(parent, tmp.as_os_str(), parent, name.as_os_str()));
-                if let Err(e) = r {
-                    let _ = unlinkat(parent, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
-                    return Err(f.io("cannot write owner record of", e));
-                }
-                target = text;
             }
             f.dir.write_state(super::owner::State {
                 token,
@@ -833,6 +828,15 @@ impl Symlink {
             }
             Ok(())
         })();
+        if overtaken {
+            debug!(
+                "fencing token {} was overtaken while we took {}: giving it back",
+                rec.token.unwrap_or_default(),
+                self.files.path().display()
+            );
+            self.files.unlink_if(&name, &target);
+            return Ok(None);
+        }
         self.held = Some(Held::Exclusive {
             rec: rec.clone(),
             target,
@@ -843,7 +847,7 @@ impl Symlink {
         }
         self.unmark_waiting();
         self.files.tidy_groups();
-        Ok(self.judge.acquired(&mut self.wake, rec.token))
+        Ok(Some(self.judge.acquired(&mut self.wake, rec.token)))
     }
 
     /// One shared attempt. `Ok(None)`: something changed, look again.

@@ -17,6 +17,9 @@
 //!   left on the server; a wrong password 77, a closed port 69, a missing parent or database
 //!   78; PostgreSQL ending idle sessions sooner than the heartbeat and etcd granting leases
 //!   longer than `stale_after` are `FAIL` (78) naming what to set.
+//! - over TLS (FTPS explicit on libunftp, implicit on vsftpd; etcd `https://`) with a private
+//!   CA as `ca_file`: 0 as in plain, nothing left; the system CAs instead refuse the test leaf:
+//!   69 in one `ERROR unavailable:` line naming `ca_file`, the password shown nowhere.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -857,6 +860,158 @@ fn ftp_verify_without_the_right_to_write_beside_the_lock_is_denied() {
     assert!(probes_left(&locks).is_empty());
 }
 
+/// A server whose certificate the trust given does not verify: 69 in exactly one
+/// `ERROR unavailable:` line on stderr naming `ca_file`, and `secret` shown nowhere.
+fn refused_untrusted(what: &str, o: &Output, secret: &str) {
+    refused(what, o, 69, "unavailable", "ca_file");
+    assert_eq!(
+        stderr(o).lines().count(),
+        1,
+        "{what}: more than one line on stderr: {}",
+        stderr(o)
+    );
+    assert!(
+        !stdout(o).contains(secret) && !stderr(o).contains(secret),
+        "{what}: the password shows: stdout {} stderr {}",
+        stdout(o),
+        stderr(o)
+    );
+}
+
+/// verify over FTPS (`mode`: explicit or implicit) against `start(leaf chain, leaf key)`, a
+/// server that requires TLS with a leaf of a private CA: with that CA as `ca_file`, by profile
+/// and by address, 0 with every line ok, the login over TLS, nothing left beside the lock;
+/// without `ca_file` the system CAs (the machine's bundle, or `$SSL_CERT_FILE` naming an
+/// unrelated CA) refuse the leaf: 69 in one `ERROR unavailable:` line naming `ca_file`,
+/// the password shown nowhere.
+fn ftps_verify<S: crate::ftp_server::TestFtp>(
+    mode: &str,
+    start: impl FnOnce(&Path, &Path) -> Option<S>,
+) {
+    use crate::ftp_server::PASSWORD;
+    let Some(pki) = TestPki::new() else {
+        return;
+    };
+    let Some(srv) = start(&pki.leaf, &pki.key) else {
+        return;
+    };
+    let (port, user, ca) = (srv.port(), srv.user(), pki.ca.display());
+    // stale_after 10 s, as `ftp_verify`'s `pv`: room for a TLS login on a loaded machine.
+    let sb = Sandbox::new(&format!(
+        r#"
+[profile.tls]
+backend = "ftp"
+host = "127.0.0.1"
+port = {port}
+user = "{user}"
+password = "{PASSWORD}"
+tls = "{mode}"
+ca_file = "{ca}"
+path = "locks/p"
+stale_after = "10s"
+
+[profile.untrusted]
+backend = "ftp"
+host = "127.0.0.1"
+port = {port}
+user = "{user}"
+password = "{PASSWORD}"
+tls = "{mode}"
+path = "locks/p"
+stale_after = "10s"
+"#
+    ));
+    let before = std::fs::read_dir(srv.path("locks")).unwrap().count();
+    let login = match mode {
+        "explicit" => "explicit FTPS (AUTH TLS), certificate verified",
+        _ => "implicit FTPS, certificate verified",
+    };
+    let o = verify_out(sb.cmd(["verify", "tls"]), &[]);
+    let mut problems = passes(&o, &FTP_OK, &["server clock", "idle timeout"]);
+    match line(&stdout(&o), "login") {
+        Some(("ok", d)) if d.contains(login) => {}
+        got => problems.push(format!("login: {got:?}, {login:?} expected")),
+    }
+    if stdout(&o).contains(PASSWORD) {
+        problems.push("the password shows in the report".into());
+    }
+    verdict(
+        &format!("verify tls ({mode}) on {}", srv.name()),
+        &o,
+        &problems,
+    );
+    let query = match mode {
+        "explicit" => format!("ca_file={ca}"),
+        _ => format!("tls=implicit&ca_file={ca}"),
+    };
+    let addr = format!("ftps://{user}@127.0.0.1:{port}/locks/p?{query}");
+    let o = verify_out(
+        sb.cmd(["verify", &addr]),
+        &[("LOCKSMITH_PASSWORD", PASSWORD)],
+    );
+    let mut problems = passes(&o, &FTP_OK, &[]);
+    if !stdout(&o).starts_with(&format!("locksmith verify {addr}: backend ftp")) {
+        problems.push("the header does not name the address".into());
+    }
+    if stdout(&o).contains(PASSWORD) {
+        problems.push("the password shows in the report".into());
+    }
+    verdict(&format!("verify {addr} on {}", srv.name()), &o, &problems);
+    let left: Vec<String> = std::fs::read_dir(srv.path("locks"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".verify."))
+        .collect();
+    assert!(left.is_empty(), "{}: verify left {left:?}", srv.name());
+    assert_eq!(
+        std::fs::read_dir(srv.path("locks")).unwrap().count(),
+        before,
+        "{}: verify left something beside the lock",
+        srv.name()
+    );
+    assert!(!srv.path("locks/p").exists(), "verify took the lock");
+
+    // The wrong trust: the machine's own CA bundle, then one that holds an unrelated CA.
+    let mut c = sb.cmd(["verify", "untrusted"]);
+    c.env_remove("SSL_CERT_FILE");
+    let o = verify_out(c, &[]);
+    refused_untrusted(&format!("verify untrusted ({mode})"), &o, PASSWORD);
+    let addr = format!("ftps://{user}@127.0.0.1:{port}/locks/p");
+    let addr = match mode {
+        "explicit" => addr,
+        _ => format!("{addr}?tls=implicit"),
+    };
+    let o = verify_out(
+        sb.cmd(["verify", &addr]),
+        &[
+            ("LOCKSMITH_PASSWORD", PASSWORD),
+            ("SSL_CERT_FILE", &pki.other_ca.display().to_string()),
+        ],
+    );
+    refused_untrusted(&format!("verify {addr} (another CA)"), &o, PASSWORD);
+    assert_eq!(
+        std::fs::read_dir(srv.path("locks")).unwrap().count(),
+        before,
+        "{}: an untrusted verify left something beside the lock",
+        srv.name()
+    );
+}
+
+#[test]
+fn ftps_explicit_libunftp_verify_passes_with_ca_file_and_the_system_cas_are_69() {
+    ftps_verify("explicit", |leaf, key| {
+        Some(crate::ftp_server::FtpServer::start_tls(leaf, key))
+    });
+}
+
+#[test]
+fn ftps_implicit_vsftpd_verify_passes_with_ca_file_and_the_system_cas_are_69() {
+    use crate::ftp_debian::{DebianFtp, Server};
+    ftps_verify("implicit", |leaf, key| {
+        DebianFtp::start_implicit_tls(Server::Vsftpd, leaf, key)
+    });
+}
+
 /// The PostgreSQL report's relied-on lines.
 const PG_OK: [&str; 7] = [
     "connect",
@@ -1072,4 +1227,70 @@ fn etcd_verify_fails_a_minimum_lease_longer_than_stale_after() {
     let (keys, leases) = etcd_leftovers(&e);
     assert!(keys.is_empty(), "verify left keys {keys:?}");
     assert_eq!(leases, "found 0 leases", "verify left leases");
+}
+
+/// `https://` endpoints with the private CA as `ca_file`, by profile and by address
+/// (`etcds://`): 0 with every line ok, no key or lease left; without `ca_file` the system CAs
+/// (the machine's bundle, or `$SSL_CERT_FILE` naming an unrelated CA) refuse the member's
+/// leaf: 69 in one `ERROR unavailable:` line naming `ca_file`, the password shown nowhere.
+#[test]
+fn etcd_tls_verify_passes_with_ca_file_and_the_system_cas_are_69() {
+    const SECRET: &str = "etcd-pw-do-not-log";
+    let Some(pki) = TestPki::new() else {
+        return;
+    };
+    let Some(e) = crate::etcd::Etcd::start_with(Some((&pki.ca, &pki.leaf, &pki.key))) else {
+        return;
+    };
+    let (port, ca) = (e.port, pki.ca.display());
+    let sb = Sandbox::new(&format!(
+        r#"
+[profile.tls]
+backend = "etcd"
+endpoints = ["https://127.0.0.1:{port}"]
+prefix = "/t/e"
+ca_file = "{ca}"
+
+[profile.untrusted]
+backend = "etcd"
+endpoints = ["https://127.0.0.1:{port}"]
+prefix = "/t/e"
+user = "root"
+password = "{SECRET}"
+"#
+    ));
+    let o = verify_out(sb.cmd(["verify", "tls"]), &[]);
+    let mut problems = passes(&o, &ETCD_OK, &["leader change", "server clock"]);
+    if !stdout(&o).contains(&format!("https://127.0.0.1:{port}")) {
+        problems.push("the report does not name the https:// endpoint".into());
+    }
+    verdict("verify tls (etcd over https)", &o, &problems);
+    let addr = format!("etcds://127.0.0.1:{port}/t/e?ca_file={ca}&stale_after=3s&keepalive=500ms");
+    let o = verify_out(sb.cmd(["verify", &addr]), &[]);
+    let problems = passes(&o, &ETCD_OK, &[]);
+    verdict(&format!("verify {addr}"), &o, &problems);
+    let (keys, leases) = etcd_leftovers(&e);
+    assert!(keys.is_empty(), "verify left keys {keys:?}");
+    assert_eq!(leases, "found 0 leases", "verify left leases");
+    assert_eq!(e.keys("/t/e"), "", "verify touched the lock's prefix");
+
+    // The wrong trust: the machine's own CA bundle, then one that holds an unrelated CA.
+    let mut c = sb.cmd(["verify", "untrusted"]);
+    c.env_remove("SSL_CERT_FILE");
+    let o = verify_out(c, &[]);
+    refused_untrusted("verify untrusted (etcd)", &o, SECRET);
+    let addr = format!("etcds://root@127.0.0.1:{port}/t/e");
+    let o = verify_out(
+        sb.cmd(["verify", &addr]),
+        &[
+            ("LOCKSMITH_PASSWORD", SECRET),
+            ("SSL_CERT_FILE", &pki.other_ca.display().to_string()),
+        ],
+    );
+    refused_untrusted(&format!("verify {addr} (another CA)"), &o, SECRET);
+    let (keys, leases) = etcd_leftovers(&e);
+    assert!(
+        keys.is_empty() && leases == "found 0 leases",
+        "{keys:?} {leases}"
+    );
 }

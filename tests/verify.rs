@@ -935,6 +935,10 @@ stale_after = "10s"
     if stdout(&o).contains(PASSWORD) {
         problems.push("the password shows in the report".into());
     }
+    // The lock is named by what it is: an ftps:// URL, never a plain ftp:// one.
+    if !stdout(&o).contains("ftps://") || stdout(&o).contains("ftp://") {
+        problems.push("the report does not name the lock by an ftps:// URL".into());
+    }
     verdict(
         &format!("verify tls ({mode}) on {}", srv.name()),
         &o,

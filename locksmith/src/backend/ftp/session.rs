@@ -598,8 +598,13 @@ impl Session {
 
 /// `ftp://user@host:port/path` for messages (never the password).
 pub(super) fn url_of(cfg: &FtpConfig) -> String {
+    let (scheme, query) = match cfg.tls {
+        Tls::None => ("ftp", ""),
+        Tls::Explicit => ("ftps", ""),
+        Tls::Implicit => ("ftps", "?tls=implicit"),
+    };
     format!(
-        "ftp://{}@{}:{}/{}",
+        "{scheme}://{}@{}:{}/{}{query}",
         cfg.user,
         cfg.host,
         cfg.port,

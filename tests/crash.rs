@@ -544,3 +544,79 @@ fn stalled_holder_then_waiter(
     let w = output_within(w, Duration::from_secs(60));
     (w, h.wait_with_output().unwrap())
 }
+
+/// A holder that stalls while taking the lock writes its token state late — after the
+/// breaker that took over and the holders after it wrote theirs. The fencing tokens every
+/// critical section saw must still strictly increase in the order they ran: a late state
+/// write must not make a token be issued twice. The stalled holder is in another pid
+/// namespace (only silence breaks it); short holders here take the lock one after another
+/// until it has finished, and twice more.
+///
+/// Fails today for mkdir, link and symlink (token 2 after ~600: the late write of token 1
+/// rolls the state back): the state is one name renamed over, and a write that lands late
+/// cannot be kept from replacing a newer one on a path-based network filesystem. The
+/// critical sections never overlap (the late taker gives the lock back); only the tokens
+/// repeat. Issue 12's note has the analysis and a proposed fix (tokens taken by exclusive
+/// create).
+#[test]
+#[ignore = "issue 12: a taker stalled past stale_after writes its token state late and a token is issued again; see the note"]
+fn late_state_write_of_a_stalled_taker_never_reissues_a_token() {
+    let Some(pidns) = other_pidns() else { return };
+    let sb = Sandbox::standard();
+    let cs = r#"echo "$LOCKSMITH_TOKEN" >> "$0""#;
+    let mut problems = Vec::new();
+    for (p, lock) in [
+        ("fast", "fast.lock"),
+        ("lfast", "lfast.lock"),
+        ("sfast", "sfast.lock"),
+    ] {
+        let log = sb.join(&format!("{p}.tokens"));
+        let lock = sb.join(lock);
+        let mut h = sb.cmd_via(
+            pidns,
+            ["-v", "--wait", "30s", "run", p, "--", "sh", "-c", cs],
+        );
+        h.arg(&log)
+            .env("LOCKSMITH_TEST_STALL_TAKING_MS", "4000")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut h = h.spawn().unwrap();
+        let t0 = Instant::now();
+        while fs::symlink_metadata(&lock).is_err() {
+            assert!(t0.elapsed() < T, "{p}: the stalled holder never got going");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let short = || {
+            let mut c = sb.cmd(["--wait", "30s", "run", p, "--", "sh", "-c", cs]);
+            c.arg(&log);
+            let o = output_within(c, Duration::from_secs(60));
+            assert_eq!(code(o.status), 0, "{p}: a short holder: {}", stderr(&o));
+        };
+        let mut after = 0;
+        while after < 2 {
+            short();
+            if h.try_wait().unwrap().is_some() {
+                after += 1;
+            }
+        }
+        let h = h.wait_with_output().unwrap();
+        assert_eq!(code(h.status), 0, "{p}: stalled holder: {}", stderr(&h));
+        let tokens: Vec<u64> = fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        if let Some(w) = tokens.windows(2).find(|w| w[0] >= w[1]) {
+            problems.push(format!(
+                "{p}: token {} after {} ({} critical sections)",
+                w[1],
+                w[0],
+                tokens.len()
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "a token was issued twice: {problems:#?}"
+    );
+}

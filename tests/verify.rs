@@ -746,6 +746,24 @@ const FTP_OK: [&str; 9] = [
     "reconnect",
 ];
 
+/// Nothing verify made is left in the FTP server's `locks` (which held `before` entries), and
+/// the lock `locks/p` was never taken.
+fn ftp_left_nothing(srv: &dyn crate::ftp_server::TestFtp, before: usize) {
+    let left: Vec<String> = std::fs::read_dir(srv.path("locks"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".verify."))
+        .collect();
+    assert!(left.is_empty(), "{}: verify left {left:?}", srv.name());
+    assert_eq!(
+        std::fs::read_dir(srv.path("locks")).unwrap().count(),
+        before,
+        "{}: verify left something beside the lock",
+        srv.name()
+    );
+    assert!(!srv.path("locks/p").exists(), "verify took the lock");
+}
+
 /// verify on `srv` by profile and by address: 0, every line ok, nothing left beside the
 /// lock; a wrong password 77 (never shown), a closed port 69, a missing parent 78.
 fn ftp_verify(srv: &dyn crate::ftp_server::TestFtp) {
@@ -781,19 +799,7 @@ fn ftp_verify(srv: &dyn crate::ftp_server::TestFtp) {
         "{}",
         stdout(&o)
     );
-    let left: Vec<String> = std::fs::read_dir(srv.path("locks"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains(".verify."))
-        .collect();
-    assert!(left.is_empty(), "{}: verify left {left:?}", srv.name());
-    assert_eq!(
-        std::fs::read_dir(srv.path("locks")).unwrap().count(),
-        before,
-        "{}: verify left something beside the lock",
-        srv.name()
-    );
-    assert!(!srv.path("locks/p").exists(), "verify took the lock");
+    ftp_left_nothing(srv, before);
 
     let o = verify_out(sb.cmd(["verify", "wrongpw"]), &[]);
     refused("verify wrongpw", &o, 77, "denied", "refused the login");
@@ -961,19 +967,7 @@ stale_after = "10s"
         problems.push("the password shows in the report".into());
     }
     verdict(&format!("verify {addr} on {}", srv.name()), &o, &problems);
-    let left: Vec<String> = std::fs::read_dir(srv.path("locks"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains(".verify."))
-        .collect();
-    assert!(left.is_empty(), "{}: verify left {left:?}", srv.name());
-    assert_eq!(
-        std::fs::read_dir(srv.path("locks")).unwrap().count(),
-        before,
-        "{}: verify left something beside the lock",
-        srv.name()
-    );
-    assert!(!srv.path("locks/p").exists(), "verify took the lock");
+    ftp_left_nothing(&srv, before);
 
     // The wrong trust: the machine's own CA bundle, then one that holds an unrelated CA.
     let mut c = sb.cmd(["verify", "untrusted"]);

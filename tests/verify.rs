@@ -1125,18 +1125,19 @@ const ETCD_OK: [&str; 9] = [
     "lease expiry",
 ];
 
-/// Keys of verify's, and leases, on `e`'s cluster.
-fn etcd_leftovers(e: &crate::etcd::Etcd) -> (Vec<String>, String) {
+/// verify left no key of its own and no lease on `e`'s cluster.
+fn etcd_left_nothing(e: &crate::etcd::Etcd) {
     let o = e.ctl(&["get", "--prefix", "--keys-only", ""]);
     assert!(o.status.success(), "etcdctl get: {}", stderr(&o));
-    let keys = stdout(&o)
+    let keys: Vec<String> = stdout(&o)
         .lines()
         .filter(|l| l.contains(".verify."))
         .map(str::to_string)
         .collect();
+    assert!(keys.is_empty(), "verify left keys {keys:?}");
     let o = e.ctl(&["lease", "list"]);
     assert!(o.status.success(), "etcdctl lease list: {}", stderr(&o));
-    (keys, stdout(&o).trim().to_string())
+    assert_eq!(stdout(&o).trim(), "found 0 leases", "verify left leases");
 }
 
 #[test]
@@ -1160,9 +1161,7 @@ fn etcd_verify_passes_by_profile_and_address_and_leaves_nothing() {
     let o = verify_out(sb.cmd(["verify", &addr]), &[]);
     let problems = passes(&o, &ETCD_OK, &[]);
     verdict(&format!("verify {addr}"), &o, &problems);
-    let (keys, leases) = etcd_leftovers(&e);
-    assert!(keys.is_empty(), "verify left keys {keys:?}");
-    assert_eq!(leases, "found 0 leases", "verify left leases");
+    etcd_left_nothing(&e);
     assert_eq!(e.keys("/t/e"), "", "verify touched the lock's prefix");
     let o = verify_out(sb.cmd(["verify", "eclosed"]), &[]);
     refused("verify eclosed", &o, 69, "unavailable", "cannot connect");
@@ -1222,9 +1221,7 @@ fn etcd_verify_fails_a_minimum_lease_longer_than_stale_after() {
         "{}",
         stdout(&o)
     );
-    let (keys, leases) = etcd_leftovers(&e);
-    assert!(keys.is_empty(), "verify left keys {keys:?}");
-    assert_eq!(leases, "found 0 leases", "verify left leases");
+    etcd_left_nothing(&e);
 }
 
 /// `https://` endpoints with the private CA as `ca_file`, by profile and by address
@@ -1267,9 +1264,7 @@ password = "{SECRET}"
     let o = verify_out(sb.cmd(["verify", &addr]), &[]);
     let problems = passes(&o, &ETCD_OK, &[]);
     verdict(&format!("verify {addr}"), &o, &problems);
-    let (keys, leases) = etcd_leftovers(&e);
-    assert!(keys.is_empty(), "verify left keys {keys:?}");
-    assert_eq!(leases, "found 0 leases", "verify left leases");
+    etcd_left_nothing(&e);
     assert_eq!(e.keys("/t/e"), "", "verify touched the lock's prefix");
 
     // The wrong trust: the machine's own CA bundle, then one that holds an unrelated CA.
@@ -1286,9 +1281,5 @@ password = "{SECRET}"
         ],
     );
     refused_untrusted(&format!("verify {addr} (another CA)"), &o, SECRET);
-    let (keys, leases) = etcd_leftovers(&e);
-    assert!(
-        keys.is_empty() && leases == "found 0 leases",
-        "{keys:?} {leases}"
-    );
+    etcd_left_nothing(&e);
 }

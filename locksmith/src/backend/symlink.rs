@@ -806,14 +806,13 @@ impl Symlink {
     /// successor's lock if we stalled here past stale_after and were broken meanwhile.
     fn finish_exclusive(&mut self, rec: Record, target: String) -> Result<Option<Attempt>> {
         let name = self.files.dir.name.clone();
-        let mut overtaken = false;
-        let r = (|| -> Result<()> {
+        // Ok(true): overtaken.
+        let r = (|| -> Result<bool> {
             let f = &mut self.files;
             let state = f.dir.read_state()?;
             let token = owner::next_token(state);
             if rec.token != Some(token) {
-                overtaken = true;
-                return Ok(());
+                return Ok(true);
             }
             if state.is_some_and(|s| !s.clean) {
                 self.judge.broke = true;
@@ -826,9 +825,9 @@ impl Symlink {
                 self.beats = 0;
                 f.write_beat_record(&rec, 0)?;
             }
-            Ok(())
+            Ok(false)
         })();
-        if overtaken {
+        if let Ok(true) = r {
             debug!(
                 "fencing token {} was overtaken while we took {}: giving it back",
                 rec.token.unwrap_or_default(),

@@ -380,8 +380,8 @@ fn killed_link_holder_is_broken_at_once() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
-/// A holder that stalls while taking the lock — here in its token-state write, as a network
-/// filesystem under load can — for longer than stale_after is silent to a waiter, which may
+/// A holder that stalls while taking the lock — here just after taking its fencing token, as
+/// a network filesystem under load can — for longer than stale_after is silent to a waiter, which may
 /// legally break in. The stalled one must then give the lock back and wait its turn: its
 /// command never runs beside the breaker's, and commands run in fencing-token order. For
 /// every file backend that heartbeats; the stalled holder is in another pid namespace, so
@@ -405,7 +405,7 @@ fn holder_stalled_while_taking_the_lock_gives_it_back() {
             &sb,
             pidns,
             p,
-            ("LOCKSMITH_TEST_STALL_TAKING_MS", "4000"),
+            ("LOCKSMITH_TEST_STALL_TAKEN_MS", "4000"),
             cs,
             || fs::symlink_metadata(&lock).is_ok(),
             cs,
@@ -427,7 +427,7 @@ fn holder_stalled_while_taking_the_lock_gives_it_back() {
                 s.parse().unwrap()
             })
             .collect();
-        assert_eq!(tokens.len(), 2, "{p}: {lines:?}");
+        assert_eq!(tokens.len(), 2, "{p}: {lines:?}; stalled holder: {herr}");
         assert!(tokens[0] < tokens[1], "{p}: tokens out of order: {lines:?}");
         assert_eq!(code(w.status), 0, "{p}: breaker: {}", stderr(&w));
         assert_eq!(code(h.status), 0, "{p}: stalled holder: {herr}");
@@ -545,21 +545,18 @@ fn stalled_holder_then_waiter(
     (w, h.wait_with_output().unwrap())
 }
 
-/// A holder that stalls while taking the lock writes its token state late — after the
-/// breaker that took over and the holders after it wrote theirs. The fencing tokens every
-/// critical section saw must still strictly increase in the order they ran: a late state
-/// write must not make a token be issued twice. The stalled holder is in another pid
-/// namespace (only silence breaks it); short holders here take the lock one after another
-/// until it has finished, and twice more.
+/// A holder that stalls while taking the lock — just before it moves the token state on —
+/// writes it late: after the breaker that took over and the holders after it wrote theirs.
+/// The fencing tokens every critical section saw must still strictly increase in the order
+/// they ran: a late state write must not make a token be issued twice. The stalled holder is
+/// in another pid namespace (only silence breaks it); short holders here take the lock one
+/// after another until it has finished, and twice more.
 ///
-/// Fails today for mkdir, link and symlink (token 2 after ~600: the late write of token 1
-/// rolls the state back): the state is one name renamed over, and a write that lands late
-/// cannot be kept from replacing a newer one on a path-based network filesystem. The
-/// critical sections never overlap (the late taker gives the lock back); only the tokens
-/// repeat. Issue 12's note has the analysis and a proposed fix (tokens taken by exclusive
-/// create).
+/// When the state was one name renamed over, the late write of token 1 rolled it back and
+/// tokens 2, 3, … were issued again after ~600 (mkdir, link and symlink alike). Now the
+/// state moves by renaming its exact name (`lockdir::state`): the late rename finds its name
+/// gone, and the stalled holder says its token was overtaken and looks again.
 #[test]
-#[ignore = "issue 12: a taker stalled past stale_after writes its token state late and a token is issued again; see the note"]
 fn late_state_write_of_a_stalled_taker_never_reissues_a_token() {
     let Some(pidns) = other_pidns() else { return };
     let sb = Sandbox::standard();
@@ -601,6 +598,11 @@ fn late_state_write_of_a_stalled_taker_never_reissues_a_token() {
         }
         let h = h.wait_with_output().unwrap();
         assert_eq!(code(h.status), 0, "{p}: stalled holder: {}", stderr(&h));
+        assert!(
+            stderr(&h).contains("was overtaken"),
+            "{p}: the stalled holder's late state write was not refused: {}",
+            stderr(&h)
+        );
         let tokens: Vec<u64> = fs::read_to_string(&log)
             .unwrap()
             .lines()

@@ -567,7 +567,7 @@ fn a_planted_token_state_is_refused_the_same_way_by_every_file_backend() {
     for p in ["f", "m", "l", "s"] {
         let state = sb.join(&format!("shared/.{p}.lock.state"));
         let s = state.to_str().unwrap();
-        let plants: [(&[&str], &[&str]); 5] = [
+        let plants: [(&[&str], &[&str]); 6] = [
             (
                 &["sh", "-c", &format!("echo 7 > {s}")],
                 &["is a regular file"],
@@ -577,6 +577,14 @@ fn a_planted_token_state_is_refused_the_same_way_by_every_file_backend() {
             (&["ln", "-s", "garbage", s], &["says \"garbage\""]),
             (
                 &["ln", "-s", &max, s],
+                &["cannot issue a fencing token after it"],
+            ),
+            (
+                &[
+                    "sh",
+                    "-c",
+                    &format!("mkdir {s} && ln -s x {s}/state~1~{}~1", u64::MAX),
+                ],
                 &["cannot issue a fencing token after it"],
             ),
         ];

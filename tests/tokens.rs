@@ -115,3 +115,37 @@ fn run_exports_the_token() {
     let b = sb.output(["run", "m", "--", "sh", "-c", "echo $LOCKSMITH_TOKEN"]);
     assert_eq!((stdout(&a), stdout(&b)), ("1\n".into(), "2\n".into()));
 }
+
+/// A lock whose state an earlier version kept (the symlink `.NAME.state`, `locksmith-state
+/// v=1 token=N clean=C`) goes on from it: the next token is N+1, `prev=crashed` follows C, and
+/// the state is a directory from then on (LAYOUT.md). Every file backend.
+#[test]
+fn tokens_go_on_from_the_earlier_state_format() {
+    let sb = Sandbox::standard();
+    for (p, n, clean) in [("f", 41, 1), ("m", 7, 0), ("l", 1000, 1), ("s", 3, 0)] {
+        let state = sb.join(&format!(".{p}.lock.state"));
+        std::os::unix::fs::symlink(
+            format!("locksmith-state v=1 token={n} clean={clean}"),
+            &state,
+        )
+        .unwrap();
+        let h = sb.hold([p]);
+        let line = h.ok().to_string();
+        assert_eq!(token_of(&line), n + 1, "{p}: {line:?}");
+        assert_eq!(line.contains(" prev=crashed"), clean == 0, "{p}: {line:?}");
+        drop(h);
+        assert!(
+            std::fs::symlink_metadata(&state).unwrap().is_dir(),
+            "{p}: the state is not a directory now"
+        );
+        let h = sb.hold([p]);
+        let line = h.ok().to_string();
+        assert_eq!(token_of(&line), n + 2, "{p}: {line:?}");
+        assert!(!line.contains(" prev=crashed"), "{p}: {line:?}");
+        let names: Vec<String> = std::fs::read_dir(&state)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, [format!("state~1~{}~0", n + 2)], "{p}");
+    }
+}

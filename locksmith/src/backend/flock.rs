@@ -40,7 +40,7 @@ use nix::sys::stat::Mode as FileMode;
 
 use super::BackendConfig;
 use super::lockdir::FsConfig;
-use super::owner::{self, State};
+use super::lockdir::state::{self, StateAt};
 use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint, refuse_break};
 use crate::error::{Error, Result};
 use crate::host;
@@ -100,48 +100,53 @@ impl Flock {
         Some((fd, name.clone(), dir.join(name)))
     }
 
+    /// `f` on the state beside the semaphore file; `None` if its directory cannot be opened.
+    fn with_state<T>(&self, f: impl FnOnce(&StateAt<'_>) -> Result<T>) -> Option<Result<T>> {
+        let (dir, name, shown) = self.state_at()?;
+        Some(f(&StateAt {
+            dir: dir.as_fd(),
+            name: &name,
+            shown: &shown,
+            remote: false,
+            mode: self.cfg.file_mode,
+            group: self.cfg.group,
+        }))
+    }
+
     /// Holding: the fencing token and whether the last exclusive holder released cleanly.
     /// Exclusive holders take the next token (written while holding, so serialised among
     /// locksmith users); shared ones report the current write epoch. Only locksmith keeps
     /// the state: flock(1) users on the same file neither see nor advance it. In a directory
     /// we cannot write, there are no tokens (flock itself does not need the directory).
     fn grant(&mut self) -> Result<Grant> {
-        let Some((dir, name, shown)) = self.state_at() else {
+        let shared = self.mode == Mode::Shared;
+        let Some(r) = self.with_state(|at| {
+            if shared {
+                state::read(at).map(|s| (s.map(|s| s.token), false))
+            } else {
+                state::issue(at).map(|(token, crashed)| (Some(token), crashed))
+            }
+        }) else {
             return Ok(Grant::default());
         };
-        let state = match owner::read_state(dir.as_fd(), &name, &shown) {
-            Ok(s) => s,
+        let r = r.map(|(token, prev_crashed)| {
+            if !shared {
+                self.token = token;
+            }
+            Grant {
+                token,
+                prev_crashed,
+            }
+        });
+        match r {
             // Something planted there: said as the other backends say it, never a token
             // silently dropped (issue 15).
-            Err(e) if e.kind() == crate::error::Kind::Config => return Err(e),
-            Err(e) => {
-                debug!("no fencing token: {e}");
-                return Ok(Grant::default());
-            }
-        };
-        if self.mode == Mode::Shared {
-            return Ok(Grant {
-                token: state.map(|s| s.token),
-                prev_crashed: false,
-            });
-        }
-        let token = super::owner::next_token(state);
-        let next = State {
-            token,
-            clean: false,
-        };
-        match owner::write_state(dir.as_fd(), &name, &shown, next) {
-            Ok(()) => {
-                self.token = Some(token);
-                Ok(Grant {
-                    token: Some(token),
-                    prev_crashed: state.is_some_and(|s| !s.clean),
-                })
-            }
+            Err(e) if e.kind() == crate::error::Kind::Config => Err(e),
             Err(e) => {
                 debug!("no fencing token: {e}");
                 Ok(Grant::default())
             }
+            ok => ok,
         }
     }
 
@@ -356,9 +361,7 @@ impl Backend for Flock {
     fn release(&mut self) -> Result<()> {
         // Still holding: say this acquisition ended cleanly, then close.
         if let Some(token) = self.token.take()
-            && let Some((dir, name, shown)) = self.state_at()
-            && let Err(e) =
-                owner::write_state(dir.as_fd(), &name, &shown, State { token, clean: true })
+            && let Some(Err(e)) = self.with_state(|at| state::mark_clean(at, token))
         {
             info!("{e}; the next holder will see prev=crashed");
         }

@@ -7,7 +7,7 @@
 //!                                record + heartbeat counter (a heartbeat record, lockdir.rs)
 //! PARENT/.NAME.<nonce>.tmp       a would-be lock file, hard-linked to NAME, then removed
 //! PARENT/.NAME.break             held (same scheme) by the one waiter breaking a dead lock
-//! PARENT/.NAME.state             symlink; the state record (last fencing token, clean?)
+//! PARENT/.NAME.state/            the state: one entry state~1~TOKEN~CLEAN (`lockdir::state`)
 //! ```
 //! To acquire, write the owner record into a unique temp file beside the lock, `link(2)` it to
 //! NAME, remove the temp file, and judge success by **what NAME holds, read fresh**: our
@@ -40,13 +40,13 @@ use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 
 use super::lockdir::FsConfig;
 use super::lockdir::{self, LockDir};
-use super::owner::{Record, State};
+use super::owner::Record;
 use super::stale::{Evidence, Holders, Judge, Observations};
 use super::wake::Wakeups;
 use super::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use super::{BackendConfig, Profile};
 use crate::error::{Error, Result, err};
-use crate::log::info;
+use crate::log::{debug, info};
 use crate::protocol::Mode;
 use crate::settings::Fields;
 use crate::watch::Watcher;
@@ -116,26 +116,24 @@ impl Link {
         }
     }
 
-    /// Holding: fencing token (rewriting the record if the speculated one was overtaken),
-    /// state marked "not cleanly released" until our release says otherwise.
-    fn finish_create(&mut self, rec: &mut Record) -> Result<bool> {
-        let dir = &mut self.files.dir;
-        let state = dir.read_state()?;
-        let token = super::owner::next_token(state);
-        if state.is_some_and(|s| !s.clean) {
+    /// Holding: exactly the fencing token our record names, the state marked "not cleanly
+    /// released" until our release says otherwise. `Ok(false)`: the state moved past it
+    /// (someone took and released the lock since we read it, or we stalled here and were
+    /// broken): NAME is given back if it still holds our record, and the caller looks again.
+    fn finish_create(&mut self, rec: &Record) -> Result<bool> {
+        let token = rec.token.unwrap_or(0);
+        let Some(prev_crashed) = self.files.dir.issue_token_exactly(token)? else {
+            debug!(
+                "fencing token {token} was overtaken while we took {}: giving it back",
+                self.cfg.path.display()
+            );
+            let name = self.files.dir.name.clone();
+            self.files.unlink_if(&name, rec.render_beat(0).as_bytes())?;
+            return Ok(false);
+        };
+        if prev_crashed {
             self.judge.broke = true;
         }
-        if rec.token != Some(token) {
-            rec.token = Some(token);
-            let (name, shown) = (dir.name.clone(), self.cfg.path.clone());
-            if !lockdir::write_beat(dir.fd()?, &name, &shown, rec, 0)? {
-                return Ok(false);
-            }
-        }
-        dir.write_state(State {
-            token,
-            clean: false,
-        })?;
         Ok(true)
     }
 
@@ -301,9 +299,9 @@ impl Backend for Link {
                 rec.token = Some(super::owner::next_token(self.files.dir.read_state()?));
                 match self.files.link_new(&rec, &name)? {
                     Linked::Ours => {
-                        match self.finish_create(&mut rec) {
+                        match self.finish_create(&rec) {
                             Ok(true) => {}
-                            Ok(false) => continue, // broken at once: look again
+                            Ok(false) => continue, // overtaken: look again
                             Err(e) => {
                                 let content = rec.render_beat(0);
                                 let _ = self.files.unlink_if(&name, content.as_bytes());
@@ -383,8 +381,7 @@ impl Backend for Link {
         };
         let (rec, _) = self.ours.take().expect("checked above");
         if let Some(token) = rec.token
-            && self.files.dir.read_state().ok().flatten().map(|s| s.token) == Some(token)
-            && let Err(e) = self.files.dir.write_state(State { token, clean: true })
+            && let Err(e) = self.files.dir.mark_clean(token)
         {
             info!("{e}; the next holder will see prev=crashed");
         }

@@ -42,6 +42,7 @@ use crate::error::{Error, Result, err, shown};
 use crate::settings::{Fields, KeyDoc, MAX_NAME, MAX_PATH, fmt_duration, parse_duration};
 
 pub mod probe;
+pub mod state;
 
 /// Settings of the filesystem backends.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -452,27 +453,43 @@ impl LockDir {
         self.parent.join(name)
     }
 
-    /// The state beside the lock (`.NAME.state`), `None` if there is none yet.
-    /// Read fresh on a network filesystem ([`read_state_fresh`]).
+    /// The state beside the lock (`.NAME.state`, see [`state`]), `None` if no token was
+    /// issued yet. Read fresh on a network filesystem.
     pub fn read_state(&mut self) -> Result<Option<State>> {
+        self.with_state(state::read)
+    }
+
+    /// Issues exactly `token`, holding the lock ([`state::issue_exactly`]): `Ok(None)` when
+    /// the state moved past it.
+    pub fn issue_token_exactly(&mut self, token: u64) -> Result<Option<bool>> {
+        let issued = self.with_state(|at| state::issue_exactly(at, token))?;
+        // A holder that stalls just after taking its token, before it can use it: the
+        // process's first token.
+        static STALLED: AtomicBool = AtomicBool::new(false);
+        if issued.is_some() {
+            test_stall(&STALLED, "LOCKSMITH_TEST_STALL_TAKEN_MS");
+        }
+        Ok(issued)
+    }
+
+    /// Marks our acquisition's state clean, still holding the lock ([`state::mark_clean`]).
+    pub fn mark_clean(&mut self, token: u64) -> Result<()> {
+        self.with_state(|at| state::mark_clean(at, token))
+    }
+
+    fn with_state<T>(&mut self, f: impl FnOnce(&state::StateAt<'_>) -> Result<T>) -> Result<T> {
         let name = self.beside(".state");
         let shown = self.shown(&name);
         self.fd()?;
-        let remote = self.remote();
-        read_state_fresh(self.fd()?, &name, &shown, remote)
-    }
-
-    /// Replaces the state; only while holding the lock.
-    pub fn write_state(&mut self, st: State) -> Result<()> {
-        // A holder that stalls while taking the lock (a network filesystem stalling on this
-        // write): the process's first acquisition write.
-        static STALLED: AtomicBool = AtomicBool::new(false);
-        if !st.clean {
-            test_stall(&STALLED, "LOCKSMITH_TEST_STALL_TAKING_MS");
-        }
-        let name = self.beside(".state");
-        let shown = self.shown(&name);
-        owner::write_state(self.fd()?, &name, &shown, st)
+        let (remote, mode, group) = (self.remote(), self.cfg.file_mode, self.cfg.group);
+        f(&state::StateAt {
+            dir: self.fd()?,
+            name: &name,
+            shown: &shown,
+            remote,
+            mode,
+            group,
+        })
     }
 
     /// The content of the regular file `name` beside the lock, read fresh ([`read_record`]).

@@ -11,7 +11,7 @@
 //! PARENT/NAME/claimed.<nonce>      the holder's record entry, renamed by breaker <nonce>
 //! PARENT/.NAME.<nonce>.new/        a lock being prepared (published by renameat2 NOREPLACE)
 //! PARENT/.NAME.<nonce>.tomb/       a released or broken lock on its way out
-//! PARENT/.NAME.state               symlink; the state record (last fencing token, clean?)
+//! PARENT/.NAME.state/              the state: one entry state~1~TOKEN~CLEAN (`lockdir::state`)
 //! ```
 //! The owner record is the *target of a symlink*: `readlink(2)` reads it atomically without
 //! opening a file inside the lock directory, so a reader can never cause NFS's `.nfsXXXX`
@@ -68,7 +68,7 @@ use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::lockdir::FsConfig;
 use super::lockdir::{self, LockDir};
-use super::owner::{Parsed, Record, State};
+use super::owner::{Parsed, Record};
 use super::stale::{Evidence, Holders, Judge};
 use super::wake::Wakeups;
 use super::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
@@ -162,27 +162,20 @@ impl Mkdir {
         }
     }
 
-    /// Holding the name now: take the next fencing token (rewriting the records if the
-    /// speculated token was overtaken), and mark the state "not cleanly released" until our
-    /// release says otherwise.
-    fn finish_create(&mut self, rec: &mut Record) -> Result<()> {
-        let f = &mut self.files;
-        let state = f.dir.read_state()?;
-        let token = super::owner::next_token(state);
-        if state.is_some_and(|s| !s.clean) {
+    /// Holding the name now: take exactly the fencing token our records name, marking the
+    /// state "not cleanly released" until our release says otherwise. `Ok(false)`: the state
+    /// moved past it (someone took and released the lock since we read it, or we stalled
+    /// here and were broken); the caller gives the name back and looks again.
+    fn finish_create(&mut self, rec: &Record) -> Result<bool> {
+        let token = rec.token.unwrap_or(0);
+        let Some(prev_crashed) = self.files.dir.issue_token_exactly(token)? else {
+            return Ok(false);
+        };
+        if prev_crashed {
             self.judge.broke = true;
         }
-        if rec.token != Some(token) {
-            rec.token = Some(token);
-            rec.since = super::owner::now_rfc3339();
-            f.rewrite_owner(rec)?;
-        }
-        f.dir.write_state(State {
-            token,
-            clean: false,
-        })?;
         trace!("took the name: nonce {} token {token}", rec.nonce);
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -223,7 +216,8 @@ impl Files {
             return Ok(None);
         }
         let mut rec = Record::ours(&self.profile);
-        // Speculate on the token, so the records rarely need rewriting once we hold the name.
+        // The token our records carry: once we hold the name exactly this one is taken, or
+        // the name given back (`finish_create`).
         rec.token = Some(super::owner::next_token(self.dir.read_state()?));
         let taken = if self.plain_mkdir {
             self.create_plain(&rec)?
@@ -388,48 +382,6 @@ impl Files {
             }
             Ok(()) => Ok(()),
         }
-    }
-
-    /// Rewrites our records (a new token): the owner symlink atomically (a new one renamed
-    /// over it), the heartbeat record in place — inside our own directory, whatever NAME is
-    /// by now: opened, and known ours by the heartbeat record we wrote in it. Written by
-    /// NAME's path, a stall past `stale_after` could plant our entry in a successor's lock,
-    /// which our release would then claim and free.
-    fn rewrite_owner(&mut self, rec: &Record) -> Result<()> {
-        let path = self.path().to_path_buf();
-        let broken = || err!(Lost, "lock {} was broken as we took it", path.display());
-        let Some(dir) = self.open_lock()? else {
-            return Err(broken());
-        };
-        let shown = self.dir.shown(self.inside(BEAT));
-        match lockdir::read_record(dir.as_fd(), BEAT.as_ref(), &shown)? {
-            Some((c, _)) if lockdir::is_ours(&c, rec) => {}
-            _ => return Err(broken()),
-        }
-        let owner = format!("{OWNER_PREFIX}{}", rec.nonce);
-        let tmp = format!("new.{}", rec.nonce);
-        let remote = self.dir.remote();
-        nix::unistd::symlinkat(rec.render().as_str(), &dir, tmp.as_str())
-            .and_then(
-                |()| match renameat(&dir, tmp.as_str(), &dir, owner.as_str()) {
-                    // GlusterFS was seen to refuse renaming a symlink over another (EEXIST).
-                    // There, waiters judge by the heartbeat record, which holds our whole record
-                    // meanwhile: replace the owner entry in two steps.
-                    Err(Errno::EEXIST) if remote => {
-                        let _ = unlinkat(&dir, owner.as_str(), UnlinkatFlags::NoRemoveDir);
-                        renameat(&dir, tmp.as_str(), &dir, owner.as_str())
-                    }
-                    r => r,
-                },
-            )
-            .map_err(|e| {
-                let _ = unlinkat(&dir, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
-                Error::path("cannot rewrite owner record in", &path, e.into())
-            })?;
-        if !lockdir::write_beat(dir.as_fd(), BEAT.as_ref(), &path, rec, 0)? {
-            return Err(broken());
-        }
-        Ok(())
     }
 
     fn open_lock(&mut self) -> Result<Option<OwnedFd>> {
@@ -755,15 +707,27 @@ impl Backend for Mkdir {
         let mut holders = Vec::new();
         for _ in 0..4 {
             if let Some(mut rec) = self.files.create()? {
-                if let Err(e) = self.finish_create(&mut rec) {
+                let r = self.finish_create(&rec);
+                if !matches!(r, Ok(true)) {
                     // Given back as a release does: claimed first (our owner entry, which
                     // exists only in our own directory), so a lock broken and taken by a
-                    // successor meanwhile is never freed.
+                    // successor meanwhile is never freed. No token of ours to mark clean.
+                    let token = rec.token.take();
                     self.ours = Some((rec, 0));
-                    if let Err(r) = self.release() {
-                        debug!("giving back what we made: {r}");
+                    if let Err(e) = self.release() {
+                        debug!("giving back what we made: {e}");
                     }
-                    return Err(e);
+                    match r {
+                        Ok(_) => {
+                            debug!(
+                                "fencing token {} was overtaken while we took {}: giving it back",
+                                token.unwrap_or_default(),
+                                self.files.path().display()
+                            );
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 let grant = self.judge.acquired(&mut self.wake, rec.token);
                 self.ours = Some((rec, 0));
@@ -877,8 +841,7 @@ impl Backend for Mkdir {
                 // Still holding the name: say this acquisition ended cleanly, unless the state
                 // moved on (only possible after a pause longer than stale_after).
                 if let Some(token) = rec.token
-                    && f.dir.read_state().ok().flatten().map(|s| s.token) == Some(token)
-                    && let Err(e) = f.dir.write_state(State { token, clean: true })
+                    && let Err(e) = f.dir.mark_clean(token)
                 {
                     info!("{e}; the next holder will see prev=crashed");
                 }

@@ -12,9 +12,8 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, readlinkat, renameat};
+use nix::fcntl::{AtFlags, readlinkat};
 use nix::sys::stat::{FileStat, fstatat};
-use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::Holder;
 use crate::error::{Error, Result, err};
@@ -213,11 +212,11 @@ mod tests {
     }
 }
 
-/// The state kept *beside* a lock (never inside it), written only while holding the lock:
+/// The state kept *beside* a lock (never inside it), changed only while holding the lock:
 /// the last fencing token issued and whether that acquisition ended in a clean release.
-/// Stored, like the owner record, as the target of a symlink (short enough to live in the
-/// inode), replaced atomically by `rename(2)`:
-/// `locksmith-state v=1 token=N clean=0|1`.
+/// Kept as a name, [`state_entry`] (`lockdir::state`, FTP's `tokens`); earlier versions of
+/// the file backends stored it as the target of the symlink `.NAME.state`,
+/// `locksmith-state v=1 token=N clean=0|1`, which is still read ([`State::parse`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct State {
     pub token: u64,
@@ -251,6 +250,29 @@ impl State {
             token: token?,
             clean: clean?,
         })
+    }
+}
+
+/// The name of a state *entry*, `state~1~TOKEN~CLEAN`: the state where it is kept as a name
+/// (the file backends' `.NAME.state/` directory, FTP's `NAME.state/`), advanced by renaming
+/// that exact name.
+pub fn state_entry(token: u64, clean: bool) -> String {
+    format!("state~{VERSION}~{token}~{}", clean as u8)
+}
+
+/// The state a [`state_entry`] name says; `None` for any other name.
+pub fn parse_state_entry(name: &str) -> Option<State> {
+    let f: Vec<&str> = name.split('~').collect();
+    match f.as_slice() {
+        ["state", v, token, clean] if *v == VERSION.to_string() => Some(State {
+            token: token.parse().ok()?,
+            clean: match *clean {
+                "1" => true,
+                "0" => false,
+                _ => return None,
+            },
+        }),
+        _ => None,
     }
 }
 
@@ -288,7 +310,7 @@ pub fn state_of((st, text): Look, shown: &Path) -> Result<State> {
             shown,
             st.st_mode,
             st.st_uid,
-            "a symbolic link locksmith wrote",
+            "the directory locksmith keeps there",
         ));
     };
     let state = State::parse(&String::from_utf8_lossy(text.as_bytes()));
@@ -310,20 +332,6 @@ pub fn state_of((st, text): Look, shown: &Path) -> Result<State> {
 pub fn next_token(state: Option<State>) -> u64 {
     // state_of refuses u64::MAX: no overflow here.
     state.map_or(1, |s| s.token + 1)
-}
-
-/// Replaces the state atomically: a new symlink beside it, renamed over it. Only called
-/// while holding the lock.
-pub fn write_state(parent: BorrowedFd<'_>, name: &OsStr, shown: &Path, st: State) -> Result<()> {
-    let mut tmp = OsString::from(name);
-    tmp.push(format!(".{}", crate::host::nonce()));
-    let r = nix::unistd::symlinkat(st.render().as_str(), parent, tmp.as_os_str())
-        .and_then(|()| renameat(parent, tmp.as_os_str(), parent, name));
-    if let Err(e) = r {
-        let _ = unlinkat(parent, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
-        return Err(Error::path("cannot write lock state", shown, e.into()));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

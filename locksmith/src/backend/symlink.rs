@@ -10,7 +10,7 @@
 //! PARENT/.NAME.s.<nonce>/r.<nonce>  symlink; a reader registered in it; target = its record
 //! PARENT/.NAME.w.<nonce>       symlink; a writer waiting (readers stop joining); its record
 //! PARENT/.NAME.break           symlink; held by the one waiter breaking a silent lock
-//! PARENT/.NAME.state           symlink; the state record (last fencing token, clean?)
+//! PARENT/.NAME.state/          the state: one entry state~1~TOKEN~CLEAN (`lockdir::state`)
 //! ```
 //! `symlink(2)` is atomic on local filesystems and NFS, and `readlink(2)` reads a record
 //! whole without opening a file: nothing is ever held open inside the group directory, so the
@@ -809,18 +809,12 @@ impl Symlink {
         // Ok(true): overtaken.
         let r = (|| -> Result<bool> {
             let f = &mut self.files;
-            let state = f.dir.read_state()?;
-            let token = owner::next_token(state);
-            if rec.token != Some(token) {
+            let Some(prev_crashed) = f.dir.issue_token_exactly(rec.token.unwrap_or(0))? else {
                 return Ok(true);
-            }
-            if state.is_some_and(|s| !s.clean) {
+            };
+            if prev_crashed {
                 self.judge.broke = true;
             }
-            f.dir.write_state(super::owner::State {
-                token,
-                clean: false,
-            })?;
             if f.remote() && !f.local {
                 self.beats = 0;
                 f.write_beat_record(&rec, 0)?;
@@ -1097,10 +1091,7 @@ impl Backend for Symlink {
                     ));
                 }
                 if let Some(token) = rec.token
-                    && f.dir.read_state().ok().flatten().map(|s| s.token) == Some(token)
-                    && let Err(e) = f
-                        .dir
-                        .write_state(super::owner::State { token, clean: true })
+                    && let Err(e) = f.dir.mark_clean(token)
                 {
                     info!("{e}; the next holder will see prev=crashed");
                 }

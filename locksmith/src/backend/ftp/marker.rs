@@ -1,7 +1,7 @@
 //! The FTP backend's names: an owner marker's, a reader's and the token state's name *is*
 //! the record (`NLST` alone reads it; see `docs/LAYOUT.md`).
 
-use crate::backend::owner::{Record, State};
+use crate::backend::owner::Record;
 
 /// First word of an owner marker's name; the format version follows.
 pub const MARKER: &str = "owner";
@@ -87,28 +87,8 @@ pub fn parse_marker(name: &str) -> Option<(Record, u64)> {
     Some((rec, seq))
 }
 
-/// First word of the state entry's name.
-const STATE: &str = "state";
-
-/// `state~1~TOKEN~CLEAN`: an empty directory whose name is the state record.
-pub fn state_name(token: u64, clean: bool) -> String {
-    format!("{STATE}{SEP}{FORMAT}{SEP}{token}{SEP}{}", clean as u8)
-}
-
-pub fn parse_state(name: &str) -> Option<State> {
-    let f: Vec<&str> = name.split(SEP).collect();
-    match f.as_slice() {
-        [STATE, FORMAT, token, clean] => Some(State {
-            token: token.parse().ok()?,
-            clean: match *clean {
-                "1" => true,
-                "0" => false,
-                _ => return None,
-            },
-        }),
-        _ => None,
-    }
-}
+/// The state entry's name is the one every backend keeping its state as a name uses.
+pub use crate::backend::owner::{parse_state_entry as parse_state, state_entry as state_name};
 
 /// `20261122T055000Z` → `2026-11-22T05:50:00Z`.
 fn unsquash_time(s: &str) -> String {

@@ -1,0 +1,348 @@
+//! Fencing tokens of the file backends: the directory `.NAME.state` beside the lock holds one
+//! entry whose *name* is the state, `state~1~TOKEN~CLEAN` (a symbolic link; the FTP backend
+//! keeps the same names as empty directories). A holder issues the next token by renaming
+//! that exact name to `state~1~TOKEN+1~0`: a compare-and-swap the server decides. A taker
+//! that stalled past `stale_after` (and was broken) and whose rename lands late renames a
+//! name that is gone: it fails, and the state never goes back.
+//!
+//! The state used to be one symlink renamed *over* `.NAME.state`: such a write landing late
+//! replaced a newer state, and the holders after it were issued tokens a second time
+//! (`crash::late_state_write_of_a_stalled_taker_never_reissues_a_token`). A `.NAME.state`
+//! symlink of that format is still read: the first holder of this version starts the
+//! directory from it.
+//!
+//! On a network filesystem a listing may come from the mount's cache (sshfs: 20 s by
+//! default). A create and remove of a private name inside `.NAME.state` through the same
+//! mount makes the client drop its cached listing (sshfs, NFS); a stale listing anyway only
+//! makes the rename fail, and the holder read again.
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::BorrowedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, renameat};
+use nix::sys::stat::{Mode as FileMode, fstatat, mkdirat};
+use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
+
+use crate::backend::owner::{self, State};
+use crate::error::{Error, Result, err};
+use crate::log::debug;
+
+/// The target of every entry: the name is the record.
+const TEXT: &str = "locksmith-state";
+
+/// Where a lock's state lives, and how to create it.
+pub struct StateAt<'a> {
+    /// The lock's parent directory.
+    pub dir: BorrowedFd<'a>,
+    /// `.NAME.state`.
+    pub name: &'a OsStr,
+    /// Its path, for messages.
+    pub shown: &'a Path,
+    /// On a network or FUSE filesystem: listings are made fresh first.
+    pub remote: bool,
+    /// `file_mode` (the directory gets `x` where it has `r`; unset: the parent's bits) and
+    /// `group` of the profile.
+    pub mode: Option<u32>,
+    pub group: Option<u32>,
+}
+
+/// What a read of the state found.
+enum Found {
+    /// No state yet: no token was ever issued.
+    Nothing,
+    /// The directory, with the highest entry in it (`None`: no entry, see [`read`]).
+    Dir(Option<State>),
+    /// A state symlink of the earlier format (the directory is started from it).
+    Old(State),
+}
+
+impl StateAt<'_> {
+    /// Who owns `.NAME.state`, for messages.
+    fn owner(&self) -> String {
+        fstatat(self.dir, self.name, AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map(|st| crate::files::owner_name(st.st_uid))
+            .unwrap_or_default()
+    }
+
+    fn entry(&self, st: State) -> PathBuf {
+        Path::new(self.name).join(owner::state_entry(st.token, st.clean))
+    }
+
+    /// Lists `.NAME.state` (made fresh first on a network filesystem).
+    fn find(&self) -> Result<Found> {
+        let flags = OFlag::O_RDONLY
+            | OFlag::O_DIRECTORY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_CLOEXEC;
+        if self.remote {
+            // Our own create and remove inside: the client drops its cached listing.
+            let probe = Path::new(self.name).join(format!("probe.{}", crate::host::nonce()));
+            if mkdirat(self.dir, &probe, FileMode::from_bits_truncate(0o700)).is_ok() {
+                let _ = unlinkat(self.dir, &probe, UnlinkatFlags::RemoveDir);
+            }
+        }
+        let mut d = match Dir::openat(self.dir, self.name, flags, FileMode::empty()) {
+            Ok(d) => d,
+            Err(Errno::ENOENT) => return Ok(Found::Nothing),
+            // Not a directory: the earlier format, or something in the way (never opened).
+            Err(Errno::ENOTDIR) | Err(Errno::ELOOP) => {
+                return match super::read_state_fresh(self.dir, self.name, self.shown, self.remote)?
+                {
+                    Some(st) => Ok(Found::Old(st)),
+                    None => Ok(Found::Nothing),
+                };
+            }
+            Err(e) => return Err(Error::path("cannot read lock state", self.shown, e.into())),
+        };
+        let mut best: Option<State> = None;
+        for e in d.iter() {
+            let e = e.map_err(|e| Error::path("cannot read lock state", self.shown, e.into()))?;
+            let Some(st) = std::str::from_utf8(e.file_name().to_bytes())
+                .ok()
+                .and_then(owner::parse_state_entry)
+            else {
+                continue;
+            };
+            if best.is_none_or(|b| st.token > b.token) {
+                best = Some(st);
+            }
+        }
+        if let Some(st) = best
+            && st.token == u64::MAX
+        {
+            return Err(err!(
+                Config,
+                "lock state {}, owned by {}, says token {}: this locksmith cannot issue a \
+                 fencing token after it; if no other locksmith version uses this lock, remove \
+                 it (tokens then start again at 1)",
+                self.shown.display(),
+                self.owner(),
+                st.token
+            ));
+        }
+        Ok(Found::Dir(best))
+    }
+
+    /// Starts the directory holding `first` (absent state: token 0, clean): made under a
+    /// private name, then renamed into place, which fails once anyone's directory is there
+    /// (it is never empty). `old`: the earlier format's symlink is there, replaced.
+    /// `Ok(false)`: someone else's directory is there.
+    fn start(&self, first: State, old: bool) -> Result<bool> {
+        let mut tmp = OsString::from(self.name);
+        tmp.push(format!(".{}", crate::host::nonce()));
+        let tmp = PathBuf::from(tmp);
+        let entry = tmp.join(owner::state_entry(first.token, first.clean));
+        let fail = |e: Errno| Error::path("cannot create lock state", self.shown, e.into());
+        // Whoever may write the parent may issue tokens, as with the earlier format (a
+        // symlink renamed over): the parent's bits (umask aside), or `file_mode`'s.
+        let bits = match self.mode {
+            Some(m) => m | (m & 0o444) >> 2,
+            None => nix::sys::stat::fstat(self.dir).map_err(fail)?.st_mode & 0o3777,
+        };
+        let mode = FileMode::from_bits_truncate(bits);
+        mkdirat(self.dir, &tmp, mode).map_err(fail)?;
+        let r = (|| -> Result<bool> {
+            let fd = nix::fcntl::openat(
+                self.dir,
+                &tmp,
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                FileMode::empty(),
+            )
+            .map_err(fail)?;
+            nix::sys::stat::fchmod(&fd, mode).map_err(fail)?;
+            if let Some(g) = self.group {
+                nix::unistd::fchown(&fd, None, Some(nix::unistd::Gid::from_raw(g)))
+                    .map_err(fail)?;
+            }
+            symlinkat(TEXT, self.dir, &entry).map_err(fail)?;
+            if old {
+                // The earlier format's symlink cannot be renamed over by a directory.
+                match unlinkat(self.dir, self.name, UnlinkatFlags::NoRemoveDir) {
+                    Ok(()) | Err(Errno::ENOENT) | Err(Errno::EISDIR) | Err(Errno::EPERM) => {}
+                    Err(e) => return Err(fail(e)),
+                }
+            }
+            match rename_noreplace(self.dir, &tmp, self.name) {
+                Ok(()) => Ok(true),
+                Err(Errno::EEXIST)
+                | Err(Errno::ENOTEMPTY)
+                | Err(Errno::ENOTDIR)
+                | Err(Errno::EISDIR) => Ok(false),
+                Err(e) => Err(fail(e)),
+            }
+        })();
+        if !matches!(r, Ok(true)) {
+            let _ = unlinkat(self.dir, &entry, UnlinkatFlags::NoRemoveDir);
+            let _ = unlinkat(self.dir, &tmp, UnlinkatFlags::RemoveDir);
+        }
+        r
+    }
+
+    /// Renames the entry of `from` to `to`: `Ok(false)` when `from`'s entry is not there
+    /// (someone moved the state on, or it is not started yet).
+    fn swap(&self, from: State, to: State) -> Result<bool> {
+        // A holder that stalls while taking the lock (a network filesystem stalling on this
+        // write): the process's first token.
+        static STALLED: AtomicBool = AtomicBool::new(false);
+        if !to.clean {
+            super::test_stall(&STALLED, "LOCKSMITH_TEST_STALL_TAKING_MS");
+        }
+        match renameat(self.dir, &self.entry(from), self.dir, &self.entry(to)) {
+            Ok(()) => Ok(true),
+            // GlusterFS answers ESTALE (and even ENOENT) while names in the directory change:
+            // no answer; the caller reads again.
+            Err(Errno::ENOENT) | Err(Errno::ESTALE) => Ok(false),
+            Err(e) => Err(Error::path("cannot write lock state", self.shown, e.into())),
+        }
+    }
+}
+
+/// `renameat2(RENAME_NOREPLACE)` where the filesystem has it, else `renameat` (which, for a
+/// directory, fails onto a non-empty one).
+fn rename_noreplace(dir: BorrowedFd<'_>, from: &Path, to: &OsStr) -> nix::Result<()> {
+    match nix::fcntl::renameat2(
+        dir,
+        from,
+        dir,
+        to,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    ) {
+        Err(Errno::EINVAL) | Err(Errno::ENOSYS) => renameat(dir, from, dir, to),
+        r => r,
+    }
+}
+
+/// The state: the last token issued and whether that acquisition ended cleanly; `None` if no
+/// token was ever issued. Something locksmith did not write at `.NAME.state` is a config
+/// error naming it (tokens are never issued from it, never silently restarted).
+pub fn read(at: &StateAt<'_>) -> Result<Option<State>> {
+    // A reader listing while a holder renames the entry may see neither name: read again
+    // before calling the directory empty.
+    let mut pause = Duration::from_millis(1);
+    for _ in 0..4 {
+        match at.find()? {
+            Found::Nothing => return Ok(None),
+            Found::Old(st) | Found::Dir(Some(st)) => return Ok(Some(st)),
+            Found::Dir(None) => {}
+        }
+        std::thread::sleep(pause);
+        pause *= 4;
+    }
+    Err(err!(
+        Config,
+        "lock state {} is a directory owned by {} with no state locksmith wrote in it: \
+         this locksmith cannot issue a fencing token from it; remove it, and keep locks in a \
+         directory only their users can write",
+        at.shown.display(),
+        at.owner()
+    ))
+}
+
+/// Issues the next token, holding the lock: the state moved from TOKEN to TOKEN+1, marked
+/// not clean until our release. Returns the token and whether the acquisition before it
+/// ended uncleanly. A state that keeps moving while we hold the lock (we were broken and
+/// others took it) is an error: we are not the holder.
+pub fn issue(at: &StateAt<'_>) -> Result<(u64, bool)> {
+    let mut pause = Duration::from_millis(2);
+    for round in 0..8 {
+        if round > 0 {
+            std::thread::sleep(pause);
+            pause *= 2;
+        }
+        let (from, old) = match at.find()? {
+            Found::Dir(Some(st)) => (st, false),
+            // Empty: read again (a config error if it stays so).
+            Found::Dir(None) => {
+                read(at)?;
+                continue;
+            }
+            Found::Nothing => {
+                let first = State {
+                    token: 0,
+                    clean: true,
+                };
+                if !at.start(first, false)? {
+                    continue;
+                }
+                (first, false)
+            }
+            Found::Old(st) => (st, true),
+        };
+        if old && !at.start(from, true)? {
+            continue;
+        }
+        // state_of refuses u64::MAX: no overflow here.
+        let to = State {
+            token: from.token + 1,
+            clean: false,
+        };
+        if at.swap(from, to)? {
+            return Ok((to.token, !from.clean));
+        }
+        debug!(
+            "lock state {} moved on from token {}: reading it again",
+            at.shown.display(),
+            from.token
+        );
+    }
+    Err(err!(
+        Io,
+        "cannot issue a fencing token for {}: its state keeps changing while we hold the lock",
+        at.shown.display()
+    ))
+}
+
+/// Issues exactly `token` (the one our records already name): `Ok(None)` when the state is
+/// no longer at `token - 1` (someone took and released the lock since we read it).
+pub fn issue_exactly(at: &StateAt<'_>, token: u64) -> Result<Option<bool>> {
+    let zero = State {
+        token: 0,
+        clean: true,
+    };
+    let (from, start) = match at.find()? {
+        Found::Dir(Some(st)) => (st, None),
+        // Empty: a config error if it stays so, else the state moved on.
+        Found::Dir(None) => return read(at).map(|_| None),
+        Found::Nothing => (zero, Some(false)),
+        Found::Old(st) => (st, Some(true)),
+    };
+    if from.token.checked_add(1) != Some(token) {
+        return Ok(None);
+    }
+    if let Some(old) = start
+        && !at.start(from, old)?
+    {
+        return Ok(None);
+    }
+    let to = State {
+        token,
+        clean: false,
+    };
+    Ok(at.swap(from, to)?.then_some(!from.clean))
+}
+
+/// Marks our acquisition's entry clean (our release, still holding): a rename of exactly
+/// our entry, so a state that moved on is left alone. A failure only makes the next holder
+/// say `prev=crashed`.
+pub fn mark_clean(at: &StateAt<'_>, token: u64) -> Result<()> {
+    let (from, to) = (
+        State {
+            token,
+            clean: false,
+        },
+        State { token, clean: true },
+    );
+    if !at.swap(from, to)? {
+        debug!(
+            "lock state {} no longer at our token {token}: not marked clean",
+            at.shown.display()
+        );
+    }
+    Ok(())
+}

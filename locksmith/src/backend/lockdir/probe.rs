@@ -51,7 +51,7 @@ use super::{
     write_beat,
 };
 use crate::backend::Profile;
-use crate::backend::owner::Record;
+use crate::backend::owner::{Record, State};
 use crate::backend::verify::{Finding, Report, Status, figure};
 use crate::error::{Error, Result, err};
 use crate::protocol::Mode;
@@ -385,7 +385,7 @@ fn exclusive(ctx: &Ctx, how: Create) -> Probed {
 /// Measurements of each delay a backend relies on (the longest counts).
 const SAMPLES: usize = 3;
 
-/// Renames a new symlink over one name `RENAMES` times (as the state record is replaced),
+/// Renames a new symlink over one name `RENAMES` times (as heartbeat records are published),
 /// reading it back fresh after each (through a pin on a network filesystem, as the backends
 /// read it): it must read the new target every time, never missing.
 fn rename_over(ctx: &Ctx) -> Probed {
@@ -413,6 +413,75 @@ fn rename_over(ctx: &Ctx) -> Probed {
     Ok(Outcome::Holds(format!(
         "{RENAMES} renames over a symlink, each read back fresh at once"
     )))
+}
+
+/// How long [`state_moves`] waits for a moved state to be listed here.
+const LISTING_WAIT: Duration = Duration::from_secs(2);
+
+/// Moves a token state on `RENAMES` times as holders do ([`super::state`]: the entry's exact
+/// name renamed to the next), through the peer if there is one, in a directory of its own.
+/// After each move, here: the old name renamed again must fail — a holder's late write must
+/// never roll the state back. And, measured: how soon the directory, listed fresh as the
+/// backends list it, shows the new state (a holder that reads an old one gives the lock back
+/// and tries again: slower, not unsafe).
+fn state_moves(ctx: &Ctx) -> Probed {
+    let name = ctx.name("state");
+    let shown = ctx.shown(&name);
+    let at = |dir| super::state::StateAt {
+        dir,
+        name: &name,
+        shown: &shown,
+        remote: ctx.remote,
+        mode: None,
+        group: None,
+    };
+    let (here, there) = (at(ctx.lock()), at(ctx.other()));
+    let st = |token| State { token, clean: true };
+    let msg = |e: Error| e.message().to_string();
+    if !here.start(st(0), false).map_err(msg)? {
+        return Err(format!("{} was there already", name.to_string_lossy()));
+    }
+    let mut now = st(0);
+    let r = (|| -> Probed {
+        let mut listed = Some(Duration::ZERO);
+        for k in 1..=RENAMES as u64 {
+            // Listed here first, so that a cache holds the old state.
+            super::state::read(&here).map_err(msg)?;
+            if !there.swap(now, st(k)).map_err(msg)? {
+                return Err(format!("could not move the state from {} to {k}", k - 1));
+            }
+            let old = now;
+            now = st(k);
+            if here.swap(old, st(k + 1000)).map_err(msg)? {
+                now = st(k + 1000);
+                return Ok(Outcome::Breaks(format!(
+                    "move {k} of {RENAMES}: the old state's name, already renamed, was renamed \
+                     again: a late write would roll the state back and tokens be issued twice"
+                )));
+            }
+            if let Some(longest) = listed {
+                let seen = until(Instant::now(), LISTING_WAIT, || {
+                    super::state::read(&here)
+                        .map(|s| s == Some(now))
+                        .map_err(msg)
+                })?;
+                listed = seen.map(|d| d.max(longest));
+            }
+        }
+        Ok(Outcome::Holds(format!(
+            "{RENAMES} moves of a token state, the old name refused each time; the new one {}",
+            match listed {
+                Some(d) => format!("listed fresh within {}", figure(d)),
+                None => format!(
+                    "not listed within {} (holders then give the lock back and try again until \
+                     it is: slower handoff, not unsafe)",
+                    figure(LISTING_WAIT)
+                ),
+            }
+        )))
+    })();
+    let _ = unlinkat(ctx.lock(), &here.entry(now), UnlinkatFlags::NoRemoveDir);
+    r
 }
 
 /// Renames new files over one name `RENAMES` times while a reader (through the peer, if any)
@@ -820,6 +889,7 @@ fn probes(scheme: Scheme, remote: bool, local: bool, peer: Option<Arc<OwnedFd>>)
         })),
     }
     v.push(probe("rename over a name", true, "", rename_over));
+    v.push(probe("token state moves", true, "", state_moves));
     v.push(probe(
         "rename atomicity",
         false,

@@ -69,7 +69,7 @@ impl StateAt<'_> {
             .unwrap_or_default()
     }
 
-    fn entry(&self, st: State) -> PathBuf {
+    pub(super) fn entry(&self, st: State) -> PathBuf {
         Path::new(self.name).join(owner::state_entry(st.token, st.clean))
     }
 
@@ -133,7 +133,7 @@ impl StateAt<'_> {
     /// private name, then renamed into place, which fails once anyone's directory is there
     /// (it is never empty). `old`: the earlier format's symlink is there, replaced.
     /// `Ok(false)`: someone else's directory is there.
-    fn start(&self, first: State, old: bool) -> Result<bool> {
+    pub(super) fn start(&self, first: State, old: bool) -> Result<bool> {
         let mut tmp = OsString::from(self.name);
         tmp.push(format!(".{}", crate::host::nonce()));
         let tmp = PathBuf::from(tmp);
@@ -186,7 +186,7 @@ impl StateAt<'_> {
 
     /// Renames the entry of `from` to `to`: `Ok(false)` when `from`'s entry is not there
     /// (someone moved the state on, or it is not started yet).
-    fn swap(&self, from: State, to: State) -> Result<bool> {
+    pub(super) fn swap(&self, from: State, to: State) -> Result<bool> {
         // A holder that stalls while taking the lock (a network filesystem stalling on this
         // write): the process's first token.
         static STALLED: AtomicBool = AtomicBool::new(false);

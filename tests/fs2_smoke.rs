@@ -44,3 +44,58 @@ fn gluster_mounts_share_one_volume() {
         "network namespace {ns} is left"
     );
 }
+
+/// A study, not for CI (`--ignored --nocapture`): GlusterFS with its default caches, the state
+/// record's fresh read as locksmith does it (a symlink renamed over through mount a; through
+/// mount b a hard link made to the name, then `readlink` of that link). Prints, per round and
+/// per delay after the rename, what mount b read, and whether `link(2)` linked the inode the
+/// server now has under the name (the brick's inode number) or the one mount b had cached.
+#[test]
+#[ignore = "study: GlusterFS default caches, pin reads (run with --ignored --nocapture)"]
+fn gluster_default_caches_pin_study() {
+    use std::os::unix::fs::MetadataExt;
+    use std::time::Duration;
+    let Some(g) = Gluster::start() else { return };
+    let (s_a, s_b) = (g.a.join("state"), g.b.join("state"));
+    let (t_a, pin_b) = (g.a.join("state.tmp"), g.b.join("state.pin"));
+    std::os::unix::fs::symlink("v0", &s_a).unwrap();
+    let mut stale = 0;
+    let rounds = 20;
+    for i in 1..=rounds {
+        // b looks at the name first, as a waiter does (its caches now hold the old inode).
+        let _ = fs::symlink_metadata(&s_b);
+        let _ = fs::read_link(&s_b);
+        let wait = Duration::from_millis([0, 50, 200, 500, 900][i % 5]);
+        let v = format!("v{i}");
+        // Odd rounds: the old inode keeps a second name while the name is renamed over, as
+        // when another contender's pin of it exists at that moment.
+        let keep = g.a.join("state.keep");
+        if i % 2 == 1 {
+            fs::hard_link(&s_a, &keep).unwrap();
+        }
+        std::os::unix::fs::symlink(&v, &t_a).unwrap();
+        fs::rename(&t_a, &s_a).unwrap();
+        let server_ino = fs::symlink_metadata(g.server.join("state")).unwrap().ino();
+        std::thread::sleep(wait);
+        let linked = fs::hard_link(&s_b, &pin_b);
+        let read = linked.as_ref().map(|()| fs::read_link(&pin_b));
+        let pin_ino = fs::symlink_metadata(g.server.join("state.pin")).map(|m| m.ino());
+        let _ = fs::remove_file(&pin_b);
+        let _ = fs::remove_file(&keep);
+        let got = match &read {
+            Ok(Ok(p)) => p.display().to_string(),
+            Ok(Err(e)) => format!("readlink: {e}"),
+            Err(e) => format!("link: {e}"),
+        };
+        let fresh = got == v;
+        if !fresh {
+            stale += 1;
+        }
+        eprintln!(
+            "round {i:2}{}: {wait:>5?} after the rename mount b's pin read {got:?} (wanted {v:?}){}; pin inode on the brick {pin_ino:?}, name's {server_ino}",
+            if i % 2 == 1 { " (old inode kept)" } else { "" },
+            if fresh { "" } else { "  STALE" }
+        );
+    }
+    eprintln!("{stale} of {rounds} pin reads stale");
+}

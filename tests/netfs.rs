@@ -16,7 +16,7 @@
 //! - `stale_takeover_lands_in_specs_window`: such a holder, watched by a waiter on `b` for
 //!   stale_after (it must stay out), is killed with its namespace; the waiter takes over inside
 //!   [stale_after − heartbeat, stale_after + max_poll + heartbeat] of the kill (the end later by
-//!   the filesystem's content cache, [`Mounts::LATE_BY`]: never the start);
+//!   the filesystem's content cache, [`Mounts::late_by`]: never the start);
 //! - `handoff_across_mounts`: a holder on `a` releases, the waiter on `b` gets in;
 //! - `kill9_soak_across_mounts`: 4 workers × 40 runs alternating mounts, kill -9 every
 //!   50–450 ms (waiting, holding, releasing, breaking): never two live holders (CMD checks the
@@ -28,6 +28,9 @@
 //! 78 naming the filesystem, unless `local = true`.
 //!
 //! Each test gathers every broken promise before failing, so one run shows them all.
+//! A study switch, not for CI: `NETFS_GLUSTER_CACHES=default` runs the GlusterFS tests with
+//! GlusterFS's default client caches, `NETFS_CACHE_TIME_MS` and `NETFS_STALE_AFTER_MS` set the
+//! profiles' `cache_time` and `stale_after`.
 //! `sshfs_fixture_mounts_twice_and_cleans_up` checks the fixture itself.
 
 use std::fmt::Write as _;
@@ -42,12 +45,41 @@ const POLL: Duration = Duration::from_millis(20);
 const MAX_POLL: Duration = Duration::from_millis(200);
 const KEEPALIVE: Duration = Duration::from_millis(300);
 const STALE_AFTER: Duration = Duration::from_secs(3);
+
+/// The profiles' `stale_after`: [`STALE_AFTER`], or `NETFS_STALE_AFTER_MS` for a study (e.g.
+/// GlusterFS with its default caches, [`GLUSTER_CACHES`], and the cache time verify suggests).
+fn stale_after() -> Duration {
+    env_ms("NETFS_STALE_AFTER_MS").unwrap_or(STALE_AFTER)
+}
+
 /// SPEC §5: the heartbeat runs every min(keepalive, stale_after / 3).
-const HEARTBEAT: Duration = if KEEPALIVE.as_nanos() < STALE_AFTER.as_nanos() / 3 {
-    KEEPALIVE
-} else {
-    Duration::from_nanos((STALE_AFTER.as_nanos() / 3) as u64)
-};
+fn heartbeat() -> Duration {
+    KEEPALIVE.min(stale_after() / 3)
+}
+
+/// The profiles' `cache_time` on `F`: [`Mounts::CACHE_TIME`], or `NETFS_CACHE_TIME_MS`.
+fn cache_time<F: Mounts>() -> Duration {
+    env_ms("NETFS_CACHE_TIME_MS").unwrap_or(F::CACHE_TIME)
+}
+
+/// `NETFS_GLUSTER_CACHES=default`: the GlusterFS tests mount with GlusterFS's default client
+/// caches and volume options ([`Gluster::start`]) instead of with them off. Not for CI: a study
+/// of what locksmith does there (README, network filesystems), with `NETFS_CACHE_TIME_MS` and
+/// `NETFS_STALE_AFTER_MS` set as `locksmith verify --peer` suggests.
+const GLUSTER_CACHES: &str = "NETFS_GLUSTER_CACHES";
+
+fn gluster_default_caches() -> bool {
+    std::env::var(GLUSTER_CACHES).is_ok_and(|v| v == "default")
+}
+
+/// A whole number of milliseconds from the environment variable `var`, if set.
+fn env_ms(var: &str) -> Option<Duration> {
+    let v = std::env::var(var).ok()?;
+    let n = v
+        .parse()
+        .unwrap_or_else(|_| panic!("{var}={v:?}: a number of milliseconds expected"));
+    Some(Duration::from_millis(n))
+}
 /// A profile's `wait`: nothing here hangs for ever (and an ERROR line comes within the
 /// 20 s a hold's first line is waited for).
 const WAIT: &str = "15s";
@@ -70,11 +102,11 @@ pub trait Mounts: Sized {
     /// content may be read stale through a mount (names and attributes may be cached longer;
     /// locksmith reads what it judges by fresh). sshfs reads content through to the server at
     /// every open; GlusterFS serves it up to ~1 s stale (`tests/support/fs2.rs`).
-    const CACHE_TIME: &'static str;
+    const CACHE_TIME: Duration;
     /// How much later than SPEC §6's window a waiter may take over a dead holder here: it
     /// sees the holder's last heartbeat only once the content cache lets it (sshfs: at once;
     /// GlusterFS: up to ~1 s), and counts stale_after from then. Never earlier.
-    const LATE_BY: Duration;
+    fn late_by() -> Duration;
     fn start() -> Option<Self>;
     fn mount_point(&self, m: char) -> &Path;
     /// The names in the shared directory, read on the server past every client cache.
@@ -85,8 +117,10 @@ pub trait Mounts: Sized {
 
 impl Mounts for Sshfs {
     const NAME: &'static str = "sshfs";
-    const CACHE_TIME: &'static str = "1s";
-    const LATE_BY: Duration = Duration::ZERO;
+    const CACHE_TIME: Duration = Duration::from_secs(1);
+    fn late_by() -> Duration {
+        Duration::ZERO
+    }
     fn start() -> Option<Self> {
         Sshfs::start()
     }
@@ -102,14 +136,30 @@ impl Mounts for Sshfs {
 }
 
 /// GlusterFS with its client caches off (both mounts, [`Gluster::start_uncached`]). With its
-/// default 1 s caches a mount resolves a name to the inode it cached and serves file pages it
-/// cached, for up to 1 s: locksmith stays exclusive there (0 overlaps measured) but its fresh
-/// reads are not fresh, giving false `LOST`s and I/O errors (issue 12's note).
+/// default 1 s caches ([`GLUSTER_CACHES`]) a mount resolves a name to the inode it cached for
+/// up to 1 s, and `link(2)` links that inode: a pin of a state record renamed over reads the
+/// old record whenever the old inode still has another name (another contender's pin), so a
+/// fencing token is issued again (`fs2_smoke::gluster_default_caches_pin_study`). Seen with
+/// `cache_time` 2 s (verify's suggestion) and `stale_after` 4 s: races, live holder, takeover
+/// and handoff pass; the kill -9 soaks fail (tokens going back for mkdir and symlink, a CMD
+/// outliving its lock for link).
 impl Mounts for Gluster {
     const NAME: &'static str = "glusterfs";
-    const CACHE_TIME: &'static str = "1s";
-    const LATE_BY: Duration = Duration::ZERO;
+    const CACHE_TIME: Duration = Duration::from_secs(1);
+    /// With the default caches ([`GLUSTER_CACHES`]) a heartbeat shows through the other
+    /// mount up to the cache time late.
+    fn late_by() -> Duration {
+        if gluster_default_caches() {
+            cache_time::<Self>()
+        } else {
+            Duration::ZERO
+        }
+    }
     fn start() -> Option<Self> {
+        if gluster_default_caches() {
+            eprintln!("{GLUSTER_CACHES}=default: GlusterFS with its default client caches");
+            return Gluster::start();
+        }
         Gluster::start_uncached()
     }
     fn mount_point(&self, m: char) -> &Path {
@@ -160,7 +210,7 @@ fn profile<F: Mounts>(fx: &F, name: &str, backend: &str, m: char, keys: &[&str])
     writeln!(s, "poll = \"{}\"", ms(POLL)).unwrap();
     writeln!(s, "max_poll = \"{}\"", ms(MAX_POLL)).unwrap();
     writeln!(s, "keepalive = \"{}\"", ms(KEEPALIVE)).unwrap();
-    writeln!(s, "stale_after = \"{}\"", ms(STALE_AFTER)).unwrap();
+    writeln!(s, "stale_after = \"{}\"", ms(stale_after())).unwrap();
     // ---- EXTRA KEYS for every profile on a network mount: see `extra_keys` ----------------
     for k in extra_keys::<F>(backend) {
         writeln!(s, "{k}").unwrap();
@@ -180,7 +230,7 @@ fn extra_keys<F: Mounts>(backend: &str) -> Vec<String> {
     }
     // locksmith judges liveness by the *content* of record files read fresh: the user states
     // the content's delay, which `locksmith verify --peer` measures.
-    vec![format!("cache_time = \"{}\"", F::CACHE_TIME)]
+    vec![format!("cache_time = \"{}\"", ms(cache_time::<F>()))]
 }
 
 /// A fresh pair of mounts and a sandbox whose profiles point into it; `None` is a SKIP.
@@ -346,7 +396,7 @@ fn live_holder_is_never_broken<F: Mounts>(backend: &str) {
     if !holder_ok(&mut holder, "the holder on mount a", &mut problems) {
         return verdict(&format!("{} {backend} live holder", F::NAME), &problems);
     }
-    let wait = STALE_AFTER * 3;
+    let wait = stale_after() * 3;
     let t0 = Instant::now();
     let o = sb.output(["--wait", &ms(wait), &pb]);
     let took = t0.elapsed();
@@ -421,7 +471,7 @@ fn stale_takeover_lands_in_specs_window<F: Mounts>(backend: &str) {
     // The waiter watches the live holder for stale_after first: a waiter that cannot see its
     // heartbeats breaks in meanwhile, or (its silence counted from its first look) too early
     // after the kill.
-    if let Some(l) = w.read_line(STALE_AFTER) {
+    if let Some(l) = w.read_line(stale_after()) {
         problems.push(format!(
             "the waiter on mount b said {l:?} while the holder lived; stderr:\n    {}",
             digest(&w.stderr_text())
@@ -436,8 +486,8 @@ fn stale_takeover_lands_in_specs_window<F: Mounts>(backend: &str) {
     let line = w.read_line(T);
     let took = t0.elapsed();
     let (lo, hi) = (
-        STALE_AFTER - HEARTBEAT,
-        STALE_AFTER + MAX_POLL + HEARTBEAT + F::LATE_BY,
+        stale_after() - heartbeat(),
+        stale_after() + MAX_POLL + heartbeat() + F::late_by(),
     );
     eprintln!(
         "netfs {} {backend}: kill -9 → OK on the other mount in {took:.2?} (SPEC §6 window [{lo:?}, {hi:?}])",

@@ -34,7 +34,9 @@
 //! `sshfs_fixture_mounts_twice_and_cleans_up` checks the fixture itself.
 
 use std::fmt::Write as _;
+use std::fs;
 use std::path::Path;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::race::{Worker, race_workers};
@@ -512,6 +514,104 @@ fn stale_takeover_lands_in_specs_window<F: Mounts>(backend: &str) {
         )),
     }
     verdict(&what, &problems);
+}
+
+/// A symlink taker on mount a (another pid namespace) stalls just after taking its fencing
+/// token, longer than stale_after (`LOCKSMITH_TEST_STALL_TAKEN_MS`); a waiter on mount b breaks
+/// in and runs a command that outlasts the stall. When the stalled one wakes, its first
+/// heartbeat record must not replace the successor's: the successor keeps its lock (no false
+/// LOST) and exits 0, and the stalled one gives the lock back and gets it after it. (Its
+/// record used to be renamed over `.NAME.beat`; its give-back then removed it, and the
+/// successor said LOST at its next heartbeat.)
+fn stalled_taker_never_stops_its_successor<F: Mounts>() {
+    let Some((fx, sb)) = setup::<F>() else {
+        return;
+    };
+    let Some(pidns) = other_pidns() else { return };
+    let what = format!("{} symlink stalled taker", F::NAME);
+    let stall = stale_after() * 2;
+    let log = sb.join("tokens");
+    let cs =
+        r#"echo "start $LOCKSMITH_TOKEN" >> "$0"; sleep "$1"; echo "end $LOCKSMITH_TOKEN" >> "$0""#;
+    let mut h = sb.cmd_via(
+        pidns,
+        [
+            "-v",
+            "--wait",
+            "30s",
+            "run",
+            "symlink-a",
+            "--",
+            "sh",
+            "-c",
+            cs,
+        ],
+    );
+    h.arg(&log)
+        .arg("0")
+        .env(
+            "LOCKSMITH_TEST_STALL_TAKEN_MS",
+            stall.as_millis().to_string(),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let h = h.spawn().unwrap();
+    let lock = fx.mount_point('a').join("symlink.lock");
+    let t0 = Instant::now();
+    while fs::symlink_metadata(&lock).is_err() {
+        assert!(
+            t0.elapsed() < T,
+            "{what}: the stalled taker never got going"
+        );
+        std::thread::sleep(POLL);
+    }
+    // The successor's command runs until well after the stalled one wakes.
+    let mut w = sb.cmd(["--wait", "30s", "run", "symlink-b", "--", "sh", "-c", cs]);
+    w.arg(&log).arg(format!("{}", stall.as_secs() + 2));
+    let w = output_within(w, Duration::from_secs(60));
+    let h = h.wait_with_output().unwrap();
+    let herr = String::from_utf8_lossy(&h.stderr).into_owned();
+    let mut problems = Vec::new();
+    if code(w.status) != 0 {
+        problems.push(format!(
+            "the successor on mount b: exit {} (0 expected): {}",
+            code(w.status),
+            digest(&stderr(&w))
+        ));
+    }
+    if code(h.status) != 0 {
+        problems.push(format!(
+            "the stalled taker: exit {}: {}",
+            code(h.status),
+            digest(&herr)
+        ));
+    }
+    let text = fs::read_to_string(&log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let sections: Vec<(&str, &str)> = lines
+        .chunks(2)
+        .map(|p| (p[0], p.get(1).copied().unwrap_or("")))
+        .collect();
+    let in_order = sections.len() == 2
+        && sections.iter().all(|(s, e)| {
+            s.strip_prefix("start ").is_some() && s.strip_prefix("start ") == e.strip_prefix("end ")
+        });
+    if !in_order {
+        problems.push(format!(
+            "two critical sections one after the other expected: {lines:?}"
+        ));
+    }
+    verdict(&what, &problems);
+}
+
+#[test]
+fn sshfs_stalled_symlink_taker_never_stops_its_successor() {
+    stalled_taker_never_stops_its_successor::<crate::support::Sshfs>();
+}
+
+#[test]
+fn gluster_stalled_symlink_taker_never_stops_its_successor() {
+    stalled_taker_never_stops_its_successor::<crate::support::Gluster>();
 }
 
 /// A holder on mount a releases; the waiter on mount b gets in.

@@ -295,16 +295,38 @@ impl Files {
         Ok(self.dir.read_file(name)?.map(|(c, _)| c))
     }
 
-    /// Writes (replacing) our heartbeat record `.NAME.beat` at beat `n`.
+    /// Rewrites our heartbeat record `.NAME.beat` at beat `n`; `Ok(false)`: it is gone or
+    /// another's.
     fn write_beat_record(&mut self, rec: &Record, n: u64) -> Result<bool> {
         let beat = self.dir.beside(".beat");
         let shown = self.dir.shown(&beat);
-        let tmp = self.dir.beside(&format!(".beat.{}", rec.nonce));
-        if n > 0 {
-            return lockdir::write_beat(self.fd()?, &beat, &shown, rec, n);
+        lockdir::write_beat(self.fd()?, &beat, &shown, rec, n)
+    }
+
+    /// Writes our first heartbeat record `.NAME.beat`, having just taken NAME (`target`).
+    /// Exclusively: a record there is a successor's if we stalled past `stale_after` while
+    /// taking the lock and were broken — replacing it would stop the successor with a false
+    /// LOST; `Ok(false)` then (give the lock back). One that is not ours while NAME still
+    /// names us is a leftover (a breaker or releaser killed between its two steps, or a
+    /// network filesystem's cached answer for a removed one), replaced.
+    fn publish_beat_record(&mut self, rec: &Record, target: &str) -> Result<bool> {
+        let beat = self.dir.beside(".beat");
+        let text = rec.render_beat(0);
+        if self.dir.create_file(None, &beat, &text)?.is_some() {
+            return Ok(true);
         }
-        self.fd()?;
-        self.dir.publish(None, &tmp, &beat, &rec.render_beat(0))?;
+        // NFS may say EEXIST for a retransmitted create that succeeded.
+        if let Some(c) = self.dir_read(&beat)?
+            && lockdir::is_ours(&c, rec)
+        {
+            return Ok(true);
+        }
+        let name = self.dir.name.clone();
+        if self.says(&name, target)?.is_err() {
+            return Ok(false);
+        }
+        let tmp = self.dir.beside(&format!(".beat.{}", rec.nonce));
+        self.dir.publish(None, &tmp, &beat, &text)?;
         Ok(true)
     }
 
@@ -801,8 +823,9 @@ impl Symlink {
 
     /// Holding exclusively: fencing token, state "not cleanly released" until our release
     /// says otherwise. `Ok(None)`: the token NAME names was overtaken (someone took and
-    /// released the lock between our read of the state and our symlink); NAME is given back
-    /// and the caller looks again. Rewriting NAME instead (a rename over it) would replace a
+    /// released the lock between our read of the state and our symlink), or a successor's
+    /// heartbeat record is there (we stalled and were broken); NAME is given back if it
+    /// still names us, and the caller looks again. Rewriting NAME instead (a rename over it) would replace a
     /// successor's lock if we stalled here past stale_after and were broken meanwhile.
     fn finish_exclusive(&mut self, rec: Record, target: String) -> Result<Option<Attempt>> {
         let name = self.files.dir.name.clone();
@@ -817,13 +840,16 @@ impl Symlink {
             }
             if f.remote() && !f.local {
                 self.beats = 0;
-                f.write_beat_record(&rec, 0)?;
+                if !f.publish_beat_record(&rec, &target)? {
+                    return Ok(true);
+                }
             }
             Ok(false)
         })();
         if let Ok(true) = r {
             debug!(
-                "fencing token {} was overtaken while we took {}: giving it back",
+                "fencing token {} was overtaken, or a successor's heartbeat record is there, \
+                 while we took {}: giving it back",
                 rec.token.unwrap_or_default(),
                 self.files.path().display()
             );

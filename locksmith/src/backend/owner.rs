@@ -316,16 +316,25 @@ pub fn state_of((st, text): Look, shown: &Path) -> Result<State> {
     let state = State::parse(&String::from_utf8_lossy(text.as_bytes()));
     match state {
         Some(s) if s.token < u64::MAX => Ok(s),
-        _ => Err(err!(
-            Config,
-            "lock state {}, owned by {}, says {:?}: this locksmith cannot issue a fencing token \
-             after it; if no other locksmith version uses this lock, remove it (tokens then start \
-             again at 1)",
-            shown.display(),
-            crate::files::owner_name(st.st_uid),
-            crate::error::one_line(&text.to_string_lossy(), 80)
+        _ => Err(no_token_after(
+            shown,
+            st.st_uid,
+            &format!("{:?}", crate::error::one_line(&text.to_string_lossy(), 80)),
         )),
     }
+}
+
+/// The config error for a lock state (at `shown`, owned by `uid`) that `says` something no
+/// token can follow: a format this build cannot read, or the last token there is.
+pub fn no_token_after(shown: &Path, uid: u32, says: &str) -> Error {
+    err!(
+        Config,
+        "lock state {}, owned by {}, says {says}: this locksmith cannot issue a fencing token \
+         after it; if no other locksmith version uses this lock, remove it (tokens then start \
+         again at 1)",
+        shown.display(),
+        crate::files::owner_name(uid)
+    )
 }
 
 /// The token after `state` (1 for none).

@@ -63,10 +63,8 @@ enum Found {
 
 impl StateAt<'_> {
     /// Who owns `.NAME.state`, for messages.
-    fn owner(&self) -> String {
-        fstatat(self.dir, self.name, AtFlags::AT_SYMLINK_NOFOLLOW)
-            .map(|st| crate::files::owner_name(st.st_uid))
-            .unwrap_or_default()
+    fn uid(&self) -> u32 {
+        fstatat(self.dir, self.name, AtFlags::AT_SYMLINK_NOFOLLOW).map_or(u32::MAX, |st| st.st_uid)
     }
 
     pub(super) fn entry(&self, st: State) -> PathBuf {
@@ -116,15 +114,8 @@ impl StateAt<'_> {
         if let Some(st) = best
             && st.token == u64::MAX
         {
-            return Err(err!(
-                Config,
-                "lock state {}, owned by {}, says token {}: this locksmith cannot issue a \
-                 fencing token after it; if no other locksmith version uses this lock, remove \
-                 it (tokens then start again at 1)",
-                self.shown.display(),
-                self.owner(),
-                st.token
-            ));
+            let says = format!("token {}", st.token);
+            return Err(owner::no_token_after(self.shown, self.uid(), &says));
         }
         Ok(Found::Dir(best))
     }
@@ -240,7 +231,7 @@ pub fn read(at: &StateAt<'_>) -> Result<Option<State>> {
          this locksmith cannot issue a fencing token from it; remove it, and keep locks in a \
          directory only their users can write",
         at.shown.display(),
-        at.owner()
+        crate::files::owner_name(at.uid())
     ))
 }
 

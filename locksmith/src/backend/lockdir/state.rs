@@ -290,31 +290,39 @@ pub fn issue(at: &StateAt<'_>) -> Result<(u64, bool)> {
 }
 
 /// Issues exactly `token` (the one our records already name): `Ok(None)` when the state is
-/// no longer at `token - 1` (someone took and released the lock since we read it).
+/// no longer at `token - 1` (someone took and released the lock since we read it). The
+/// rename is tried straight away from both names `token - 1` may have (clean first: the
+/// usual end of an acquisition); only when neither is there is the directory listed — the
+/// state moved on, or it is not started yet.
 pub fn issue_exactly(at: &StateAt<'_>, token: u64) -> Result<Option<bool>> {
-    let zero = State {
-        token: 0,
-        clean: true,
-    };
-    let (from, start) = match at.find()? {
-        Found::Dir(Some(st)) => (st, None),
-        // Empty: a config error if it stays so, else the state moved on.
-        Found::Dir(None) => return read(at).map(|_| None),
-        Found::Nothing => (zero, Some(false)),
-        Found::Old(st) => (st, Some(true)),
-    };
-    if from.token.checked_add(1) != Some(token) {
+    let Some(prev) = token.checked_sub(1) else {
         return Ok(None);
-    }
-    if let Some(old) = start
-        && !at.start(from, old)?
-    {
-        return Ok(None);
-    }
+    };
     let to = State {
         token,
         clean: false,
     };
+    for clean in [true, false] {
+        if at.swap(State { token: prev, clean }, to)? {
+            return Ok(Some(!clean));
+        }
+    }
+    let (from, old) = match at.find()? {
+        Found::Nothing => (
+            State {
+                token: 0,
+                clean: true,
+            },
+            false,
+        ),
+        Found::Old(st) => (st, true),
+        Found::Dir(Some(_)) => return Ok(None),
+        // Empty: a config error if it stays so, else the state moved on.
+        Found::Dir(None) => return read(at).map(|_| None),
+    };
+    if from.token != prev || !at.start(from, old)? {
+        return Ok(None);
+    }
     Ok(at.swap(from, to)?.then_some(!from.clean))
 }
 

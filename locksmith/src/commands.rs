@@ -304,7 +304,16 @@ impl Heartbeat {
         }
         let start = sys::boottime();
         let lost_by = lease.lost_by(self.last_ok);
-        let deadline = Instant::now() + lost_by.saturating_sub(start);
+        // A beat begun past the point of no return (the process was paused, say) comes too
+        // late to stop anything: the backend's answer alone says whether the lock is still
+        // ours (a server that kept our session), and it gets half a period — the backend's
+        // deadline too, not a deadline already passed.
+        let wait = if start >= lost_by {
+            lease.grace()
+        } else {
+            lost_by - start
+        };
+        let deadline = Instant::now() + wait;
         let (done, returned) = std::sync::mpsc::channel();
         let mut lost = Some(lost);
         let result = std::thread::scope(|s| {
@@ -313,14 +322,7 @@ impl Heartbeat {
                 let _ = done.send(());
                 r
             });
-            // A beat begun past the point of no return (the process was paused, say) comes
-            // too late to stop anything: the backend's answer alone says whether the lock is
-            // still ours (a server that kept our session), and it gets half a period.
-            let wait = if start >= lost_by {
-                lease.grace()
-            } else {
-                lost_by.saturating_sub(sys::boottime())
-            };
+            let wait = deadline.saturating_duration_since(Instant::now());
             if returned.recv_timeout(wait).is_err() {
                 let e = err!(
                     Lost,

@@ -22,10 +22,11 @@
 //! last heard from it, whatever the server's defaults (hours), and never before: the kernel
 //! aborts a connection only once nothing has arrived from the peer for the user timeout.
 //!
-//! **Heartbeat:** an empty query every heartbeat period, bounded so that an unconfirmed one
-//! declares `LOST` (and `run` stops CMD) before `stale_after − period` has passed since the
-//! last confirmed one was *sent* — half a period before the earliest moment the server could
-//! free the lock. A failed one means the session is gone: `LOST`, 74.
+//! **Heartbeat:** an empty query every heartbeat period, bounded by the deadline of the holder's
+//! lease (`backend::Lease`: an unconfirmed one declares `LOST`, and `run` stops CMD, before the
+//! earliest moment the server could free the lock). A failed one means the session is gone:
+//! `LOST`, 74. A heartbeat begun past that point (the process was stopped) gets half a period:
+//! if the server kept our session, the lock is still ours.
 //!
 //! **Fencing tokens:** a row per lock in `SCHEMA.tokens (lock, token, clean)`, created on first
 //! use and only written while holding the lock exclusively: the holder takes token + 1 and sets
@@ -327,9 +328,6 @@ pub struct Postgres {
     /// Our exclusive acquisition's token, to mark its clean release.
     token: Option<i64>,
     held: bool,
-    /// When the last request the server answered while we held was sent: the server heard
-    /// from us no earlier, so it cannot free the lock before this + `stale_after`.
-    confirmed: Instant,
 }
 
 /// A thread blocked in `pg_advisory_lock` on our connection; one byte when done.
@@ -358,7 +356,6 @@ impl Postgres {
             waiter: None,
             token: None,
             held: false,
-            confirmed: Instant::now(),
         }
     }
 
@@ -384,17 +381,6 @@ impl Postgres {
                 "SET client_connection_check_interval = 1000".to_string(),
             ],
         )
-    }
-
-    /// How long a heartbeat sent now may take: it must be answered, or LOST declared, by
-    /// `confirmed + stale_after − period` (then `run` gives CMD half a period to stop, which
-    /// still leaves half a period before the server could free the lock).
-    fn heartbeat_limit(&self) -> Duration {
-        (self.confirmed + self.stale_after)
-            .checked_sub(self.heartbeat)
-            .map_or(Duration::ZERO, |d| {
-                d.saturating_duration_since(Instant::now())
-            })
     }
 
     fn server(&self) -> String {
@@ -567,9 +553,7 @@ impl Postgres {
     }
 
     /// Holding: the fencing token and whether the previous exclusive holder released cleanly.
-    /// The server's answer to one of our requests, sent now, starts the holder's clock.
     fn grant(&mut self) -> Result<Grant> {
-        let sent = Instant::now();
         let grant = self.tokens();
         if grant.is_none() {
             // No token query answered: confirm the session by itself (a waiter's grant may
@@ -580,7 +564,6 @@ impl Postgres {
                 return Err(self.error("cannot confirm the session that took the lock", &e));
             }
         }
-        self.confirmed = sent;
         self.held = true;
         Ok(grant.unwrap_or_default())
     }
@@ -827,16 +810,13 @@ impl Backend for Postgres {
     }
 
     fn heartbeat(&mut self, deadline: Instant) -> Result<()> {
-        let limit = self
-            .heartbeat_limit()
-            .min(deadline.saturating_duration_since(Instant::now()));
-        let sent = Instant::now();
+        // The lease's deadline (`run`'s): past it CMD could not be stopped in time.
+        let limit = deadline.saturating_duration_since(Instant::now());
         let r = match self.client.as_mut() {
             Some(c) => c.is_valid(limit),
             None => return Err(err!(Lost, "not holding")),
         };
         let Err(e) = r else {
-            self.confirmed = sent;
             return Ok(());
         };
         // The session is unusable: a timed-out request is still in flight. Closing it would

@@ -523,6 +523,21 @@ impl Session {
         }
     }
 
+    /// Whether `PARENT/NAME<suffix>` is in its parent's listing; `None`: the server refused
+    /// to list the parent.
+    pub(super) fn listed_beside(&mut self, suffix: &str) -> Result<Option<bool>> {
+        let parent = self.parent().map(str::to_string);
+        let name = format!("{}{suffix}", self.name());
+        let Ok(lines) = self.cmd("NLST", |c| c.nlst(parent.as_deref()))? else {
+            return Ok(None);
+        };
+        Ok(Some(
+            lines
+                .iter()
+                .any(|l| l.rsplit('/').next().unwrap_or(l) == name),
+        ))
+    }
+
     /// Tidies tombstones that crashed releasers or breakers left beside the lock.
     pub(super) fn tidy_leftovers(&mut self) {
         let parent = self.parent().map(str::to_string);

@@ -169,34 +169,27 @@ impl Ftp {
     }
 
     /// With the gate held: removes dead and silent readers (`stale.rs`'s rule); the live
-    /// ones remain. Empty: `NAME.readers` is gone (or never was).
+    /// ones remain. Empty: `NAME.readers` is gone (or never was) — settled only by an `RMD`
+    /// of it that was done, or by a listing of the parent without it: libunftp has refused
+    /// `CWD`, `NLST` and `RMD` spuriously under load, and no refusal may make a writer
+    /// overlook a reader or leave the directory behind.
     fn drain(&mut self) -> Result<Vec<Holder>> {
         let dir = self.s.readers_dir();
-        // Exclusive-only locks never have readers: one refused `CWD` says so.
-        // libunftp has refused a `CWD` spuriously under load: a refusal alone must never make
-        // a writer overlook a reader, so it is confirmed by a listing.
-        if !self.s.is_dir(&dir)? {
-            match self.s.listing(&dir)? {
-                None => {
-                    debug!("drain: CWD and NLST {dir} refused: no readers");
-                    return Ok(Vec::new());
-                }
-                // Listed, yet CWD refused: an empty directory behind a spurious refusal (or a
-                // server that lists a missing one as empty). Nobody registers while we hold the
-                // gate, so it goes now rather than stay behind.
-                Some(names) if names.is_empty() => {
-                    let removed = self.s.cmd("RMD", |c| c.rmdir(dir.as_str()))?.is_ok();
-                    debug!(
-                        "drain: CWD {dir} refused, it lists nothing (RMD: {removed}): no readers"
-                    );
-                    return Ok(Vec::new());
-                }
-                Some(_) => {}
-            }
-        }
         if self.s.cmd("RMD", |c| c.rmdir(dir.as_str()))?.is_ok() {
             debug!("drain: RMD {dir} done: no readers");
             return Ok(Vec::new());
+        }
+        // Refused: missing (every exclusive-only lock), not empty, or refused for nothing.
+        match self.s.listed_beside(".readers")? {
+            Some(false) => {
+                debug!("drain: {dir} is not in its parent's listing: no readers");
+                return Ok(Vec::new());
+            }
+            Some(true) => {}
+            None => {
+                debug!("drain: RMD {dir} and the listing of its parent refused: looking again");
+                return Ok(vec![Holder::default()]);
+            }
         }
         let mut readers = Readers {
             s: &mut self.s,
@@ -363,15 +356,16 @@ struct Readers<'a> {
 }
 
 impl Readers<'_> {
-    /// Removes `NAME.readers`. `Ok(true)`: it is gone. `RMD` refused while it still exists:
-    /// it holds an entry our listing did not show (libunftp has answered a listing without
-    /// entries that were there) — a writer must not hold then.
+    /// Removes `NAME.readers`. `Ok(true)`: it is gone. `RMD` refused while it still exists
+    /// (or while the parent's listing is refused too): it holds an entry our listing did not
+    /// show (libunftp has answered a listing without entries that were there), or the refusal
+    /// was spurious — a writer must not hold then.
     fn remove_dir(&mut self) -> Result<bool> {
         let dir = self.dir.clone();
         if self.s.cmd("RMD", |c| c.rmdir(dir.as_str()))?.is_ok() {
             return Ok(true);
         }
-        Ok(!self.s.is_dir(&dir)?)
+        Ok(self.s.listed_beside(".readers")? == Some(false))
     }
 }
 

@@ -55,7 +55,20 @@ fn gluster_mounts_share_one_volume() {
 fn gluster_default_caches_pin_study() {
     use std::os::unix::fs::MetadataExt;
     use std::time::Duration;
-    let Some(g) = Gluster::start() else { return };
+    // `PIN_STUDY_B_OPTIONS`: mount b's client options (space-separated, e.g.
+    // "--entry-timeout=0"); `PIN_STUDY_VOLUME`: volume options to set (space-separated
+    // `key=value`, e.g. "performance.stat-prefetch=off") — to see which cache makes pins stale.
+    let b_options = std::env::var("PIN_STUDY_B_OPTIONS").unwrap_or_default();
+    let b_options: Vec<&str> = b_options.split_whitespace().collect();
+    let volume = std::env::var("PIN_STUDY_VOLUME").unwrap_or_default();
+    let volume: Vec<(&str, &str)> = volume
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .collect();
+    eprintln!("mount b's client options {b_options:?}, volume options {volume:?}");
+    let Some(g) = Gluster::start_full(&[], &b_options, &volume) else {
+        return;
+    };
     let (s_a, s_b) = (g.a.join("state"), g.b.join("state"));
     let (t_a, pin_b) = (g.a.join("state.tmp"), g.b.join("state.pin"));
     std::os::unix::fs::symlink("v0", &s_a).unwrap();

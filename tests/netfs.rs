@@ -65,13 +65,16 @@ fn cache_time<F: Mounts>() -> Duration {
 }
 
 /// `NETFS_GLUSTER_CACHES=default`: the GlusterFS tests mount with GlusterFS's default client
-/// caches and volume options ([`Gluster::start`]) instead of with them off. Not for CI: a study
-/// of what locksmith does there (README, network filesystems), with `NETFS_CACHE_TIME_MS` and
-/// `NETFS_STALE_AFTER_MS` set as `locksmith verify --peer` suggests.
+/// caches and volume options ([`Gluster::start`]) instead of with them off — locksmith refuses
+/// that (78); `=fresh-names`: with only what locksmith requires off
+/// ([`Gluster::start_fresh_names`]). Not for CI: studies of what locksmith does there
+/// (README, network filesystems), with `NETFS_CACHE_TIME_MS` and `NETFS_STALE_AFTER_MS` set as
+/// `locksmith verify --peer` suggests.
 const GLUSTER_CACHES: &str = "NETFS_GLUSTER_CACHES";
 
+/// Whether the GlusterFS mounts keep some cache on ([`GLUSTER_CACHES`]): records may show late.
 fn gluster_default_caches() -> bool {
-    std::env::var(GLUSTER_CACHES).is_ok_and(|v| v == "default")
+    std::env::var(GLUSTER_CACHES).is_ok_and(|v| v == "default" || v == "fresh-names")
 }
 
 /// A whole number of milliseconds from the environment variable `var`, if set.
@@ -158,11 +161,19 @@ impl Mounts for Gluster {
         }
     }
     fn start() -> Option<Self> {
-        if gluster_default_caches() {
-            eprintln!("{GLUSTER_CACHES}=default: GlusterFS with its default client caches");
-            return Gluster::start();
+        match std::env::var(GLUSTER_CACHES).as_deref() {
+            Ok("default") => {
+                eprintln!("{GLUSTER_CACHES}=default: GlusterFS with its default client caches");
+                Gluster::start()
+            }
+            Ok("fresh-names") => {
+                eprintln!(
+                    "{GLUSTER_CACHES}=fresh-names: GlusterFS with only the caches locksmith requires off"
+                );
+                Gluster::start_fresh_names()
+            }
+            _ => Gluster::start_uncached(),
         }
-        Gluster::start_uncached()
     }
     fn mount_point(&self, m: char) -> &Path {
         Gluster::mount_point(self, m)

@@ -223,6 +223,9 @@ pub struct Fs {
     pub remote: bool,
     /// How long it may serve stale data, where its mount options say (NFS).
     pub cache: Option<Duration>,
+    /// Why no heartbeat backend can keep SPEC §6 there, whatever the timings (a GlusterFS
+    /// client whose caches answer a fresh lookup with an old inode): what to set.
+    pub unsafe_why: Option<String>,
 }
 
 /// What filesystem `fd` (a directory or file) is on, by `statfs(2)` type, named from
@@ -244,11 +247,160 @@ pub fn detect(fd: BorrowedFd<'_>) -> Fs {
         (Some("NFS"), None) => Some(UNKNOWN_CACHE),
         _ => None,
     };
+    let unsafe_why = match &mount {
+        Some(m) if m.fstype == "fuse.glusterfs" => gluster_caches(&unescape(m.point)),
+        _ => None,
+    };
     Fs {
         name,
         remote: family.is_some(),
         cache,
+        unsafe_why,
     }
+}
+
+/// GlusterFS: what makes a mount at `root` unsafe for heartbeat locks, if anything. A
+/// waiter's fresh look at a name (a pin linked to it, a lookup) and at a record's content
+/// must reach the bricks. Content: the kernel keeps a file's pages across opens unless the
+/// client says `--fopen-keep-cache=off`, and the volume's caches ([`GLUSTER_CACHES`]) keep
+/// it too — with md-cache off and either left on, a heartbeat rewritten in place did not show
+/// through the other mount for over a minute here. Names: with
+/// the kernel's entry cache (the client's `--entry-timeout`, 1 s by default) or the volume's
+/// md-cache (`performance.stat-prefetch`, on by default) a mount resolves a name renamed over
+/// through another mount to the inode it had cached — seen for as long as that inode keeps
+/// another name, 900 ms after the rename and every time (`fs2_smoke::
+/// gluster_default_caches_pin_study`) — so a waiter could read a dead predecessor's record
+/// and break a live holder. GlusterFS's virtual `.meta` directory at the mount's root tells
+/// both: `cmdline`, the client's command line, and `graphs/active/`, its translators.
+fn gluster_caches(root: &Path) -> Option<String> {
+    let meta = root.join(".meta");
+    let cmdline = match std::fs::read_to_string(meta.join("cmdline")) {
+        Ok(c) => c,
+        Err(e) => {
+            return Some(format!(
+                "cannot tell whether its client caches names (reading {}: {e}); mount the volume itself (not a subdirectory) so that locksmith can check it",
+                meta.join("cmdline").display()
+            ));
+        }
+    };
+    let graph: Vec<String> = match std::fs::read_dir(meta.join("graphs/active")) {
+        Ok(d) => d
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(e) => {
+            return Some(format!(
+                "cannot tell whether its client caches names (listing {}: {e})",
+                meta.join("graphs/active").display()
+            ));
+        }
+    };
+    let mut client = Vec::new();
+    if !entry_timeout_zero(&cmdline) {
+        client.push("entry-timeout=0");
+    }
+    if !keep_cache_off(&cmdline) {
+        client.push("fopen-keep-cache=off");
+    }
+    let mut set = Vec::new();
+    if !client.is_empty() {
+        set.push(format!(
+            "mount it with -o {} (glusterfs --{})",
+            client.join(","),
+            client.join(" --")
+        ));
+    }
+    let off: Vec<&str> = GLUSTER_CACHES
+        .iter()
+        .filter(|(xlator, _)| graph.iter().any(|x| x.ends_with(xlator)))
+        .map(|(_, option)| *option)
+        .collect();
+    if !off.is_empty() {
+        set.push(format!(
+            "turn the volume's client caches off (gluster volume set VOLUME {} off)",
+            off.join(" off, ")
+        ));
+    }
+    if set.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "its client may answer a lookup with an inode it cached or a read with old content, so a waiter could break a live holder: {}",
+        set.join(", and ")
+    ))
+}
+
+/// The GlusterFS client translators that cache what locksmith must read fresh (their name in
+/// `.meta/graphs/active` ends so) and the volume option that turns each off: md-cache keeps a
+/// renamed-over name's old inode; quick-read and io-cache (off by default) keep content.
+const GLUSTER_CACHES: &[(&str, &str)] = &[
+    ("-md-cache", "performance.stat-prefetch"),
+    ("-quick-read", "performance.quick-read"),
+    ("-io-cache", "performance.io-cache"),
+];
+
+/// The value of a GlusterFS client's option `name` (`--entry-timeout`) on its command line
+/// (`.meta/cmdline`: its arguments within JSON), the last one given; `Some("")` for an option
+/// given without a value.
+fn client_option<'a>(cmdline: &'a str, name: &str) -> Option<&'a str> {
+    let words: Vec<&str> = cmdline
+        .split(|c: char| c.is_whitespace() || c == '"')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut value = None;
+    for (i, w) in words.iter().enumerate() {
+        match w.strip_prefix(name) {
+            Some(v) if v.starts_with('=') => value = Some(&v[1..]),
+            Some("") => {
+                value = Some(
+                    words
+                        .get(i + 1)
+                        .copied()
+                        .filter(|n| !n.starts_with('-'))
+                        .unwrap_or(""),
+                )
+            }
+            _ => {}
+        }
+    }
+    value
+}
+
+/// Whether the client's kernel entry cache is off (`--entry-timeout=0`).
+fn entry_timeout_zero(cmdline: &str) -> bool {
+    client_option(cmdline, "--entry-timeout")
+        .and_then(|v| v.parse::<f64>().ok())
+        .is_some_and(|v| v == 0.0)
+}
+
+/// Whether the client lets the kernel drop a file's cached pages at every open
+/// (`--fopen-keep-cache=off`; GlusterFS keeps them by default).
+fn keep_cache_off(cmdline: &str) -> bool {
+    client_option(cmdline, "--fopen-keep-cache")
+        .is_some_and(|v| matches!(v, "off" | "no" | "false" | "0" | "disable"))
+}
+
+/// A mount point as `/proc/self/mountinfo` escapes it (`\040` for a space, octal).
+fn unescape(field: &str) -> PathBuf {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], oct) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(OsStr::from_bytes(&out))
 }
 
 /// Refuses a profile that cannot keep SPEC §6 on `fs` (78, naming the filesystem and what to
@@ -269,6 +421,14 @@ pub fn check(
         return Err(err!(
             Config,
             "lock file {} is on {}, a network or FUSE filesystem: flock(2) there may exclude only processes on this host, so two hosts could both hold the lock; use backend \"mkdir\", \"link\" or \"symlink\" there, or set local = true if every contender runs on this host",
+            shown.display(),
+            fs.name
+        ));
+    }
+    if let Some(why) = &fs.unsafe_why {
+        return Err(err!(
+            Config,
+            "lock directory {} is on {}: {why}; or set local = true if every contender runs on this host",
             shown.display(),
             fs.name
         ));
@@ -322,6 +482,8 @@ pub fn check_dir_mode(mode: u32, dir: &Path) -> Result<()> {
 }
 
 struct Mount<'a> {
+    /// Where it is mounted, escaped as in mountinfo.
+    point: &'a str,
     fstype: &'a str,
     source: &'a str,
     opts: &'a str,
@@ -335,9 +497,11 @@ fn mount_for_dev(mountinfo: &str, maj: u64, min: u64) -> Option<Mount<'_>> {
         if fields.nth(2)? != want {
             return None;
         }
+        let point = fields.nth(1)?;
         let (_, tail) = line.split_once(" - ")?;
         let mut rest = tail.split(' ');
         Some(Mount {
+            point,
             fstype: rest.next()?,
             source: rest.next()?,
             opts: rest.next().unwrap_or(""),
@@ -922,6 +1086,7 @@ mod tests {
             name: "fuse.sshfs (127.0.0.1:/srv)".into(),
             remote: true,
             cache: None,
+            unsafe_why: None,
         };
         let s = Duration::from_secs;
         let dir = Path::new("/mnt/a");
@@ -935,6 +1100,90 @@ mod tests {
         let e = check(&sshfs, dir, &cfg(false, None), s(3), false).unwrap_err();
         assert!(e.message().contains("flock(2)"), "{e}");
         assert!(check(&sshfs, dir, &cfg(true, None), s(3), false).is_ok());
+    }
+
+    #[test]
+    fn gluster_client_caches_are_refused_whatever_the_timings() {
+        let gluster = Fs {
+            name: "fuse.glusterfs (10.0.0.1:v)".into(),
+            remote: true,
+            cache: None,
+            unsafe_why: Some("… mount it with -o entry-timeout=0".into()),
+        };
+        let dir = Path::new("/mnt/g");
+        let e = check(
+            &gluster,
+            dir,
+            &cfg(false, Some(Duration::ZERO)),
+            Duration::from_secs(60),
+            true,
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), crate::error::Kind::Config);
+        assert!(e.message().contains("fuse.glusterfs"), "{e}");
+        assert!(e.message().contains("entry-timeout=0"), "{e}");
+        assert!(e.message().contains("local = true"), "{e}");
+        assert!(
+            check(
+                &gluster,
+                dir,
+                &cfg(true, None),
+                Duration::from_secs(3),
+                true
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn gluster_keep_cache_from_the_clients_command_line() {
+        let meta = |args: &str| format!("{{ \"Cmdlinestr\": \"glusterfs {args} /mnt/g\" }}");
+        assert!(keep_cache_off(&meta("--fopen-keep-cache=off")));
+        assert!(keep_cache_off(&meta("--fopen-keep-cache=false -N")));
+        assert!(!keep_cache_off(&meta("")));
+        assert!(!keep_cache_off(&meta("--fopen-keep-cache")));
+        assert!(!keep_cache_off(&meta("--fopen-keep-cache -N")));
+        assert!(!keep_cache_off(&meta("--fopen-keep-cache=on")));
+        assert!(!keep_cache_off(&meta(
+            "--fopen-keep-cache=off --fopen-keep-cache"
+        )));
+    }
+
+    #[test]
+    fn gluster_entry_timeout_from_the_clients_command_line() {
+        let meta = |args: &str| {
+            format!("{{ \n  \"Cmdlinestr\": \"glusterfs -N --volfile-id=v {args} /mnt/g\"\n}}")
+        };
+        assert!(entry_timeout_zero(&meta("--entry-timeout=0")));
+        assert!(entry_timeout_zero(&meta(
+            "--entry-timeout=0.0 --attribute-timeout=1"
+        )));
+        assert!(entry_timeout_zero(&meta("--entry-timeout 0")));
+        assert!(entry_timeout_zero(&meta(
+            "--entry-timeout=1 --entry-timeout=0"
+        )));
+        assert!(!entry_timeout_zero(&meta("")));
+        assert!(!entry_timeout_zero(&meta("--entry-timeout=1")));
+        assert!(!entry_timeout_zero(&meta(
+            "--entry-timeout=0 --entry-timeout=1"
+        )));
+        assert!(!entry_timeout_zero(&meta("--attribute-timeout=0")));
+        assert!(!entry_timeout_zero(&meta("--entry-timeout=x")));
+    }
+
+    #[test]
+    fn mount_points_are_unescaped() {
+        assert_eq!(unescape("/mnt/a"), PathBuf::from("/mnt/a"));
+        assert_eq!(
+            unescape("/mnt/my\\040locks"),
+            PathBuf::from("/mnt/my locks")
+        );
+        assert_eq!(
+            unescape("/mnt/back\\134slash"),
+            PathBuf::from("/mnt/back\\slash")
+        );
+        assert_eq!(unescape("/mnt/odd\\9"), PathBuf::from("/mnt/odd\\9"));
+        assert_eq!(mount_for_dev(INFO, 0, 55).map(|m| m.point), Some("/mnt/a"));
     }
 
     #[test]

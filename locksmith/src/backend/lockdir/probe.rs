@@ -1378,7 +1378,12 @@ fn verify_here(p: &Profile, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>)
     // Where the rule counts with a cache time, the stale_after it accepts.
     let counts_cache = heartbeats && fs.remote && !cfg.local;
     let mut accepts = format!("backend {} keeps SPEC §6 here", scheme.name());
-    if counts_cache {
+    if counts_cache && fs.unsafe_why.is_some() {
+        accepts = format!(
+            "backend {} cannot keep SPEC §6 here with any stale_after until the mount's client caches change (see profile)",
+            scheme.name()
+        );
+    } else if counts_cache {
         accepts.push_str(&format!(
             "; it accepts stale_after above {} ({limit_how})",
             fmt_duration(limit)

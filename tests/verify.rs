@@ -654,6 +654,14 @@ fn gluster_default_caches_are_refused_naming_what_to_set() {
             {
                 problems.push(format!("{args:?}: exit {}, stderr {err:?}", code(o.status)));
             }
+            if args[0] == "verify"
+                && line(&stdout(&o), "client caches").map(|(st, _)| st) != Some("FAIL")
+            {
+                problems.push(format!(
+                    "{args:?}: no `client caches FAIL` line: {}",
+                    stdout(&o)
+                ));
+            }
         }
     }
     let o = sb.output(["--wait", "0", "run", "local", "--", "true"]);
@@ -707,6 +715,9 @@ fn gluster_as_required_verify_passes_or_says_what_to_set() {
         .filter_map(|p| line(&out, p).and_then(|(_, d)| figure(d)))
         .max();
     let mut problems = Vec::new();
+    if line(&out, "client caches").map(|(st, _)| st) != Some("ok") {
+        problems.push(format!("no `client caches ok` line: {out}"));
+    }
     // verify's room to spare: a quarter of the delay, at least 250 ms.
     let room = |w: Duration| w + (w / 4).max(Duration::from_millis(250));
     match worst {

@@ -223,9 +223,10 @@ pub struct Fs {
     pub remote: bool,
     /// How long it may serve stale data, where its mount options say (NFS).
     pub cache: Option<Duration>,
-    /// Why no heartbeat backend can keep SPEC §6 there, whatever the timings (a GlusterFS
-    /// client whose caches answer a fresh lookup with an old inode): what to set.
-    pub unsafe_why: Option<String>,
+    /// Its client's caches, where locksmith checks them (GlusterFS): `Ok` with what was seen,
+    /// or `Err` with why no heartbeat backend can keep SPEC §6 there whatever the timings
+    /// (a fresh lookup answered with an old inode) and what to set.
+    pub client: Option<std::result::Result<String, String>>,
 }
 
 /// What filesystem `fd` (a directory or file) is on, by `statfs(2)` type, named from
@@ -247,19 +248,20 @@ pub fn detect(fd: BorrowedFd<'_>) -> Fs {
         (Some("NFS"), None) => Some(UNKNOWN_CACHE),
         _ => None,
     };
-    let unsafe_why = match &mount {
-        Some(m) if m.fstype == "fuse.glusterfs" => gluster_caches(&unescape(m.point)),
+    let client = match &mount {
+        Some(m) if m.fstype == "fuse.glusterfs" => Some(gluster_caches(&unescape(m.point))),
         _ => None,
     };
     Fs {
         name,
         remote: family.is_some(),
         cache,
-        unsafe_why,
+        client,
     }
 }
 
-/// GlusterFS: what makes a mount at `root` unsafe for heartbeat locks, if anything. A
+/// GlusterFS: whether a mount at `root` is safe for heartbeat locks (`Err`: why not, and what
+/// to set; `Ok`: what was checked). A
 /// waiter's fresh look at a name (a pin linked to it, a lookup) and at a record's content
 /// must reach the bricks. Content: the kernel keeps a file's pages across opens unless the
 /// client says `--fopen-keep-cache=off`, and the volume's caches ([`GLUSTER_CACHES`]) keep
@@ -272,12 +274,12 @@ pub fn detect(fd: BorrowedFd<'_>) -> Fs {
 /// gluster_default_caches_pin_study`) — so a waiter could read a dead predecessor's record
 /// and break a live holder. GlusterFS's virtual `.meta` directory at the mount's root tells
 /// both: `cmdline`, the client's command line, and `graphs/active/`, its translators.
-fn gluster_caches(root: &Path) -> Option<String> {
+fn gluster_caches(root: &Path) -> std::result::Result<String, String> {
     let meta = root.join(".meta");
     let cmdline = match std::fs::read_to_string(meta.join("cmdline")) {
         Ok(c) => c,
         Err(e) => {
-            return Some(format!(
+            return Err(format!(
                 "cannot tell whether its client caches names (reading {}: {e}); mount the volume itself (not a subdirectory) so that locksmith can check it",
                 meta.join("cmdline").display()
             ));
@@ -289,7 +291,7 @@ fn gluster_caches(root: &Path) -> Option<String> {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect(),
         Err(e) => {
-            return Some(format!(
+            return Err(format!(
                 "cannot tell whether its client caches names (listing {}: {e})",
                 meta.join("graphs/active").display()
             ));
@@ -322,9 +324,12 @@ fn gluster_caches(root: &Path) -> Option<String> {
         ));
     }
     if set.is_empty() {
-        return None;
+        return Ok(
+            "--entry-timeout=0 --fopen-keep-cache=off, no md-cache, quick-read or io-cache (from .meta)"
+                .into(),
+        );
     }
-    Some(format!(
+    Err(format!(
         "its client may answer a lookup with an inode it cached or a read with old content, so a waiter could break a live holder: {}",
         set.join(", and ")
     ))
@@ -425,7 +430,7 @@ pub fn check(
             fs.name
         ));
     }
-    if let Some(why) = &fs.unsafe_why {
+    if let Some(Err(why)) = &fs.client {
         return Err(err!(
             Config,
             "lock directory {} is on {}: {why}; or set local = true if every contender runs on this host",
@@ -1086,7 +1091,7 @@ mod tests {
             name: "fuse.sshfs (127.0.0.1:/srv)".into(),
             remote: true,
             cache: None,
-            unsafe_why: None,
+            client: None,
         };
         let s = Duration::from_secs;
         let dir = Path::new("/mnt/a");
@@ -1108,7 +1113,7 @@ mod tests {
             name: "fuse.glusterfs (10.0.0.1:v)".into(),
             remote: true,
             cache: None,
-            unsafe_why: Some("… mount it with -o entry-timeout=0".into()),
+            client: Some(Err("… mount it with -o entry-timeout=0".into())),
         };
         let dir = Path::new("/mnt/g");
         let e = check(

@@ -1090,6 +1090,17 @@ fn verify_here(p: &Profile, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>)
             }
         ),
     );
+    // Where locksmith checks the client's caches (GlusterFS): the rule says the same below.
+    match &fs.client {
+        Some(Ok(seen)) => add("client caches", Status::Ok, seen.clone()),
+        Some(Err(why)) if !cfg.local => add("client caches", Status::Fail, why.clone()),
+        Some(Err(why)) => add(
+            "client caches",
+            Status::Info,
+            format!("local = true: {why}"),
+        ),
+        None => {}
+    }
     match check_dir_mode(dir_st.st_mode, &parent) {
         Ok(()) => add(
             "directory",
@@ -1378,7 +1389,7 @@ fn verify_here(p: &Profile, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>)
     // Where the rule counts with a cache time, the stale_after it accepts.
     let counts_cache = heartbeats && fs.remote && !cfg.local;
     let mut accepts = format!("backend {} keeps SPEC §6 here", scheme.name());
-    if counts_cache && fs.unsafe_why.is_some() {
+    if counts_cache && matches!(fs.client, Some(Err(_))) {
         accepts = format!(
             "backend {} cannot keep SPEC §6 here with any stale_after until the mount's client caches change (see profile)",
             scheme.name()

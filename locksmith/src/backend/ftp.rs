@@ -440,14 +440,7 @@ impl Ftp {
                 Look::Gone => {
                     if let Some(parent) = self.s.parent().map(str::to_string)
                         && !self.s.is_dir(&parent)?
-                        && {
-                            // Confirm on a fresh session, a moment later, before calling it a
-                            // config error (libunftp was seen to refuse a CWD spuriously under
-                            // races and heavy load).
-                            self.s.conn = None;
-                            std::thread::sleep(self.poll.min(Duration::from_secs(1)));
-                            !self.s.is_dir(&parent)?
-                        }
+                        && self.confirm_missing(&parent)?
                     {
                         return Err(err!(
                             Config,
@@ -483,6 +476,20 @@ impl Ftp {
     }
 
     /// Tries for the gate — the exclusive lock directory — reconnecting a few times.
+    /// Confirms that `dir` is missing on three fresh sessions, a moment apart, before a
+    /// config error is called: libunftp was seen to refuse a `CWD` spuriously under races and
+    /// heavy load, twice in a row on one CI run.
+    fn confirm_missing(&mut self, dir: &str) -> Result<bool> {
+        for _ in 0..3 {
+            self.s.conn = None;
+            std::thread::sleep(self.poll.min(Duration::from_secs(1)));
+            if self.s.is_dir(dir)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     fn try_gate(&mut self) -> Result<Attempt> {
         self.s.set_timeout(ACQUIRE_TIMEOUT);
         // A connection that worked and then broke (server restart, a dropped session) is

@@ -175,26 +175,24 @@ impl Ftp {
     /// overlook a reader or leave the directory behind.
     fn drain(&mut self) -> Result<Vec<Holder>> {
         let dir = self.s.readers_dir();
-        if self.s.cmd("RMD", |c| c.rmdir(dir.as_str()))?.is_ok() {
-            debug!("drain: RMD {dir} done: no readers");
-            return Ok(Vec::new());
-        }
-        // Refused: missing (every exclusive-only lock), not empty, or refused for nothing.
-        match self.s.listed_beside(".readers")? {
-            Some(false) => {
-                debug!("drain: {dir} is not in its parent's listing: no readers");
-                return Ok(Vec::new());
-            }
-            Some(true) => {}
-            None => {
-                debug!("drain: RMD {dir} and the listing of its parent refused: looking again");
-                return Ok(vec![Holder::default()]);
-            }
-        }
         let mut readers = Readers {
             s: &mut self.s,
             dir,
         };
+        match readers.remove_dir()? {
+            Some(true) => {
+                debug!("drain: {} is gone: no readers", readers.dir);
+                return Ok(Vec::new());
+            }
+            Some(false) => {}
+            None => {
+                debug!(
+                    "drain: RMD {} and the listing of its parent refused: looking again",
+                    readers.dir
+                );
+                return Ok(vec![Holder::default()]);
+            }
+        }
         Ok(self
             .judge
             .clear_dead(&mut readers, &mut self.wake)?
@@ -356,16 +354,17 @@ struct Readers<'a> {
 }
 
 impl Readers<'_> {
-    /// Removes `NAME.readers`. `Ok(true)`: it is gone. `RMD` refused while it still exists
-    /// (or while the parent's listing is refused too): it holds an entry our listing did not
-    /// show (libunftp has answered a listing without entries that were there), or the refusal
-    /// was spurious — a writer must not hold then.
-    fn remove_dir(&mut self) -> Result<bool> {
+    /// Removes `NAME.readers`. `Some(true)`: it is gone (removed now, or not in its parent's
+    /// listing: missing, as for every exclusive-only lock). `Some(false)`: `RMD` refused while
+    /// the parent lists it — readers are inside, or an entry our listing did not show (libunftp
+    /// has answered a listing without entries that were there), or the refusal was spurious.
+    /// `None`: the parent's listing was refused too. A writer holds only on `Some(true)`.
+    fn remove_dir(&mut self) -> Result<Option<bool>> {
         let dir = self.dir.clone();
         if self.s.cmd("RMD", |c| c.rmdir(dir.as_str()))?.is_ok() {
-            return Ok(true);
+            return Ok(Some(true));
         }
-        Ok(self.s.listed_beside(".readers")? == Some(false))
+        Ok(self.s.listed_beside(".readers")?.map(|listed| !listed))
     }
 }
 
@@ -373,7 +372,7 @@ impl Holders for Readers<'_> {
     fn holders(&mut self) -> Result<Option<Vec<Evidence>>> {
         let names = self.s.entries(&self.dir)?;
         if names.is_empty() {
-            return Ok(if self.remove_dir()? {
+            return Ok(if self.remove_dir()? == Some(true) {
                 None
             } else {
                 debug!(
@@ -410,6 +409,6 @@ impl Holders for Readers<'_> {
 
     /// The last reader removed: `NAME.readers` goes too (or they are not all gone).
     fn finish(&mut self) -> Result<bool> {
-        self.remove_dir()
+        Ok(self.remove_dir()? == Some(true))
     }
 }

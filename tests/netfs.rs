@@ -144,7 +144,7 @@ impl Mounts for Sshfs {
 /// default 1 s caches ([`GLUSTER_CACHES`]) a mount resolves a name to the inode it cached for
 /// up to 1 s, and `link(2)` links that inode: a pin of a state record renamed over reads the
 /// old record whenever the old inode still has another name (another contender's pin), so a
-/// fencing token is issued again (`fs2_smoke::gluster_default_caches_pin_study`). Seen with
+/// fencing token is issued again (`fs2_smoke::gluster_pins_read_fresh_only_with_the_settings_locksmith_requires`). Seen with
 /// `cache_time` 2 s (verify's suggestion) and `stale_after` 4 s: races, live holder, takeover
 /// and handoff pass; the kill -9 soaks fail (tokens going back for mkdir and symlink, a CMD
 /// outliving its lock for link).

@@ -616,7 +616,7 @@ fn sshfs_peer_with_the_default_cache_shows_names_late_but_records_fresh() {
 
 /// GlusterFS with its default caches: a mount may resolve a name renamed through the other to
 /// the inode it cached (the kernel's entry cache, the volume's md-cache), so a waiter could
-/// break a live holder on an old record (`fs2_smoke::gluster_default_caches_pin_study`). Every
+/// break a live holder on an old record (`fs2_smoke::gluster_pins_read_fresh_only_with_the_settings_locksmith_requires`). Every
 /// heartbeat backend is refused there, by verify and by the lock itself — 78, one line naming
 /// both settings — whatever `cache_time` and `stale_after` say, and nothing is left; `local =
 /// true` still locks.

@@ -271,7 +271,7 @@ pub fn detect(fd: BorrowedFd<'_>) -> Fs {
 /// md-cache (`performance.stat-prefetch`, on by default) a mount resolves a name renamed over
 /// through another mount to the inode it had cached — seen for as long as that inode keeps
 /// another name, 900 ms after the rename and every time (`fs2_smoke::
-/// gluster_default_caches_pin_study`) — so a waiter could read a dead predecessor's record
+/// gluster_pins_read_fresh_only_with_the_settings_locksmith_requires`) — so a waiter could read a dead predecessor's record
 /// and break a live holder. GlusterFS's virtual `.meta` directory at the mount's root tells
 /// both: `cmdline`, the client's command line, and `graphs/active/`, its translators.
 fn gluster_caches(root: &Path) -> std::result::Result<String, String> {

@@ -569,8 +569,11 @@ fn stalled_taker_never_stops_its_successor<F: Mounts>() {
         pidns,
         [
             "-v",
+            // Generous: after giving the lock back it retakes through mount a, whose default
+            // 20 s sshfs name cache may show the freed lock as held that long — more than once
+            // when a retake under load comes too late to keep (seen in CI: 30 s ran out).
             "--wait",
-            "30s",
+            "90s",
             "run",
             "symlink-a",
             "--",

@@ -726,7 +726,8 @@ enum Change {
     Rewrite,
     /// A record seen through the peer, replaced here by a rename; read fresh.
     Rename,
-    /// A symlink seen through the peer, replaced here by a rename; read through a pin.
+    /// A symlink seen through the peer, replaced here by a rename while a second name holds
+    /// the old one; read through a pin.
     Pinned,
     /// The same, read with `readlink(2)`.
     Readlink,
@@ -832,7 +833,24 @@ fn delay_once(ctx: &Ctx, peer: &OwnedFd, change: Change, i: usize) -> Probed {
             renameat(here, tmp.as_os_str(), here, name.as_os_str())
                 .map_err(|e| failed("cannot rename over", &name, e))
         }),
-        Change::Pinned | Change::Readlink => symlinkat(new.as_str(), here, tmp.as_os_str())
+        Change::Pinned => {
+            // The old record keeps a second name through the change, as when a contender's
+            // pin of it exists then: GlusterFS's caches resolved the name to that inode for as
+            // long (fs2_smoke::gluster_pins_read_fresh_only_with_the_settings_locksmith_requires).
+            let keep = ctx.name(&format!("{tag}.{i}.k"));
+            linkat(
+                here,
+                name.as_os_str(),
+                here,
+                keep.as_os_str(),
+                AtFlags::empty(),
+            )
+            .map_err(|e| failed("cannot link", &name, e))?;
+            symlinkat(new.as_str(), here, tmp.as_os_str())
+                .and_then(|()| renameat(here, tmp.as_os_str(), here, name.as_os_str()))
+                .map_err(|e| failed("cannot rename over", &name, e))
+        }
+        Change::Readlink => symlinkat(new.as_str(), here, tmp.as_os_str())
             .and_then(|()| renameat(here, tmp.as_os_str(), here, name.as_os_str()))
             .map_err(|e| failed("cannot rename over", &name, e)),
     };

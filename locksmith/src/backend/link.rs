@@ -355,7 +355,10 @@ impl Backend for Link {
             return Err(err!(Lost, "not holding"));
         };
         let (name, path) = (self.files.dir.name.clone(), self.cfg.path.clone());
-        if !lockdir::write_beat(self.files.dir.fd()?, &name, &path, &rec, n + 1)? {
+        let dir = &mut self.files.dir;
+        dir.fd()?;
+        let remote = dir.remote();
+        if !lockdir::write_beat(dir.fd()?, &name, &path, &rec, n + 1, remote)? {
             return Err(err!(
                 Lost,
                 "lock {} was broken: it no longer holds our record",

@@ -678,6 +678,8 @@ impl LockDir {
     ) -> Result<Option<File>> {
         let shown = self.shown(name);
         let (mode, group) = (self.cfg.file_mode, self.cfg.group);
+        self.fd()?;
+        let remote = self.remote();
         let dir = match at {
             Some(d) => d,
             None => self.fd()?,
@@ -701,7 +703,7 @@ impl LockDir {
         let file = File::from(fd);
         let r = (|| -> Result<()> {
             file.write_all_at(text.as_bytes(), 0)
-                .and_then(|()| file.sync_data())
+                .and_then(|()| reach_server(&file, remote))
                 .map_err(|e| Error::path("cannot write", &shown, e))?;
             if let Some(m) = mode {
                 nix::sys::stat::fchmod(&file, FileMode::from_bits_truncate(m))
@@ -979,17 +981,29 @@ fn test_stall(done: &AtomicBool, var: &str) {
     }
 }
 
+/// Makes what was written to `file` reach the server before another host reads it, on a
+/// network or FUSE filesystem (`remote`): `fdatasync` (NFS flushes on it, FUSE passes it on to
+/// its daemon, GlusterFS's write-behind lets go). On a local filesystem every reader shares the
+/// page cache, so nothing is synced: a record needs no durability across a power loss (one
+/// from an earlier boot is dead by its boot id; one a crash left empty is silent, breakable
+/// after stale_after), and a disk flush per acquisition and per heartbeat is what a lock on a
+/// laptop's disk should not cost.
+pub fn reach_server(file: &File, remote: bool) -> std::io::Result<()> {
+    if remote { file.sync_data() } else { Ok(()) }
+}
+
 /// One heartbeat: rewrites the record `name` (in `at`) in place with `rec` at beat `n`, if it
-/// still is ours (its nonce), and makes the write reach the server (`fdatasync`; NFS flushes
-/// on it, FUSE passes it on). `Ok(false)`: the record is gone or belongs to someone else — the
-/// lock is not ours any more. The check and the write go through one descriptor, so a
-/// successor's record (a new file) is never written.
+/// still is ours (its nonce), and makes the write reach the server ([`reach_server`];
+/// `remote`: the lock is on a network or FUSE filesystem). `Ok(false)`: the record is gone or
+/// belongs to someone else — the lock is not ours any more. The check and the write go through
+/// one descriptor, so a successor's record (a new file) is never written.
 pub fn write_beat(
     at: BorrowedFd<'_>,
     name: &OsStr,
     shown: &Path,
     rec: &Record,
     n: u64,
+    remote: bool,
 ) -> Result<bool> {
     // A heartbeat that stalls (a network filesystem that does not answer): the process's
     // first heartbeat after taking the lock.
@@ -1025,7 +1039,7 @@ pub fn write_beat(
                 Ok(())
             }
         })
-        .and_then(|()| file.sync_data())
+        .and_then(|()| reach_server(&file, remote))
         .map_err(|e| Error::path("cannot heartbeat lock", shown, e))?;
     Ok(true)
 }

@@ -773,7 +773,7 @@ impl Backend for Mkdir {
             f.dir.remote()
         };
         let parent = f.dir.fd()?;
-        if !lockdir::write_beat(parent, beat.as_os_str(), &path, &rec, n + 1)? {
+        if !lockdir::write_beat(parent, beat.as_os_str(), &path, &rec, n + 1, remote)? {
             return Err(err!(
                 Lost,
                 "lock {} was broken: our heartbeat record is gone",

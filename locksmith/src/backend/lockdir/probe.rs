@@ -642,7 +642,7 @@ fn record_rewrite(ctx: &Ctx) -> Probed {
     let here = ctx.lock();
     let rec = Record::ours(&ctx.profile);
     create(here, &name, &rec.render_beat(0))?;
-    match write_beat(here, &name, &ctx.shown(&name), &rec, 1) {
+    match write_beat(here, &name, &ctx.shown(&name), &rec, 1, ctx.remote) {
         Ok(true) => {}
         Ok(false) => {
             return Ok(Outcome::Breaks(
@@ -824,7 +824,7 @@ fn delay_once(ctx: &Ctx, peer: &OwnedFd, change: Change, i: usize) -> Probed {
         Change::NameCreated => create(here, &name, &new),
         Change::NameRemoved => unlinkat(here, name.as_os_str(), UnlinkatFlags::NoRemoveDir)
             .map_err(|e| failed("cannot remove", &name, e)),
-        Change::Rewrite => match write_beat(here, &name, &ctx.shown(&name), &rec, 1) {
+        Change::Rewrite => match write_beat(here, &name, &ctx.shown(&name), &rec, 1, ctx.remote) {
             Ok(true) => Ok(()),
             Ok(false) => Err("the record was not ours to rewrite".into()),
             Err(e) => Err(e.message().to_string()),

@@ -355,10 +355,8 @@ impl Backend for Link {
             return Err(err!(Lost, "not holding"));
         };
         let (name, path) = (self.files.dir.name.clone(), self.cfg.path.clone());
-        let dir = &mut self.files.dir;
-        dir.fd()?;
-        let remote = dir.remote();
-        if !lockdir::write_beat(dir.fd()?, &name, &path, &rec, n + 1, remote)? {
+        let (at, remote) = self.files.dir.fd_remote()?;
+        if !lockdir::write_beat(at, &name, &path, &rec, n + 1, remote)? {
             return Err(err!(
                 Lost,
                 "lock {} was broken: it no longer holds our record",

@@ -589,6 +589,14 @@ impl LockDir {
         Ok(self.fd.as_ref().expect("opened above").as_fd())
     }
 
+    /// The parent directory ([`fd`](Self::fd)) and whether it is on a network or FUSE
+    /// filesystem.
+    pub fn fd_remote(&mut self) -> Result<(BorrowedFd<'_>, bool)> {
+        self.fd()?;
+        let remote = self.remote();
+        Ok((self.fd.as_ref().expect("opened above").as_fd(), remote))
+    }
+
     /// Whether the lock is on a network or FUSE filesystem (known once [`fd`](Self::fd) ran).
     pub fn remote(&self) -> bool {
         self.fs.as_ref().is_some_and(|f| f.remote)
@@ -678,12 +686,8 @@ impl LockDir {
     ) -> Result<Option<File>> {
         let shown = self.shown(name);
         let (mode, group) = (self.cfg.file_mode, self.cfg.group);
-        self.fd()?;
-        let remote = self.remote();
-        let dir = match at {
-            Some(d) => d,
-            None => self.fd()?,
-        };
+        let (parent, remote) = self.fd_remote()?;
+        let dir = at.unwrap_or(parent);
         let flags = OFlag::O_RDWR
             | OFlag::O_CREAT
             | OFlag::O_EXCL

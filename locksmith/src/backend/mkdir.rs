@@ -209,9 +209,7 @@ impl Files {
         // the mount's cache (sshfs: up to 20 s) and would keep a waiter out of a free lock;
         // `mkdir(2)` itself asks the server.
         let name = self.dir.name.clone();
-        self.dir.fd()?;
-        let remote = self.dir.remote();
-        let parent = self.dir.fd()?;
+        let (parent, remote) = self.dir.fd_remote()?;
         if !remote && fstatat(parent, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok() {
             return Ok(None);
         }
@@ -768,11 +766,7 @@ impl Backend for Mkdir {
             f.inside(BEAT),
             f.inside(&format!("{OWNER_PREFIX}{}", rec.nonce)),
         );
-        let remote = {
-            f.dir.fd()?;
-            f.dir.remote()
-        };
-        let parent = f.dir.fd()?;
+        let (parent, remote) = f.dir.fd_remote()?;
         if !lockdir::write_beat(parent, beat.as_os_str(), &path, &rec, n + 1, remote)? {
             return Err(err!(
                 Lost,

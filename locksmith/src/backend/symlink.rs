@@ -300,8 +300,8 @@ impl Files {
     fn write_beat_record(&mut self, rec: &Record, n: u64) -> Result<bool> {
         let beat = self.dir.beside(".beat");
         let shown = self.dir.shown(&beat);
-        let remote = self.remote();
-        lockdir::write_beat(self.fd()?, &beat, &shown, rec, n, remote)
+        let (at, remote) = self.dir.fd_remote()?;
+        lockdir::write_beat(at, &beat, &shown, rec, n, remote)
     }
 
     /// Writes our first heartbeat record `.NAME.beat`, having just taken NAME (`target`).

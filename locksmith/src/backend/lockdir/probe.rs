@@ -833,26 +833,25 @@ fn delay_once(ctx: &Ctx, peer: &OwnedFd, change: Change, i: usize) -> Probed {
             renameat(here, tmp.as_os_str(), here, name.as_os_str())
                 .map_err(|e| failed("cannot rename over", &name, e))
         }),
-        Change::Pinned => {
-            // The old record keeps a second name through the change, as when a contender's
-            // pin of it exists then: GlusterFS's caches resolved the name to that inode for as
-            // long (fs2_smoke::gluster_pins_read_fresh_only_with_the_settings_locksmith_requires).
-            let keep = ctx.name(&format!("{tag}.{i}.k"));
-            linkat(
-                here,
-                name.as_os_str(),
-                here,
-                keep.as_os_str(),
-                AtFlags::empty(),
-            )
-            .map_err(|e| failed("cannot link", &name, e))?;
+        Change::Pinned | Change::Readlink => {
+            if let Change::Pinned = change {
+                // The old record keeps a second name through the change, as link's lock name
+                // and a contender's pin do: GlusterFS's caches resolved the name to that inode
+                // for as long (fs2_smoke::gluster_pins_read_fresh_only_with_the_settings_locksmith_requires).
+                let keep = ctx.name(&format!("{tag}.{i}.k"));
+                linkat(
+                    here,
+                    name.as_os_str(),
+                    here,
+                    keep.as_os_str(),
+                    AtFlags::empty(),
+                )
+                .map_err(|e| failed("cannot link", &name, e))?;
+            }
             symlinkat(new.as_str(), here, tmp.as_os_str())
                 .and_then(|()| renameat(here, tmp.as_os_str(), here, name.as_os_str()))
                 .map_err(|e| failed("cannot rename over", &name, e))
         }
-        Change::Readlink => symlinkat(new.as_str(), here, tmp.as_os_str())
-            .and_then(|()| renameat(here, tmp.as_os_str(), here, name.as_os_str()))
-            .map_err(|e| failed("cannot rename over", &name, e)),
     };
     r?;
     let t0 = Instant::now();

@@ -10,13 +10,15 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::backend::{self, Backend, BreakOutcome, Holder, Lease, Profile, Taken};
+use crate::backend::hold::Hold;
+use crate::backend::lock::{BreakOutcome, Holder};
+use crate::backend::{self, Profile};
 use crate::cli::{Cli, Command};
 use crate::error::{Error, Kind, Result, err, shown};
 use crate::log::{debug, info};
 use crate::profile::{self, ProfilesFile};
 use crate::protocol::{self, Mode, OkLine};
-use crate::settings::{Common, Env, Overrides, Password, fmt_duration};
+use crate::settings::{Env, Overrides, Password};
 use crate::sys;
 use crate::watch::{Cause, Event, WatchOpts, Watcher};
 
@@ -98,27 +100,25 @@ fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
         stdin: cli.watch_stdin,
         parent: true,
     })?;
-    let mut lock = backend::open(p)?;
-    let Taken { grant, since } = backend::acquire(lock.as_mut(), &p.name, &p.common, &mut watcher)?;
     // The lease runs from the winning attempt: heartbeat while the OK line waits for the pipe.
-    let mut beat = Heartbeat::new(lock.as_ref(), &p.common, since);
+    let mut held = Hold::acquire(backend::open(p)?, &p.name, &p.common, &mut watcher)?;
     let line = OkLine {
         profile: p.name.clone(),
-        backend: lock.name(),
+        backend: held.backend(),
         mode: mode_of(p),
-        token: grant.token,
-        prev_crashed: grant.prev_crashed,
+        token: held.grant().token,
+        prev_crashed: held.grant().prev_crashed,
         extra: Vec::new(),
     };
     // The OK line goes out only when the pipe can take it: a parent that does not read
     // must not hold us in write(2), deaf to signals (issue 15).
     let written = loop {
-        match watcher.wait_writable_for(beat.timeout())? {
+        match watcher.wait_writable_for(held.timeout())? {
             Event::Release(cause) => break Written::Stopped(cause),
             Event::Ready => break Written::Done(protocol::ok(&line)),
             Event::Timeout => {
-                if let Err(e) = beat.beat(lock.as_mut(), |_| {}) {
-                    let _ = lock.release();
+                if let Err(e) = held.beat(|_| {}) {
+                    held.abandon();
                     return Err(e);
                 }
             }
@@ -136,17 +136,14 @@ fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
         }
         Written::Done(Err(e)) => {
             debug!("cannot write OK ({e}): the parent is gone; releasing");
-            return Ok(after_release(
-                release(lock.as_mut(), &p.common),
-                Some(&mut watcher),
-            ));
+            return Ok(after_release(held.release(), Some(&mut watcher)));
         }
         Written::Stopped(cause) => {
             debug!(
                 "releasing lock `{}` before OK could be written: {cause}",
                 p.name
             );
-            let code = after_release(release(lock.as_mut(), &p.common), Some(&mut watcher));
+            let code = after_release(held.release(), Some(&mut watcher));
             if code != 0 {
                 return Ok(code);
             }
@@ -170,13 +167,10 @@ fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
     }
     debug!("holding lock `{}`", p.name);
     loop {
-        match watcher.wait(&[], beat.timeout())? {
+        match watcher.wait(&[], held.timeout())? {
             Event::Release(cause) => {
                 debug!("releasing lock `{}`: {cause}", p.name);
-                return Ok(after_release(
-                    release(lock.as_mut(), &p.common),
-                    Some(&mut watcher),
-                ));
+                return Ok(after_release(held.release(), Some(&mut watcher)));
             }
             Event::Ready | Event::Timeout => {
                 let said = |e: &Error| {
@@ -186,8 +180,8 @@ fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
                     });
                     info!("{e}");
                 };
-                if beat.beat(lock.as_mut(), said).is_err() {
-                    let _ = lock.release();
+                if held.beat(said).is_err() {
+                    held.abandon();
                     return Ok(Kind::Lost.exit_code());
                 }
             }
@@ -235,143 +229,6 @@ fn after_release(r: Result<()>, hold_mode: Option<&mut Watcher>) -> i32 {
     }
 }
 
-/// Releases, retrying transient failures until `stale_after` (SPEC §4).
-fn release(lock: &mut dyn Backend, common: &Common) -> Result<()> {
-    let deadline = Instant::now() + common.stale_after;
-    let mut backoff = backend::Backoff::new(common);
-    loop {
-        match lock.release() {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == Kind::Lost || Instant::now() >= deadline => return Err(e),
-            Err(e) => {
-                info!("release failed, retrying: {e}");
-                std::thread::sleep(backoff.next_delay());
-            }
-        }
-    }
-}
-
-/// The heartbeat schedule of a holder: every min(keepalive, stale_after/3) from the start
-/// of the attempt that took the lock ([`Taken::since`]); a failure to confirm is retried,
-/// and LOST declared by the [`Lease`]'s point of no return after the last confirmed
-/// heartbeat — counted from when it was *sent*, since the server may have seen it at any
-/// moment after. Every attempt is bounded by that point (the backend gets it as a deadline).
-struct Heartbeat {
-    lease: Option<Lease>,
-    retry: Duration,
-    /// When (CLOCK_BOOTTIME) the last confirmed heartbeat (or the winning attempt) began.
-    last_ok: Duration,
-    next: Instant,
-}
-
-impl Heartbeat {
-    fn new(lock: &dyn Backend, common: &Common, since: Duration) -> Heartbeat {
-        let lease = Lease::of(lock, common);
-        let age = sys::boottime().saturating_sub(since);
-        Heartbeat {
-            lease,
-            retry: common.poll,
-            last_ok: since,
-            next: Instant::now() + lease.map_or(Duration::ZERO, |l| l.period.saturating_sub(age)),
-        }
-    }
-
-    /// `None`: no heartbeat, sleep until an event.
-    fn timeout(&self) -> Option<Duration> {
-        self.lease
-            .map(|_| self.next.saturating_duration_since(Instant::now()))
-    }
-
-    /// How long CMD gets between SIGTERM and SIGKILL once the lock is lost.
-    fn grace(&self) -> Duration {
-        self.lease.map_or(Duration::from_secs(1), |l| l.grace())
-    }
-
-    /// One heartbeat, if one is due. `lost` runs once the lock is declared lost, before
-    /// this returns `Kind::Lost`: at the lease's point of no return at the latest, even
-    /// while the heartbeat call is still in flight — a filesystem call may block in the
-    /// kernel for as long as its server likes (a FUSE or hard NFS mount), and the deadline
-    /// a backend is given cannot interrupt it. So the call runs on a thread of its own,
-    /// and this thread waits for it only until that point; past it, `lost` (stop CMD, say
-    /// LOST) runs at once and the beat ends once the call returns.
-    fn beat(&mut self, lock: &mut dyn Backend, lost: impl FnOnce(&Error)) -> Result<()> {
-        let Some(lease) = self.lease else {
-            return Ok(());
-        };
-        let period = lease.period;
-        if Instant::now() < self.next {
-            return Ok(());
-        }
-        let start = sys::boottime();
-        let lost_by = lease.lost_by(self.last_ok);
-        // A beat begun past the point of no return (the process was paused, say) comes too
-        // late to stop anything: the backend's answer alone says whether the lock is still
-        // ours (a server that kept our session), and it gets half a period — the backend's
-        // deadline too, not a deadline already passed.
-        let wait = if start >= lost_by {
-            lease.grace()
-        } else {
-            lost_by - start
-        };
-        let deadline = Instant::now() + wait;
-        let (done, returned) = std::sync::mpsc::channel();
-        let mut lost = Some(lost);
-        let result = std::thread::scope(|s| {
-            let call = s.spawn(move || {
-                let r = lock.heartbeat(deadline);
-                let _ = done.send(());
-                r
-            });
-            let wait = deadline.saturating_duration_since(Instant::now());
-            if returned.recv_timeout(wait).is_err() {
-                let e = err!(
-                    Lost,
-                    "no heartbeat confirmed for {}: the last one has not returned (the filesystem or server stalls)",
-                    fmt_duration(sys::boottime().saturating_sub(self.last_ok))
-                );
-                if let Some(lost) = lost.take() {
-                    lost(&e);
-                }
-                // The call cannot be cut short: the lock is given up once it returns.
-                let _ = call.join();
-                return Err(e);
-            }
-            Ok(call
-                .join()
-                .unwrap_or_else(|_| Err(err!(Io, "the heartbeat panicked"))))
-        });
-        let e = match result {
-            Err(overdue) => return Err(overdue),
-            Ok(Ok(())) => {
-                self.last_ok = start;
-                self.next = Instant::now() + period;
-                return Ok(());
-            }
-            Ok(Err(e)) if e.kind() == Kind::Lost => e,
-            Ok(Err(e)) => {
-                let silent = sys::boottime().saturating_sub(self.last_ok);
-                let retry = self.retry.min(period);
-                // Give up if the next try would begin past the point of no return.
-                if sys::boottime() + retry < lost_by {
-                    info!("heartbeat failed, retrying: {e}");
-                    self.next = Instant::now() + retry;
-                    return Ok(());
-                }
-                err!(
-                    Lost,
-                    "no heartbeat confirmed for {}: {}",
-                    fmt_duration(silent),
-                    e.message()
-                )
-            }
-        };
-        if let Some(lost) = lost.take() {
-            lost(&e);
-        }
-        Err(e)
-    }
-}
-
 /// Run mode: take the lock, run CMD, release when it ends; CMD never outlives the lock.
 fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
     let mut watcher = Watcher::new(WatchOpts {
@@ -379,29 +236,27 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
         stdin: false,
         parent: true,
     })?;
-    let mut lock = backend::open(p)?;
-    let Taken { grant, since } =
-        match backend::acquire(lock.as_mut(), &p.name, &p.common, &mut watcher) {
-            Ok(t) => t,
-            // `-q`: busy is said by the exit code alone, as `flock -n` is silent (issue 15).
-            Err(e) if e.kind() == Kind::Busy && (cli.quiet || cli.conflict_exit.is_some()) => {
-                if !cli.quiet {
-                    protocol::error(&e, false);
-                }
-                return Ok(cli.conflict_exit.unwrap_or(Kind::Busy.exit_code()));
+    let mut held = match Hold::acquire(backend::open(p)?, &p.name, &p.common, &mut watcher) {
+        Ok(t) => t,
+        // `-q`: busy is said by the exit code alone, as `flock -n` is silent (issue 15).
+        Err(e) if e.kind() == Kind::Busy && (cli.quiet || cli.conflict_exit.is_some()) => {
+            if !cli.quiet {
+                protocol::error(&e, false);
             }
-            Err(e) => return Err(e),
-        };
+            return Ok(cli.conflict_exit.unwrap_or(Kind::Busy.exit_code()));
+        }
+        Err(e) => return Err(e),
+    };
     // From here CMD's life decides, as with flock(1), not the caller's.
     watcher.forget_parent();
 
     let mut command = std::process::Command::new(&cmd[0]);
     command.args(&cmd[1..]).env("LOCKSMITH_PROFILE", &p.name);
-    match grant.token {
+    match held.grant().token {
         Some(t) => command.env("LOCKSMITH_TOKEN", t.to_string()),
         None => command.env_remove("LOCKSMITH_TOKEN"),
     };
-    if grant.prev_crashed {
+    if held.grant().prev_crashed {
         command.env("LOCKSMITH_PREV", "crashed");
     } else {
         command.env_remove("LOCKSMITH_PREV");
@@ -413,7 +268,7 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
     // An interactive CMD keeps the terminal; otherwise it gets a process group of its own,
     // so that signals reach its whole group.
     let own_group = !std::io::stdin().is_terminal();
-    let inherit = lock.inherit_fd();
+    let inherit = held.inherit_fd();
     // flock: CMD inherits the locked descriptor, so the lock lives exactly as long as CMD.
     // Others: CMD dies with locksmith (PR_SET_PDEATHSIG; only this thread ever spawns).
     sys::configure_child(&mut command, inherit.is_none(), own_group, inherit)
@@ -425,7 +280,7 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
                 std::io::ErrorKind::NotFound => 127,
                 _ => 126,
             };
-            let _ = release(lock.as_mut(), &p.common);
+            let _ = held.release();
             eprintln!("locksmith: cannot run {}: {e}", cmd[0].to_string_lossy());
             return Ok(code);
         }
@@ -433,10 +288,9 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
     let pid = child.id() as i32;
     let target = Pid::from_raw(if own_group { -pid } else { pid });
     let pidfd = sys::pidfd_open(pid).ok();
-    let mut beat = Heartbeat::new(lock.as_ref(), &p.common, since);
     let status = loop {
         let fds: Vec<_> = pidfd.iter().map(|f| f.as_fd()).collect();
-        let mut timeout = beat.timeout();
+        let mut timeout = held.timeout();
         if pidfd.is_none() {
             timeout = Some(timeout.map_or(Duration::from_millis(100), |t| {
                 t.min(Duration::from_millis(100))
@@ -455,20 +309,20 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
                 {
                     break status;
                 }
-                let grace = beat.grace();
+                let grace = held.grace();
                 let stop = |e: &Error| {
                     protocol::error(e, false);
                     stop_child(&mut child, target, pidfd.as_ref(), grace, &mut watcher);
                 };
-                if beat.beat(lock.as_mut(), stop).is_err() {
-                    let _ = lock.release();
+                if held.beat(stop).is_err() {
+                    held.abandon();
                     return Ok(Kind::Lost.exit_code());
                 }
             }
         }
     };
     let code = exit_code(status);
-    match release(lock.as_mut(), &p.common) {
+    match held.release() {
         Ok(()) => Ok(code),
         Err(e) => {
             protocol::error(&e, false);

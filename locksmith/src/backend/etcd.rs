@@ -35,8 +35,9 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
 use super::address::Address;
+use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
 use super::owner::{Parsed, Record};
-use super::{Attempt, Backend, BackendConfig, BreakOutcome, Grant, Holder, Profile, WaitHint};
+use super::{BackendConfig, Profile};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
@@ -986,7 +987,7 @@ impl Backend for Etcd {
         if !force && !all_dead {
             return Err(super::stale::refuse_live(
                 &format!("`{}`", self.profile),
-                &super::describe(&targets.into_iter().map(|(_, h)| h).collect::<Vec<_>>()),
+                &super::lock::describe(&targets.into_iter().map(|(_, h)| h).collect::<Vec<_>>()),
                 "a live lease (etcd frees it when the lease expires)",
                 "revoke it",
             ));

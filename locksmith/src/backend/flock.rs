@@ -39,9 +39,9 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::Mode as FileMode;
 
 use super::BackendConfig;
+use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint, refuse_break};
 use super::lockdir::FsConfig;
 use super::lockdir::state::{self, StateAt};
-use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint, refuse_break};
 use crate::error::{Error, Result};
 use crate::host;
 use crate::log::{debug, info};

@@ -66,10 +66,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::address::Address;
+use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
 use super::owner::{Parsed, Record};
 use super::stale::{Evidence, Holders, Judge};
 use super::wake::Wakeups;
-use super::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
 use super::{BackendConfig, Profile};
 use crate::error::{Kind, Result, err};
 use crate::log::{debug, info};

@@ -38,12 +38,12 @@ use nix::fcntl::AtFlags;
 use nix::sys::stat::FileStat;
 use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 
+use super::lock::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use super::lockdir::FsConfig;
 use super::lockdir::{self, LockDir};
 use super::owner::Record;
 use super::stale::{Evidence, Holders, Judge, Observations};
 use super::wake::Wakeups;
-use super::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use super::{BackendConfig, Profile};
 use crate::error::{Error, Result, err};
 use crate::log::{debug, info};

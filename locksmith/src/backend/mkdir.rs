@@ -66,12 +66,12 @@ use nix::sys::stat::{
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
+use super::lock::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use super::lockdir::FsConfig;
 use super::lockdir::{self, LockDir};
 use super::owner::{Parsed, Record};
 use super::stale::{Evidence, Holders, Judge};
 use super::wake::Wakeups;
-use super::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use super::{BackendConfig, Profile};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info, trace};

@@ -1,10 +1,9 @@
-//! The lock backends and the one policy every backend waits by.
+//! The lock backends: the registry of every backend, and a profile's validation.
 //!
-//! A backend knows how to *try* once, how to tell the waiter when trying again is worthwhile
-//! (a descriptor to poll, and/or polling with backoff), how to heartbeat and release, and how
-//! to describe the holder. The waiting policy — try, say once who holds it, wait, give up at
-//! `wait` — lives here only (as cargo's `acquire` does), so the protocol and watch code never
-//! see a backend's details and new backends plug in without touching them.
+//! The contract a backend implements is [`lock`]; the policies every backend shares live once
+//! each: waiting in [`wait`], holding (heartbeats, LOST, release retried) in [`hold`], the
+//! staleness rule of SPEC §6 in [`stale`]. The protocol and watch code never see a backend's
+//! details.
 
 pub mod address;
 #[cfg(feature = "etcd")]
@@ -12,7 +11,9 @@ pub mod etcd;
 pub mod flock;
 #[cfg(feature = "ftp")]
 pub mod ftp;
+pub mod hold;
 pub mod link;
+pub mod lock;
 pub mod lockdir;
 pub mod mkdir;
 pub mod owner;
@@ -21,23 +22,17 @@ pub mod postgres;
 pub mod stale;
 pub mod symlink;
 pub mod verify;
+pub mod wait;
 pub mod wake;
-
-use std::fmt;
-use std::os::fd::BorrowedFd;
-use std::time::{Duration, Instant};
 
 use toml::Table;
 
 use self::address::Address;
+use self::lock::Backend;
 use self::lockdir::FsConfig;
-use crate::error::{Error, Kind, Result, err};
-use crate::log::info;
+use crate::error::{Error, Kind, Result};
 use crate::protocol::Mode;
-use crate::settings::{
-    Common, Env, Fields, KeyDoc, Origin, Overrides, Password, Wait, apply_timing, fmt_duration,
-};
-use crate::watch::{Event, Watcher};
+use crate::settings::{Common, Env, Fields, KeyDoc, Origin, Overrides, Password, apply_timing};
 
 /// One backend as the two front doors see it: its name (`backend = "NAME"`), its address
 /// schemes, the parser of its keys and the keys its address says. Adding a backend is one
@@ -372,182 +367,6 @@ pub fn from_address(
     )
 }
 
-/// Someone holding (or recorded as holding) the lock.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Holder {
-    pub host: Option<String>,
-    /// The holding locksmith (or, for flock, the process that took the lock).
-    pub pid: Option<i32>,
-    /// Its parent.
-    pub ppid: Option<i32>,
-    /// RFC 3339 UTC.
-    pub since: Option<String>,
-    pub token: Option<u64>,
-    pub mode: Option<Mode>,
-    /// Known at once: `Some(true)` alive, `Some(false)` provably dead; `None` unknown.
-    pub alive: Option<bool>,
-    /// A record locksmith cannot read (another format version).
-    pub foreign: Option<String>,
-}
-
-impl fmt::Display for Holder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut parts = Vec::new();
-        if let Some(h) = &self.host {
-            parts.push(format!("host={h}"));
-        }
-        if let Some(p) = self.pid {
-            parts.push(format!("pid={p}"));
-        }
-        if let Some(p) = self.ppid {
-            parts.push(format!("ppid={p}"));
-        }
-        if let Some(s) = &self.since {
-            parts.push(format!("since={s}"));
-        }
-        if let Some(t) = self.token {
-            parts.push(format!("token={t}"));
-        }
-        if let Some(v) = &self.foreign {
-            parts.push(format!("record={v:?}"));
-        }
-        if parts.is_empty() {
-            f.write_str("an unknown holder")
-        } else {
-            f.write_str(&parts.join(" "))
-        }
-    }
-}
-
-/// Names a list of holders for a message.
-pub fn describe(holders: &[Holder]) -> String {
-    if holders.is_empty() {
-        return "an unknown holder".into();
-    }
-    holders
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// What the backend hands out with the lock.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Grant {
-    pub token: Option<u64>,
-    /// The previous acquisition did not end in a clean release.
-    pub prev_crashed: bool,
-}
-
-/// A lock [`acquire`] took.
-#[derive(Debug)]
-pub struct Taken {
-    pub grant: Grant,
-    /// When (CLOCK_BOOTTIME) the attempt that took it began. The lock may have been ours —
-    /// and silent, on a waiter's clock — from then on, not only from when the attempt
-    /// returned: a holder counts its lease from here ([`Lease`]).
-    pub since: Duration,
-}
-
-/// The holder's side of SPEC §6: a holder that heartbeats every `period` and was last
-/// confirmed at some moment may be broken by a waiter `stale_after` after it, at the
-/// earliest `stale_after − period` (the waiter may have seen that heartbeat a period late).
-/// LOST is declared early enough that `run`'s CMD is gone (SIGTERM, then SIGKILL after
-/// [`grace`](Lease::grace)) before then. Every moment here is CLOCK_BOOTTIME, which counts
-/// suspend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Lease {
-    pub period: Duration,
-    stale_after: Duration,
-}
-
-impl Lease {
-    /// The lease of a holder of `lock`; `None` if it never heartbeats (nothing breaks it for
-    /// silence).
-    pub fn of(lock: &dyn Backend, common: &Common) -> Option<Lease> {
-        lock.heartbeat_period().map(|period| Lease {
-            period,
-            stale_after: common.stale_after,
-        })
-    }
-
-    /// How long CMD gets between SIGTERM and SIGKILL once the lock is lost: half a period.
-    pub fn grace(&self) -> Duration {
-        self.period / 2
-    }
-
-    /// The moment by which a holder last confirmed at `confirmed` must have declared LOST.
-    pub fn lost_by(&self, confirmed: Duration) -> Duration {
-        (confirmed + self.stale_after).saturating_sub(self.period + self.grace())
-    }
-}
-
-/// The outcome of one attempt.
-#[derive(Debug)]
-pub enum Attempt {
-    Acquired(Grant),
-    Busy(Vec<Holder>),
-}
-
-/// How to wait between attempts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WaitHint {
-    /// Retry on a timer with jittered backoff `poll`..`max_poll` (else only on `wake_fd`).
-    pub poll: bool,
-}
-
-/// What `break` did.
-#[derive(Debug, PartialEq, Eq)]
-pub enum BreakOutcome {
-    /// There was no lock.
-    Free,
-    /// The lock of this holder was removed.
-    Broken(Holder),
-}
-
-/// A lock backend. One value serves one profile, for one acquisition.
-pub trait Backend: Send {
-    fn name(&self) -> &'static str;
-
-    /// Tries once, without blocking. Breaking a provably dead or stale holder is part of
-    /// trying.
-    fn try_acquire(&mut self) -> Result<Attempt>;
-
-    /// Gets ready to wait after a busy attempt (start a blocking waiter thread, set up
-    /// inotify, drain old notifications) and says how to wait.
-    fn prepare_wait(&mut self) -> Result<WaitHint>;
-
-    /// Descriptors that become readable when another attempt is worthwhile.
-    fn wake_fds(&self) -> Vec<BorrowedFd<'_>>;
-
-    /// How often the holder must heartbeat; `None`: never (zero wakeups while holding).
-    fn heartbeat_period(&self) -> Option<Duration>;
-
-    /// Refreshes liveness and checks the lock is still ours. `Kind::Lost`: it is not. A
-    /// backend that talks to a server returns by `deadline` (an error if unconfirmed): past
-    /// it the holder could no longer stop its command before a waiter may break in.
-    fn heartbeat(&mut self, deadline: Instant) -> Result<()>;
-
-    /// Frees the lock. `Kind::Lost` if it was no longer ours.
-    fn release(&mut self) -> Result<()>;
-
-    /// The current holders, without taking or changing anything.
-    fn status(&mut self) -> Result<Vec<Holder>>;
-
-    /// Removes a lock whose holder is dead or silent (`break`); see each backend.
-    fn break_lock(
-        &mut self,
-        force: bool,
-        token: Option<u64>,
-        watcher: &mut Watcher,
-    ) -> Result<BreakOutcome>;
-
-    /// Run mode: a descriptor the command must inherit so the lock lives as long as it does.
-    fn inherit_fd(&self) -> Option<BorrowedFd<'_>> {
-        None
-    }
-}
-
 /// Opens the backend a profile names. Nothing is created or taken yet.
 pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
     let mode: Mode = profile.common.mode();
@@ -563,128 +382,6 @@ pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
         #[cfg(feature = "etcd")]
         BackendConfig::Etcd(cfg) => Box::new(etcd::Etcd::new(cfg.clone(), profile)),
     })
-}
-
-/// Jittered exponential backoff from `poll` to `max_poll` ("don't hammer the server").
-pub struct Backoff {
-    next: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    pub fn new(common: &Common) -> Backoff {
-        Backoff {
-            next: common.poll,
-            max: common.max_poll,
-        }
-    }
-
-    /// The next delay: the current step scaled by a random factor in [0.5, 1.0], then the
-    /// step doubles up to `max_poll`.
-    pub fn next_delay(&mut self) -> Duration {
-        let d = self.next.mul_f64(0.5 + fastrand::f64() * 0.5);
-        self.next = (self.next * 2).min(self.max);
-        d
-    }
-}
-
-/// The waiting policy: try; on contention say once on stderr who holds it; wait for the
-/// backend's descriptor, a backoff timer, or a release cause; give up at `wait`.
-/// Returns `Kind::Busy` if the wait elapsed or was interrupted (parent gone, signal).
-///
-/// An attempt that took the lock but returned past its lease's point of no return (a
-/// network filesystem stalled between creating the lock and writing its records, say) gives
-/// it back and tries again: a waiter may already have judged it silent for `stale_after`
-/// and broken in, and nothing done after that moment proves otherwise.
-pub fn acquire(
-    lock: &mut dyn Backend,
-    profile: &str,
-    common: &Common,
-    watcher: &mut Watcher,
-) -> Result<Taken> {
-    let deadline = match common.wait {
-        Wait::Forever => None,
-        Wait::For(d) => Some(Instant::now() + d),
-    };
-    let lease = Lease::of(lock, common);
-    let mut backoff = Backoff::new(common);
-    let mut said = false;
-    let mut prepared = false;
-    loop {
-        let began = crate::sys::boottime();
-        let holders = match lock.try_acquire()? {
-            Attempt::Acquired(grant) => {
-                let took = crate::sys::boottime().saturating_sub(began);
-                match lease {
-                    Some(l) if began + took >= l.lost_by(began) => {
-                        info!(
-                            "took lock `{profile}` in {}, too late to keep it (a waiter may break a holder silent for {}): giving it back and trying again",
-                            fmt_duration(took),
-                            fmt_duration(common.stale_after)
-                        );
-                        if let Err(e) = lock.release() {
-                            info!("giving back lock `{profile}`: {e}");
-                        }
-                        Vec::new()
-                    }
-                    _ => {
-                        return Ok(Taken {
-                            grant,
-                            since: began,
-                        });
-                    }
-                }
-            }
-            Attempt::Busy(h) => h,
-        };
-        let now = Instant::now();
-        let busy = |why: String| -> Error {
-            Error::new(
-                Kind::Busy,
-                format!("lock `{profile}` is held by {}{why}", describe(&holders)),
-            )
-        };
-        if deadline.is_some_and(|d| now >= d) {
-            return Err(match common.wait {
-                Wait::For(d) if d.is_zero() => busy(String::new()),
-                Wait::For(d) => busy(format!("; gave up after waiting {}", fmt_duration(d))),
-                Wait::Forever => unreachable!("no deadline without a wait"),
-            });
-        }
-        if !said {
-            info!(
-                "waiting for lock `{profile}`, held by {}",
-                describe(&holders)
-            );
-            said = true;
-        }
-        let hint = lock.prepare_wait()?;
-        if !prepared {
-            // A release between our failed try and the notification set-up would be missed:
-            // try once more now that the backend watches.
-            prepared = true;
-            continue;
-        }
-        let mut timeout = hint.poll.then(|| backoff.next_delay());
-        if let Some(d) = deadline {
-            let left = d.saturating_duration_since(now);
-            timeout = Some(timeout.map_or(left, |t| t.min(left)));
-        }
-        match watcher.wait(&lock.wake_fds(), timeout)? {
-            Event::Release(cause) => {
-                return Err(busy(format!("; stopped waiting: {cause}")));
-            }
-            Event::Ready | Event::Timeout => {}
-        }
-    }
-}
-
-/// `break` on a backend that has no use for it.
-pub fn refuse_break(backend: &str, why: &str) -> Error {
-    err!(
-        Usage,
-        "`break` does not apply to backend `{backend}`: {why}"
-    )
 }
 
 #[cfg(test)]

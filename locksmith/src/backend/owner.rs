@@ -15,7 +15,7 @@ use nix::errno::Errno;
 use nix::fcntl::{AtFlags, readlinkat};
 use nix::sys::stat::{FileStat, fstatat};
 
-use super::Holder;
+use super::lock::Holder;
 use crate::error::{Error, Result, err};
 use crate::host;
 

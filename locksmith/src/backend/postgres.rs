@@ -23,7 +23,7 @@
 //! aborts a connection only once nothing has arrived from the peer for the user timeout.
 //!
 //! **Heartbeat:** an empty query every heartbeat period, bounded by the deadline of the holder's
-//! lease (`backend::Lease`: an unconfirmed one declares `LOST`, and `run` stops CMD, before the
+//! lease (`backend::lock::Lease`: an unconfirmed one declares `LOST`, and `run` stops CMD, before the
 //! earliest moment the server could free the lock). A failed one means the session is gone:
 //! `LOST`, 74. A heartbeat begun past that point (the process was stopped) gets half a period:
 //! if the server kept our session, the lock is still ours.
@@ -47,7 +47,8 @@ use postgres::{CancelToken, Client, Config, NoTls};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::address::Address;
-use super::{Attempt, Backend, BackendConfig, BreakOutcome, Grant, Holder, Profile, WaitHint};
+use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
+use super::{BackendConfig, Profile};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
@@ -911,7 +912,7 @@ impl Backend for Postgres {
         if !force && !silent {
             return Err(super::stale::refuse_live(
                 &format!("`{}`", self.cfg.lock),
-                &super::describe(&holders.into_iter().map(|(_, h)| h).collect::<Vec<_>>()),
+                &super::lock::describe(&holders.into_iter().map(|(_, h)| h).collect::<Vec<_>>()),
                 "a live session (the server frees it when the session ends)",
                 "terminate the session",
             ));

@@ -22,9 +22,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::Profile;
+use super::lock::{Attempt, BreakOutcome, Grant, Holder, describe};
 use super::owner::Parsed;
 use super::wake::Wakeups;
-use super::{Attempt, BreakOutcome, Grant, Holder, describe};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::info;
 use crate::protocol::Mode;

@@ -72,12 +72,12 @@ use nix::sys::stat::{FileStat, Mode as FileMode, UtimensatFlags, fstatat, mkdira
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
+use super::lock::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use super::lockdir::FsConfig;
 use super::lockdir::{self, LockDir};
 use super::owner::{self, Parsed, Record};
 use super::stale::{Evidence, Holders, Judge, Observations};
 use super::wake::Wakeups;
-use super::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use super::{BackendConfig, Profile};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};

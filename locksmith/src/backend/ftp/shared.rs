@@ -28,9 +28,9 @@
 use super::Ftp;
 use super::marker::{parse_reader, reader_name};
 use super::session::Session;
+use crate::backend::lock::{Attempt, BreakOutcome, Grant, Holder};
 use crate::backend::owner::{Parsed, Record};
 use crate::backend::stale::{Evidence, Holders};
-use crate::backend::{Attempt, BreakOutcome, Grant, Holder};
 use crate::error::{Kind, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;

@@ -1,0 +1,220 @@
+//! Holding (SPEC §4, §6): the heartbeat schedule, LOST by the lease's point of no return, and
+//! release retried until `stale_after`. A [`Hold`] is what [`Hold::acquire`] hands the
+//! subcommands: it owns the backend while the lock is held, and is given back by
+//! [`Hold::release`] (or [`Hold::abandon`] once lost) — the commands only say what to do
+//! when it is lost.
+
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+use super::lock::{Backend, Grant, Lease};
+use super::wait::{self, Backoff, Taken};
+use crate::error::{Error, Kind, Result, err};
+use crate::log::info;
+use crate::settings::{Common, fmt_duration};
+use crate::sys;
+use crate::watch::Watcher;
+
+/// A lock taken and not yet given back.
+#[must_use = "dropping a Hold without release() leaves the lock to stale_after"]
+pub struct Hold {
+    lock: Box<dyn Backend>,
+    grant: Grant,
+    common: Common,
+    beat: Heartbeat,
+}
+
+impl Hold {
+    /// Waits for the lock by the one waiting policy ([`wait::acquire`]) and holds it; the
+    /// lease runs from the winning attempt.
+    pub fn acquire(
+        mut lock: Box<dyn Backend>,
+        profile: &str,
+        common: &Common,
+        watcher: &mut Watcher,
+    ) -> Result<Hold> {
+        let Taken { grant, since } = wait::acquire(lock.as_mut(), profile, common, watcher)?;
+        let beat = Heartbeat::new(lock.as_ref(), common, since);
+        Ok(Hold {
+            lock,
+            grant,
+            common: common.clone(),
+            beat,
+        })
+    }
+
+    /// The backend's name (`backend=` of the OK line).
+    pub fn backend(&self) -> &'static str {
+        self.lock.name()
+    }
+
+    /// What the backend handed out with the lock.
+    pub fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
+    /// Run mode: a descriptor CMD must inherit so the lock lives as long as it does.
+    pub fn inherit_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.lock.inherit_fd()
+    }
+
+    /// How long until the next heartbeat is due; `None`: never (sleep until an event).
+    pub fn timeout(&self) -> Option<Duration> {
+        self.beat.timeout()
+    }
+
+    /// How long CMD gets between SIGTERM and SIGKILL once the lock is lost.
+    pub fn grace(&self) -> Duration {
+        self.beat.grace()
+    }
+
+    /// One heartbeat, if one is due. `lost` runs once the lock is declared lost (at the
+    /// lease's point of no return at the latest), before this returns `Kind::Lost`; the
+    /// caller then [`abandon`](Hold::abandon)s the hold.
+    pub fn beat(&mut self, lost: impl FnOnce(&Error)) -> Result<()> {
+        self.beat.beat(self.lock.as_mut(), lost)
+    }
+
+    /// Frees the lock, retrying transient failures until `stale_after` (SPEC §4).
+    pub fn release(mut self) -> Result<()> {
+        let deadline = Instant::now() + self.common.stale_after;
+        let mut backoff = Backoff::new(&self.common);
+        loop {
+            match self.lock.release() {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == Kind::Lost || Instant::now() >= deadline => return Err(e),
+                Err(e) => {
+                    info!("release failed, retrying: {e}");
+                    std::thread::sleep(backoff.next_delay());
+                }
+            }
+        }
+    }
+
+    /// Gives a lost (or failing) lock back once, without retrying: whatever is left of it is
+    /// the next holder's to break.
+    pub fn abandon(mut self) {
+        let _ = self.lock.release();
+    }
+}
+
+/// The heartbeat schedule of a holder: every min(keepalive, stale_after/3) from the start
+/// of the attempt that took the lock ([`Taken::since`]); a failure to confirm is retried,
+/// and LOST declared by the [`Lease`]'s point of no return after the last confirmed
+/// heartbeat — counted from when it was *sent*, since the server may have seen it at any
+/// moment after. Every attempt is bounded by that point (the backend gets it as a deadline).
+struct Heartbeat {
+    lease: Option<Lease>,
+    retry: Duration,
+    /// When (CLOCK_BOOTTIME) the last confirmed heartbeat (or the winning attempt) began.
+    last_ok: Duration,
+    next: Instant,
+}
+
+impl Heartbeat {
+    fn new(lock: &dyn Backend, common: &Common, since: Duration) -> Heartbeat {
+        let lease = Lease::of(lock, common);
+        let age = sys::boottime().saturating_sub(since);
+        Heartbeat {
+            lease,
+            retry: common.poll,
+            last_ok: since,
+            next: Instant::now() + lease.map_or(Duration::ZERO, |l| l.period.saturating_sub(age)),
+        }
+    }
+
+    /// `None`: no heartbeat, sleep until an event.
+    fn timeout(&self) -> Option<Duration> {
+        self.lease
+            .map(|_| self.next.saturating_duration_since(Instant::now()))
+    }
+
+    /// How long CMD gets between SIGTERM and SIGKILL once the lock is lost.
+    fn grace(&self) -> Duration {
+        self.lease.map_or(Duration::from_secs(1), |l| l.grace())
+    }
+
+    /// One heartbeat, if one is due. `lost` runs once the lock is declared lost, before
+    /// this returns `Kind::Lost`: at the lease's point of no return at the latest, even
+    /// while the heartbeat call is still in flight — a filesystem call may block in the
+    /// kernel for as long as its server likes (a FUSE or hard NFS mount), and the deadline
+    /// a backend is given cannot interrupt it. So the call runs on a thread of its own,
+    /// and this thread waits for it only until that point; past it, `lost` (stop CMD, say
+    /// LOST) runs at once and the beat ends once the call returns.
+    fn beat(&mut self, lock: &mut dyn Backend, lost: impl FnOnce(&Error)) -> Result<()> {
+        let Some(lease) = self.lease else {
+            return Ok(());
+        };
+        let period = lease.period;
+        if Instant::now() < self.next {
+            return Ok(());
+        }
+        let start = sys::boottime();
+        let lost_by = lease.lost_by(self.last_ok);
+        // A beat begun past the point of no return (the process was paused, say) comes too
+        // late to stop anything: the backend's answer alone says whether the lock is still
+        // ours (a server that kept our session), and it gets half a period — the backend's
+        // deadline too, not a deadline already passed.
+        let wait = if start >= lost_by {
+            lease.grace()
+        } else {
+            lost_by - start
+        };
+        let deadline = Instant::now() + wait;
+        let (done, returned) = std::sync::mpsc::channel();
+        let mut lost = Some(lost);
+        let result = std::thread::scope(|s| {
+            let call = s.spawn(move || {
+                let r = lock.heartbeat(deadline);
+                let _ = done.send(());
+                r
+            });
+            let wait = deadline.saturating_duration_since(Instant::now());
+            if returned.recv_timeout(wait).is_err() {
+                let e = err!(
+                    Lost,
+                    "no heartbeat confirmed for {}: the last one has not returned (the filesystem or server stalls)",
+                    fmt_duration(sys::boottime().saturating_sub(self.last_ok))
+                );
+                if let Some(lost) = lost.take() {
+                    lost(&e);
+                }
+                // The call cannot be cut short: the lock is given up once it returns.
+                let _ = call.join();
+                return Err(e);
+            }
+            Ok(call
+                .join()
+                .unwrap_or_else(|_| Err(err!(Io, "the heartbeat panicked"))))
+        });
+        let e = match result {
+            Err(overdue) => return Err(overdue),
+            Ok(Ok(())) => {
+                self.last_ok = start;
+                self.next = Instant::now() + period;
+                return Ok(());
+            }
+            Ok(Err(e)) if e.kind() == Kind::Lost => e,
+            Ok(Err(e)) => {
+                let silent = sys::boottime().saturating_sub(self.last_ok);
+                let retry = self.retry.min(period);
+                // Give up if the next try would begin past the point of no return.
+                if sys::boottime() + retry < lost_by {
+                    info!("heartbeat failed, retrying: {e}");
+                    self.next = Instant::now() + retry;
+                    return Ok(());
+                }
+                err!(
+                    Lost,
+                    "no heartbeat confirmed for {}: {}",
+                    fmt_duration(silent),
+                    e.message()
+                )
+            }
+        };
+        if let Some(lost) = lost.take() {
+            lost(&e);
+        }
+        Err(e)
+    }
+}

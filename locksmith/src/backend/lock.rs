@@ -1,0 +1,186 @@
+//! The contract between the policies and the backends: one attempt's answer, the holders it
+//! saw, the grant a holder gets, the lease it keeps, and the [`Backend`] trait itself. Nothing
+//! here names a backend; the registry (`mod.rs`) is the only file that names them all.
+
+use std::fmt;
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result, err};
+use crate::protocol::Mode;
+use crate::settings::Common;
+use crate::watch::Watcher;
+
+/// Someone holding (or recorded as holding) the lock.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Holder {
+    pub host: Option<String>,
+    /// The holding locksmith (or, for flock, the process that took the lock).
+    pub pid: Option<i32>,
+    /// Its parent.
+    pub ppid: Option<i32>,
+    /// RFC 3339 UTC.
+    pub since: Option<String>,
+    pub token: Option<u64>,
+    pub mode: Option<Mode>,
+    /// Known at once: `Some(true)` alive, `Some(false)` provably dead; `None` unknown.
+    pub alive: Option<bool>,
+    /// A record locksmith cannot read (another format version).
+    pub foreign: Option<String>,
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(h) = &self.host {
+            parts.push(format!("host={h}"));
+        }
+        if let Some(p) = self.pid {
+            parts.push(format!("pid={p}"));
+        }
+        if let Some(p) = self.ppid {
+            parts.push(format!("ppid={p}"));
+        }
+        if let Some(s) = &self.since {
+            parts.push(format!("since={s}"));
+        }
+        if let Some(t) = self.token {
+            parts.push(format!("token={t}"));
+        }
+        if let Some(v) = &self.foreign {
+            parts.push(format!("record={v:?}"));
+        }
+        if parts.is_empty() {
+            f.write_str("an unknown holder")
+        } else {
+            f.write_str(&parts.join(" "))
+        }
+    }
+}
+
+/// Names a list of holders for a message.
+pub fn describe(holders: &[Holder]) -> String {
+    if holders.is_empty() {
+        return "an unknown holder".into();
+    }
+    holders
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// What the backend hands out with the lock.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Grant {
+    pub token: Option<u64>,
+    /// The previous acquisition did not end in a clean release.
+    pub prev_crashed: bool,
+}
+
+/// The holder's side of SPEC §6: a holder that heartbeats every `period` and was last
+/// confirmed at some moment may be broken by a waiter `stale_after` after it, at the
+/// earliest `stale_after − period` (the waiter may have seen that heartbeat a period late).
+/// LOST is declared early enough that `run`'s CMD is gone (SIGTERM, then SIGKILL after
+/// [`grace`](Lease::grace)) before then. Every moment here is CLOCK_BOOTTIME, which counts
+/// suspend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub period: Duration,
+    stale_after: Duration,
+}
+
+impl Lease {
+    /// The lease of a holder of `lock`; `None` if it never heartbeats (nothing breaks it for
+    /// silence).
+    pub fn of(lock: &dyn Backend, common: &Common) -> Option<Lease> {
+        lock.heartbeat_period().map(|period| Lease {
+            period,
+            stale_after: common.stale_after,
+        })
+    }
+
+    /// How long CMD gets between SIGTERM and SIGKILL once the lock is lost: half a period.
+    pub fn grace(&self) -> Duration {
+        self.period / 2
+    }
+
+    /// The moment by which a holder last confirmed at `confirmed` must have declared LOST.
+    pub fn lost_by(&self, confirmed: Duration) -> Duration {
+        (confirmed + self.stale_after).saturating_sub(self.period + self.grace())
+    }
+}
+
+/// The outcome of one attempt.
+#[derive(Debug)]
+pub enum Attempt {
+    Acquired(Grant),
+    Busy(Vec<Holder>),
+}
+
+/// How to wait between attempts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitHint {
+    /// Retry on a timer with jittered backoff `poll`..`max_poll` (else only on `wake_fd`).
+    pub poll: bool,
+}
+
+/// What `break` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BreakOutcome {
+    /// There was no lock.
+    Free,
+    /// The lock of this holder was removed.
+    Broken(Holder),
+}
+
+/// A lock backend. One value serves one profile, for one acquisition.
+pub trait Backend: Send {
+    fn name(&self) -> &'static str;
+
+    /// Tries once, without blocking. Breaking a provably dead or stale holder is part of
+    /// trying.
+    fn try_acquire(&mut self) -> Result<Attempt>;
+
+    /// Gets ready to wait after a busy attempt (start a blocking waiter thread, set up
+    /// inotify, drain old notifications) and says how to wait.
+    fn prepare_wait(&mut self) -> Result<WaitHint>;
+
+    /// Descriptors that become readable when another attempt is worthwhile.
+    fn wake_fds(&self) -> Vec<BorrowedFd<'_>>;
+
+    /// How often the holder must heartbeat; `None`: never (zero wakeups while holding).
+    fn heartbeat_period(&self) -> Option<Duration>;
+
+    /// Refreshes liveness and checks the lock is still ours. `Kind::Lost`: it is not. A
+    /// backend that talks to a server returns by `deadline` (an error if unconfirmed): past
+    /// it the holder could no longer stop its command before a waiter may break in.
+    fn heartbeat(&mut self, deadline: Instant) -> Result<()>;
+
+    /// Frees the lock. `Kind::Lost` if it was no longer ours.
+    fn release(&mut self) -> Result<()>;
+
+    /// The current holders, without taking or changing anything.
+    fn status(&mut self) -> Result<Vec<Holder>>;
+
+    /// Removes a lock whose holder is dead or silent (`break`); see each backend.
+    fn break_lock(
+        &mut self,
+        force: bool,
+        token: Option<u64>,
+        watcher: &mut Watcher,
+    ) -> Result<BreakOutcome>;
+
+    /// Run mode: a descriptor the command must inherit so the lock lives as long as it does.
+    fn inherit_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+}
+
+/// `break` on a backend that has no use for it.
+pub fn refuse_break(backend: &str, why: &str) -> Error {
+    err!(
+        Usage,
+        "`break` does not apply to backend `{backend}`: {why}"
+    )
+}

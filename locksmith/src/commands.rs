@@ -446,35 +446,7 @@ fn break_lock(p: &Profile, force: bool, token: Option<u64>) -> Result<i32> {
 /// one line per property and a verdict; 0 only if the backend is safe there, else 78 naming
 /// why. Each backend's probe lives beside it; the report is shared (`backend::verify`).
 fn verify(p: &Profile, peer: Option<&std::path::Path>) -> Result<i32> {
-    use crate::backend::BackendConfig;
-    use crate::backend::lockdir::probe::{self, Scheme};
-    let file = |scheme: Scheme, cfg| probe::verify(p, scheme, cfg, peer);
-    let report = match &p.backend {
-        BackendConfig::Flock(c) => file(Scheme::Flock, c)?,
-        BackendConfig::Mkdir(c) => file(Scheme::Mkdir, c)?,
-        BackendConfig::Link(c) => file(Scheme::Link, c)?,
-        BackendConfig::Symlink(c) => file(Scheme::Symlink, c)?,
-        #[cfg(any(feature = "ftp", feature = "postgres", feature = "etcd"))]
-        server => {
-            if let Some(dir) = peer {
-                return Err(err!(
-                    Usage,
-                    "--peer {} names a second mount of a lock's directory: it applies to the file backends (flock, mkdir, link, symlink), not to backend `{}`, whose server every host sees alike",
-                    dir.display(),
-                    server.name()
-                ));
-            }
-            match server {
-                #[cfg(feature = "ftp")]
-                BackendConfig::Ftp(c) => backend::ftp::probe::verify(p, c)?,
-                #[cfg(feature = "postgres")]
-                BackendConfig::Postgres(c) => backend::postgres::probe::verify(p, c)?,
-                #[cfg(feature = "etcd")]
-                BackendConfig::Etcd(c) => backend::etcd::probe::verify(p, c)?,
-                _ => unreachable!("the file backends are matched above"),
-            }
-        }
-    };
+    let report = backend::verify(p, peer)?;
     protocol::report(&report.render()).map_err(|e| Error::io("writing report", e))?;
     if report.safe() {
         return Ok(0);

@@ -17,22 +17,22 @@
 
 use toml::{Table, Value};
 
-use super::{BACKENDS, Entry};
 use crate::error::{Error, Kind, Result, one_line};
 
-/// The scheme of a word that names an address, or `None` for a profile name.
+/// The scheme (one of `known`, as written there) of a word that names an address, `flock`
+/// for a path, or `None` for a profile name.
 ///
 /// A word that begins with a known `SCHEME:` is that kind of address; any other word with a
 /// `/` is a path for flock; a word with `:` but no `/` and no known scheme is a usage error
 /// naming the schemes; anything else is a profile name.
-pub fn classify(word: &str) -> Result<Option<&'static Entry>> {
+pub fn classify(word: &str, known: &[&'static str]) -> Result<Option<&'static str>> {
     if let Some((scheme, _)) = word.split_once(':')
-        && let Some(entry) = entry_of(scheme)
+        && let Some(s) = known.iter().find(|s| s.eq_ignore_ascii_case(scheme))
     {
-        return Ok(Some(entry));
+        return Ok(Some(s));
     }
     if word.contains('/') {
-        return Ok(Some(entry_of("flock").expect("flock is in the table")));
+        return Ok(Some("flock"));
     }
     if word.contains(':') {
         let scheme = word.split_once(':').map_or("", |(s, _)| s);
@@ -41,25 +41,11 @@ pub fn classify(word: &str) -> Result<Option<&'static Entry>> {
             format!(
                 "`{}:` is not a lock address scheme (known: {}; a path with a `/` is a flock file, a word without `:` a profile)",
                 one_line(scheme, 64),
-                schemes().join(", ")
+                known.join(", ")
             ),
         ));
     }
     Ok(None)
-}
-
-/// Every scheme of the table, in its order.
-pub fn schemes() -> Vec<&'static str> {
-    BACKENDS
-        .iter()
-        .flat_map(|e| e.schemes.iter().copied())
-        .collect()
-}
-
-fn entry_of(scheme: &str) -> Option<&'static Entry> {
-    BACKENDS
-        .iter()
-        .find(|e| e.schemes.iter().any(|s| s.eq_ignore_ascii_case(scheme)))
 }
 
 /// An address taken apart: parts still to be read by its backend.
@@ -101,12 +87,15 @@ pub fn one_host_keys(a: &Address, backend: &str) -> std::result::Result<Table, S
 }
 
 impl Address {
-    /// Splits `text`, whose scheme is known to be `entry`'s (or a bare path for flock).
-    /// Errors never repeat a password: [`refuse_password`] names the safe ways instead.
-    pub fn parse(text: &str) -> std::result::Result<Address, String> {
-        let scheme_given = text
-            .split_once(':')
-            .and_then(|(s, _)| entry_of(s).map(|_| s.to_ascii_lowercase()));
+    /// Splits `text`, which begins with one of the `known` schemes (or is a bare path for
+    /// flock). Errors never repeat a password: [`refuse_password`] names the safe ways instead.
+    pub fn parse(text: &str, known: &[&str]) -> std::result::Result<Address, String> {
+        let scheme_given = text.split_once(':').and_then(|(s, _)| {
+            known
+                .iter()
+                .any(|k| k.eq_ignore_ascii_case(s))
+                .then(|| s.to_ascii_lowercase())
+        });
         let Some(scheme) = scheme_given else {
             // A bare path: flock on that file, every byte part of the name.
             return Ok(Address {
@@ -298,18 +287,25 @@ pub fn display(text: &str) -> String {
     out
 }
 
-/// The keys an address says: its parts (through its backend's `address`), then its query;
+/// What a backend says an address's parts are (its keys).
+pub type Parts = fn(&Address) -> std::result::Result<Table, String>;
+
+/// The keys an address says: its parts (through its backend's `parts`), then its query;
 /// and the names of the keys its parts said. A query key that repeats a part (`?host=`), or
 /// itself, is refused.
-pub fn keys(entry: &Entry, text: &str) -> std::result::Result<(Table, Vec<String>), String> {
-    let a = Address::parse(text)?;
+pub fn keys(
+    parts: Parts,
+    text: &str,
+    known: &[&str],
+) -> std::result::Result<(Table, Vec<String>), String> {
+    let a = Address::parse(text, known)?;
     if a.scheme.is_empty() {
         // A bare path: flock, no query.
         let mut t = Table::new();
         t.insert("path".into(), Value::String(a.path));
         return Ok((t, vec!["path".into()]));
     }
-    let mut t = (entry.address)(&a)?;
+    let mut t = parts(&a)?;
     let from_address: Vec<String> = t.keys().cloned().collect();
     for (k, v) in a.query {
         if from_address.contains(&k) {
@@ -344,32 +340,15 @@ pub fn path_keys(a: &Address) -> std::result::Result<Table, String> {
 mod tests {
     use super::*;
 
-    fn scheme_of(word: &str) -> Result<Option<&'static str>> {
-        classify(word).map(|e| e.map(|e| e.name))
-    }
-
-    #[test]
-    fn words_are_profiles_paths_or_addresses() {
-        assert_eq!(scheme_of("phonestuff").unwrap(), None);
-        assert_eq!(scheme_of("/tmp/x.lock").unwrap(), Some("flock"));
-        assert_eq!(scheme_of("./x.lock").unwrap(), Some("flock"));
-        assert_eq!(scheme_of("/tmp/a:b").unwrap(), Some("flock"));
-        assert_eq!(scheme_of("mkdir:/p").unwrap(), Some("mkdir"));
-        assert_eq!(scheme_of("MKDIR:/p").unwrap(), Some("mkdir"));
-        assert_eq!(scheme_of("ftps://h/p").unwrap(), Some("ftp"));
-        assert_eq!(scheme_of("postgresql://h/db").unwrap(), Some("postgres"));
-        assert_eq!(scheme_of("etcds://h:1/p").unwrap(), Some("etcd"));
-        let e = scheme_of("nfs:x").unwrap_err();
-        assert_eq!(e.kind(), Kind::Usage);
-        assert!(e.message().contains("mkdir"), "{e}");
-        // An unknown scheme with a `/` is a path (as flock(1) would take it).
-        assert_eq!(scheme_of("s3://b/k").unwrap(), Some("flock"));
-    }
+    const KNOWN: &[&str] = &["flock", "mkdir", "ftp", "ftps", "postgres", "etcd"];
 
     #[test]
     fn parts_are_split_and_decoded() {
-        let a =
-            Address::parse("ftp://joe@h.example:2121/%2Flocks/a%20b?tls=explicit&wait=0").unwrap();
+        let a = Address::parse(
+            "ftp://joe@h.example:2121/%2Flocks/a%20b?tls=explicit&wait=0",
+            KNOWN,
+        )
+        .unwrap();
         assert_eq!(a.scheme, "ftp");
         assert_eq!(a.path, "//locks/a b");
         assert_eq!(
@@ -382,14 +361,14 @@ mod tests {
         let auth = a.authority().unwrap();
         assert_eq!(auth.user.as_deref(), Some("joe"));
         assert_eq!(auth.hosts, vec![("h.example".into(), Some(2121))]);
-        let a = Address::parse("etcd://a:1,[::1]:2/locks/x").unwrap();
+        let a = Address::parse("etcd://a:1,[::1]:2/locks/x", KNOWN).unwrap();
         assert_eq!(
             a.authority().unwrap().hosts,
             vec![("a".into(), Some(1)), ("::1".into(), Some(2))]
         );
         assert_eq!(a.path, "/locks/x");
         // A bare path keeps every byte.
-        assert_eq!(Address::parse("./a?b%20").unwrap().path, "./a?b%20");
+        assert_eq!(Address::parse("./a?b%20", KNOWN).unwrap().path, "./a?b%20");
     }
 
     #[test]
@@ -400,7 +379,7 @@ mod tests {
             "postgres://u:s3cret@h/db?lock=x",
             "mkdir:/p?password=s3cret",
         ] {
-            let a = Address::parse(text);
+            let a = Address::parse(text, KNOWN);
             let e = match a {
                 Err(e) => e,
                 Ok(a) => a.authority().unwrap_err(),

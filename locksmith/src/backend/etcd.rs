@@ -35,9 +35,9 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
 use super::address::Address;
+use super::lock::Named;
 use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
 use super::owner::{Parsed, Record};
-use super::{BackendConfig, Profile};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
@@ -87,7 +87,7 @@ pub static KEYS: &[KeyDoc] = &[
 /// The keys of `backend = "etcd"`. `prefix` defaults to `/locksmith/PROFILE` (an address
 /// on the command line has no profile: it must name its PREFIX). From an address with a
 /// user, the password defaults to `$LOCKSMITH_PASSWORD`.
-pub fn config(f: &mut Fields) -> Result<BackendConfig> {
+pub fn config(f: &mut Fields) -> Result<EtcdConfig> {
     let endpoints = f
         .strings("endpoints")?
         .ok_or_else(|| f.error("missing required key `endpoints`"))?;
@@ -148,14 +148,14 @@ pub fn config(f: &mut Fields) -> Result<BackendConfig> {
     if user.is_none() && password != Password::None {
         return Err(f.error("a password needs `user`"));
     }
-    Ok(BackendConfig::Etcd(EtcdConfig {
+    Ok(EtcdConfig {
         endpoints: urls,
         tls,
         ca_file,
         prefix,
         user,
         password,
-    }))
+    })
 }
 
 /// `etcd://HOST:PORT[,HOST:PORT...]/PREFIX` (`etcds://`: https endpoints); PREFIX keeps its
@@ -263,11 +263,11 @@ fn lost(e: impl std::fmt::Display) -> String {
 }
 
 impl Etcd {
-    pub fn new(cfg: EtcdConfig, profile: &Profile) -> Etcd {
+    pub fn new(cfg: EtcdConfig, profile: &Named) -> Etcd {
         let ttl = (profile.common.stale_after.as_millis().div_ceil(1000) as i64).max(2);
         Etcd {
             cfg,
-            profile: profile.name.clone(),
+            profile: profile.name.to_string(),
             mode: if profile.common.shared {
                 Mode::Shared
             } else {

@@ -38,7 +38,6 @@ use std::time::Duration;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode as FileMode;
 
-use super::BackendConfig;
 use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint, refuse_break};
 use super::lockdir::FsConfig;
 use super::lockdir::state::{self, StateAt};
@@ -50,8 +49,8 @@ use crate::settings::Fields;
 use crate::watch::Watcher;
 
 /// The keys of `backend = "flock"`: the file backends' keys ([`FsConfig::parse`]).
-pub fn config(f: &mut Fields) -> crate::error::Result<BackendConfig> {
-    FsConfig::parse(f, false).map(BackendConfig::Flock)
+pub fn config(f: &mut Fields) -> crate::error::Result<FsConfig> {
+    FsConfig::parse(f, false)
 }
 
 pub struct Flock {

@@ -66,11 +66,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::address::Address;
+use super::lock::Named;
 use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
 use super::owner::{Parsed, Record};
 use super::stale::{Evidence, Holders, Judge};
 use super::wake::Wakeups;
-use super::{BackendConfig, Profile};
 use crate::error::{Kind, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
@@ -148,7 +148,7 @@ pub static KEYS: &[KeyDoc] = &[
 /// The keys of `backend = "ftp"`. From an address, `user` defaults to the `.netrc` login
 /// for the host, else `anonymous`, and the password to `$LOCKSMITH_PASSWORD`, else the
 /// `.netrc` entry's (SPEC §3a).
-pub fn config(f: &mut Fields) -> Result<BackendConfig> {
+pub fn config(f: &mut Fields) -> Result<FtpConfig> {
     let host = f
         .string("host")?
         .ok_or_else(|| f.error("missing required key `host`"))?;
@@ -221,7 +221,7 @@ pub fn config(f: &mut Fields) -> Result<BackendConfig> {
             "`path` = {path:?} must name a directory on the server, like \"phone_lock\" or \"locks/phone\" (no empty, `.` or `..` components, no `~`)"
         )));
     }
-    Ok(BackendConfig::Ftp(FtpConfig {
+    Ok(FtpConfig {
         host,
         port,
         user,
@@ -229,7 +229,7 @@ pub fn config(f: &mut Fields) -> Result<BackendConfig> {
         tls,
         ca_file,
         path,
-    }))
+    })
 }
 
 /// `ftp://[USER@]HOST[:PORT]/PATH` (`ftps://`: explicit TLS): PATH relative to the login
@@ -280,11 +280,11 @@ pub struct Ftp {
 }
 
 impl Ftp {
-    pub fn new(cfg: FtpConfig, profile: &Profile) -> Ftp {
+    pub fn new(cfg: FtpConfig, profile: &Named) -> Ftp {
         let judge = Judge::new(profile, PathBuf::from(session::url_of(&cfg)), false);
         Ftp {
             s: Session::new(cfg, profile.common.stale_after),
-            profile: profile.name.clone(),
+            profile: profile.name.to_string(),
             heartbeat: profile.common.heartbeat(),
             poll: profile.common.poll,
             ours: None,

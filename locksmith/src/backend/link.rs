@@ -38,13 +38,13 @@ use nix::fcntl::AtFlags;
 use nix::sys::stat::FileStat;
 use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 
+use super::lock::Named;
 use super::lock::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use super::lockdir::FsConfig;
 use super::lockdir::{self, LockDir};
 use super::owner::Record;
 use super::stale::{Evidence, Holders, Judge, Observations};
 use super::wake::Wakeups;
-use super::{BackendConfig, Profile};
 use crate::error::{Error, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
@@ -52,8 +52,8 @@ use crate::settings::Fields;
 use crate::watch::Watcher;
 
 /// The keys of `backend = "link"`: the file backends' keys ([`FsConfig::parse`]).
-pub fn config(f: &mut Fields) -> crate::error::Result<BackendConfig> {
-    FsConfig::parse(f, true).map(BackendConfig::Link)
+pub fn config(f: &mut Fields) -> crate::error::Result<FsConfig> {
+    FsConfig::parse(f, true)
 }
 
 pub struct Link {
@@ -101,11 +101,11 @@ fn content_of(sign: &[u8]) -> &[u8] {
 }
 
 impl Link {
-    pub fn new(cfg: FsConfig, profile: &Profile) -> Link {
+    pub fn new(cfg: FsConfig, profile: &Named) -> Link {
         Link {
             heartbeat: profile.common.heartbeat(),
             files: Files {
-                profile: profile.name.clone(),
+                profile: profile.name.to_string(),
                 dir: LockDir::new(&cfg, profile.common.stale_after),
                 guard_seen: Observations::new(profile.common.stale_after),
             },

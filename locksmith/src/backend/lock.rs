@@ -184,3 +184,11 @@ pub fn refuse_break(backend: &str, why: &str) -> Error {
         "`break` does not apply to backend `{backend}`: {why}"
     )
 }
+
+/// The lock as a backend sees it besides its own settings: its name as messages say it (a
+/// profile's name, or the address as given) and the settings every backend shares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Named {
+    pub name: String,
+    pub common: Common,
+}

@@ -66,13 +66,13 @@ use nix::sys::stat::{
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
+use super::lock::Named;
 use super::lock::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use super::lockdir::FsConfig;
 use super::lockdir::{self, LockDir};
 use super::owner::{Parsed, Record};
 use super::stale::{Evidence, Holders, Judge};
 use super::wake::Wakeups;
-use super::{BackendConfig, Profile};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info, trace};
 use crate::protocol::Mode;
@@ -92,8 +92,8 @@ const BREAKER_PREFIX: &str = "breaker.";
 const CLAIMED_PREFIX: &str = "claimed.";
 
 /// The keys of `backend = "mkdir"`: the file backends' keys ([`FsConfig::parse`]).
-pub fn config(f: &mut Fields) -> crate::error::Result<BackendConfig> {
-    FsConfig::parse(f, true).map(BackendConfig::Mkdir)
+pub fn config(f: &mut Fields) -> crate::error::Result<FsConfig> {
+    FsConfig::parse(f, true)
 }
 
 fn is_record_entry(name: &[u8]) -> bool {
@@ -143,11 +143,11 @@ fn sign_of(beat: Option<&[u8]>, st: Option<&FileStat>) -> Vec<u8> {
 }
 
 impl Mkdir {
-    pub fn new(cfg: FsConfig, profile: &Profile) -> Mkdir {
+    pub fn new(cfg: FsConfig, profile: &Named) -> Mkdir {
         Mkdir {
             heartbeat: profile.common.heartbeat(),
             files: Files {
-                profile: profile.name.clone(),
+                profile: profile.name.to_string(),
                 dir: LockDir::new(&cfg, profile.common.stale_after),
                 file_mode: cfg.file_mode,
                 group: cfg.group,

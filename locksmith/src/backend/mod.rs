@@ -28,7 +28,7 @@ pub mod wake;
 use toml::Table;
 
 use self::address::Address;
-use self::lock::Backend;
+use self::lock::{Backend, Named};
 use self::lockdir::FsConfig;
 use crate::error::{Error, Kind, Result};
 use crate::protocol::Mode;
@@ -58,7 +58,7 @@ pub static BACKENDS: &[Entry] = &[
     Entry {
         name: "flock",
         schemes: &["flock"],
-        parse: Some(flock::config),
+        parse: Some(|f| flock::config(f).map(BackendConfig::Flock)),
         address: address::path_keys,
         about: "flock(2) on a file that stays after release (the kernel releases it if everything dies); interoperates with flock(1); shared locks",
         keys: &[lockdir::FS_KEYS],
@@ -66,7 +66,7 @@ pub static BACKENDS: &[Entry] = &[
     Entry {
         name: "mkdir",
         schemes: &["mkdir"],
-        parse: Some(mkdir::config),
+        parse: Some(|f| mkdir::config(f).map(BackendConfig::Mkdir)),
         address: address::path_keys,
         about: "a lock directory, atomic on local disks and NFS; heartbeats let waiters on other hosts break a dead holder",
         keys: &[lockdir::FS_KEYS, lockdir::HEARTBEAT_KEYS],
@@ -74,7 +74,7 @@ pub static BACKENDS: &[Entry] = &[
     Entry {
         name: "link",
         schemes: &["link"],
-        parse: Some(link::config),
+        parse: Some(|f| link::config(f).map(BackendConfig::Link)),
         address: address::path_keys,
         about: "an NFS-safe hard-link lock file (what the lock name holds judges success); heartbeats",
         keys: &[lockdir::FS_KEYS, lockdir::HEARTBEAT_KEYS],
@@ -82,7 +82,7 @@ pub static BACKENDS: &[Entry] = &[
     Entry {
         name: "symlink",
         schemes: &["symlink"],
-        parse: Some(symlink::config),
+        parse: Some(|f| symlink::config(f).map(BackendConfig::Symlink)),
         address: address::path_keys,
         about: "an NFS-safe reservation plus symlink scheme with shared (reader) locks; heartbeats",
         keys: &[lockdir::FS_KEYS, lockdir::HEARTBEAT_KEYS],
@@ -91,7 +91,7 @@ pub static BACKENDS: &[Entry] = &[
     Entry {
         name: "ftp",
         schemes: &["ftp", "ftps"],
-        parse: Some(ftp::config),
+        parse: Some(|f| ftp::config(f).map(BackendConfig::Ftp)),
         address: ftp::address,
         about: "an FTP or FTPS MKD lock directory on a server (the seed's case); shared locks by marker files",
         keys: &[ftp::KEYS, crate::settings::PASSWORD_KEYS],
@@ -109,7 +109,7 @@ pub static BACKENDS: &[Entry] = &[
     Entry {
         name: "postgres",
         schemes: &["postgres", "postgresql"],
-        parse: Some(postgres::config),
+        parse: Some(|f| postgres::config(f).map(BackendConfig::Postgres)),
         address: postgres::address,
         about: "a PostgreSQL advisory lock held by a session; fencing tokens in a small table",
         keys: &[postgres::KEYS, crate::settings::PASSWORD_KEYS],
@@ -127,7 +127,7 @@ pub static BACKENDS: &[Entry] = &[
     Entry {
         name: "etcd",
         schemes: &["etcd", "etcds"],
-        parse: Some(etcd::config),
+        parse: Some(|f| etcd::config(f).map(BackendConfig::Etcd)),
         address: etcd::address,
         about: "an etcd lease-backed lock key under a prefix; shared locks",
         keys: &[etcd::KEYS, crate::settings::PASSWORD_KEYS],
@@ -262,6 +262,16 @@ pub struct Profile {
     pub shared_from_profile: bool,
 }
 
+impl Profile {
+    /// What its backend is opened with besides its own settings.
+    pub fn named(&self) -> Named {
+        Named {
+            name: self.name.clone(),
+            common: self.common.clone(),
+        }
+    }
+}
+
 /// Both front doors end here: the common keys (timing over `common`, `shared`), the
 /// backend's own keys, no key left over, then `overrides` (the command line), the floors
 /// and cross-key rules, and whether the backend can share. Errors are of `f`'s origin kind
@@ -323,7 +333,20 @@ pub fn configure(
 /// The backend a word names as a lock address (SPEC §3a); `Ok(None)`: a profile name; a
 /// usage error for a word with `:` and no known scheme.
 pub fn entry_of_address(word: &str) -> Result<Option<&'static Entry>> {
-    address::classify(word)
+    Ok(address::classify(word, &schemes())?
+        .map(|s| entry_of_scheme(s).expect("classify answers a scheme of the table")))
+}
+
+/// Every scheme of the table, in its order.
+pub fn schemes() -> Vec<&'static str> {
+    BACKENDS
+        .iter()
+        .flat_map(|e| e.schemes.iter().copied())
+        .collect()
+}
+
+fn entry_of_scheme(scheme: &str) -> Option<&'static Entry> {
+    BACKENDS.iter().find(|e| e.schemes.contains(&scheme))
 }
 
 /// The keys an address says (its parts, then its query), and which of them its parts said.
@@ -331,7 +354,7 @@ pub fn address_keys(
     entry: &Entry,
     text: &str,
 ) -> std::result::Result<(Table, Vec<String>), String> {
-    address::keys(entry, text)
+    address::keys(entry.address, text, &schemes())
 }
 
 /// An address as messages show it (a password-like part masked).
@@ -348,8 +371,8 @@ pub fn from_address(
     overrides: &Overrides,
 ) -> Result<Profile> {
     let ctx = format!("address `{}`", address::shown(text));
-    let (table, _) =
-        address::keys(entry, text).map_err(|m| Error::new(Kind::Usage, format!("{ctx}: {m}")))?;
+    let (table, _) = address::keys(entry.address, text, &schemes())
+        .map_err(|m| Error::new(Kind::Usage, format!("{ctx}: {m}")))?;
     let origin = Origin {
         ctx,
         kind: Kind::Usage,
@@ -370,17 +393,52 @@ pub fn from_address(
 /// Opens the backend a profile names. Nothing is created or taken yet.
 pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
     let mode: Mode = profile.common.mode();
+    let named = &profile.named();
     Ok(match &profile.backend {
         BackendConfig::Flock(cfg) => Box::new(flock::Flock::new(cfg.clone(), mode)),
-        BackendConfig::Mkdir(cfg) => Box::new(mkdir::Mkdir::new(cfg.clone(), profile)),
-        BackendConfig::Link(cfg) => Box::new(link::Link::new(cfg.clone(), profile)),
-        BackendConfig::Symlink(cfg) => Box::new(symlink::Symlink::new(cfg.clone(), profile)),
+        BackendConfig::Mkdir(cfg) => Box::new(mkdir::Mkdir::new(cfg.clone(), named)),
+        BackendConfig::Link(cfg) => Box::new(link::Link::new(cfg.clone(), named)),
+        BackendConfig::Symlink(cfg) => Box::new(symlink::Symlink::new(cfg.clone(), named)),
         #[cfg(feature = "ftp")]
-        BackendConfig::Ftp(cfg) => Box::new(ftp::Ftp::new(cfg.clone(), profile)),
+        BackendConfig::Ftp(cfg) => Box::new(ftp::Ftp::new(cfg.clone(), named)),
         #[cfg(feature = "postgres")]
-        BackendConfig::Postgres(cfg) => Box::new(postgres::Postgres::new(cfg.clone(), profile)),
+        BackendConfig::Postgres(cfg) => Box::new(postgres::Postgres::new(cfg.clone(), named)),
         #[cfg(feature = "etcd")]
-        BackendConfig::Etcd(cfg) => Box::new(etcd::Etcd::new(cfg.clone(), profile)),
+        BackendConfig::Etcd(cfg) => Box::new(etcd::Etcd::new(cfg.clone(), named)),
+    })
+}
+
+/// `verify`'s report on the lock's filesystem or server: what its backend relies on, probed.
+/// `peer`: a second mount of a file lock's directory.
+pub fn verify(profile: &Profile, peer: Option<&std::path::Path>) -> Result<verify::Report> {
+    use self::lockdir::probe::{self, Scheme};
+    let named = &profile.named();
+    let file = |scheme: Scheme, cfg| probe::verify(named, scheme, cfg, peer);
+    Ok(match &profile.backend {
+        BackendConfig::Flock(c) => file(Scheme::Flock, c)?,
+        BackendConfig::Mkdir(c) => file(Scheme::Mkdir, c)?,
+        BackendConfig::Link(c) => file(Scheme::Link, c)?,
+        BackendConfig::Symlink(c) => file(Scheme::Symlink, c)?,
+        #[cfg(any(feature = "ftp", feature = "postgres", feature = "etcd"))]
+        server => {
+            if let Some(dir) = peer {
+                return Err(crate::error::err!(
+                    Usage,
+                    "--peer {} names a second mount of a lock's directory: it applies to the file backends (flock, mkdir, link, symlink), not to backend `{}`, whose server every host sees alike",
+                    dir.display(),
+                    server.name()
+                ));
+            }
+            match server {
+                #[cfg(feature = "ftp")]
+                BackendConfig::Ftp(c) => ftp::probe::verify(named, c)?,
+                #[cfg(feature = "postgres")]
+                BackendConfig::Postgres(c) => postgres::probe::verify(named, c)?,
+                #[cfg(feature = "etcd")]
+                BackendConfig::Etcd(c) => etcd::probe::verify(named, c)?,
+                _ => unreachable!("the file backends are matched above"),
+            }
+        }
     })
 }
 
@@ -401,6 +459,28 @@ mod tests {
             file: None,
             address: None,
         }
+    }
+
+    fn scheme_of(word: &str) -> Result<Option<&'static str>> {
+        entry_of_address(word).map(|e| e.map(|e| e.name))
+    }
+
+    #[test]
+    fn words_are_profiles_paths_or_addresses() {
+        assert_eq!(scheme_of("phonestuff").unwrap(), None);
+        assert_eq!(scheme_of("/tmp/x.lock").unwrap(), Some("flock"));
+        assert_eq!(scheme_of("./x.lock").unwrap(), Some("flock"));
+        assert_eq!(scheme_of("/tmp/a:b").unwrap(), Some("flock"));
+        assert_eq!(scheme_of("mkdir:/p").unwrap(), Some("mkdir"));
+        assert_eq!(scheme_of("MKDIR:/p").unwrap(), Some("mkdir"));
+        assert_eq!(scheme_of("ftps://h/p").unwrap(), Some("ftp"));
+        assert_eq!(scheme_of("postgresql://h/db").unwrap(), Some("postgres"));
+        assert_eq!(scheme_of("etcds://h:1/p").unwrap(), Some("etcd"));
+        let e = scheme_of("nfs:x").unwrap_err();
+        assert_eq!(e.kind(), Kind::Usage);
+        assert!(e.message().contains("mkdir"), "{e}");
+        // An unknown scheme with a `/` is a path (as flock(1) would take it).
+        assert_eq!(scheme_of("s3://b/k").unwrap(), Some("flock"));
     }
 
     /// The least each backend needs to parse, as a profile section says it.

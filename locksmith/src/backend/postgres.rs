@@ -47,8 +47,8 @@ use postgres::{CancelToken, Client, Config, NoTls};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::address::Address;
+use super::lock::Named;
 use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
-use super::{BackendConfig, Profile};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
@@ -155,7 +155,7 @@ pub static KEYS: &[KeyDoc] = &[
 /// the command line has none: it must say `?lock=NAME`). From an address, the password
 /// defaults to `$LOCKSMITH_PASSWORD`, else `$PGPASSWORD`, else the `.pgpass` line (libpq's
 /// conventions, SPEC §3a).
-pub fn config(f: &mut Fields) -> Result<BackendConfig> {
+pub fn config(f: &mut Fields) -> Result<PgConfig> {
     let url = f.string("url")?;
     let host = f.string("host")?;
     let port = f.port("port")?;
@@ -273,7 +273,7 @@ pub fn config(f: &mut Fields) -> Result<BackendConfig> {
         }
         (p, _) => p,
     };
-    Ok(BackendConfig::Postgres(PgConfig {
+    Ok(PgConfig {
         url,
         host,
         port,
@@ -284,7 +284,7 @@ pub fn config(f: &mut Fields) -> Result<BackendConfig> {
         schema,
         sslmode,
         ca_file,
-    }))
+    })
 }
 
 /// `postgres://` or `postgresql://[USER@]HOST[:PORT]/DB`, libpq's URL syntax (its
@@ -341,10 +341,10 @@ struct Waiter {
 const KEY: &str = "hashtextextended($1, 0)";
 
 impl Postgres {
-    pub fn new(cfg: PgConfig, profile: &Profile) -> Postgres {
+    pub fn new(cfg: PgConfig, profile: &Named) -> Postgres {
         Postgres {
             cfg,
-            profile: profile.name.clone(),
+            profile: profile.name.to_string(),
             mode: if profile.common.shared {
                 Mode::Shared
             } else {

@@ -21,7 +21,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::Profile;
+use super::lock::Named;
 use super::lock::{Attempt, BreakOutcome, Grant, Holder, describe};
 use super::owner::Parsed;
 use super::wake::Wakeups;
@@ -151,9 +151,9 @@ pub struct Judge {
 impl Judge {
     /// The judge of lock `path` (shown in messages) under `profile`'s timings; `local`: the
     /// profile says every contender runs on this host.
-    pub fn new(profile: &Profile, path: PathBuf, local: bool) -> Judge {
+    pub fn new(profile: &Named, path: PathBuf, local: bool) -> Judge {
         Judge {
-            profile: profile.name.clone(),
+            profile: profile.name.to_string(),
             path,
             stale_after: profile.common.stale_after,
             poll: profile.common.poll,

@@ -72,13 +72,13 @@ use nix::sys::stat::{FileStat, Mode as FileMode, UtimensatFlags, fstatat, mkdira
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
+use super::lock::Named;
 use super::lock::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use super::lockdir::FsConfig;
 use super::lockdir::{self, LockDir};
 use super::owner::{self, Parsed, Record};
 use super::stale::{Evidence, Holders, Judge, Observations};
 use super::wake::Wakeups;
-use super::{BackendConfig, Profile};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
@@ -86,8 +86,8 @@ use crate::settings::Fields;
 use crate::watch::Watcher;
 
 /// The keys of `backend = "symlink"`: the file backends' keys ([`FsConfig::parse`]).
-pub fn config(f: &mut Fields) -> crate::error::Result<BackendConfig> {
-    FsConfig::parse(f, true).map(BackendConfig::Symlink)
+pub fn config(f: &mut Fields) -> crate::error::Result<FsConfig> {
+    FsConfig::parse(f, true)
 }
 
 /// Prefix of a reader's registration entry inside a group.
@@ -694,7 +694,7 @@ impl Holders for Files {
 }
 
 impl Symlink {
-    pub fn new(cfg: FsConfig, profile: &Profile) -> Symlink {
+    pub fn new(cfg: FsConfig, profile: &Named) -> Symlink {
         let mode = if profile.common.shared {
             Mode::Shared
         } else {
@@ -703,7 +703,7 @@ impl Symlink {
         Symlink {
             heartbeat: profile.common.heartbeat(),
             files: Files {
-                profile: profile.name.clone(),
+                profile: profile.name.to_string(),
                 mode,
                 dir: LockDir::new(&cfg, profile.common.stale_after),
                 local: cfg.local,

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use super::rpc::{self, Client, EventType};
 use super::{Etcd, EtcdConfig};
-use crate::backend::Profile;
+use crate::backend::lock::Named;
 use crate::backend::verify::{Report, Status, figure, median};
 use crate::error::Result;
 use crate::settings::fmt_duration;
@@ -32,7 +32,7 @@ const EXPIRY_TTL: i64 = 2;
 
 /// Probes the cluster of lock `cfg` (profile `p`). `Err` where nothing could be probed: no
 /// endpoint answers (69), the user is refused (77), a request fails.
-pub fn verify(p: &Profile, cfg: &EtcdConfig) -> Result<Report> {
+pub fn verify(p: &Named, cfg: &EtcdConfig) -> Result<Report> {
     let mut e = Etcd::new(cfg.clone(), p);
     let server = e.server();
     let mut r = Report::new(
@@ -230,13 +230,7 @@ fn keep_alive(e: &mut Etcd, lease: i64) -> Result<(i64, Duration)> {
     Ok((ttl, t.elapsed()))
 }
 
-fn probe(
-    p: &Profile,
-    e: &mut Etcd,
-    base: &str,
-    leases: &mut Vec<i64>,
-    r: &mut Report,
-) -> Result<()> {
+fn probe(p: &Named, e: &mut Etcd, base: &str, leases: &mut Vec<i64>, r: &mut Report) -> Result<()> {
     let queue = format!("{base}/");
     let stale_after = p.common.stale_after;
     let period = p.common.heartbeat();

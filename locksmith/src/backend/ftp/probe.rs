@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use super::marker::marker_name;
 use super::session::{ACQUIRE_TIMEOUT, HOLD_TIMEOUT_MAX, Session, url_of};
 use super::{FtpConfig, Tls};
-use crate::backend::Profile;
+use crate::backend::lock::Named;
 use crate::backend::owner::Record;
 use crate::backend::verify::{Report, Status, figure, median};
 use crate::error::{Result, err};
@@ -44,7 +44,7 @@ pub const ROUNDS: usize = 6;
 /// Probes the FTP server of lock `cfg` (profile `p`). `Err` where nothing could be probed:
 /// the login (69, 77, 78 as for taking the lock), a missing parent directory (78), no right
 /// to make a directory beside the lock (77).
-pub fn verify(p: &Profile, cfg: &FtpConfig) -> Result<Report> {
+pub fn verify(p: &Named, cfg: &FtpConfig) -> Result<Report> {
     let url = url_of(cfg);
     let mut r = Report::new(
         format!("locksmith verify {}: backend ftp, lock {url}", p.name),
@@ -215,7 +215,7 @@ fn round_up(d: Duration) -> Duration {
 
 /// The probes inside `base` (registered in `made` before each is made).
 fn probe(
-    p: &Profile,
+    p: &Named,
     s: &mut Session,
     second: &mut Session,
     base: &str,

@@ -50,7 +50,7 @@ use super::{
     UNKNOWN_CACHE, cache_time, check, check_dir_mode, detect, pin, read_record, suggest_cache_time,
     write_beat,
 };
-use crate::backend::Profile;
+use crate::backend::lock::Named;
 use crate::backend::owner::{Record, State};
 use crate::backend::verify::{Finding, Report, Status, figure};
 use crate::error::{Error, Result, err};
@@ -1048,7 +1048,7 @@ fn open_dir(path: &Path, what: &str) -> Result<OwnedFd> {
 /// profile (three times the longest a change may take to show, plus half a minute): even an
 /// `open` of the directory on a mount whose server is gone makes this an I/O error (74), not
 /// a hang. Each probe has its own, shorter bound (a `FAIL` line).
-pub fn verify(p: &Profile, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) -> Result<Report> {
+pub fn verify(p: &Named, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) -> Result<Report> {
     let longest = UNKNOWN_CACHE
         .max(cfg.cache_time.unwrap_or_default())
         .max(p.common.stale_after)
@@ -1069,7 +1069,7 @@ pub fn verify(p: &Profile, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) 
     })
 }
 
-fn verify_here(p: &Profile, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) -> Result<Report> {
+fn verify_here(p: &Named, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) -> Result<Report> {
     let parent = cfg
         .path
         .parent()
@@ -1165,7 +1165,7 @@ fn verify_here(p: &Profile, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>)
         made: Arc::new(Mutex::new(Vec::new())),
         bound,
         remote: fs.remote,
-        profile: p.name.clone(),
+        profile: p.name.to_string(),
     };
 
     // The peer: another mount of the same directory.

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::{KEY, PgConfig, Postgres, SslMode};
-use crate::backend::Profile;
+use crate::backend::lock::Named;
 use crate::backend::verify::{Report, Status, figure, median};
 use crate::error::{Result, err};
 use crate::settings::fmt_duration;
@@ -33,7 +33,7 @@ const FREED_WITHIN: Duration = Duration::from_secs(5);
 
 /// Probes the server of lock `cfg` (profile `p`). `Err` where nothing could be probed: the
 /// connection (69, 77, 78 as for taking the lock) or a query the server refused.
-pub fn verify(p: &Profile, cfg: &PgConfig) -> Result<Report> {
+pub fn verify(p: &Named, cfg: &PgConfig) -> Result<Report> {
     let mut probe_cfg = cfg.clone();
     probe_cfg.lock = format!("{}.verify.{}", cfg.lock, crate::host::nonce());
     let mut a = Postgres::new(probe_cfg.clone(), p);

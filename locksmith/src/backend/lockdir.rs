@@ -29,7 +29,6 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -37,6 +36,7 @@ use nix::fcntl::{AtFlags, OFlag, openat};
 use nix::sys::stat::{FileStat, Mode as FileMode, fstat, fstatat, major, minor};
 use nix::sys::statfs::fstatfs;
 
+use super::faults::{self, Stall};
 use super::owner::{self, Parsed, Record, State};
 use crate::error::{Error, Result, err, shown};
 use crate::settings::{Fields, KeyDoc, MAX_NAME, MAX_PATH, fmt_duration, parse_duration};
@@ -642,9 +642,8 @@ impl LockDir {
         let issued = self.with_state(|at| state::issue_exactly(at, token))?;
         // A holder that stalls just after taking its token, before it can use it: the
         // process's first token.
-        static STALLED: AtomicBool = AtomicBool::new(false);
         if issued.is_some() {
-            test_stall(&STALLED, "LOCKSMITH_TEST_STALL_TAKEN_MS");
+            faults::stall(Stall::Taken);
         }
         Ok(issued)
     }
@@ -975,16 +974,6 @@ pub fn read_state_fresh(
     ))
 }
 
-/// A debug switch for the stall tests (`tests/crash.rs`): sleeps the milliseconds the
-/// environment variable `var` says, once per process (`done`). Never set outside them.
-fn test_stall(done: &AtomicBool, var: &str) {
-    if let Some(ms) = std::env::var_os(var).and_then(|v| v.to_str()?.parse::<u64>().ok())
-        && !done.swap(true, Ordering::Relaxed)
-    {
-        std::thread::sleep(Duration::from_millis(ms));
-    }
-}
-
 /// Makes what was written to `file` reach the server before another host reads it, on a
 /// network or FUSE filesystem (`remote`): `fdatasync` (NFS flushes on it, FUSE passes it on to
 /// its daemon, GlusterFS's write-behind lets go). On a local filesystem every reader shares the
@@ -1011,9 +1000,8 @@ pub fn write_beat(
 ) -> Result<bool> {
     // A heartbeat that stalls (a network filesystem that does not answer): the process's
     // first heartbeat after taking the lock.
-    static STALLED: AtomicBool = AtomicBool::new(false);
     if n > 0 {
-        test_stall(&STALLED, "LOCKSMITH_TEST_STALL_BEAT_MS");
+        faults::stall(Stall::Beat);
     }
     let flags = OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
     let fd = match unstale(|| openat(at, name, flags, FileMode::empty())) {

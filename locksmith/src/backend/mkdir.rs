@@ -66,6 +66,7 @@ use nix::sys::stat::{
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
+use super::faults::{self, Switch};
 use super::lock::Named;
 use super::lock::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use super::lockdir::FsConfig;
@@ -153,7 +154,7 @@ impl Mkdir {
                 group: cfg.group,
                 // A debug switch: behave as on NFS (no RENAME_NOREPLACE), so the tests cover
                 // the path NFS users take on a machine that cannot mount NFS.
-                plain_mkdir: std::env::var_os("LOCKSMITH_MKDIR_PLAIN").is_some_and(|v| v == "1"),
+                plain_mkdir: faults::on(Switch::MkdirPlain),
             },
             judge: Judge::new(profile, cfg.path.clone(), cfg.local),
             cfg,

@@ -8,6 +8,7 @@
 pub mod address;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod faults;
 pub mod flock;
 #[cfg(feature = "ftp")]
 pub mod ftp;

@@ -72,6 +72,7 @@ use nix::sys::stat::{FileStat, Mode as FileMode, UtimensatFlags, fstatat, mkdira
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
+use super::faults::{self, Switch};
 use super::lock::Named;
 use super::lock::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
 use super::lockdir::FsConfig;
@@ -709,8 +710,7 @@ impl Symlink {
                 local: cfg.local,
                 file_mode: cfg.file_mode,
                 group: cfg.group,
-                seed_scheme: std::env::var_os("LOCKSMITH_SYMLINK_SEED_SCHEME")
-                    .is_some_and(|v| v == "1"),
+                seed_scheme: faults::on(Switch::SymlinkSeedScheme),
                 guard_seen: Observations::new(profile.common.stale_after),
                 looked_at_group: None,
             },

@@ -19,7 +19,6 @@
 use std::ffi::{OsStr, OsString};
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use nix::dir::Dir;
@@ -28,6 +27,7 @@ use nix::fcntl::{AtFlags, OFlag, renameat};
 use nix::sys::stat::{Mode as FileMode, fstatat, mkdirat};
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
+use crate::backend::faults::{self, Stall};
 use crate::backend::owner::{self, State};
 use crate::error::{Error, Result, err};
 use crate::log::debug;
@@ -180,9 +180,8 @@ impl StateAt<'_> {
     pub(super) fn swap(&self, from: State, to: State) -> Result<bool> {
         // A holder that stalls while taking the lock (a network filesystem stalling on this
         // write): the process's first token.
-        static STALLED: AtomicBool = AtomicBool::new(false);
         if !to.clean {
-            super::test_stall(&STALLED, "LOCKSMITH_TEST_STALL_TAKING_MS");
+            faults::stall(Stall::Taking);
         }
         match renameat(self.dir, &self.entry(from), self.dir, &self.entry(to)) {
             Ok(()) => Ok(true),

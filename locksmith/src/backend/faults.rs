@@ -1,0 +1,77 @@
+//! Faults the tests inject into a real helper process, in one place. They exist only in a
+//! build with the `test-hooks` cargo feature, which nothing but the test build turns on (the
+//! package's dev-dependency on itself): in the shipped binary every hook is a no-op and no
+//! switch name is in it.
+
+/// A stall, once per process: the helper sleeps where a network filesystem would stall.
+#[derive(Clone, Copy, Debug)]
+pub enum Stall {
+    /// Just after a holder took its fencing token, before it can use it.
+    Taken,
+    /// The first heartbeat after taking the lock.
+    Beat,
+    /// While taking the lock: the token state's write.
+    Taking,
+}
+
+/// A switch that turns another code path on.
+#[derive(Clone, Copy, Debug)]
+pub enum Switch {
+    /// mkdir behaves as on NFS (no `RENAME_NOREPLACE`), so the tests cover the path NFS users
+    /// take on a machine that cannot mount NFS.
+    MkdirPlain,
+    /// symlink's shared locks use seed 004's scheme (a group named `seed`), the racy one the
+    /// tests show failing.
+    SymlinkSeedScheme,
+}
+
+#[cfg(feature = "test-hooks")]
+mod hooks {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use super::{Stall, Switch};
+
+    pub fn stall(at: Stall) {
+        static DONE: [AtomicBool; 3] = [const { AtomicBool::new(false) }; 3];
+        let (i, var) = match at {
+            Stall::Taken => (0, "LOCKSMITH_TEST_STALL_TAKEN_MS"),
+            Stall::Beat => (1, "LOCKSMITH_TEST_STALL_BEAT_MS"),
+            Stall::Taking => (2, "LOCKSMITH_TEST_STALL_TAKING_MS"),
+        };
+        if let Some(ms) = std::env::var_os(var).and_then(|v| v.to_str()?.parse::<u64>().ok())
+            && !DONE[i].swap(true, Ordering::Relaxed)
+        {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+    }
+
+    pub fn on(s: Switch) -> bool {
+        let var = match s {
+            Switch::MkdirPlain => "LOCKSMITH_MKDIR_PLAIN",
+            Switch::SymlinkSeedScheme => "LOCKSMITH_SYMLINK_SEED_SCHEME",
+        };
+        std::env::var_os(var).is_some_and(|v| v == "1")
+    }
+}
+
+/// Stalls here if the test asked for it (`LOCKSMITH_TEST_STALL_*_MS`), once per process.
+#[inline]
+pub fn stall(at: Stall) {
+    #[cfg(feature = "test-hooks")]
+    hooks::stall(at);
+    #[cfg(not(feature = "test-hooks"))]
+    let _ = at;
+}
+
+/// Whether the test turned `s` on (`LOCKSMITH_MKDIR_PLAIN=1`, `LOCKSMITH_SYMLINK_SEED_SCHEME=1`).
+#[inline]
+pub fn on(s: Switch) -> bool {
+    #[cfg(feature = "test-hooks")]
+    return hooks::on(s);
+    #[cfg(not(feature = "test-hooks"))]
+    {
+        let _ = s;
+        false
+    }
+}

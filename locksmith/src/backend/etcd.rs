@@ -35,8 +35,7 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
 use super::address::Address;
-use super::lock::Named;
-use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
+use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, Named, WaitHint};
 use super::owner::{Parsed, Record};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};

@@ -25,53 +25,41 @@ pub enum Switch {
     SymlinkSeedScheme,
 }
 
-#[cfg(feature = "test-hooks")]
-mod hooks {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::time::Duration;
-
-    use super::{Stall, Switch};
-
-    pub fn stall(at: Stall) {
-        static DONE: [AtomicBool; 3] = [const { AtomicBool::new(false) }; 3];
-        let (i, var) = match at {
-            Stall::Taken => (0, "LOCKSMITH_TEST_STALL_TAKEN_MS"),
-            Stall::Beat => (1, "LOCKSMITH_TEST_STALL_BEAT_MS"),
-            Stall::Taking => (2, "LOCKSMITH_TEST_STALL_TAKING_MS"),
-        };
-        if let Some(ms) = std::env::var_os(var).and_then(|v| v.to_str()?.parse::<u64>().ok())
-            && !DONE[i].swap(true, Ordering::Relaxed)
-        {
-            std::thread::sleep(Duration::from_millis(ms));
-        }
-    }
-
-    pub fn on(s: Switch) -> bool {
-        let var = match s {
-            Switch::MkdirPlain => "LOCKSMITH_MKDIR_PLAIN",
-            Switch::SymlinkSeedScheme => "LOCKSMITH_SYMLINK_SEED_SCHEME",
-        };
-        std::env::var_os(var).is_some_and(|v| v == "1")
-    }
-}
-
 /// Stalls here if the test asked for it (`LOCKSMITH_TEST_STALL_*_MS`), once per process.
-#[inline]
+#[cfg(feature = "test-hooks")]
 pub fn stall(at: Stall) {
-    #[cfg(feature = "test-hooks")]
-    hooks::stall(at);
-    #[cfg(not(feature = "test-hooks"))]
-    let _ = at;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static DONE: [AtomicBool; 3] = [const { AtomicBool::new(false) }; 3];
+    let (i, var) = match at {
+        Stall::Taken => (0, "LOCKSMITH_TEST_STALL_TAKEN_MS"),
+        Stall::Beat => (1, "LOCKSMITH_TEST_STALL_BEAT_MS"),
+        Stall::Taking => (2, "LOCKSMITH_TEST_STALL_TAKING_MS"),
+    };
+    if let Some(ms) = std::env::var_os(var).and_then(|v| v.to_str()?.parse::<u64>().ok())
+        && !DONE[i].swap(true, Ordering::Relaxed)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
 }
+
+/// A build without the tests' hooks: never stalls.
+#[cfg(not(feature = "test-hooks"))]
+#[inline]
+pub fn stall(_at: Stall) {}
 
 /// Whether the test turned `s` on (`LOCKSMITH_MKDIR_PLAIN=1`, `LOCKSMITH_SYMLINK_SEED_SCHEME=1`).
-#[inline]
+#[cfg(feature = "test-hooks")]
 pub fn on(s: Switch) -> bool {
-    #[cfg(feature = "test-hooks")]
-    return hooks::on(s);
-    #[cfg(not(feature = "test-hooks"))]
-    {
-        let _ = s;
-        false
-    }
+    let var = match s {
+        Switch::MkdirPlain => "LOCKSMITH_MKDIR_PLAIN",
+        Switch::SymlinkSeedScheme => "LOCKSMITH_SYMLINK_SEED_SCHEME",
+    };
+    std::env::var_os(var).is_some_and(|v| v == "1")
+}
+
+/// A build without the tests' hooks: every switch is off.
+#[cfg(not(feature = "test-hooks"))]
+#[inline]
+pub fn on(_s: Switch) -> bool {
+    false
 }

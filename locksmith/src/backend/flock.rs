@@ -26,6 +26,7 @@
 //! if the server loses track of a client; owner information comes from `/proc/locks`, so
 //! only holders on this host are named.
 
+use std::path::Path;
 use std::ffi::OsString;
 use std::fs::{self, File, TryLockError};
 use std::io::Write;
@@ -38,14 +39,18 @@ use std::time::Duration;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode as FileMode;
 
-use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint, refuse_break};
+use super::address::Address;
+use super::lock::Registered;
+use super::lockdir::probe::Scheme;
+use super::verify::Report;
+use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, Named, WaitHint, refuse_break};
 use super::lockdir::FsConfig;
 use super::lockdir::state::{self, StateAt};
 use crate::error::{Error, Result};
 use crate::host;
 use crate::log::{debug, info};
 use crate::protocol::Mode;
-use crate::settings::Fields;
+use crate::settings::{Fields, KeyDoc};
 use crate::watch::Watcher;
 
 /// The keys of `backend = "flock"`: the file backends' keys ([`FsConfig::parse`]).
@@ -420,4 +425,26 @@ fn proc_locks_holders(dev: u64, ino: u64) -> Vec<Holder> {
             })
         })
         .collect()
+}
+
+impl Registered for Flock {
+    type Config = FsConfig;
+    const KEYS: &'static [&'static [KeyDoc]] = &[super::lockdir::FS_KEYS];
+    const SHARED: bool = true;
+    const ON_FILES: bool = true;
+    fn parse(f: &mut Fields) -> crate::error::Result<FsConfig> {
+        config(f)
+    }
+    fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
+        super::address::path_keys(a)
+    }
+    fn open(cfg: &FsConfig, lock: &Named) -> Box<dyn Backend> {
+        Box::new(Flock::new(cfg.clone(), lock.common.mode()))
+    }
+    fn verify(cfg: &FsConfig, lock: &Named, peer: Option<&Path>) -> crate::error::Result<Report> {
+        super::lockdir::probe::verify(lock, Scheme::Flock, cfg, peer)
+    }
+    fn location(cfg: &FsConfig) -> String {
+        cfg.path.display().to_string()
+    }
 }

@@ -66,8 +66,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::address::Address;
-use super::lock::Named;
-use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
+use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, Named, WaitHint};
 use super::owner::{Parsed, Record};
 use super::stale::{Evidence, Holders, Judge};
 use super::wake::Wakeups;

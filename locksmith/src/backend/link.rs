@@ -29,6 +29,7 @@
 //! every lease; fencing tokens exist for it). On NFS a reader holding NAME open while it is
 //! unlinked only leaves a `.nfsXXXX` file behind; the name is free at once.
 
+use std::path::Path;
 use std::ffi::OsString;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
@@ -38,8 +39,11 @@ use nix::fcntl::AtFlags;
 use nix::sys::stat::FileStat;
 use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 
-use super::lock::Named;
-use super::lock::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
+use super::address::Address;
+use super::lock::Registered;
+use super::lockdir::probe::Scheme;
+use super::verify::Report;
+use super::lock::{Attempt, Backend, BreakOutcome, Holder, Named, WaitHint};
 use super::lockdir::FsConfig;
 use super::lockdir::{self, LockDir};
 use super::owner::Record;
@@ -48,7 +52,7 @@ use super::wake::Wakeups;
 use crate::error::{Error, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
-use crate::settings::Fields;
+use crate::settings::{Fields, KeyDoc};
 use crate::watch::Watcher;
 
 /// The keys of `backend = "link"`: the file backends' keys ([`FsConfig::parse`]).
@@ -413,5 +417,27 @@ impl Backend for Link {
     ) -> Result<BreakOutcome> {
         self.judge
             .break_lock(&mut self.files, force, token, watcher)
+    }
+}
+
+impl Registered for Link {
+    type Config = FsConfig;
+    const KEYS: &'static [&'static [KeyDoc]] = &[super::lockdir::FS_KEYS, super::lockdir::HEARTBEAT_KEYS];
+    const SHARED: bool = false;
+    const ON_FILES: bool = true;
+    fn parse(f: &mut Fields) -> crate::error::Result<FsConfig> {
+        config(f)
+    }
+    fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
+        super::address::path_keys(a)
+    }
+    fn open(cfg: &FsConfig, lock: &Named) -> Box<dyn Backend> {
+        Box::new(Link::new(cfg.clone(), lock))
+    }
+    fn verify(cfg: &FsConfig, lock: &Named, peer: Option<&Path>) -> crate::error::Result<Report> {
+        super::lockdir::probe::verify(lock, Scheme::Link, cfg, peer)
+    }
+    fn location(cfg: &FsConfig) -> String {
+        cfg.path.display().to_string()
     }
 }

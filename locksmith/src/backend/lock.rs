@@ -4,11 +4,14 @@
 
 use std::fmt;
 use std::os::fd::BorrowedFd;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::address::Address;
+use super::verify::Report;
 use crate::error::{Error, Result, err};
 use crate::protocol::Mode;
-use crate::settings::Common;
+use crate::settings::{Common, Fields, KeyDoc, Password};
 use crate::watch::Watcher;
 
 /// Someone holding (or recorded as holding) the lock.
@@ -191,4 +194,32 @@ pub fn refuse_break(backend: &str, why: &str) -> Error {
 pub struct Named {
     pub name: String,
     pub common: Common,
+}
+
+/// What the registry (`backend/mod.rs`) needs of a backend besides [`Backend`]: its settings,
+/// read from a profile section or an address; how to open it; how `verify` probes it. A new
+/// backend implements this and [`Backend`] in its own file and adds one line to the registry.
+pub trait Registered {
+    /// The backend's own settings.
+    type Config: Clone + fmt::Debug + PartialEq + Eq;
+    /// Its own keys, documented where they are parsed.
+    const KEYS: &'static [&'static [KeyDoc]];
+    /// Whether it can take a shared (reader) lock.
+    const SHARED: bool;
+    /// Whether it locks a file a second mount may show (`verify --peer`).
+    const ON_FILES: bool = false;
+    /// Reads its keys (a profile section or an address: the same code).
+    fn parse(f: &mut Fields) -> Result<Self::Config>;
+    /// The keys an address's parts say (its query is added by the registry).
+    fn parts(a: &Address) -> std::result::Result<toml::Table, String>;
+    /// Opens it: nothing is created or taken yet.
+    fn open(cfg: &Self::Config, lock: &Named) -> Box<dyn Backend>;
+    /// `verify`'s report: what it relies on, probed where the lock is.
+    fn verify(cfg: &Self::Config, lock: &Named, peer: Option<&Path>) -> Result<Report>;
+    /// Where the lock is, for `-v`: never a password.
+    fn location(cfg: &Self::Config) -> String;
+    /// Where the server password comes from, for the server backends.
+    fn password(_cfg: &Self::Config) -> Option<&Password> {
+        None
+    }
 }

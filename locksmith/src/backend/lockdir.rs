@@ -39,6 +39,7 @@ use nix::sys::statfs::fstatfs;
 use super::faults::{self, Stall};
 use super::owner::{self, Parsed, Record, State};
 use crate::error::{Error, Result, err, shown};
+use crate::protocol::Mode;
 use crate::settings::{Fields, KeyDoc, MAX_NAME, MAX_PATH, fmt_duration, parse_duration};
 
 pub mod probe;
@@ -1044,6 +1045,26 @@ pub fn is_ours(content: &[u8], rec: &Record) -> bool {
 /// Parses a record file's content.
 pub fn parse(content: &[u8]) -> Parsed {
     Record::parse(String::from_utf8_lossy(content).trim())
+}
+
+/// Refuses shared locks on a network filesystem (`remote`, named `fs_name`) unless
+/// `local = true`: a reader's entry is a symlink, whose times it may not set.
+pub fn check_shared(
+    path: &Path,
+    remote: bool,
+    fs_name: &str,
+    mode: Mode,
+    local: bool,
+) -> Result<()> {
+    if remote && mode == Mode::Shared && !local {
+        return Err(err!(
+            Config,
+            "lock {} is on {}: shared symlink locks cannot heartbeat there yet (a reader's entry is a symlink, whose times a network filesystem may not set); take it exclusively, or set local = true if every contender runs on this host",
+            path.display(),
+            fs_name
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

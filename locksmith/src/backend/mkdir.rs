@@ -67,8 +67,11 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::faults::{self, Switch};
-use super::lock::Named;
-use super::lock::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
+use super::address::Address;
+use super::lock::Registered;
+use super::lockdir::probe::Scheme;
+use super::verify::Report;
+use super::lock::{Attempt, Backend, BreakOutcome, Holder, Named, WaitHint};
 use super::lockdir::FsConfig;
 use super::lockdir::{self, LockDir};
 use super::owner::{Parsed, Record};
@@ -77,7 +80,7 @@ use super::wake::Wakeups;
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info, trace};
 use crate::protocol::Mode;
-use crate::settings::Fields;
+use crate::settings::{Fields, KeyDoc};
 use crate::watch::Watcher;
 
 const OWNER_PREFIX: &str = "owner.";
@@ -870,5 +873,27 @@ impl Backend for Mkdir {
     ) -> Result<BreakOutcome> {
         self.judge
             .break_lock(&mut self.files, force, token, watcher)
+    }
+}
+
+impl Registered for Mkdir {
+    type Config = FsConfig;
+    const KEYS: &'static [&'static [KeyDoc]] = &[super::lockdir::FS_KEYS, super::lockdir::HEARTBEAT_KEYS];
+    const SHARED: bool = false;
+    const ON_FILES: bool = true;
+    fn parse(f: &mut Fields) -> crate::error::Result<FsConfig> {
+        config(f)
+    }
+    fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
+        super::address::path_keys(a)
+    }
+    fn open(cfg: &FsConfig, lock: &Named) -> Box<dyn Backend> {
+        Box::new(Mkdir::new(cfg.clone(), lock))
+    }
+    fn verify(cfg: &FsConfig, lock: &Named, peer: Option<&Path>) -> crate::error::Result<Report> {
+        super::lockdir::probe::verify(lock, Scheme::Mkdir, cfg, peer)
+    }
+    fn location(cfg: &FsConfig) -> String {
+        cfg.path.display().to_string()
     }
 }

@@ -1,44 +1,148 @@
 //! The lock backends: the registry of every backend, and a profile's validation.
 //!
-//! The contract a backend implements is [`lock`]; the policies every backend shares live once
-//! each: waiting in [`wait`], holding (heartbeats, LOST, release retried) in [`hold`], the
-//! staleness rule of SPEC §6 in [`stale`]. The protocol and watch code never see a backend's
-//! details.
+//! The contract a backend implements is [`lock`] ([`lock::Backend`] to lock,
+//! [`lock::Registered`] to be named, configured, opened and verified); the policies every
+//! backend shares live once each: waiting in [`wait`], holding (heartbeats, LOST, release
+//! retried) in [`hold`], the staleness rule of SPEC §6 in [`stale`]. The protocol and watch
+//! code never see a backend's details.
 
 pub mod address;
-#[cfg(feature = "etcd")]
-pub mod etcd;
 pub mod faults;
-pub mod flock;
-#[cfg(feature = "ftp")]
-pub mod ftp;
 pub mod hold;
-pub mod link;
 pub mod lock;
 pub mod lockdir;
-pub mod mkdir;
 pub mod owner;
-#[cfg(feature = "postgres")]
-pub mod postgres;
 pub mod stale;
-pub mod symlink;
 pub mod verify;
 pub mod wait;
 pub mod wake;
 
+use std::path::Path;
+
 use toml::Table;
 
 use self::address::Address;
-use self::lock::{Backend, Named};
-use self::lockdir::FsConfig;
+use self::lock::{Backend, Named, Registered};
 use crate::error::{Error, Kind, Result};
-use crate::protocol::Mode;
 use crate::settings::{Common, Env, Fields, KeyDoc, Origin, Overrides, Password, apply_timing};
 
+/// The registry: one line per backend — its variant of [`BackendConfig`], its module and type
+/// (which implements [`Registered`] and [`Backend`]), the cargo feature that builds it, its
+/// name (`backend = "NAME"`), its address schemes (the first the usual one) and what it is in
+/// one line (the profiles man page, `--version`). Adding a backend is its file and its line.
+macro_rules! backends {
+    ($($(#[cfg($cfg:meta)])? $variant:ident = $module:ident :: $ty:ident, $name:literal, $schemes:tt, $about:literal;)+) => {
+        $($(#[cfg($cfg)])? pub mod $module;)+
+
+        /// The backends, in the order messages list them.
+        pub static BACKENDS: &[Entry] = &[$(
+            $(#[cfg($cfg)])?
+            Entry {
+                name: $name,
+                schemes: &$schemes,
+                parse: Some(|f| <$module::$ty as Registered>::parse(f).map(BackendConfig::$variant)),
+                address: <$module::$ty as Registered>::parts,
+                about: $about,
+                keys: <$module::$ty as Registered>::KEYS,
+            },
+            $(
+            #[cfg(not($cfg))]
+            Entry {
+                name: $name,
+                schemes: &$schemes,
+                parse: None,
+                address: address::path_keys,
+                about: $about,
+                keys: &[],
+            },
+            )?
+        )+];
+
+        /// Which backend, with its own settings.
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub enum BackendConfig {
+            $($(#[cfg($cfg)])? $variant(<$module::$ty as Registered>::Config),)+
+        }
+
+        impl BackendConfig {
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $($(#[cfg($cfg)])? BackendConfig::$variant(_) => $name,)+
+                }
+            }
+
+            /// Where the lock is, for `-v`: never a password (a postgres `url` is not shown
+            /// at all, since a connection string may carry one).
+            pub fn location(&self) -> String {
+                match self {
+                    $($(#[cfg($cfg)])? BackendConfig::$variant(c) => <$module::$ty as Registered>::location(c),)+
+                }
+            }
+
+            /// Whether the backend can take a shared (reader) lock.
+            pub fn supports_shared(&self) -> bool {
+                match self {
+                    $($(#[cfg($cfg)])? BackendConfig::$variant(_) => <$module::$ty as Registered>::SHARED,)+
+                }
+            }
+
+            /// Where the server password comes from, for the server backends.
+            pub fn password(&self) -> Option<&Password> {
+                match self {
+                    $($(#[cfg($cfg)])? BackendConfig::$variant(c) => <$module::$ty as Registered>::password(c),)+
+                }
+            }
+
+            /// Whether the backend locks a file a second mount may show (`verify --peer`).
+            fn on_files(&self) -> bool {
+                match self {
+                    $($(#[cfg($cfg)])? BackendConfig::$variant(_) => <$module::$ty as Registered>::ON_FILES,)+
+                }
+            }
+        }
+
+        /// Opens the backend a profile names. Nothing is created or taken yet.
+        pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
+            let named = &profile.named();
+            Ok(match &profile.backend {
+                $($(#[cfg($cfg)])? BackendConfig::$variant(c) => <$module::$ty as Registered>::open(c, named),)+
+            })
+        }
+
+        /// `verify`'s report on the lock's filesystem or server: what its backend relies on,
+        /// probed. `peer`: a second mount of a file lock's directory.
+        pub fn verify(profile: &Profile, peer: Option<&Path>) -> Result<verify::Report> {
+            if let Some(dir) = peer
+                && !profile.backend.on_files()
+            {
+                return Err(crate::error::err!(
+                    Usage,
+                    "--peer {} names a second mount of a lock's directory: it applies to the file backends (flock, mkdir, link, symlink), not to backend `{}`, whose server every host sees alike",
+                    dir.display(),
+                    profile.backend.name()
+                ));
+            }
+            let named = &profile.named();
+            match &profile.backend {
+                $($(#[cfg($cfg)])? BackendConfig::$variant(c) => <$module::$ty as Registered>::verify(c, named, peer),)+
+            }
+        }
+    };
+}
+
+backends! {
+    Flock = flock::Flock, "flock", ["flock"], "flock(2) on a file that stays after release (the kernel releases it if everything dies); interoperates with flock(1); shared locks";
+    Mkdir = mkdir::Mkdir, "mkdir", ["mkdir"], "a lock directory, atomic on local disks and NFS; heartbeats let waiters on other hosts break a dead holder";
+    Link = link::Link, "link", ["link"], "an NFS-safe hard-link lock file (what the lock name holds judges success); heartbeats";
+    Symlink = symlink::Symlink, "symlink", ["symlink"], "an NFS-safe reservation plus symlink scheme with shared (reader) locks; heartbeats";
+    #[cfg(feature = "ftp")] Ftp = ftp::Ftp, "ftp", ["ftp", "ftps"], "an FTP or FTPS MKD lock directory on a server (the seed's case); shared locks by marker files";
+    #[cfg(feature = "postgres")] Postgres = postgres::Postgres, "postgres", ["postgres", "postgresql"], "a PostgreSQL advisory lock held by a session; fencing tokens in a small table";
+    #[cfg(feature = "etcd")] Etcd = etcd::Etcd, "etcd", ["etcd", "etcds"], "an etcd lease-backed lock key under a prefix; shared locks";
+}
+
 /// One backend as the two front doors see it: its name (`backend = "NAME"`), its address
-/// schemes, the parser of its keys and the keys its address says. Adding a backend is one
-/// file under `backend/` and one line in [`BACKENDS`] (plus its variant of
-/// [`BackendConfig`] and its arm in [`open`]).
+/// schemes, the parser of its keys and the keys its address says — made by [`backends!`]
+/// from its line and its [`Registered`] implementation.
 pub struct Entry {
     pub name: &'static str,
     /// Address schemes (SPEC §3a), the first the usual one.
@@ -54,96 +158,6 @@ pub struct Entry {
     pub keys: &'static [&'static [KeyDoc]],
 }
 
-/// The backends, in the order messages list them.
-pub static BACKENDS: &[Entry] = &[
-    Entry {
-        name: "flock",
-        schemes: &["flock"],
-        parse: Some(|f| flock::config(f).map(BackendConfig::Flock)),
-        address: address::path_keys,
-        about: "flock(2) on a file that stays after release (the kernel releases it if everything dies); interoperates with flock(1); shared locks",
-        keys: &[lockdir::FS_KEYS],
-    },
-    Entry {
-        name: "mkdir",
-        schemes: &["mkdir"],
-        parse: Some(|f| mkdir::config(f).map(BackendConfig::Mkdir)),
-        address: address::path_keys,
-        about: "a lock directory, atomic on local disks and NFS; heartbeats let waiters on other hosts break a dead holder",
-        keys: &[lockdir::FS_KEYS, lockdir::HEARTBEAT_KEYS],
-    },
-    Entry {
-        name: "link",
-        schemes: &["link"],
-        parse: Some(|f| link::config(f).map(BackendConfig::Link)),
-        address: address::path_keys,
-        about: "an NFS-safe hard-link lock file (what the lock name holds judges success); heartbeats",
-        keys: &[lockdir::FS_KEYS, lockdir::HEARTBEAT_KEYS],
-    },
-    Entry {
-        name: "symlink",
-        schemes: &["symlink"],
-        parse: Some(|f| symlink::config(f).map(BackendConfig::Symlink)),
-        address: address::path_keys,
-        about: "an NFS-safe reservation plus symlink scheme with shared (reader) locks; heartbeats",
-        keys: &[lockdir::FS_KEYS, lockdir::HEARTBEAT_KEYS],
-    },
-    #[cfg(feature = "ftp")]
-    Entry {
-        name: "ftp",
-        schemes: &["ftp", "ftps"],
-        parse: Some(|f| ftp::config(f).map(BackendConfig::Ftp)),
-        address: ftp::address,
-        about: "an FTP or FTPS MKD lock directory on a server (the seed's case); shared locks by marker files",
-        keys: &[ftp::KEYS, crate::settings::PASSWORD_KEYS],
-    },
-    #[cfg(not(feature = "ftp"))]
-    Entry {
-        name: "ftp",
-        schemes: &["ftp", "ftps"],
-        parse: None,
-        address: address::path_keys,
-        about: "an FTP or FTPS MKD lock directory on a server (the seed's case); shared locks by marker files",
-        keys: &[],
-    },
-    #[cfg(feature = "postgres")]
-    Entry {
-        name: "postgres",
-        schemes: &["postgres", "postgresql"],
-        parse: Some(|f| postgres::config(f).map(BackendConfig::Postgres)),
-        address: postgres::address,
-        about: "a PostgreSQL advisory lock held by a session; fencing tokens in a small table",
-        keys: &[postgres::KEYS, crate::settings::PASSWORD_KEYS],
-    },
-    #[cfg(not(feature = "postgres"))]
-    Entry {
-        name: "postgres",
-        schemes: &["postgres", "postgresql"],
-        parse: None,
-        address: address::path_keys,
-        about: "a PostgreSQL advisory lock held by a session; fencing tokens in a small table",
-        keys: &[],
-    },
-    #[cfg(feature = "etcd")]
-    Entry {
-        name: "etcd",
-        schemes: &["etcd", "etcds"],
-        parse: Some(|f| etcd::config(f).map(BackendConfig::Etcd)),
-        address: etcd::address,
-        about: "an etcd lease-backed lock key under a prefix; shared locks",
-        keys: &[etcd::KEYS, crate::settings::PASSWORD_KEYS],
-    },
-    #[cfg(not(feature = "etcd"))]
-    Entry {
-        name: "etcd",
-        schemes: &["etcd", "etcds"],
-        parse: None,
-        address: address::path_keys,
-        about: "an etcd lease-backed lock key under a prefix; shared locks",
-        keys: &[],
-    },
-];
-
 impl Entry {
     /// Whether this build has it (its cargo feature).
     pub fn built(&self) -> bool {
@@ -157,98 +171,6 @@ pub fn entry(name: &str) -> std::result::Result<&'static Entry, String> {
         let known: Vec<&str> = BACKENDS.iter().map(|e| e.name).collect();
         format!("unknown backend `{name}` (known: {})", known.join(", "))
     })
-}
-
-/// Which backend, with its own settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BackendConfig {
-    Flock(FsConfig),
-    Mkdir(FsConfig),
-    Link(FsConfig),
-    Symlink(FsConfig),
-    #[cfg(feature = "ftp")]
-    Ftp(ftp::FtpConfig),
-    #[cfg(feature = "postgres")]
-    Postgres(postgres::PgConfig),
-    #[cfg(feature = "etcd")]
-    Etcd(etcd::EtcdConfig),
-}
-
-impl BackendConfig {
-    pub fn name(&self) -> &'static str {
-        match self {
-            BackendConfig::Flock(_) => "flock",
-            BackendConfig::Mkdir(_) => "mkdir",
-            BackendConfig::Link(_) => "link",
-            BackendConfig::Symlink(_) => "symlink",
-            #[cfg(feature = "ftp")]
-            BackendConfig::Ftp(_) => "ftp",
-            #[cfg(feature = "postgres")]
-            BackendConfig::Postgres(_) => "postgres",
-            #[cfg(feature = "etcd")]
-            BackendConfig::Etcd(_) => "etcd",
-        }
-    }
-
-    /// Where the lock is, for `-v`: never a password (a postgres `url` is not shown at all,
-    /// since a connection string may carry one).
-    pub fn location(&self) -> String {
-        match self {
-            BackendConfig::Flock(c)
-            | BackendConfig::Mkdir(c)
-            | BackendConfig::Link(c)
-            | BackendConfig::Symlink(c) => c.path.display().to_string(),
-            #[cfg(feature = "ftp")]
-            BackendConfig::Ftp(c) => {
-                format!("{}@{}:{}, directory {}", c.user, c.host, c.port, c.path)
-            }
-            #[cfg(feature = "postgres")]
-            BackendConfig::Postgres(c) => {
-                let server = match &c.url {
-                    Some(_) => "the server of the profile's url".to_string(),
-                    None => format!(
-                        "{}:{}/{}",
-                        c.host,
-                        c.port,
-                        c.dbname.as_deref().unwrap_or("(the user's database)")
-                    ),
-                };
-                format!("advisory lock {:?} on {server}", c.lock)
-            }
-            #[cfg(feature = "etcd")]
-            BackendConfig::Etcd(c) => format!("{} under {}", c.endpoints.join(","), c.prefix),
-        }
-    }
-
-    /// Whether the backend can take a shared (reader) lock.
-    pub fn supports_shared(&self) -> bool {
-        !matches!(self, BackendConfig::Mkdir(_) | BackendConfig::Link(_))
-    }
-
-    /// The settings of a file backend (flock, mkdir, link, symlink).
-    pub fn fs(&self) -> Option<&FsConfig> {
-        match self {
-            BackendConfig::Flock(c)
-            | BackendConfig::Mkdir(c)
-            | BackendConfig::Link(c)
-            | BackendConfig::Symlink(c) => Some(c),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        }
-    }
-
-    /// Where the server password comes from, for the server backends.
-    pub fn password(&self) -> Option<&Password> {
-        match self {
-            #[cfg(feature = "ftp")]
-            BackendConfig::Ftp(c) => Some(&c.password),
-            #[cfg(feature = "postgres")]
-            BackendConfig::Postgres(c) => Some(&c.password),
-            #[cfg(feature = "etcd")]
-            BackendConfig::Etcd(c) => Some(&c.password),
-            _ => None,
-        }
-    }
 }
 
 /// A validated profile: a profile section, or a lock address standing for one.
@@ -389,58 +311,6 @@ pub fn from_address(
         Common::builtin(),
         overrides,
     )
-}
-
-/// Opens the backend a profile names. Nothing is created or taken yet.
-pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
-    let mode: Mode = profile.common.mode();
-    let named = &profile.named();
-    Ok(match &profile.backend {
-        BackendConfig::Flock(cfg) => Box::new(flock::Flock::new(cfg.clone(), mode)),
-        BackendConfig::Mkdir(cfg) => Box::new(mkdir::Mkdir::new(cfg.clone(), named)),
-        BackendConfig::Link(cfg) => Box::new(link::Link::new(cfg.clone(), named)),
-        BackendConfig::Symlink(cfg) => Box::new(symlink::Symlink::new(cfg.clone(), named)),
-        #[cfg(feature = "ftp")]
-        BackendConfig::Ftp(cfg) => Box::new(ftp::Ftp::new(cfg.clone(), named)),
-        #[cfg(feature = "postgres")]
-        BackendConfig::Postgres(cfg) => Box::new(postgres::Postgres::new(cfg.clone(), named)),
-        #[cfg(feature = "etcd")]
-        BackendConfig::Etcd(cfg) => Box::new(etcd::Etcd::new(cfg.clone(), named)),
-    })
-}
-
-/// `verify`'s report on the lock's filesystem or server: what its backend relies on, probed.
-/// `peer`: a second mount of a file lock's directory.
-pub fn verify(profile: &Profile, peer: Option<&std::path::Path>) -> Result<verify::Report> {
-    use self::lockdir::probe::{self, Scheme};
-    let named = &profile.named();
-    let file = |scheme: Scheme, cfg| probe::verify(named, scheme, cfg, peer);
-    Ok(match &profile.backend {
-        BackendConfig::Flock(c) => file(Scheme::Flock, c)?,
-        BackendConfig::Mkdir(c) => file(Scheme::Mkdir, c)?,
-        BackendConfig::Link(c) => file(Scheme::Link, c)?,
-        BackendConfig::Symlink(c) => file(Scheme::Symlink, c)?,
-        #[cfg(any(feature = "ftp", feature = "postgres", feature = "etcd"))]
-        server => {
-            if let Some(dir) = peer {
-                return Err(crate::error::err!(
-                    Usage,
-                    "--peer {} names a second mount of a lock's directory: it applies to the file backends (flock, mkdir, link, symlink), not to backend `{}`, whose server every host sees alike",
-                    dir.display(),
-                    server.name()
-                ));
-            }
-            match server {
-                #[cfg(feature = "ftp")]
-                BackendConfig::Ftp(c) => ftp::probe::verify(named, c)?,
-                #[cfg(feature = "postgres")]
-                BackendConfig::Postgres(c) => postgres::probe::verify(named, c)?,
-                #[cfg(feature = "etcd")]
-                BackendConfig::Etcd(c) => etcd::probe::verify(named, c)?,
-                _ => unreachable!("the file backends are matched above"),
-            }
-        }
-    })
 }
 
 #[cfg(test)]

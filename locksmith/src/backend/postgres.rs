@@ -47,8 +47,7 @@ use postgres::{CancelToken, Client, Config, NoTls};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::address::Address;
-use super::lock::Named;
-use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, WaitHint};
+use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, Named, WaitHint};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;

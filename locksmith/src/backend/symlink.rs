@@ -73,8 +73,11 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
 use super::faults::{self, Switch};
-use super::lock::Named;
-use super::lock::{Attempt, Backend, BreakOutcome, Holder, WaitHint};
+use super::address::Address;
+use super::lock::Registered;
+use super::lockdir::probe::Scheme;
+use super::verify::Report;
+use super::lock::{Attempt, Backend, BreakOutcome, Holder, Named, WaitHint};
 use super::lockdir::FsConfig;
 use super::lockdir::{self, LockDir};
 use super::owner::{self, Parsed, Record};
@@ -83,7 +86,7 @@ use super::wake::Wakeups;
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
-use crate::settings::Fields;
+use crate::settings::{Fields, KeyDoc};
 use crate::watch::Watcher;
 
 /// The keys of `backend = "symlink"`: the file backends' keys ([`FsConfig::parse`]).
@@ -191,31 +194,11 @@ fn entry((st, text): (FileStat, Option<OsString>), shown: &Path) -> Result<(Stri
     }
 }
 
-/// Refuses shared locks on a network filesystem (`remote`, named `fs_name`) unless
-/// `local = true`: a reader's entry is a symlink, whose times it may not set.
-pub fn check_shared(
-    path: &Path,
-    remote: bool,
-    fs_name: &str,
-    mode: Mode,
-    local: bool,
-) -> Result<()> {
-    if remote && mode == Mode::Shared && !local {
-        return Err(err!(
-            Config,
-            "lock {} is on {}: shared symlink locks cannot heartbeat there yet (a reader's entry is a symlink, whose times a network filesystem may not set); take it exclusively, or set local = true if every contender runs on this host",
-            path.display(),
-            fs_name
-        ));
-    }
-    Ok(())
-}
-
 impl Files {
     /// The parent directory, opened and checked on first use ([`check_shared`]).
     fn fd(&mut self) -> Result<BorrowedFd<'_>> {
         self.dir.fd()?;
-        check_shared(
+        lockdir::check_shared(
             &self.dir.path,
             self.dir.remote(),
             self.dir.fs_name(),
@@ -1184,5 +1167,27 @@ impl Backend for Symlink {
     ) -> Result<BreakOutcome> {
         self.judge
             .break_lock(&mut self.files, force, token, watcher)
+    }
+}
+
+impl Registered for Symlink {
+    type Config = FsConfig;
+    const KEYS: &'static [&'static [KeyDoc]] = &[super::lockdir::FS_KEYS, super::lockdir::HEARTBEAT_KEYS];
+    const SHARED: bool = true;
+    const ON_FILES: bool = true;
+    fn parse(f: &mut Fields) -> crate::error::Result<FsConfig> {
+        config(f)
+    }
+    fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
+        super::address::path_keys(a)
+    }
+    fn open(cfg: &FsConfig, lock: &Named) -> Box<dyn Backend> {
+        Box::new(Symlink::new(cfg.clone(), lock))
+    }
+    fn verify(cfg: &FsConfig, lock: &Named, peer: Option<&Path>) -> crate::error::Result<Report> {
+        super::lockdir::probe::verify(lock, Scheme::Symlink, cfg, peer)
+    }
+    fn location(cfg: &FsConfig) -> String {
+        cfg.path.display().to_string()
     }
 }

@@ -28,7 +28,7 @@
 //!   answer), then changes, then polls every [`POLL`] until the new answer shows.
 //!
 //! The verdict is locksmith's own rule ([`check`], [`cache_time`], and for shared symlink
-//! locks `symlink::check_shared`) plus every relied-on property: the delays of fresh reads
+//! locks `lockdir::check_shared`) plus every relied-on property: the delays of fresh reads
 //! must not exceed the cache time the rule counts with.
 
 use std::ffi::{OsStr, OsString};
@@ -1371,9 +1371,7 @@ fn verify_here(p: &Named, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) -
         heartbeats,
     )
     .and_then(|()| match scheme {
-        Scheme::Symlink => {
-            crate::backend::symlink::check_shared(&cfg.path, fs.remote, &fs.name, mode, cfg.local)
-        }
+        Scheme::Symlink => super::check_shared(&cfg.path, fs.remote, &fs.name, mode, cfg.local),
         _ => Ok(()),
     });
     let rule_detail = match (&rule, scheme, fs.remote, cfg.local) {

@@ -23,7 +23,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::{KEY, PgConfig, Postgres, SslMode};
-use crate::backend::lock::Named;
+use crate::backend::address::Address;
+use crate::backend::lock::{Backend, Named, Registered};
+use crate::settings::{Fields, KeyDoc, Password};
 use crate::backend::verify::{Report, Status, figure, median};
 use crate::error::{Result, err};
 use crate::settings::fmt_duration;
@@ -448,6 +450,42 @@ fn tokens(pg: &mut Postgres, cfg: &PgConfig, r: &mut Report) -> Result<()> {
     };
     r.add("fencing tokens", Status::Info, detail);
     Ok(())
+}
+
+
+/// The registry's view of the backend (`backend/mod.rs`): here, beside its probe, so that the
+/// backend's own file never names the probe that uses it.
+impl Registered for Postgres {
+    type Config = PgConfig;
+    const KEYS: &'static [&'static [KeyDoc]] = &[super::KEYS, crate::settings::PASSWORD_KEYS];
+    const SHARED: bool = true;
+    fn parse(f: &mut Fields) -> Result<PgConfig> {
+        super::config(f)
+    }
+    fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
+        super::address(a)
+    }
+    fn open(cfg: &PgConfig, lock: &Named) -> Box<dyn Backend> {
+        Box::new(super::Postgres::new(cfg.clone(), lock))
+    }
+    fn verify(cfg: &PgConfig, lock: &Named, _peer: Option<&std::path::Path>) -> Result<Report> {
+        verify(lock, cfg)
+    }
+    fn location(c: &PgConfig) -> String {
+        let server = match &c.url {
+            Some(_) => "the server of the profile's url".to_string(),
+            None => format!(
+                "{}:{}/{}",
+                c.host,
+                c.port,
+                c.dbname.as_deref().unwrap_or("(the user's database)")
+            ),
+        };
+        format!("advisory lock {:?} on {server}", c.lock)
+    }
+    fn password(c: &PgConfig) -> Option<&Password> {
+        Some(&c.password)
+    }
 }
 
 #[cfg(test)]

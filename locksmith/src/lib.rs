@@ -8,7 +8,8 @@
 //! - [`profile`]: the profiles file: where it is, loading it, precedence.
 //! - [`protocol`]: the only stdout writer: `OK` / `ERROR` / `LOST` lines.
 //! - [`watch`]: what ends a hold or a wait (pipe closed, parent gone, stdin EOF, signal).
-//! - [`backend`]: the backend trait, the shared waiting policy, one file per backend.
+//! - [`backend`]: the registry of backends (`backends!{}`), the contract (`backend::lock`),
+//!   waiting (`backend::wait`), holding (`backend::hold`), one file or folder per backend.
 //! - [`commands`]: hold, run, status, break, verify and profiles, glued from the above.
 //! - [`host`]: host identity and proof of death; [`sys`]: the few raw syscalls;
 //!   [`files`]: opening files by name without blocking, kind-checked, reads capped.

@@ -14,6 +14,7 @@
 //!
 //! Anything else is a [`Protocol`](ErrorKind::Protocol) error.
 
+use std::borrow::Cow;
 use std::io::{self, BufRead, Read};
 
 use crate::error::{Error, ErrorKind};
@@ -124,6 +125,28 @@ pub(crate) fn read_line<R: BufRead>(reader: &mut R) -> Result<Option<String>, Er
 
 fn io_error(err: &io::Error) -> Error {
     Error::new(ErrorKind::Io, format!("reading the helper's stdout: {err}"))
+}
+
+/// The `OK` line's profile field for `tag`, as the helper writes it (SPEC §3a): the tag as
+/// given, with each whitespace or control character written `%XX` per UTF-8 byte (a space is
+/// `%20`), so that it stays one word.
+pub(crate) fn shown_tag(tag: &str) -> Cow<'_, str> {
+    let escaped = |c: char| c.is_whitespace() || c.is_control();
+    if !tag.contains(escaped) {
+        return Cow::Borrowed(tag);
+    }
+    let mut out = String::with_capacity(tag.len() + 8);
+    for c in tag.chars() {
+        if escaped(c) {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// Parses one line (without its newline).
@@ -299,6 +322,22 @@ mod tests {
             ok("OK mkdir:/x?stale_after=30s backend=mkdir").get("stale_after"),
             None
         );
+    }
+
+    #[test]
+    fn shown_tag_writes_whitespace_as_percent_bytes() {
+        assert!(matches!(
+            shown_tag("phonestuff"),
+            Cow::Borrowed("phonestuff")
+        ));
+        assert_eq!(
+            shown_tag("mkdir:/x?stale_after=30s"),
+            "mkdir:/x?stale_after=30s"
+        );
+        assert_eq!(shown_tag("/tmp/a b.lock"), "/tmp/a%20b.lock");
+        assert_eq!(shown_tag("mkdir:/a  b?x=1"), "mkdir:/a%20%20b?x=1");
+        assert_eq!(shown_tag("/tmp/a\u{a0}b\tc"), "/tmp/a%C2%A0b%09c");
+        assert_eq!(shown_tag("/tmp/a%20b"), "/tmp/a%20b");
     }
 
     #[test]

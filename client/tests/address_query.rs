@@ -104,3 +104,13 @@ fn address_with_a_query_is_held_and_released() {
     let address = format!("mkdir:{}/x?stale_after=30s", tmp.0.display());
     hold_and_release(&helper, &address, &address, &tmp.0.join("x"));
 }
+
+#[test]
+fn address_with_a_space_and_a_query_is_held_and_released() {
+    let Some(helper) = helper() else { return };
+    let tmp = TempDir::new("space");
+    let address = format!("mkdir:{}/a b?stale_after=30s&poll=50ms", tmp.0.display());
+    // The OK line writes the space as %20 (SPEC §3a).
+    let shown = address.replace(' ', "%20");
+    hold_and_release(&helper, &address, &shown, &tmp.0.join("a b"));
+}

@@ -10,7 +10,7 @@
 //! `=`, `:` and `%20` in it (SPEC §3a, issue 25: the first word after `OK` is always the
 //! profile field).
 //!
-//! Bounded pass: 512 cases for each of the 7 properties (3,584 inputs, about 1.5 s in a debug
+//! Bounded pass: 512 cases for each of the 8 properties (4,096 inputs, about 1.5 s in a debug
 //! build). Failures are not persisted (`failure_persistence: None`): nothing is written to
 //! the tree.
 
@@ -535,6 +535,25 @@ proptest! {
             + usize::from(spec.prev_crashed)
             + spec.extra.len();
         prop_assert_eq!(ok.fields.len(), expected);
+    }
+
+    /// Whatever the tag, the helper's profile field for it (`shown_tag`) is one word that
+    /// parses back as the profile: what the guard compares the `OK` line against.
+    #[test]
+    fn shown_tag_is_one_word_that_parses_back(tag in prop_oneof![
+        2 => address().prop_map(|a| a.replace("%20", " ")),
+        1 => "[^\n]{1,20}",
+    ]) {
+        let shown = shown_tag(&tag);
+        prop_assert!(!shown.contains(|c: char| c.is_whitespace() || c.is_control()));
+        let line = format!("OK {shown} backend=mkdir");
+        let Ok(Line::Ok(ok)) = parse(&line) else {
+            return Err(TestCaseError::fail(format!("{line:?} parsed as {:?}", parse(&line))));
+        };
+        prop_assert_eq!(ok.profile(), &*shown);
+        if !tag.contains(|c: char| c.is_whitespace() || c.is_control()) {
+            prop_assert_eq!(&*shown, tag.as_str());
+        }
     }
 
     /// An address-shaped profile field, the issue-25 case on its own: every generated

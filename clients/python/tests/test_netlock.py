@@ -49,6 +49,26 @@ class NetlockTest(unittest.TestCase):
         again.unlock()
         support.assert_no_children(self)
 
+    def test_address_with_a_query_is_held_and_released(self):
+        # Issue 25: the OK line's profile field is then the address, `?k=v` and all (spaces
+        # written %20); it used to be refused as "OK without a profile name".
+        for name in ["x", "a b"]:
+            address = f"mkdir:{self.sb.dir}/{name}?stale_after=30s"
+            lock_dir = self.sb.path(name)
+            with self.subTest(address=address):
+                lk = netlock.lock(address, wait=20)
+                self.assertEqual((lk.profile, lk.backend), (address.replace(" ", "%20"), "mkdir"))
+                self.assertIsInstance(lk.token, int)
+                self.assertTrue(lk.held)
+                self.assertTrue(lock_dir.is_dir(), "the mkdir lock directory exists while held")
+                self.assertIsNone(netlock.try_lock(address), "a second holder got a held lock")
+                self.assertTrue(lk.unlock())
+                self.assertFalse(lock_dir.exists(), "unlock returned before the lock was gone")
+                again = netlock.try_lock(address)
+                self.assertIsNotNone(again, "the lock was not free right after unlock returned")
+                again.unlock()
+        support.assert_no_children(self)
+
     def test_unlock_returns_once_the_lock_is_gone_mkdir(self):
         lock_dir = self.sb.path("m.lock")
         lk = self.sb.lock("m")

@@ -4,7 +4,9 @@ and the guard against a fake helper (a shell script that acts by the tag's prefi
 import datetime
 import io
 import os
+import random
 import stat
+import string
 import tempfile
 import unittest
 from pathlib import Path
@@ -35,6 +37,34 @@ relfail*) echo "OK $tag backend=fake"; cat >/dev/null; exit 74 ;;
           touch "$dir/$tag.released" ;;
 esac
 """
+
+
+def random_name(rnd: random.Random) -> str:
+    """A profile name: [A-Za-z0-9._-]{1,64}."""
+    chars = string.ascii_letters + string.digits + "._-"
+    return "".join(rnd.choice(chars) for _ in range(rnd.randint(1, 64)))
+
+
+def random_address(rnd: random.Random) -> str:
+    """A lock address as the helper echoes it (SPEC 3a: as given, spaces written %20): a
+    scheme or a bare path, parts with ':', '=', '%20', and often a query '?k=v&k=v'."""
+    scheme = rnd.choice(
+        ["mkdir:", "flock:", "link:", "symlink:", "postgres://", "postgresql://", "ftp://", "ftps://",
+         "etcd://", "s3://", "redis://", "/", "./"]
+    )
+    parts = ["tmp", "a", "x.lock", "/", "%20", ":", "=", "db.example:5432", "h:2379,h2:2379", "app",
+             "locks", "%2F", "a%20b", "x=y", "\u00e9", "@", "-", "_"]
+    addr = scheme + "".join(rnd.choice(parts) for _ in range(rnd.randint(1, 5)))
+    if rnd.random() < 0.8:
+        keys = ["lock", "stale_after", "wait", "shared", "slots", "fair", "key", "endpoint", "tls", "", "k"]
+        values = ["30s", "0", "true", "py", "3", "http://127.0.0.1:9000", "/etc/ca.pem", "a%20b", "x=y",
+                  "==", "?", ":", ""]
+        pairs = [
+            rnd.choice(keys) + rnd.choice(["=", "=", "=", "", "=="]) + rnd.choice(values)
+            for _ in range(rnd.randrange(4))
+        ]
+        addr += rnd.choice(["?", "?", "?", "??", "?&"]) + "&".join(pairs)
+    return addr
 
 
 class ParseTest(unittest.TestCase):
@@ -70,6 +100,53 @@ class ParseTest(unittest.TestCase):
         ]:
             with self.assertRaises(netlock.ProtocolError, msg=line):
                 _protocol.parse(line)
+
+    def test_ok_profile_is_the_first_word_even_for_an_address_with_a_query(self):
+        # Issue 25: for a lock address the profile field is the address as given (spaces
+        # written %20), `?k=v` and all: it is the profile, not a missing one.
+        for line, profile in [
+            ("OK mkdir:/x?stale_after=30s backend=mkdir mode=exclusive token=1", "mkdir:/x?stale_after=30s"),
+            ("OK postgres://db:5432/app?lock=py backend=postgres", "postgres://db:5432/app?lock=py"),
+            ("OK mkdir:/a%20b?stale_after=30s&wait=0 backend=mkdir token=2", "mkdir:/a%20b?stale_after=30s&wait=0"),
+            ("OK backend=flock backend=flock", "backend=flock"),
+            ("OK = backend=flock", "="),
+        ]:
+            ok = _protocol.parse(line)
+            self.assertEqual(ok.profile, profile, line)
+            self.assertEqual(len(ok.fields), len(line.split(" ")) - 2, line)
+        self.assertIsNone(_protocol.parse("OK mkdir:/x?stale_after=30s backend=mkdir").get("stale_after"))
+
+    def test_ok_lines_round_trip_randomized(self):
+        # A seeded random loop (no hypothesis needed): OK lines as the helper writes them,
+        # the profile a name or a lock address with ?, =, :, %20 in it, every field back.
+        # NETLOCK_TEST_SEED picks another seed, NETLOCK_TEST_CASES a longer run.
+        seed = int(os.environ.get("NETLOCK_TEST_SEED", "25"))
+        cases = int(os.environ.get("NETLOCK_TEST_CASES", "3000"))
+        rnd = random.Random(seed)
+        for i in range(cases):
+            profile = random_address(rnd) if rnd.random() < 0.7 else random_name(rnd)
+            fields = [("backend", rnd.choice(["flock", "mkdir", "postgres", "x"]))]
+            if rnd.random() < 0.7:
+                fields.append(("mode", rnd.choice(["exclusive", "shared"])))
+            token = rnd.choice([None, 0, 1, rnd.randrange(2**64), 2**64 - 1])
+            if token is not None:
+                fields.append(("token", str(token)))
+            if rnd.random() < 0.3:
+                fields.append(("prev", "crashed"))
+            for key in rnd.sample(["since", "host", "slot", "slots", "locks", "note"], rnd.randrange(3)):
+                fields.append((key, rnd.choice(["", "2025-01-01T00:00:00Z", "3", "a=b", "x?y", "%20", ":"])))
+            seps = [rnd.choice([" ", " ", " ", "  ", "\t", " \t"]) for _ in range(len(fields) + 1)]
+            line = "OK" + seps[0] + profile
+            for sep, (k, v) in zip(seps[1:], fields):
+                line += f"{sep}{k}={v}"
+            line += rnd.choice(["", "", " ", "\r", " \r"])
+            with self.subTest(case=i, seed=seed, line=line):
+                ok = _protocol.parse(line)
+                self.assertIsInstance(ok, _protocol.OkLine)
+                self.assertEqual(ok.raw, line)
+                self.assertEqual(ok.profile, profile)
+                self.assertEqual(ok.fields, fields)
+                self.assertEqual(ok.token, token)
 
     def test_error_lines(self):
         for word, cls in [

@@ -318,7 +318,8 @@ class FakeHelperTest(unittest.TestCase):
         self.assertTrue(lk.unlock())
         self.assertTrue((self.dir / "plain1.released").exists(), "unlock returned before the helper finished")
         self.assertFalse(lk.unlock(), "a second unlock is a no-op")
-        self.assertTrue(lk.lost)
+        self.assertFalse(lk.held)
+        self.assertFalse(lk.lost, "a clean unlock is not a loss")
         support.assert_no_children(self)
 
     def test_error_kinds(self):
@@ -355,6 +356,7 @@ class FakeHelperTest(unittest.TestCase):
         with self.assertRaises(netlock.Lost) as c:
             lk.unlock()
         self.assertEqual((c.exception.message, c.exception.exit_code), ("server went away", 74))
+        self.assertTrue(lk.lost, "still lost after the unlock that reported it")
         support.assert_no_children(self)
 
     def test_early_exit_and_failed_release(self):
@@ -363,17 +365,42 @@ class FakeHelperTest(unittest.TestCase):
         with self.assertRaisesRegex(netlock.Lost, "before unlock was asked for") as c:
             lk.unlock()
         self.assertEqual(c.exception.exit_code, 0)
+        self.assertTrue(lk.lost, "an early exit is a loss, before and after unlock")
         lk = self.lock("relfail1")
         self.assertFalse(lk.lost)
         with self.assertRaisesRegex(netlock.Lost, "while releasing") as c:
             lk.unlock()
         self.assertEqual(c.exception.exit_code, 74)
+        self.assertTrue(lk.lost, "a failed release is a loss")
+        self.assertFalse(lk.held)
+        support.assert_no_children(self)
+
+    def test_interrupted_unlock_is_lost_only_if_the_release_failed(self):
+        # KeyboardInterrupt while unlock waits for the helper: it is reaped anyway, and its
+        # exit status still decides whether the lock was lost.
+        for tag, lost in [("plain2", False), ("relfail4", True)]:
+            lk = self.lock(tag)
+            real_wait = lk._proc.wait
+            calls = []
+
+            def wait(*args):
+                calls.append(args)
+                if len(calls) == 1:
+                    raise KeyboardInterrupt
+                return real_wait(*args)
+
+            with mock.patch.object(lk._proc, "wait", side_effect=wait):
+                with self.assertRaises(KeyboardInterrupt):
+                    lk.unlock()
+            self.assertEqual(len(calls), 2, "the helper was reaped after the interrupt")
+            self.assertEqual((lk.lost, lk.held), (lost, False), tag)
         support.assert_no_children(self)
 
     def test_with_block(self):
         with self.lock("with1") as lk:
             self.assertFalse(lk.lost)
         self.assertTrue((self.dir / "with1.released").exists())
+        self.assertFalse(lk.lost, "a clean release at the end of the block is not a loss")
         # The body's exception wins over a failed release, which is reported on stderr.
         with mock.patch("sys.stderr", new_callable=io.StringIO) as err:
             with self.assertRaises(KeyError):

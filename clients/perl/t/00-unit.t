@@ -10,7 +10,7 @@ use File::Temp ();
 use Test::More;
 
 use NetLock;
-use NetLockTest qw(no_children fake_helper write_file read_file dies_with);
+use NetLockTest qw(no_children fake_helper write_file read_file dies_with find_helper cargo_target_dir);
 
 
 subtest 'OK lines' => sub {
@@ -167,6 +167,41 @@ subtest 'wait and tag arguments' => sub {
     }
     dies_with(sub { NetLock->new('x', nope => 1) }, 'NetLock::Error::Usage', 'unknown option');
     dies_with(sub { NetLock->new('x', 'odd') },     'NetLock::Error::Usage', 'odd option list');
+};
+
+subtest 'the test suites find the helper in cargo\'s target directory' => sub {
+    # Issue 25 finding 6: wherever CARGO_TARGET_DIR puts it; LOCKSMITH_BIN wins; a missing
+    # helper is reported (setup_helper skips on it, and dies under CI=true).
+    my $target = File::Temp::tempdir('netlock-pl-target-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    local $ENV{CARGO_TARGET_DIR} = $target;
+    local $ENV{LOCKSMITH_BIN};
+    delete $ENV{LOCKSMITH_BIN};
+    is(cargo_target_dir(), $target, 'cargo metadata names $CARGO_TARGET_DIR');
+    my ($bin, $why) = find_helper();
+    is($bin, "$target/debug/locksmith", 'looked for in the target directory');
+    like($why, qr/^no locksmith helper at \Q$target\E/, 'missing: said so');
+    mkdir "$target/debug" or die $!;
+    write_file("$target/debug/locksmith", "#!/bin/sh\n");
+    chmod 0755, "$target/debug/locksmith" or die $!;
+    is_deeply([ find_helper() ], [ "$target/debug/locksmith", undef ], 'found there');
+    write_file("$target/other", "#!/bin/sh\n");
+    chmod 0755, "$target/other" or die $!;
+    local $ENV{LOCKSMITH_BIN} = "$target/other";
+    is_deeply([ find_helper() ], [ "$target/other", undef ], 'LOCKSMITH_BIN wins');
+
+    # setup_helper in a child: skips without CI, dies under CI=true.
+    $ENV{LOCKSMITH_BIN} = "$target/missing";
+    my $run = sub {
+        local $ENV{CI} = $_[0];
+        my $out = `$^X -I$FindBin::Bin/lib -MNetLockTest=setup_helper -e setup_helper 2>&1`;
+        return ($? >> 8, $out);
+    };
+    my ($code, $out) = $run->('');
+    is($code, 0, 'without CI: a skip') or diag($out);
+    like($out, qr/^1\.\.0 # SKIP no locksmith helper at \Q$target\E\/missing/, 'skip_all');
+    ($code, $out) = $run->('true');
+    isnt($code, 0, 'CI=true: a failure');
+    like($out, qr/no locksmith helper at \Q$target\E\/missing/, 'saying why');
 };
 
 subtest 'helper lookup' => sub {

@@ -287,6 +287,52 @@ class LookupTest(unittest.TestCase):
         self.assertIn("writable", _spawn.untrusted(str(link)))
 
 
+class TestHelperDiscoveryTest(unittest.TestCase):
+    """How the test suites find the real helper (issue 25 finding 6): in cargo's target
+    directory, wherever ``CARGO_TARGET_DIR`` puts it; ``LOCKSMITH_BIN`` wins; a missing
+    helper skips, and fails under ``CI=true``."""
+
+    def setUp(self):
+        self.target = Path(tempfile.mkdtemp(prefix="netlock-py-target-"))
+        self.env = mock.patch.dict(os.environ, {"CARGO_TARGET_DIR": str(self.target)})
+        self.env.start()
+        for var in ("LOCKSMITH_BIN", "CI"):
+            os.environ.pop(var, None)
+
+    def tearDown(self):
+        self.env.stop()
+        import shutil
+
+        shutil.rmtree(self.target, ignore_errors=True)
+
+    def built(self) -> Path:
+        path = self.target / "debug" / "locksmith"
+        path.parent.mkdir(parents=True)
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+        return path
+
+    def test_helper_in_cargo_target_dir(self):
+        self.assertEqual(support.cargo_target_dir(), self.target)
+        built = self.built()
+        self.assertEqual(support.helper(), str(built))
+
+    def test_locksmith_bin_wins(self):
+        self.built()
+        other = self.target / "elsewhere"
+        other.write_text("#!/bin/sh\n")
+        other.chmod(0o755)
+        os.environ["LOCKSMITH_BIN"] = str(other)
+        self.assertEqual(support.helper(), str(other))
+
+    def test_missing_helper_skips_but_fails_under_ci(self):
+        with self.assertRaisesRegex(unittest.SkipTest, str(self.target)):
+            support.helper()
+        os.environ["CI"] = "true"
+        with self.assertRaisesRegex(AssertionError, "no locksmith helper at " + str(self.target)):
+            support.helper()
+
+
 class FakeHelperTest(unittest.TestCase):
     """The guard's handling of every kind of helper answer, against a fake helper."""
 

@@ -403,7 +403,8 @@ fn acquire(builder: &Builder, wait: Wait) -> Result<NetLock, Error> {
     let mut reader = BufReader::new(stdout);
     let failure = match protocol::read_line(&mut reader) {
         Ok(Some(line)) => match protocol::parse(&line) {
-            Ok(Line::Ok(ok)) if ok.profile() == builder.tag => {
+            // An address comes back with its spaces written %20 (SPEC §3a).
+            Ok(Line::Ok(ok)) if ok.profile() == protocol::shown_tag(&builder.tag) => {
                 return NetLock::hold(child, reader, ok);
             }
             Ok(Line::Ok(ok)) => Error::new(

@@ -5,13 +5,16 @@
 //! stray trailing space or `\r` does not break a parent):
 //!
 //! ```text
-//! OK <profile> key=value ...      backend= required; token= a u64; mode= exclusive|shared
+//! OK <profile> key=value ...      <profile>: the first word, always (a name, or a lock
+//!                                 address such as `mkdir:/x?stale_after=30s`, `=` and all);
+//!                                 backend= required; token= a u64; mode= exclusive|shared
 //! ERROR <kind>: <message>         kind: usage unavailable lost io busy denied config
 //! LOST [<reason>]                 only after OK
 //! ```
 //!
 //! Anything else is a [`Protocol`](ErrorKind::Protocol) error.
 
+use std::borrow::Cow;
 use std::io::{self, BufRead, Read};
 
 use crate::error::{Error, ErrorKind};
@@ -124,6 +127,28 @@ fn io_error(err: &io::Error) -> Error {
     Error::new(ErrorKind::Io, format!("reading the helper's stdout: {err}"))
 }
 
+/// The `OK` line's profile field for `tag`, as the helper writes it (SPEC §3a): the tag as
+/// given, with each whitespace or control character written `%XX` per UTF-8 byte (a space is
+/// `%20`), so that it stays one word.
+pub(crate) fn shown_tag(tag: &str) -> Cow<'_, str> {
+    let escaped = |c: char| c.is_whitespace() || c.is_control();
+    if !tag.contains(escaped) {
+        return Cow::Borrowed(tag);
+    }
+    let mut out = String::with_capacity(tag.len() + 8);
+    for c in tag.chars() {
+        if escaped(c) {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// Parses one line (without its newline).
 pub(crate) fn parse(line: &str) -> Result<Line, Error> {
     let bad = |why: &str| {
@@ -161,9 +186,10 @@ pub(crate) fn parse(line: &str) -> Result<Line, Error> {
 
 fn parse_ok(line: &str, rest: &str) -> Result<Line, String> {
     let mut words = rest.split_ascii_whitespace();
-    let profile = match words.next() {
-        Some(p) if !p.contains('=') => p.to_owned(),
-        _ => return Err("OK without a profile name".into()),
+    // The first word is always the profile field (SPEC §4), whatever it holds: for a lock
+    // address it is the address as given (SPEC §3a), `?k=v&...` included.
+    let Some(profile) = words.next().map(str::to_owned) else {
+        return Err("OK without a profile name".into());
     };
     let mut fields: Vec<(String, String)> = Vec::new();
     for word in words {
@@ -262,6 +288,56 @@ mod tests {
         let ok = ok("OK  demo  backend=flock token=3 \r");
         assert_eq!(ok.profile(), "demo");
         assert_eq!(ok.token(), Some(3));
+    }
+
+    /// SPEC §3a/§4: for a lock address the profile field is the address as given (spaces
+    /// written `%20`), query and all: the first word after `OK` is the profile field even
+    /// when it holds `?`, `=`, `:` or `%20` (issue 25).
+    #[test]
+    fn ok_profile_is_the_first_word_even_for_an_address_with_a_query() {
+        for (line, profile) in [
+            (
+                "OK mkdir:/x?stale_after=30s backend=mkdir mode=exclusive token=1",
+                "mkdir:/x?stale_after=30s",
+            ),
+            (
+                "OK postgres://db.example:5432/app?lock=py backend=postgres mode=exclusive",
+                "postgres://db.example:5432/app?lock=py",
+            ),
+            (
+                "OK mkdir:/tmp/a%20b?stale_after=30s&wait=0 backend=mkdir token=2",
+                "mkdir:/tmp/a%20b?stale_after=30s&wait=0",
+            ),
+            ("OK backend=flock backend=flock", "backend=flock"),
+            ("OK = backend=flock", "="),
+            ("OK /tmp/a:b?c=d backend=flock mode=shared", "/tmp/a:b?c=d"),
+        ] {
+            let ok = ok(line);
+            assert_eq!(ok.profile(), profile, "{line}");
+            assert!(!ok.backend().is_empty(), "{line}");
+            // The profile word is not also read as a field.
+            assert_eq!(ok.fields.len(), line.split(' ').count() - 2, "{line}");
+        }
+        assert_eq!(
+            ok("OK mkdir:/x?stale_after=30s backend=mkdir").get("stale_after"),
+            None
+        );
+    }
+
+    #[test]
+    fn shown_tag_writes_whitespace_as_percent_bytes() {
+        assert!(matches!(
+            shown_tag("phonestuff"),
+            Cow::Borrowed("phonestuff")
+        ));
+        assert_eq!(
+            shown_tag("mkdir:/x?stale_after=30s"),
+            "mkdir:/x?stale_after=30s"
+        );
+        assert_eq!(shown_tag("/tmp/a b.lock"), "/tmp/a%20b.lock");
+        assert_eq!(shown_tag("mkdir:/a  b?x=1"), "mkdir:/a%20%20b?x=1");
+        assert_eq!(shown_tag("/tmp/a\u{a0}b\tc"), "/tmp/a%C2%A0b%09c");
+        assert_eq!(shown_tag("/tmp/a%20b"), "/tmp/a%20b");
     }
 
     #[test]

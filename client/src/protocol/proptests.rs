@@ -6,9 +6,11 @@
 //! Properties: nothing panics; every rejection is a typed error (`Protocol` for what the
 //! helper said, never anything else) with a non-empty message; an accepted line satisfies
 //! the grammar in the module docs; real lines round-trip (`OK name backend=x mode=exclusive
-//! token=N` yields token N).
+//! token=N` yields token N), and so do lines whose profile field is a lock address with `?`,
+//! `=`, `:` and `%20` in it (SPEC §3a, issue 25: the first word after `OK` is always the
+//! profile field).
 //!
-//! Bounded pass: 512 cases for each of the 6 properties (3,072 inputs, about 1.5 s in a debug
+//! Bounded pass: 512 cases for each of the 8 properties (4,096 inputs, about 1.5 s in a debug
 //! build). Failures are not persisted (`failure_persistence: None`): nothing is written to
 //! the tree.
 
@@ -222,10 +224,12 @@ fn check_parse(line: &str) -> Result<(), TestCaseError> {
         Ok(Line::Ok(ok)) => {
             prop_assert!(line.starts_with("OK"));
             prop_assert_eq!(ok.raw(), line);
+            // The first word after `OK`, whatever it holds (an address's `?k=v` included).
             let p = ok.profile();
-            prop_assert!(
-                !p.is_empty() && !p.contains('=') && !p.contains(|c: char| c.is_ascii_whitespace())
-            );
+            prop_assert!(!p.is_empty() && !p.contains(|c: char| c.is_ascii_whitespace()));
+            let words: Vec<&str> = line.split_ascii_whitespace().collect();
+            prop_assert_eq!(words.get(1).copied(), Some(p));
+            prop_assert_eq!(ok.fields.len(), words.len() - 2);
             prop_assert!(!ok.backend().is_empty());
             prop_assert!(matches!(
                 ok.get("mode"),
@@ -364,6 +368,76 @@ fn value() -> impl Strategy<Value = String> {
     "[^ \t\n\x0C\r]{0,12}"
 }
 
+/// A lock address as the helper echoes it in the `OK` line's profile field (SPEC §3a: the
+/// address as given, spaces written `%20`): a scheme or a bare path, a path or authority
+/// with `:`, `%20` and `=` in it, and often a query, `?k=v&k=v`, whose values hold `=`,
+/// `:`, `?` and `%20` too.
+fn address() -> impl Strategy<Value = String> {
+    let scheme = select(vec![
+        "mkdir:",
+        "flock:",
+        "link:",
+        "symlink:",
+        "postgres://",
+        "postgresql://",
+        "ftp://",
+        "ftps://",
+        "etcd://",
+        "s3://",
+        "redis://",
+        "/",
+        "./",
+    ]);
+    let part = prop_oneof![
+        4 => select(vec![
+            "tmp", "a", "x.lock", "/", "%20", ":", "=", "db.example:5432", "h:2379,h2:2379",
+            "app", "locks", "%2F", "a%20b", "x=y", "é", "@", "-", "_",
+        ])
+        .prop_map(str::to_owned),
+        1 => "[A-Za-z0-9._%:=/@-]{1,6}",
+    ];
+    let key = select(vec![
+        "lock",
+        "stale_after",
+        "wait",
+        "shared",
+        "slots",
+        "fair",
+        "key",
+        "endpoint",
+        "region",
+        "tls",
+        "password_env",
+        "ca_file",
+        "",
+        "k",
+    ]);
+    let val = prop_oneof![
+        4 => select(vec![
+            "30s", "0", "true", "py", "3", "implicit", "http://127.0.0.1:9000", "/etc/ca.pem",
+            "a%20b", "x=y", "==", "?", ":", "", "PGPASS",
+        ])
+        .prop_map(str::to_owned),
+        1 => "[A-Za-z0-9._%:=?/-]{0,6}",
+    ];
+    let query = prop::option::of((
+        select(vec!["?", "?", "?", "??", "?&"]),
+        prop::collection::vec((key, select(vec!["=", "=", "=", "", "=="]), val), 0..4),
+    ))
+    .prop_map(|q| match q {
+        None => String::new(),
+        Some((mark, pairs)) => {
+            let pairs: Vec<String> = pairs
+                .into_iter()
+                .map(|(k, eq, v)| format!("{k}{eq}{v}"))
+                .collect();
+            format!("{mark}{}", pairs.join("&"))
+        }
+    });
+    (scheme, prop::collection::vec(part, 1..5), query)
+        .prop_map(|(scheme, parts, query)| format!("{scheme}{}{query}", parts.concat()))
+}
+
 #[derive(Clone, Debug)]
 struct OkSpec {
     profile: String,
@@ -378,7 +452,8 @@ struct OkSpec {
 
 fn ok_spec() -> impl Strategy<Value = OkSpec> {
     (
-        "[A-Za-z0-9._-]{1,64}",
+        // A profile's name, or a lock address (issue 25: `?` and `=` in it).
+        prop_oneof![1 => "[A-Za-z0-9._-]{1,64}", 1 => address()],
         "[a-z]{1,8}",
         prop::option::of(select(vec!["exclusive", "shared"])),
         prop::option::of(any::<u64>()),
@@ -433,7 +508,8 @@ impl OkSpec {
 proptest! {
     #![proptest_config(config())]
 
-    /// `OK <profile> backend=x mode=m token=N prev=crashed k=v...` yields every field.
+    /// `OK <profile> backend=x mode=m token=N prev=crashed k=v...` yields every field; the
+    /// profile is a name or a lock address (with `?`, `=`, `:`, `%20`).
     #[test]
     fn ok_lines_round_trip(spec in ok_spec()) {
         let text = spec.render();
@@ -452,6 +528,46 @@ proptest! {
         for (k, v) in &spec.extra {
             prop_assert_eq!(ok.get(k), Some(v.as_str()));
         }
+        // Nothing but the fields the helper wrote: the address's query is not read as one.
+        let expected = 1
+            + usize::from(spec.mode.is_some())
+            + usize::from(spec.token.is_some())
+            + usize::from(spec.prev_crashed)
+            + spec.extra.len();
+        prop_assert_eq!(ok.fields.len(), expected);
+    }
+
+    /// Whatever the tag, the helper's profile field for it (`shown_tag`) is one word that
+    /// parses back as the profile: what the guard compares the `OK` line against.
+    #[test]
+    fn shown_tag_is_one_word_that_parses_back(tag in prop_oneof![
+        2 => address().prop_map(|a| a.replace("%20", " ")),
+        1 => "[^\n]{1,20}",
+    ]) {
+        let shown = shown_tag(&tag);
+        prop_assert!(!shown.contains(|c: char| c.is_whitespace() || c.is_control()));
+        let line = format!("OK {shown} backend=mkdir");
+        let Ok(Line::Ok(ok)) = parse(&line) else {
+            return Err(TestCaseError::fail(format!("{line:?} parsed as {:?}", parse(&line))));
+        };
+        prop_assert_eq!(ok.profile(), &*shown);
+        if !tag.contains(|c: char| c.is_whitespace() || c.is_control()) {
+            prop_assert_eq!(&*shown, tag.as_str());
+        }
+    }
+
+    /// An address-shaped profile field, the issue-25 case on its own: every generated
+    /// address comes back as the profile, with the helper's usual fields after it.
+    #[test]
+    fn ok_lines_naming_an_address_round_trip(addr in address(), token in any::<u64>()) {
+        let line = format!("OK {addr} backend=mkdir mode=exclusive token={token}");
+        let Ok(Line::Ok(ok)) = parse(&line) else {
+            return Err(TestCaseError::fail(format!("{line:?} parsed as {:?}", parse(&line))));
+        };
+        prop_assert_eq!(ok.profile(), addr.as_str());
+        prop_assert_eq!(ok.backend(), "mkdir");
+        prop_assert_eq!(ok.token(), Some(token));
+        prop_assert_eq!(ok.fields.len(), 3);
     }
 
     /// `ERROR <kind>: <message>` yields the kind (a known word, or none for an unknown one)

@@ -470,7 +470,9 @@ sub _parse_line {
     $rest =~ s/^$WS+|$WS+$//g;
     if ($first eq 'OK') {
         my @words = grep { length } split /$WS+/, $rest;
-        $bad->('OK without a profile name') if !@words || $words[0] =~ /=/;
+        # The first word is always the profile field (SPEC 4), whatever it holds: for a
+        # lock address it is the address as given (SPEC 3a), `?k=v&...` included.
+        $bad->('OK without a profile name') if !@words;
         my $profile = shift @words;
         my (@fields, %map);
         for my $word (@words) {

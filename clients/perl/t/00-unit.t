@@ -10,7 +10,7 @@ use File::Temp ();
 use Test::More;
 
 use NetLock;
-use NetLockTest qw(no_children fake_helper write_file read_file dies_with);
+use NetLockTest qw(no_children fake_helper write_file read_file dies_with find_helper cargo_target_dir);
 
 
 subtest 'OK lines' => sub {
@@ -35,6 +35,85 @@ subtest 'OK lines' => sub {
     {
         dies_with(sub { NetLock::_parse_line($bad) }, 'NetLock::Error::Protocol', $bad);
     }
+};
+
+# A lock address as the helper echoes it (SPEC 3a: as given, spaces written %20): a scheme
+# or a bare path, parts with ':', '=', '%20', and often a query '?k=v&k=v'.
+sub random_address {
+    my $pick   = sub { $_[ int rand @_ ] };
+    my $scheme = $pick->(
+        qw(mkdir: flock: link: symlink: postgres:// postgresql:// ftp:// ftps:// etcd:// s3:// redis:// / ./)
+    );
+    my @parts = (
+        qw(tmp a x.lock / %20 : = db.example:5432 h:2379,h2:2379 app locks %2F a%20b x=y @ - _),
+        "\xc3\xa9"
+    );
+    my $addr = $scheme . join '', map { $pick->(@parts) } 1 .. 1 + int rand 5;
+    if (rand() < 0.8) {
+        my @keys   = (qw(lock stale_after wait shared slots fair key endpoint tls k), '');
+        my @values = (qw(30s 0 true py 3 http://127.0.0.1:9000 /etc/ca.pem a%20b x=y == ? :), '');
+        my @pairs  = map { $pick->(@keys) . $pick->(qw(= = = ==), '') . $pick->(@values) } 1 .. int rand 4;
+        $addr .= $pick->(qw(? ? ? ?? ?&)) . join '&', @pairs;
+    }
+    return $addr;
+}
+
+subtest 'OK lines naming a lock address with a query' => sub {
+    # Issue 25: the profile field is the first word after OK, `?k=v` and all.
+    for my $case (
+        [ 'OK mkdir:/x?stale_after=30s backend=mkdir mode=exclusive token=1', 'mkdir:/x?stale_after=30s' ],
+        [ 'OK postgres://db:5432/app?lock=py backend=postgres', 'postgres://db:5432/app?lock=py' ],
+        [ 'OK mkdir:/a%20b?stale_after=30s&wait=0 backend=mkdir token=2', 'mkdir:/a%20b?stale_after=30s&wait=0' ],
+        [ 'OK backend=flock backend=flock', 'backend=flock' ],
+        [ 'OK = backend=flock', '=' ],
+      )
+    {
+        my ($line, $profile) = @$case;
+        my $ok = eval { NetLock::_parse_line($line) };
+        is($ok && $ok->{profile}, $profile, $line) or diag($@);
+        is($ok && scalar @{ $ok->{fields} }, scalar(split / /, $line) - 2, "$line: fields");
+    }
+    my $q = eval { NetLock::_parse_line('OK mkdir:/x?stale_after=30s backend=mkdir') };
+    ok($q && !exists $q->{map}{stale_after}, 'the query is not read as a field');
+
+    # A seeded random loop: OK lines as the helper writes them, the profile a name or an
+    # address with ?, =, :, %20 in it, every field back. NETLOCK_TEST_SEED picks another
+    # seed, NETLOCK_TEST_CASES a longer run.
+    my $seed  = $ENV{NETLOCK_TEST_SEED}  // 25;
+    my $cases = $ENV{NETLOCK_TEST_CASES} // 3000;
+    srand($seed);
+    my $flat = sub { join "\0", map { "$_->[0]=$_->[1]" } @{ $_[0] } };
+    my @failed;
+    for my $i (1 .. $cases) {
+        my $profile =
+          rand() < 0.7
+          ? random_address()
+          : join '', map { ('a' .. 'z', 'A' .. 'Z', 0 .. 9, '.', '_', '-')[ int rand 65 ] } 1 .. 1 + int rand 64;
+        my @fields = ([ backend => (qw(flock mkdir postgres x))[ int rand 4 ] ]);
+        push @fields, [ mode => (qw(exclusive shared))[ int rand 2 ] ] if rand() < 0.7;
+        my $token = (undef, '0', '1', '18446744073709551615', 1 + int rand 1e15)[ int rand 5 ];
+        push @fields, [ token => "$token" ] if defined $token;
+        push @fields, [ prev => 'crashed' ] if rand() < 0.3;
+        for my $key (grep { rand() < 0.3 } qw(since host slot slots locks note)) {
+            push @fields, [ $key => ('', '2025-01-01T00:00:00Z', '3', 'a=b', 'x?y', '%20', ':')[ int rand 7 ] ];
+        }
+        my $sep  = sub { (' ', ' ', ' ', '  ', "\t", " \t")[ int rand 6 ] };
+        my $line = 'OK' . $sep->() . $profile;
+        $line .= $sep->() . "$_->[0]=$_->[1]" for @fields;
+        $line .= ('', '', ' ', "\r", " \r")[ int rand 5 ];
+        my $ok = eval { NetLock::_parse_line($line) };
+        my $why =
+            !$ok                                      ? "died: $@"
+          : $ok->{type} ne 'OK'                       ? "type $ok->{type}"
+          : $ok->{raw} ne $line                       ? 'raw differs'
+          : $ok->{profile} ne $profile                ? "profile $ok->{profile}"
+          : $flat->($ok->{fields}) ne $flat->(\@fields) ? 'fields differ'
+          : ($ok->{token} // '') ne ($token // '')    ? 'token ' . ($ok->{token} // 'undef')
+          :                                             undef;
+        push @failed, "case $i: $line: $why" if defined $why;
+    }
+    is(scalar @failed, 0, "$cases random OK lines (seed $seed) round-trip")
+      or diag(join "\n", grep { defined } @failed[ 0 .. 4 ]);
 };
 
 subtest 'ERROR and LOST lines' => sub {
@@ -88,6 +167,41 @@ subtest 'wait and tag arguments' => sub {
     }
     dies_with(sub { NetLock->new('x', nope => 1) }, 'NetLock::Error::Usage', 'unknown option');
     dies_with(sub { NetLock->new('x', 'odd') },     'NetLock::Error::Usage', 'odd option list');
+};
+
+subtest 'the test suites find the helper in cargo\'s target directory' => sub {
+    # Issue 25 finding 6: wherever CARGO_TARGET_DIR puts it; LOCKSMITH_BIN wins; a missing
+    # helper is reported (setup_helper skips on it, and dies under CI=true).
+    my $target = File::Temp::tempdir('netlock-pl-target-XXXXXX', TMPDIR => 1, CLEANUP => 1);
+    local $ENV{CARGO_TARGET_DIR} = $target;
+    local $ENV{LOCKSMITH_BIN};
+    delete $ENV{LOCKSMITH_BIN};
+    is(cargo_target_dir(), $target, 'cargo metadata names $CARGO_TARGET_DIR');
+    my ($bin, $why) = find_helper();
+    is($bin, "$target/debug/locksmith", 'looked for in the target directory');
+    like($why, qr/^no locksmith helper at \Q$target\E/, 'missing: said so');
+    mkdir "$target/debug" or die $!;
+    write_file("$target/debug/locksmith", "#!/bin/sh\n");
+    chmod 0755, "$target/debug/locksmith" or die $!;
+    is_deeply([ find_helper() ], [ "$target/debug/locksmith", undef ], 'found there');
+    write_file("$target/other", "#!/bin/sh\n");
+    chmod 0755, "$target/other" or die $!;
+    local $ENV{LOCKSMITH_BIN} = "$target/other";
+    is_deeply([ find_helper() ], [ "$target/other", undef ], 'LOCKSMITH_BIN wins');
+
+    # setup_helper in a child: skips without CI, dies under CI=true.
+    $ENV{LOCKSMITH_BIN} = "$target/missing";
+    my $run = sub {
+        local $ENV{CI} = $_[0];
+        my $out = `$^X -I$FindBin::Bin/lib -MNetLockTest=setup_helper -e setup_helper 2>&1`;
+        return ($? >> 8, $out);
+    };
+    my ($code, $out) = $run->('');
+    is($code, 0, 'without CI: a skip') or diag($out);
+    like($out, qr/^1\.\.0 # SKIP no locksmith helper at \Q$target\E\/missing/, 'skip_all');
+    ($code, $out) = $run->('true');
+    isnt($code, 0, 'CI=true: a failure');
+    like($out, qr/no locksmith helper at \Q$target\E\/missing/, 'saying why');
 };
 
 subtest 'helper lookup' => sub {

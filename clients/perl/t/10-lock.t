@@ -39,6 +39,29 @@ subtest 'hold and unlock (flock)' => sub {
     no_children();
 };
 
+subtest 'a lock address with a query: held and released' => sub {
+    # Issue 25: the OK line's profile field is then the address, `?k=v` and all (spaces
+    # written %20); it used to be refused as "OK without a profile name".
+    for my $name ('x', 'a b') {
+        my $address = "mkdir:$dir/$name?stale_after=30s";
+        (my $shown = $address) =~ s/ /%20/g;
+        my $lock = eval { NetLock->new($address, wait => 20) };
+        ok($lock, "$address: taken") or diag($@), next;
+        is($lock->profile, $shown, 'the profile is the address as the helper shows it');
+        is($lock->backend, 'mkdir');
+        like($lock->token, qr/^[0-9]+$/, 'a fencing token');
+        ok($lock->is_held, 'held');
+        ok(-d "$dir/$name", 'the lock directory exists while held');
+        ok(!defined NetLock->try_new($address), 'try_new: undef while someone holds it');
+        is($lock->unlock, 1, 'unlock');
+        ok(!-e "$dir/$name", 'the lock directory is gone when unlock returns');
+        my $again = NetLock->try_new($address);
+        ok($again, 'the lock is free as soon as unlock returned');
+        $again->unlock if $again;
+    }
+    no_children();
+};
+
 subtest 'unlock returns once the lock is gone (mkdir)' => sub {
     my $lock = NetLock->new('m', %P);
     is($lock->backend, 'mkdir');

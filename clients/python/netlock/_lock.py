@@ -72,6 +72,9 @@ class Lock:
         self._helper = helper
         self._problem: Optional[Error] = None
         self._released = False
+        # Set by the release: whether it found the lock lost (LOST, an unexpected line, the
+        # helper gone or killed before being asked, a failed release). A clean one is not.
+        self._lost_at_release = False
         self._owner_pid = os.getpid()
         self._mutex = threading.Lock()
         os.set_blocking(reader.fd, False)
@@ -125,19 +128,23 @@ class Lock:
 
     @property
     def lost(self) -> bool:
-        """Whether the lock is no longer held, checked without blocking.
+        """Whether the lock was lost while held, checked without blocking.
 
-        True once the helper has written ``LOST`` (or anything unexpected), or has exited,
-        or the lock was released. The answer can be stale by the time you act on it; use
-        :attr:`token` where that matters.
+        True once the helper has written ``LOST`` (or anything unexpected), or has exited or
+        been killed before :meth:`unlock` asked it to, or the release failed. False while
+        held, and after a clean :meth:`unlock` (the lock is then released, not lost: see
+        :attr:`held`). The answer can be stale by the time you act on it; use :attr:`token`
+        where that matters.
         """
         self._try_pump()
-        return self._released or self._problem is not None or self._reader.eof
+        if self._released:
+            return self._lost_at_release
+        return self._problem is not None or self._reader.eof
 
     @property
     def held(self) -> bool:
-        """``not lock.lost``."""
-        return not self.lost
+        """Whether the lock is still held: neither released nor :attr:`lost`."""
+        return not self.lost and not self._released
 
     def check(self) -> None:
         """Raises :class:`Lost` (with the helper's reason) if the lock is no longer held,
@@ -151,15 +158,15 @@ class Lock:
             raise Lost(f"the helper (pid {self._proc.pid}) exited while holding the lock")
 
     def wait_lost(self, timeout: Optional[float] = None) -> bool:
-        """Blocks until the lock is lost (``LOST``, or the helper exited) or ``timeout``
-        seconds pass (``None``: no limit). Returns :attr:`lost`. For a watchdog thread,
-        or to select on :meth:`fileno` yourself."""
+        """Blocks until the lock is lost (``LOST``, or the helper exited) or released, or
+        ``timeout`` seconds pass (``None``: no limit). Returns :attr:`lost`. For a watchdog
+        thread, or to select on :meth:`fileno` yourself."""
         deadline = None if timeout is None else time.monotonic() + timeout
         poller = select.poll()
         poller.register(self._reader.fd, select.POLLIN)
         while True:
-            if self.lost:
-                return True
+            if self.lost or self._released:
+                return self.lost
             if deadline is None:
                 poller.poll()
             else:
@@ -274,7 +281,11 @@ class Lock:
                 pass
 
     def _release(self) -> None:
-        """Closes the helper's stdin, reaps it, and judges how it ended. Runs once."""
+        """Closes the helper's stdin, reaps it, and judges how it ended. Runs once.
+
+        Every way out but a clean release (exit 0 after being asked, nothing unexpected
+        said) leaves :attr:`lost` true."""
+        self._lost_at_release = True
         self._released = True
         _LIVE.discard(self)
         proc = self._proc
@@ -295,8 +306,10 @@ class Lock:
             # Interrupted (KeyboardInterrupt, an exception from a signal handler): the
             # helper is releasing already and exits promptly; reap it anyway so that no
             # zombie is left, then let the exception go on.
-            proc.wait()
+            code = proc.wait()
+            self._pump()
             proc.stdout.close()
+            self._lost_at_release = gone_before or code != 0 or self._problem is not None
             raise
         # It has exited: everything it wrote is in the pipe. Read it all.
         self._pump()
@@ -308,6 +321,7 @@ class Lock:
             raise err
         when = "before unlock was asked for" if gone_before else "while releasing the lock"
         if code == 0 and not gone_before:
+            self._lost_at_release = False
             return
         if code == 0:
             raise Lost(

@@ -3,7 +3,9 @@
 Grammar accepted (fields are separated by ASCII whitespace, so a stray trailing space or
 ``\\r`` does not break a parent)::
 
-    OK <profile> key=value ...     backend= required; token= an unsigned 64-bit integer;
+    OK <profile> key=value ...     <profile>: the first word, always (a name, or a lock
+                                   address such as ``mkdir:/x?stale_after=30s``, ``=`` and all);
+                                   backend= required; token= an unsigned 64-bit integer;
                                    mode= exclusive | shared
     ERROR <kind>: <message>        kind: usage unavailable lost io busy denied config
     LOST [<reason>]                only after OK
@@ -96,7 +98,9 @@ def parse(line: str):
 
 def _parse_ok(line: str, rest: str) -> OkLine:
     words = [w for w in _WS.split(rest) if w]
-    if not words or "=" in words[0]:
+    # The first word is always the profile field (SPEC section 4), whatever it holds: for a
+    # lock address it is the address as given (section 3a), ``?k=v&...`` included.
+    if not words:
         raise ValueError("OK without a profile name")
     profile = words[0]
     fields: List[Tuple[str, str]] = []

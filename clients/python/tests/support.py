@@ -1,12 +1,16 @@
 """Shared set-up for the tests: the package under test, the real helper, a sandbox.
 
 The tests run against the real ``locksmith`` binary: ``$LOCKSMITH_BIN``, else
-``target/debug/locksmith`` of this repository (``cargo build`` makes it). Without it they
-are skipped, except under ``CI=true``, where a missing helper is a failure.
+``debug/locksmith`` in this repository's cargo target directory, found as cargo finds it
+(``cargo metadata``'s ``target_directory``: ``$CARGO_TARGET_DIR``, ``build.target-dir``, else
+``target/``; ``cargo build -p locksmith-helper`` makes it). Without it they are skipped,
+except under ``CI=true``, where a missing helper is a failure.
 """
 
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -45,11 +49,30 @@ stale_after = "1500ms"
 """
 
 
+def cargo_target_dir() -> Path:
+    """This repository's cargo target directory, as cargo itself resolves it (``cargo
+    metadata``); without cargo, ``$CARGO_TARGET_DIR`` (relative to the repository), else
+    ``target/``."""
+    try:
+        out = subprocess.run(
+            ["cargo", "metadata", "--format-version", "1", "--no-deps", "--offline"],
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            check=True,
+            timeout=60,
+        ).stdout
+        return Path(json.loads(out)["target_directory"])
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
+        return REPO / os.environ.get("CARGO_TARGET_DIR", "target")
+
+
 def helper() -> str:
     """The real helper, or skip (fail under CI=true) if it is not built."""
-    path = os.environ.get("LOCKSMITH_BIN") or str(REPO / "target" / "debug" / "locksmith")
+    path = os.environ.get("LOCKSMITH_BIN") or str(cargo_target_dir() / "debug" / "locksmith")
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        why = f"no locksmith helper at {path} (run `cargo build`, or set LOCKSMITH_BIN)"
+        why = f"no locksmith helper at {path} (run `cargo build -p locksmith-helper`, or set LOCKSMITH_BIN)"
         if os.environ.get("CI") == "true":
             raise AssertionError(why)
         raise unittest.SkipTest(why)

@@ -42,11 +42,36 @@ class NetlockTest(unittest.TestCase):
         self.assertTrue(lk.held)
         self.assertIsNone(self.sb.try_lock("f"), "a second holder got a held lock")
         self.assertTrue(lk.unlock())
-        self.assertTrue(lk.lost, "an unlocked lock is no longer held")
+        self.assertFalse(lk.held, "an unlocked lock is no longer held")
+        self.assertFalse(lk.lost, "a clean unlock is not a loss")
+        start = time.monotonic()
+        self.assertFalse(lk.wait_lost(5), "wait_lost after a clean unlock: not lost, at once")
+        self.assertLess(time.monotonic() - start, 1.0)
         self.assertFalse(lk.unlock(), "a second unlock is a no-op")
+        self.assertFalse(lk.lost)
         again = self.sb.try_lock("f")
         self.assertIsNotNone(again, "the lock was not free right after unlock returned")
         again.unlock()
+        support.assert_no_children(self)
+
+    def test_address_with_a_query_is_held_and_released(self):
+        # Issue 25: the OK line's profile field is then the address, `?k=v` and all (spaces
+        # written %20); it used to be refused as "OK without a profile name".
+        for name in ["x", "a b"]:
+            address = f"mkdir:{self.sb.dir}/{name}?stale_after=30s"
+            lock_dir = self.sb.path(name)
+            with self.subTest(address=address):
+                lk = netlock.lock(address, wait=20)
+                self.assertEqual((lk.profile, lk.backend), (address.replace(" ", "%20"), "mkdir"))
+                self.assertIsInstance(lk.token, int)
+                self.assertTrue(lk.held)
+                self.assertTrue(lock_dir.is_dir(), "the mkdir lock directory exists while held")
+                self.assertIsNone(netlock.try_lock(address), "a second holder got a held lock")
+                self.assertTrue(lk.unlock())
+                self.assertFalse(lock_dir.exists(), "unlock returned before the lock was gone")
+                again = netlock.try_lock(address)
+                self.assertIsNotNone(again, "the lock was not free right after unlock returned")
+                again.unlock()
         support.assert_no_children(self)
 
     def test_unlock_returns_once_the_lock_is_gone_mkdir(self):
@@ -64,7 +89,8 @@ class NetlockTest(unittest.TestCase):
             self.assertTrue(lock_dir.is_dir())
             self.assertFalse(lk.lost)
         self.assertFalse(lock_dir.exists(), "the with block ended without releasing")
-        self.assertTrue(lk.lost)
+        self.assertFalse(lk.held)
+        self.assertFalse(lk.lost, "a clean release at the end of the block is not a loss")
         with self.assertRaises(ZeroDivisionError):
             with self.sb.lock("m"):
                 1 / 0
@@ -235,6 +261,8 @@ class NetlockTest(unittest.TestCase):
         with self.assertRaisesRegex(netlock.Lost, "killed by signal 9") as c:
             first.unlock()
         self.assertIsNone(c.exception.exit_code)
+        self.assertTrue(first.lost, "still lost after the unlock that reported it")
+        self.assertFalse(first.held)
         # Same host: the dead holder's lock is broken by proof of death, not after stale_after.
         second = self.sb.lock("m", wait=10)
         self.assertTrue(second.prev_crashed, second.status_line)
@@ -263,6 +291,8 @@ class NetlockTest(unittest.TestCase):
         with self.assertRaises(netlock.Lost) as c:
             lk.unlock()
         self.assertEqual((c.exception.kind, c.exception.exit_code), ("lost", 74))
+        self.assertTrue(lk.lost, "still lost after the unlock that reported it")
+        self.assertFalse(lk.held)
         support.assert_no_children(self)
 
     def test_lost_check_does_not_block(self):

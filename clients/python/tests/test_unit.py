@@ -4,7 +4,9 @@ and the guard against a fake helper (a shell script that acts by the tag's prefi
 import datetime
 import io
 import os
+import random
 import stat
+import string
 import tempfile
 import unittest
 from pathlib import Path
@@ -35,6 +37,34 @@ relfail*) echo "OK $tag backend=fake"; cat >/dev/null; exit 74 ;;
           touch "$dir/$tag.released" ;;
 esac
 """
+
+
+def random_name(rnd: random.Random) -> str:
+    """A profile name: [A-Za-z0-9._-]{1,64}."""
+    chars = string.ascii_letters + string.digits + "._-"
+    return "".join(rnd.choice(chars) for _ in range(rnd.randint(1, 64)))
+
+
+def random_address(rnd: random.Random) -> str:
+    """A lock address as the helper echoes it (SPEC 3a: as given, spaces written %20): a
+    scheme or a bare path, parts with ':', '=', '%20', and often a query '?k=v&k=v'."""
+    scheme = rnd.choice(
+        ["mkdir:", "flock:", "link:", "symlink:", "postgres://", "postgresql://", "ftp://", "ftps://",
+         "etcd://", "s3://", "redis://", "/", "./"]
+    )
+    parts = ["tmp", "a", "x.lock", "/", "%20", ":", "=", "db.example:5432", "h:2379,h2:2379", "app",
+             "locks", "%2F", "a%20b", "x=y", "\u00e9", "@", "-", "_"]
+    addr = scheme + "".join(rnd.choice(parts) for _ in range(rnd.randint(1, 5)))
+    if rnd.random() < 0.8:
+        keys = ["lock", "stale_after", "wait", "shared", "slots", "fair", "key", "endpoint", "tls", "", "k"]
+        values = ["30s", "0", "true", "py", "3", "http://127.0.0.1:9000", "/etc/ca.pem", "a%20b", "x=y",
+                  "==", "?", ":", ""]
+        pairs = [
+            rnd.choice(keys) + rnd.choice(["=", "=", "=", "", "=="]) + rnd.choice(values)
+            for _ in range(rnd.randrange(4))
+        ]
+        addr += rnd.choice(["?", "?", "?", "??", "?&"]) + "&".join(pairs)
+    return addr
 
 
 class ParseTest(unittest.TestCase):
@@ -70,6 +100,53 @@ class ParseTest(unittest.TestCase):
         ]:
             with self.assertRaises(netlock.ProtocolError, msg=line):
                 _protocol.parse(line)
+
+    def test_ok_profile_is_the_first_word_even_for_an_address_with_a_query(self):
+        # Issue 25: for a lock address the profile field is the address as given (spaces
+        # written %20), `?k=v` and all: it is the profile, not a missing one.
+        for line, profile in [
+            ("OK mkdir:/x?stale_after=30s backend=mkdir mode=exclusive token=1", "mkdir:/x?stale_after=30s"),
+            ("OK postgres://db:5432/app?lock=py backend=postgres", "postgres://db:5432/app?lock=py"),
+            ("OK mkdir:/a%20b?stale_after=30s&wait=0 backend=mkdir token=2", "mkdir:/a%20b?stale_after=30s&wait=0"),
+            ("OK backend=flock backend=flock", "backend=flock"),
+            ("OK = backend=flock", "="),
+        ]:
+            ok = _protocol.parse(line)
+            self.assertEqual(ok.profile, profile, line)
+            self.assertEqual(len(ok.fields), len(line.split(" ")) - 2, line)
+        self.assertIsNone(_protocol.parse("OK mkdir:/x?stale_after=30s backend=mkdir").get("stale_after"))
+
+    def test_ok_lines_round_trip_randomized(self):
+        # A seeded random loop (no hypothesis needed): OK lines as the helper writes them,
+        # the profile a name or a lock address with ?, =, :, %20 in it, every field back.
+        # NETLOCK_TEST_SEED picks another seed, NETLOCK_TEST_CASES a longer run.
+        seed = int(os.environ.get("NETLOCK_TEST_SEED", "25"))
+        cases = int(os.environ.get("NETLOCK_TEST_CASES", "3000"))
+        rnd = random.Random(seed)
+        for i in range(cases):
+            profile = random_address(rnd) if rnd.random() < 0.7 else random_name(rnd)
+            fields = [("backend", rnd.choice(["flock", "mkdir", "postgres", "x"]))]
+            if rnd.random() < 0.7:
+                fields.append(("mode", rnd.choice(["exclusive", "shared"])))
+            token = rnd.choice([None, 0, 1, rnd.randrange(2**64), 2**64 - 1])
+            if token is not None:
+                fields.append(("token", str(token)))
+            if rnd.random() < 0.3:
+                fields.append(("prev", "crashed"))
+            for key in rnd.sample(["since", "host", "slot", "slots", "locks", "note"], rnd.randrange(3)):
+                fields.append((key, rnd.choice(["", "2025-01-01T00:00:00Z", "3", "a=b", "x?y", "%20", ":"])))
+            seps = [rnd.choice([" ", " ", " ", "  ", "\t", " \t"]) for _ in range(len(fields) + 1)]
+            line = "OK" + seps[0] + profile
+            for sep, (k, v) in zip(seps[1:], fields):
+                line += f"{sep}{k}={v}"
+            line += rnd.choice(["", "", " ", "\r", " \r"])
+            with self.subTest(case=i, seed=seed, line=line):
+                ok = _protocol.parse(line)
+                self.assertIsInstance(ok, _protocol.OkLine)
+                self.assertEqual(ok.raw, line)
+                self.assertEqual(ok.profile, profile)
+                self.assertEqual(ok.fields, fields)
+                self.assertEqual(ok.token, token)
 
     def test_error_lines(self):
         for word, cls in [
@@ -210,6 +287,52 @@ class LookupTest(unittest.TestCase):
         self.assertIn("writable", _spawn.untrusted(str(link)))
 
 
+class TestHelperDiscoveryTest(unittest.TestCase):
+    """How the test suites find the real helper (issue 25 finding 6): in cargo's target
+    directory, wherever ``CARGO_TARGET_DIR`` puts it; ``LOCKSMITH_BIN`` wins; a missing
+    helper skips, and fails under ``CI=true``."""
+
+    def setUp(self):
+        self.target = Path(tempfile.mkdtemp(prefix="netlock-py-target-"))
+        self.env = mock.patch.dict(os.environ, {"CARGO_TARGET_DIR": str(self.target)})
+        self.env.start()
+        for var in ("LOCKSMITH_BIN", "CI"):
+            os.environ.pop(var, None)
+
+    def tearDown(self):
+        self.env.stop()
+        import shutil
+
+        shutil.rmtree(self.target, ignore_errors=True)
+
+    def built(self) -> Path:
+        path = self.target / "debug" / "locksmith"
+        path.parent.mkdir(parents=True)
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+        return path
+
+    def test_helper_in_cargo_target_dir(self):
+        self.assertEqual(support.cargo_target_dir(), self.target)
+        built = self.built()
+        self.assertEqual(support.helper(), str(built))
+
+    def test_locksmith_bin_wins(self):
+        self.built()
+        other = self.target / "elsewhere"
+        other.write_text("#!/bin/sh\n")
+        other.chmod(0o755)
+        os.environ["LOCKSMITH_BIN"] = str(other)
+        self.assertEqual(support.helper(), str(other))
+
+    def test_missing_helper_skips_but_fails_under_ci(self):
+        with self.assertRaisesRegex(unittest.SkipTest, str(self.target)):
+            support.helper()
+        os.environ["CI"] = "true"
+        with self.assertRaisesRegex(AssertionError, "no locksmith helper at " + str(self.target)):
+            support.helper()
+
+
 class FakeHelperTest(unittest.TestCase):
     """The guard's handling of every kind of helper answer, against a fake helper."""
 
@@ -241,7 +364,8 @@ class FakeHelperTest(unittest.TestCase):
         self.assertTrue(lk.unlock())
         self.assertTrue((self.dir / "plain1.released").exists(), "unlock returned before the helper finished")
         self.assertFalse(lk.unlock(), "a second unlock is a no-op")
-        self.assertTrue(lk.lost)
+        self.assertFalse(lk.held)
+        self.assertFalse(lk.lost, "a clean unlock is not a loss")
         support.assert_no_children(self)
 
     def test_error_kinds(self):
@@ -278,6 +402,7 @@ class FakeHelperTest(unittest.TestCase):
         with self.assertRaises(netlock.Lost) as c:
             lk.unlock()
         self.assertEqual((c.exception.message, c.exception.exit_code), ("server went away", 74))
+        self.assertTrue(lk.lost, "still lost after the unlock that reported it")
         support.assert_no_children(self)
 
     def test_early_exit_and_failed_release(self):
@@ -286,17 +411,42 @@ class FakeHelperTest(unittest.TestCase):
         with self.assertRaisesRegex(netlock.Lost, "before unlock was asked for") as c:
             lk.unlock()
         self.assertEqual(c.exception.exit_code, 0)
+        self.assertTrue(lk.lost, "an early exit is a loss, before and after unlock")
         lk = self.lock("relfail1")
         self.assertFalse(lk.lost)
         with self.assertRaisesRegex(netlock.Lost, "while releasing") as c:
             lk.unlock()
         self.assertEqual(c.exception.exit_code, 74)
+        self.assertTrue(lk.lost, "a failed release is a loss")
+        self.assertFalse(lk.held)
+        support.assert_no_children(self)
+
+    def test_interrupted_unlock_is_lost_only_if_the_release_failed(self):
+        # KeyboardInterrupt while unlock waits for the helper: it is reaped anyway, and its
+        # exit status still decides whether the lock was lost.
+        for tag, lost in [("plain2", False), ("relfail4", True)]:
+            lk = self.lock(tag)
+            real_wait = lk._proc.wait
+            calls = []
+
+            def wait(*args):
+                calls.append(args)
+                if len(calls) == 1:
+                    raise KeyboardInterrupt
+                return real_wait(*args)
+
+            with mock.patch.object(lk._proc, "wait", side_effect=wait):
+                with self.assertRaises(KeyboardInterrupt):
+                    lk.unlock()
+            self.assertEqual(len(calls), 2, "the helper was reaped after the interrupt")
+            self.assertEqual((lk.lost, lk.held), (lost, False), tag)
         support.assert_no_children(self)
 
     def test_with_block(self):
         with self.lock("with1") as lk:
             self.assertFalse(lk.lost)
         self.assertTrue((self.dir / "with1.released").exists())
+        self.assertFalse(lk.lost, "a clean release at the end of the block is not a loss")
         # The body's exception wins over a failed release, which is reported on stderr.
         with mock.patch("sys.stderr", new_callable=io.StringIO) as err:
             with self.assertRaises(KeyError):

@@ -2,8 +2,10 @@ package NetLockTest;
 
 # Shared set-up for the tests: the real helper, a sandbox with a profiles file, and the
 # checks every test file uses. The tests run against the real `locksmith` binary:
-# $LOCKSMITH_BIN, else target/debug/locksmith of this repository (`cargo build` makes it).
-# Without it they are skipped, except under CI=true, where a missing helper is a failure.
+# $LOCKSMITH_BIN, else debug/locksmith in this repository's cargo target directory, found as
+# cargo finds it (`cargo metadata`'s target_directory: $CARGO_TARGET_DIR, build.target-dir,
+# else target/; `cargo build -p locksmith-helper` makes it). Without it they are skipped,
+# except under CI=true, where a missing helper is a failure.
 
 use strict;
 use warnings;
@@ -13,10 +15,12 @@ use Exporter 'import';
 use Fcntl qw(O_WRONLY O_CREAT O_EXCL);
 use File::Temp ();
 use FindBin ();
+use JSON::PP ();
 use POSIX ();
 use Test::More ();
 
-our @EXPORT_OK = qw(setup_helper sandbox no_children fake_helper write_file read_file dies_with);
+our @EXPORT_OK =
+  qw(setup_helper find_helper cargo_target_dir sandbox no_children fake_helper write_file read_file dies_with);
 
 # Every blocking call in the tests is bounded: the profiles say wait = "20s" unless a test
 # passes its own wait, so a regression fails instead of hanging.
@@ -54,11 +58,46 @@ sub dies_with {
 
 sub repo_root { Cwd::abs_path("$FindBin::Bin/../../..") }
 
-# Points NetLock at the real helper and quiets its stderr, or skips the whole file.
+# This repository's cargo target directory, as cargo itself resolves it (`cargo metadata`);
+# without cargo, $CARGO_TARGET_DIR (relative to the repository), else target/.
+sub cargo_target_dir {
+    my $root = repo_root();
+    my $json = do {
+        local $/;
+        my $pid = open(my $fh, '-|') // return _target_fallback($root);
+        if (!$pid) {
+            open STDERR, '>', '/dev/null';
+            open STDIN,  '<', '/dev/null';
+            chdir $root or POSIX::_exit(1);
+            exec 'cargo', qw(metadata --format-version 1 --no-deps --offline) or POSIX::_exit(127);
+        }
+        my $out = <$fh>;
+        close $fh ? $out : undef;
+    };
+    my $meta = defined $json ? eval { JSON::PP::decode_json($json) } : undef;
+    return ref $meta eq 'HASH' && defined $meta->{target_directory}
+      ? $meta->{target_directory}
+      : _target_fallback($root);
+}
+
+sub _target_fallback {
+    my ($root) = @_;
+    my $dir = $ENV{CARGO_TARGET_DIR} // 'target';
+    return $dir =~ m{^/} ? $dir : "$root/$dir";
+}
+
+# The real helper: ($path, undef), or ($path, why it is not usable).
+sub find_helper {
+    my $bin = $ENV{LOCKSMITH_BIN} || cargo_target_dir() . '/debug/locksmith';
+    return ($bin, undef) if -f $bin && -x _;
+    return ($bin, "no locksmith helper at $bin (run `cargo build -p locksmith-helper`, or set LOCKSMITH_BIN)");
+}
+
+# Points NetLock at the real helper and quiets its stderr, or skips the whole file (dies
+# under CI=true).
 sub setup_helper {
-    my $bin = $ENV{LOCKSMITH_BIN} || repo_root() . '/target/debug/locksmith';
-    unless (-f $bin && -x _) {
-        my $why = "no locksmith helper at $bin (run `cargo build`, or set LOCKSMITH_BIN)";
+    my ($bin, $why) = find_helper();
+    if (defined $why) {
         die "$why\n" if ($ENV{CI} // '') eq 'true';
         Test::More::plan(skip_all => $why);
     }

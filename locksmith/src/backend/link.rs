@@ -29,54 +29,36 @@
 //! every lease; fencing tokens exist for it). On NFS a reader holding NAME open while it is
 //! unlinked only leaves a `.nfsXXXX` file behind; the name is free at once.
 
-use std::path::Path;
 use std::ffi::OsString;
-use std::os::fd::BorrowedFd;
-use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::sys::stat::FileStat;
 use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 
-use super::address::Address;
-use super::lock::Registered;
-use super::lockdir::probe::Scheme;
-use super::verify::Report;
-use super::lock::{Attempt, Backend, BreakOutcome, Holder, Named, WaitHint};
-use super::lockdir::FsConfig;
-use super::lockdir::{self, LockDir};
+use super::filelock::{FileLock, NotReleased, Scheme, Take};
+use super::lock::{Holder, Named};
+use super::lockdir::probe::Scheme as Probe;
+use super::lockdir::{self, FsConfig, LockDir};
 use super::owner::Record;
-use super::stale::{Evidence, Holders, Judge, Observations};
-use super::wake::Wakeups;
+use super::stale::{Evidence, Holders, Observations};
 use crate::error::{Error, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
-use crate::settings::{Fields, KeyDoc};
-use crate::watch::Watcher;
 
-/// The keys of `backend = "link"`: the file backends' keys ([`FsConfig::parse`]).
-pub fn config(f: &mut Fields) -> crate::error::Result<FsConfig> {
-    FsConfig::parse(f, true)
-}
 
-pub struct Link {
-    cfg: FsConfig,
-    heartbeat: Duration,
-    files: Files,
-    /// Our record and its heartbeat counter, while we hold the lock.
-    ours: Option<(Record, u64)>,
-    judge: Judge,
-    /// inotify on the parent and the pidfd of a same-host holder.
-    wake: Wakeups,
-}
+/// The link backend: the file-lock template with this file's naming.
+pub type Link = FileLock<Files>;
 
 /// The lock's files: what the judge sees and removes.
-struct Files {
+pub struct Files {
     profile: String,
     dir: LockDir,
     /// What we saw of a breaker's guard, and since when.
     guard_seen: Observations,
+    /// This attempt's `link(2)` failed with nothing at NAME: the filesystem may refuse hard
+    /// links (said if the attempt ends with nobody holding the lock).
+    refused: Option<Errno>,
 }
 
 /// What `link(2)` made of an attempt.
@@ -102,57 +84,6 @@ fn sign_of(content: &[u8], st: &FileStat) -> Vec<u8> {
 /// The content part of a sign.
 fn content_of(sign: &[u8]) -> &[u8] {
     &sign[16.min(sign.len())..]
-}
-
-impl Link {
-    pub fn new(cfg: FsConfig, profile: &Named) -> Link {
-        Link {
-            heartbeat: profile.common.heartbeat(),
-            files: Files {
-                profile: profile.name.to_string(),
-                dir: LockDir::new(&cfg, profile.common.stale_after),
-                guard_seen: Observations::new(profile.common.stale_after),
-            },
-            judge: Judge::new(profile, cfg.path.clone(), cfg.local),
-            cfg,
-            ours: None,
-            wake: Wakeups::default(),
-        }
-    }
-
-    /// Holding: exactly the fencing token our record names, the state marked "not cleanly
-    /// released" until our release says otherwise. `Ok(false)`: the state moved past it
-    /// (someone took and released the lock since we read it, or we stalled here and were
-    /// broken): NAME is given back if it still holds our record, and the caller looks again.
-    fn finish_create(&mut self, rec: &Record) -> Result<bool> {
-        let token = rec.token.unwrap_or(0);
-        let Some(prev_crashed) = self.files.dir.issue_token_exactly(token)? else {
-            debug!(
-                "fencing token {token} was overtaken while we took {}: giving it back",
-                self.cfg.path.display()
-            );
-            let name = self.files.dir.name.clone();
-            self.files.unlink_if(&name, rec.render_beat(0).as_bytes())?;
-            return Ok(false);
-        };
-        if prev_crashed {
-            self.judge.broke = true;
-        }
-        Ok(true)
-    }
-
-    /// NAME's content if it still holds our record (read fresh).
-    fn still_ours(&mut self) -> Result<Option<Vec<u8>>> {
-        let Some((rec, _)) = self.ours.clone() else {
-            return Ok(None);
-        };
-        let dir = &mut self.files.dir;
-        let name = dir.name.clone();
-        Ok(match dir.read_file(&name)? {
-            Some((content, _)) if lockdir::is_ours(&content, &rec) => Some(content),
-            _ => None,
-        })
-    }
 }
 
 impl Files {
@@ -282,162 +213,154 @@ impl Holders for Files {
     }
 }
 
-impl Backend for Link {
-    fn name(&self) -> &'static str {
-        "link"
+impl Files {
+    /// NAME's content if it still holds `rec` (read fresh).
+    fn still_ours(&mut self, rec: &Record) -> Result<Option<Vec<u8>>> {
+        let name = self.dir.name.clone();
+        Ok(match self.dir.read_file(&name)? {
+            Some((content, _)) if lockdir::is_ours(&content, rec) => Some(content),
+            _ => None,
+        })
     }
 
-    fn try_acquire(&mut self) -> Result<Attempt> {
-        self.wake.drain();
-        let mut holders = Vec::new();
-        let mut refused = None;
-        for _ in 0..4 {
-            let name = self.files.dir.name.clone();
-            let exists = {
-                let parent = self.files.dir.fd()?;
-                nix::sys::stat::fstatat(parent, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
-                    .is_ok()
-            };
-            if !exists {
-                let mut rec = Record::ours(&self.files.profile);
-                rec.token = Some(super::owner::next_token(self.files.dir.read_state()?));
-                match self.files.link_new(&rec, &name)? {
-                    Linked::Ours => {
-                        match self.finish_create(&rec) {
-                            Ok(true) => {}
-                            Ok(false) => continue, // overtaken: look again
-                            Err(e) => {
-                                let content = rec.render_beat(0);
-                                let _ = self.files.unlink_if(&name, content.as_bytes());
-                                return Err(e);
-                            }
-                        }
-                        let grant = self.judge.acquired(&mut self.wake, rec.token);
-                        self.ours = Some((rec, 0));
-                        return Ok(grant);
-                    }
-                    Linked::Refused(e) => refused = Some(e),
-                    Linked::Taken => {}
-                }
-            }
-            match self.judge.clear_dead(&mut self.files, &mut self.wake)? {
-                Some(h) => {
-                    holders = h;
-                    break;
-                }
-                None => continue,
-            }
+    /// Holding: exactly the fencing token our record names, the state marked "not cleanly
+    /// released" until our release says otherwise (`Some(prev_crashed)`). `Ok(None)`: the
+    /// state moved past it (someone took and released the lock since we read it, or we
+    /// stalled here and were broken): NAME is given back if it still holds our record, and
+    /// the caller looks again.
+    fn finish_create(&mut self, rec: &Record) -> Result<Option<bool>> {
+        let token = rec.token.unwrap_or(0);
+        let Some(prev_crashed) = self.dir.issue_token_exactly(token)? else {
+            debug!(
+                "fencing token {token} was overtaken while we took {}: giving it back",
+                self.dir.path.display()
+            );
+            let name = self.dir.name.clone();
+            self.unlink_if(&name, rec.render_beat(0).as_bytes())?;
+            return Ok(None);
+        };
+        Ok(Some(prev_crashed))
+    }
+}
+
+impl Scheme for Files {
+    /// Our record and its heartbeat counter.
+    type Held = (Record, u64);
+    const NAME: &'static str = "link";
+    const PROBE: Probe = Probe::Link;
+    const SHARED: bool = false;
+
+    fn new(cfg: &FsConfig, lock: &Named) -> Files {
+        Files {
+            profile: lock.name.to_string(),
+            dir: LockDir::new(cfg, lock.common.stale_after),
+            guard_seen: Observations::new(lock.common.stale_after),
+            refused: None,
         }
+    }
+
+    fn dir(&self) -> &LockDir {
+        &self.dir
+    }
+
+    fn take(&mut self) -> Result<Take<(Record, u64)>> {
+        let name = self.dir.name.clone();
+        let exists = {
+            let parent = self.dir.fd()?;
+            nix::sys::stat::fstatat(parent, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
+        };
+        if exists {
+            return Ok(Take::Taken);
+        }
+        let mut rec = Record::ours(&self.profile);
+        rec.token = Some(super::owner::next_token(self.dir.read_state()?));
+        match self.link_new(&rec, &name)? {
+            Linked::Ours => match self.finish_create(&rec) {
+                Ok(Some(prev_crashed)) => {
+                    self.refused = None;
+                    let token = rec.token;
+                    Ok(Take::Held((rec, 0), token, prev_crashed))
+                }
+                Ok(None) => Ok(Take::Again), // overtaken: look again
+                Err(e) => {
+                    let content = rec.render_beat(0);
+                    let _ = self.unlink_if(&name, content.as_bytes());
+                    Err(e)
+                }
+            },
+            Linked::Refused(e) => {
+                self.refused = Some(e);
+                Ok(Take::Taken)
+            }
+            Linked::Taken => Ok(Take::Taken),
+        }
+    }
+
+    fn busy(&mut self, holders: Vec<Holder>) -> Result<Vec<Holder>> {
         if holders.is_empty()
-            && let Some(e) = refused
+            && let Some(e) = self.refused.take()
         {
             return Err(Error::path(
                 "cannot create lock (does this filesystem support hard links?)",
-                &self.cfg.path,
+                &self.dir.path,
                 e.into(),
             ));
         }
-        Ok(Attempt::Busy(holders))
+        self.refused = None;
+        Ok(holders)
     }
 
-    fn prepare_wait(&mut self) -> Result<WaitHint> {
-        let queue = self.files.dir.queue();
-        self.wake.watch_dir(&self.files.dir.parent, queue);
-        Ok(WaitHint { poll: true })
+    fn failed(&mut self) {
+        self.refused = None;
     }
 
-    fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
-        self.wake.fds()
-    }
-
-    fn heartbeat_period(&self) -> Option<Duration> {
-        (!self.cfg.local).then_some(self.heartbeat)
-    }
-
-    fn heartbeat(&mut self, _deadline: Instant) -> Result<()> {
-        let Some((rec, n)) = self.ours.clone() else {
-            return Err(err!(Lost, "not holding"));
-        };
-        let (name, path) = (self.files.dir.name.clone(), self.cfg.path.clone());
-        let (at, remote) = self.files.dir.fd_remote()?;
-        if !lockdir::write_beat(at, &name, &path, &rec, n + 1, remote)? {
+    fn beat(&mut self, held: &mut (Record, u64)) -> Result<()> {
+        let (rec, n) = held;
+        let (name, path) = (self.dir.name.clone(), self.dir.path.clone());
+        let (at, remote) = self.dir.fd_remote()?;
+        if !lockdir::write_beat(at, &name, &path, rec, *n + 1, remote)? {
             return Err(err!(
                 Lost,
                 "lock {} was broken: it no longer holds our record",
                 path.display()
             ));
         }
-        self.ours = Some((rec, n + 1));
+        *n += 1;
         Ok(())
     }
 
-    fn release(&mut self) -> Result<()> {
-        if self.ours.is_none() {
-            return Ok(());
-        }
-        let path = self.cfg.path.clone();
-        let Some(content) = self.still_ours()? else {
-            self.ours = None;
-            return Err(err!(
-                Lost,
-                "lock {} was broken while held: it no longer holds our record",
-                path.display()
-            ));
+    fn release(&mut self, held: (Record, u64)) -> std::result::Result<(), NotReleased<(Record, u64)>> {
+        let path = self.dir.path.clone();
+        let content = match self.still_ours(&held.0) {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                return Err(NotReleased::done(err!(
+                    Lost,
+                    "lock {} was broken while held: it no longer holds our record",
+                    path.display()
+                )));
+            }
+            // Nothing done yet: the caller may retry.
+            Err(error) => {
+                return Err(NotReleased {
+                    error,
+                    retry: Some(held),
+                });
+            }
         };
-        let (rec, _) = self.ours.take().expect("checked above");
-        if let Some(token) = rec.token
-            && let Err(e) = self.files.dir.mark_clean(token)
+        if let Some(token) = held.0.token
+            && let Err(e) = self.dir.mark_clean(token)
         {
             info!("{e}; the next holder will see prev=crashed");
         }
-        let name = self.files.dir.name.clone();
-        if !self.files.unlink_if(&name, &content)? {
-            return Err(err!(
+        let name = self.dir.name.clone();
+        if !self.unlink_if(&name, &content).map_err(NotReleased::done)? {
+            return Err(NotReleased::done(err!(
                 Lost,
                 "lock {} was broken while releasing it",
                 path.display()
-            ));
+            )));
         }
         Ok(())
-    }
-
-    fn status(&mut self) -> Result<Vec<Holder>> {
-        Ok(self
-            .files
-            .holders()?
-            .map(|list| list.iter().map(Evidence::holder).collect())
-            .unwrap_or_default())
-    }
-
-    fn break_lock(
-        &mut self,
-        force: bool,
-        token: Option<u64>,
-        watcher: &mut Watcher,
-    ) -> Result<BreakOutcome> {
-        self.judge
-            .break_lock(&mut self.files, force, token, watcher)
-    }
-}
-
-impl Registered for Link {
-    type Config = FsConfig;
-    const KEYS: &'static [&'static [KeyDoc]] = &[super::lockdir::FS_KEYS, super::lockdir::HEARTBEAT_KEYS];
-    const SHARED: bool = false;
-    const ON_FILES: bool = true;
-    fn parse(f: &mut Fields) -> crate::error::Result<FsConfig> {
-        config(f)
-    }
-    fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
-        super::address::path_keys(a)
-    }
-    fn open(cfg: &FsConfig, lock: &Named) -> Box<dyn Backend> {
-        Box::new(Link::new(cfg.clone(), lock))
-    }
-    fn verify(cfg: &FsConfig, lock: &Named, peer: Option<&Path>) -> crate::error::Result<Report> {
-        super::lockdir::probe::verify(lock, Scheme::Link, cfg, peer)
-    }
-    fn location(cfg: &FsConfig) -> String {
-        cfg.path.display().to_string()
     }
 }

@@ -56,7 +56,7 @@ use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, RenameFlags, openat, readlinkat, renameat, renameat2};
@@ -67,21 +67,15 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::faults::{self, Switch};
-use super::address::Address;
-use super::lock::Registered;
-use super::lockdir::probe::Scheme;
-use super::verify::Report;
-use super::lock::{Attempt, Backend, BreakOutcome, Holder, Named, WaitHint};
-use super::lockdir::FsConfig;
-use super::lockdir::{self, LockDir};
+use super::filelock::{FileLock, NotReleased, Scheme, Take};
+use super::lock::Named;
+use super::lockdir::probe::Scheme as Probe;
+use super::lockdir::{self, FsConfig, LockDir};
 use super::owner::{Parsed, Record};
-use super::stale::{Evidence, Holders, Judge};
-use super::wake::Wakeups;
+use super::stale::{Evidence, Holders};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info, trace};
 use crate::protocol::Mode;
-use crate::settings::{Fields, KeyDoc};
-use crate::watch::Watcher;
 
 const OWNER_PREFIX: &str = "owner.";
 /// A holder releasing renames its `owner.<nonce>` to `releasing.<nonce>` (its claim), so the
@@ -95,28 +89,16 @@ const BREAKER_PREFIX: &str = "breaker.";
 /// A claimed acquisition's record entry, renamed to carry its claimant's nonce.
 const CLAIMED_PREFIX: &str = "claimed.";
 
-/// The keys of `backend = "mkdir"`: the file backends' keys ([`FsConfig::parse`]).
-pub fn config(f: &mut Fields) -> crate::error::Result<FsConfig> {
-    FsConfig::parse(f, true)
-}
 
 fn is_record_entry(name: &[u8]) -> bool {
     name.starts_with(OWNER_PREFIX.as_bytes()) || name.starts_with(RELEASING_PREFIX.as_bytes())
 }
 
-pub struct Mkdir {
-    cfg: FsConfig,
-    heartbeat: Duration,
-    files: Files,
-    /// Our record and its heartbeat counter, while we hold the lock.
-    ours: Option<(Record, u64)>,
-    judge: Judge,
-    /// inotify on the parent and the pidfd of a same-host holder.
-    wake: Wakeups,
-}
+/// The mkdir backend: the file-lock template with this file's naming.
+pub type Mkdir = FileLock<Files>;
 
 /// The lock's directories: what the judge sees and removes.
-struct Files {
+pub struct Files {
     profile: String,
     dir: LockDir,
     file_mode: Option<u32>,
@@ -144,43 +126,6 @@ fn sign_of(beat: Option<&[u8]>, st: Option<&FileStat>) -> Vec<u8> {
     s.push(b'|');
     s.extend_from_slice(beat.unwrap_or(b"no beat"));
     s
-}
-
-impl Mkdir {
-    pub fn new(cfg: FsConfig, profile: &Named) -> Mkdir {
-        Mkdir {
-            heartbeat: profile.common.heartbeat(),
-            files: Files {
-                profile: profile.name.to_string(),
-                dir: LockDir::new(&cfg, profile.common.stale_after),
-                file_mode: cfg.file_mode,
-                group: cfg.group,
-                // A debug switch: behave as on NFS (no RENAME_NOREPLACE), so the tests cover
-                // the path NFS users take on a machine that cannot mount NFS.
-                plain_mkdir: faults::on(Switch::MkdirPlain),
-            },
-            judge: Judge::new(profile, cfg.path.clone(), cfg.local),
-            cfg,
-            ours: None,
-            wake: Wakeups::default(),
-        }
-    }
-
-    /// Holding the name now: take exactly the fencing token our records name, marking the
-    /// state "not cleanly released" until our release says otherwise. `Ok(false)`: the state
-    /// moved past it (someone took and released the lock since we read it, or we stalled
-    /// here and were broken); the caller gives the name back and looks again.
-    fn finish_create(&mut self, rec: &Record) -> Result<bool> {
-        let token = rec.token.unwrap_or(0);
-        let Some(prev_crashed) = self.files.dir.issue_token_exactly(token)? else {
-            return Ok(false);
-        };
-        if prev_crashed {
-            self.judge.broke = true;
-        }
-        trace!("took the name: nonce {} token {token}", rec.nonce);
-        Ok(true)
-    }
 }
 
 impl Files {
@@ -696,82 +641,72 @@ impl Holders for Files {
     }
 }
 
-impl Backend for Mkdir {
-    fn name(&self) -> &'static str {
-        "mkdir"
-    }
+impl Scheme for Files {
+    /// Our record and its heartbeat counter.
+    type Held = (Record, u64);
+    const NAME: &'static str = "mkdir";
+    const PROBE: Probe = Probe::Mkdir;
+    const SHARED: bool = false;
 
-    fn try_acquire(&mut self) -> Result<Attempt> {
-        // A few rounds: the lock may vanish between our mkdir and our look, or be broken.
-        // Drain old notifications *before* trying: a release after this point leaves a
-        // fresh event, so the wait that may follow cannot miss it.
-        self.wake.drain();
-        let mut holders = Vec::new();
-        for _ in 0..4 {
-            if let Some(mut rec) = self.files.create()? {
-                let r = self.finish_create(&rec);
-                if !matches!(r, Ok(true)) {
-                    // Given back as a release does: claimed first (our owner entry, which
-                    // exists only in our own directory), so a lock broken and taken by a
-                    // successor meanwhile is never freed. No token of ours to mark clean.
-                    let token = rec.token.take();
-                    self.ours = Some((rec, 0));
-                    if let Err(e) = self.release() {
-                        debug!("giving back what we made: {e}");
-                    }
-                    match r {
-                        Ok(_) => {
-                            debug!(
-                                "fencing token {} was overtaken while we took {}: giving it back",
-                                token.unwrap_or_default(),
-                                self.files.path().display()
-                            );
-                            continue;
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                let grant = self.judge.acquired(&mut self.wake, rec.token);
-                self.ours = Some((rec, 0));
-                return Ok(grant);
-            }
-            match self.judge.clear_dead(&mut self.files, &mut self.wake)? {
-                Some(h) => {
-                    holders = h;
-                    break;
-                }
-                None => continue,
-            }
+    fn new(cfg: &FsConfig, lock: &Named) -> Files {
+        Files {
+            profile: lock.name.to_string(),
+            dir: LockDir::new(cfg, lock.common.stale_after),
+            file_mode: cfg.file_mode,
+            group: cfg.group,
+            // A test switch: behave as on NFS (no RENAME_NOREPLACE), so the tests cover the
+            // path NFS users take on a machine that cannot mount NFS.
+            plain_mkdir: faults::on(Switch::MkdirPlain),
         }
-        Ok(Attempt::Busy(holders))
     }
 
-    fn prepare_wait(&mut self) -> Result<WaitHint> {
-        let queue = self.files.dir.queue();
-        self.wake.watch_dir(&self.files.dir.parent, queue);
-        Ok(WaitHint { poll: true })
+    fn dir(&self) -> &LockDir {
+        &self.dir
     }
 
-    fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
-        self.wake.fds()
-    }
-
-    fn heartbeat_period(&self) -> Option<Duration> {
-        (!self.cfg.local).then_some(self.heartbeat)
-    }
-
-    fn heartbeat(&mut self, _deadline: Instant) -> Result<()> {
-        let Some((rec, n)) = self.ours.clone() else {
-            return Err(err!(Lost, "not holding"));
+    /// Holding the name: take exactly the fencing token our records name, marking the state
+    /// "not cleanly released" until our release says otherwise. If the state moved past it
+    /// (someone took and released the lock since we read it, or we stalled here and were
+    /// broken), the name is given back and we look again.
+    fn take(&mut self) -> Result<Take<(Record, u64)>> {
+        let Some(mut rec) = self.create()? else {
+            return Ok(Take::Taken);
         };
-        let f = &mut self.files;
-        let path = f.path().to_path_buf();
+        let token = rec.token.unwrap_or(0);
+        let issued = self.dir.issue_token_exactly(token);
+        if let Ok(Some(prev_crashed)) = issued {
+            trace!("took the name: nonce {} token {token}", rec.nonce);
+            let token = rec.token;
+            return Ok(Take::Held((rec, 0), token, prev_crashed));
+        }
+        // Given back as a release does: claimed first (our owner entry, which exists only in
+        // our own directory), so a lock broken and taken by a successor meanwhile is never
+        // freed. No token of ours to mark clean.
+        rec.token = None;
+        if let Err(nr) = self.release((rec, 0)) {
+            debug!("giving back what we made: {}", nr.error);
+        }
+        match issued {
+            Ok(_) => {
+                debug!(
+                    "fencing token {token} was overtaken while we took {}: giving it back",
+                    self.path().display()
+                );
+                Ok(Take::Again)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn beat(&mut self, held: &mut (Record, u64)) -> Result<()> {
+        let (rec, n) = held;
+        let path = self.path().to_path_buf();
         let (beat, owner) = (
-            f.inside(BEAT),
-            f.inside(&format!("{OWNER_PREFIX}{}", rec.nonce)),
+            self.inside(BEAT),
+            self.inside(&format!("{OWNER_PREFIX}{}", rec.nonce)),
         );
-        let (parent, remote) = f.dir.fd_remote()?;
-        if !lockdir::write_beat(parent, beat.as_os_str(), &path, &rec, n + 1, remote)? {
+        let (parent, remote) = self.dir.fd_remote()?;
+        if !lockdir::write_beat(parent, beat.as_os_str(), &path, rec, *n + 1, remote)? {
             return Err(err!(
                 Lost,
                 "lock {} was broken: our heartbeat record is gone",
@@ -798,102 +733,71 @@ impl Backend for Mkdir {
             }
             Err(e) => return Err(Error::path("cannot heartbeat lock", &path, e.into())),
         }
-        self.ours = Some((rec, n + 1));
+        *n += 1;
         Ok(())
     }
 
-    fn release(&mut self) -> Result<()> {
-        let Some((rec, _)) = self.ours.take() else {
-            return Ok(());
-        };
-        let f = &mut self.files;
-        let path = f.path().to_path_buf();
-        let owner = f.inside(&format!("{OWNER_PREFIX}{}", rec.nonce));
-        let claimed = f.inside(&format!("{RELEASING_PREFIX}{}", rec.nonce));
-        let parent = f.dir.fd()?;
+    fn release(&mut self, held: (Record, u64)) -> std::result::Result<(), NotReleased<(Record, u64)>> {
+        let rec = &held.0;
+        let path = self.path().to_path_buf();
+        let owner = self.inside(&format!("{OWNER_PREFIX}{}", rec.nonce));
+        let claimed = self.inside(&format!("{RELEASING_PREFIX}{}", rec.nonce));
+        let parent = self.dir.fd().map_err(NotReleased::done)?;
         // The claim: from here nobody else may remove or take this acquisition.
         match renameat(parent, &owner, parent, &claimed) {
-            Ok(()) => {
-                // The claim went by NAME's path (as every write does on a path-based network
-                // filesystem such as sshfs): our entry may have been planted in a successor's
-                // lock by a write that stalled past our lock's break. Ours only if its
-                // heartbeat record is ours; else take the entry back out and free nothing.
-                // (A local filesystem writes through our descriptors: nothing to check.)
-                let beat = f.inside(BEAT);
-                let shown = f.dir.shown(&beat);
-                let ours = !f.dir.remote()
-                    || match f.open_lock()? {
-                        Some(d) => lockdir::read_record(d.as_fd(), BEAT.as_ref(), &shown)?
-                            .is_some_and(|(c, _)| lockdir::is_ours(&c, &rec)),
-                        None => false,
-                    };
-                if !ours {
-                    let parent = f.dir.fd()?;
-                    let _ = unlinkat(parent, &claimed, UnlinkatFlags::NoRemoveDir);
-                    return Err(err!(
-                        Lost,
-                        "lock {} was broken while held: it holds another's heartbeat record",
-                        path.display()
-                    ));
-                }
-                // Still holding the name: say this acquisition ended cleanly, unless the state
-                // moved on (only possible after a pause longer than stale_after).
-                if let Some(token) = rec.token
-                    && let Err(e) = f.dir.mark_clean(token)
-                {
-                    info!("{e}; the next holder will see prev=crashed");
-                }
-                f.free_name(&rec.nonce).map(drop)
+            Ok(()) => {}
+            Err(Errno::ENOENT) => {
+                return Err(NotReleased::done(err!(
+                    Lost,
+                    "lock {} was broken while held: our owner record is gone",
+                    path.display()
+                )));
             }
-            Err(Errno::ENOENT) => Err(err!(
-                Lost,
-                "lock {} was broken while held: our owner record is gone",
-                path.display()
-            )),
             Err(e) => {
-                self.ours = Some((rec, 0)); // still ours: the caller may retry
-                Err(Error::path("cannot release lock", &path, e.into()))
+                // Still ours: the caller may retry.
+                return Err(NotReleased {
+                    error: Error::path("cannot release lock", &path, e.into()),
+                    retry: Some((held.0, 0)),
+                });
             }
         }
-    }
-
-    fn status(&mut self) -> Result<Vec<Holder>> {
-        Ok(self
-            .files
-            .holders()?
-            .map(|list| list.iter().map(Evidence::holder).collect())
-            .unwrap_or_default())
-    }
-
-    fn break_lock(
-        &mut self,
-        force: bool,
-        token: Option<u64>,
-        watcher: &mut Watcher,
-    ) -> Result<BreakOutcome> {
-        self.judge
-            .break_lock(&mut self.files, force, token, watcher)
+        self.free_claimed(rec, &claimed).map_err(NotReleased::done)
     }
 }
 
-impl Registered for Mkdir {
-    type Config = FsConfig;
-    const KEYS: &'static [&'static [KeyDoc]] = &[super::lockdir::FS_KEYS, super::lockdir::HEARTBEAT_KEYS];
-    const SHARED: bool = false;
-    const ON_FILES: bool = true;
-    fn parse(f: &mut Fields) -> crate::error::Result<FsConfig> {
-        config(f)
-    }
-    fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
-        super::address::path_keys(a)
-    }
-    fn open(cfg: &FsConfig, lock: &Named) -> Box<dyn Backend> {
-        Box::new(Mkdir::new(cfg.clone(), lock))
-    }
-    fn verify(cfg: &FsConfig, lock: &Named, peer: Option<&Path>) -> crate::error::Result<Report> {
-        super::lockdir::probe::verify(lock, Scheme::Mkdir, cfg, peer)
-    }
-    fn location(cfg: &FsConfig) -> String {
-        cfg.path.display().to_string()
+impl Files {
+    /// After our claim (`releasing.<nonce>`): frees the name if the lock we claimed in is ours.
+    fn free_claimed(&mut self, rec: &Record, claimed: &Path) -> Result<()> {
+        let path = self.path().to_path_buf();
+        // The claim went by NAME's path (as every write does on a path-based network
+        // filesystem such as sshfs): our entry may have been planted in a successor's lock by
+        // a write that stalled past our lock's break. Ours only if its heartbeat record is
+        // ours; else take the entry back out and free nothing. (A local filesystem writes
+        // through our descriptors: nothing to check.)
+        let beat = self.inside(BEAT);
+        let shown = self.dir.shown(&beat);
+        let ours = !self.dir.remote()
+            || match self.open_lock()? {
+                Some(d) => lockdir::read_record(d.as_fd(), BEAT.as_ref(), &shown)?
+                    .is_some_and(|(c, _)| lockdir::is_ours(&c, rec)),
+                None => false,
+            };
+        if !ours {
+            let parent = self.dir.fd()?;
+            let _ = unlinkat(parent, claimed, UnlinkatFlags::NoRemoveDir);
+            return Err(err!(
+                Lost,
+                "lock {} was broken while held: it holds another's heartbeat record",
+                path.display()
+            ));
+        }
+        // Still holding the name: say this acquisition ended cleanly, unless the state moved
+        // on (only possible after a pause longer than stale_after).
+        if let Some(token) = rec.token
+            && let Err(e) = self.dir.mark_clean(token)
+        {
+            info!("{e}; the next holder will see prev=crashed");
+        }
+        self.free_name(&rec.nonce).map(drop)
     }
 }

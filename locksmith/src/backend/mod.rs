@@ -8,6 +8,7 @@
 
 pub mod address;
 pub mod faults;
+pub mod filelock;
 pub mod hold;
 pub mod lock;
 pub mod lockdir;

@@ -63,7 +63,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::dir::Dir;
 use nix::errno::Errno;
@@ -73,46 +73,25 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
 use super::faults::{self, Switch};
-use super::address::Address;
-use super::lock::Registered;
-use super::lockdir::probe::Scheme;
-use super::verify::Report;
-use super::lock::{Attempt, Backend, BreakOutcome, Holder, Named, WaitHint};
-use super::lockdir::FsConfig;
-use super::lockdir::{self, LockDir};
+use super::filelock::{FileLock, NotReleased, Scheme, Take};
+use super::lock::{Holder, Named};
+use super::lockdir::probe::Scheme as Probe;
+use super::lockdir::{self, FsConfig, LockDir};
 use super::owner::{self, Parsed, Record};
-use super::stale::{Evidence, Holders, Judge, Observations};
-use super::wake::Wakeups;
+use super::stale::{Evidence, Holders, Observations};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
-use crate::settings::{Fields, KeyDoc};
-use crate::watch::Watcher;
 
-/// The keys of `backend = "symlink"`: the file backends' keys ([`FsConfig::parse`]).
-pub fn config(f: &mut Fields) -> crate::error::Result<FsConfig> {
-    FsConfig::parse(f, true)
-}
 
 /// Prefix of a reader's registration entry inside a group.
 const READER_PREFIX: &str = "r.";
 
-pub struct Symlink {
-    files: Files,
-    judge: Judge,
-    wake: Wakeups,
-    heartbeat: Duration,
-    held: Option<Held>,
-    /// Our waiting-writer marker, while an exclusive attempt waits.
-    marker: Option<OsString>,
-    /// What we saw of other writers' markers, and since when.
-    markers_seen: Observations,
-    /// Our heartbeat counter while holding exclusively on a network filesystem.
-    beats: u64,
-}
+/// The symlink backend: the file-lock template with this file's naming.
+pub type Symlink = FileLock<Files>;
 
 /// The lock's names: what the judge sees and removes.
-struct Files {
+pub struct Files {
     profile: String,
     mode: Mode,
     dir: LockDir,
@@ -127,14 +106,20 @@ struct Files {
     guard_seen: Observations,
     /// The group NAME named at the last look (left once its members are removed).
     looked_at_group: Option<OsString>,
+    /// Our waiting-writer marker, while an exclusive attempt waits.
+    marker: Option<OsString>,
+    /// What we saw of other writers' markers, and since when.
+    markers_seen: Observations,
 }
 
 /// What we hold.
-enum Held {
+pub enum Held {
     Exclusive {
         rec: Record,
         /// NAME's target: our rendered record.
         target: String,
+        /// Our heartbeat counter (on a network filesystem: the heartbeat record's).
+        beats: u64,
     },
     Shared {
         group: OsString,
@@ -677,43 +662,15 @@ impl Holders for Files {
     }
 }
 
-impl Symlink {
-    pub fn new(cfg: FsConfig, profile: &Named) -> Symlink {
-        let mode = if profile.common.shared {
-            Mode::Shared
-        } else {
-            Mode::Exclusive
-        };
-        Symlink {
-            heartbeat: profile.common.heartbeat(),
-            files: Files {
-                profile: profile.name.to_string(),
-                mode,
-                dir: LockDir::new(&cfg, profile.common.stale_after),
-                local: cfg.local,
-                file_mode: cfg.file_mode,
-                group: cfg.group,
-                seed_scheme: faults::on(Switch::SymlinkSeedScheme),
-                guard_seen: Observations::new(profile.common.stale_after),
-                looked_at_group: None,
-            },
-            judge: Judge::new(profile, cfg.path.clone(), cfg.local),
-            wake: Wakeups::default(),
-            held: None,
-            marker: None,
-            markers_seen: Observations::new(profile.common.stale_after),
-            beats: 0,
-        }
-    }
-
+impl Files {
     /// Live waiting writers (dead or silent markers are removed on the way).
     fn writers_waiting(&mut self) -> Result<Vec<Holder>> {
         let mut live = Vec::new();
-        for m in self.files.list_beside(&self.files.marker_prefix())? {
+        for m in self.list_beside(&self.marker_prefix())? {
             if self.marker.as_ref() == Some(&m) {
                 continue;
             }
-            let Some((text, seen)) = self.files.read_entry(&m).or_else(|e| match e.kind() {
+            let Some((text, seen)) = self.read_entry(&m).or_else(|e| match e.kind() {
                 Kind::Config => Ok(None),
                 _ => Err(e),
             })?
@@ -726,7 +683,7 @@ impl Symlink {
                     "removing the marker of a dead waiting writer: {}",
                     parsed.holder()
                 );
-                let _ = unlinkat(self.files.fd()?, m.as_os_str(), UnlinkatFlags::NoRemoveDir);
+                let _ = unlinkat(self.fd()?, m.as_os_str(), UnlinkatFlags::NoRemoveDir);
                 self.markers_seen.forget(&m);
             } else {
                 let mut h = parsed.holder();
@@ -740,15 +697,15 @@ impl Symlink {
     /// A waiting writer: leave (or refresh) our marker so readers stop joining.
     fn mark_waiting(&mut self) -> Result<()> {
         let now = TimeSpec::UTIME_NOW;
-        self.files.fd()?;
-        if self.files.remote() && (self.marker.is_some() || !self.files.local) {
+        self.fd()?;
+        if self.remote() && (self.marker.is_some() || !self.local) {
             // No readers without local = true there (refused); with it, markers are judged
             // by proof of death alone and need no refreshing (which sshfs cannot do).
             return Ok(());
         }
         if let Some(m) = self.marker.clone() {
             match utimensat(
-                self.files.fd()?,
+                self.fd()?,
                 m.as_os_str(),
                 &now,
                 &now,
@@ -757,76 +714,60 @@ impl Symlink {
                 Ok(()) => return Ok(()),
                 // Removed by a reader that judged us silent: make it again.
                 Err(Errno::ENOENT) => self.marker = None,
-                Err(e) => return Err(self.files.io("cannot mark a waiting writer beside", e)),
+                Err(e) => return Err(self.io("cannot mark a waiting writer beside", e)),
             }
         }
-        let rec = Record::ours(&self.files.profile);
-        let mut m = self.files.marker_prefix();
+        let rec = Record::ours(&self.profile);
+        let mut m = self.marker_prefix();
         m.push(&rec.nonce);
-        match self.files.make_link(&rec.render(), Path::new(&m))? {
+        match self.make_link(&rec.render(), Path::new(&m))? {
             Ok(true) => {
                 self.marker = Some(m);
                 Ok(())
             }
             Ok(false) => Ok(()),
-            Err(e) => Err(self.files.io("cannot mark a waiting writer beside", e)),
+            Err(e) => Err(self.io("cannot mark a waiting writer beside", e)),
         }
     }
 
     fn unmark_waiting(&mut self) {
         if let Some(m) = self.marker.take()
-            && let Ok(parent) = self.files.fd()
+            && let Ok(parent) = self.fd()
         {
             let _ = unlinkat(parent, m.as_os_str(), UnlinkatFlags::NoRemoveDir);
         }
     }
 
-    /// Judges the holders there now and removes the dead and silent (`stale.rs`).
-    /// `Ok(None)`: the lock was freed: look again.
-    fn clear_dead(&mut self) -> Result<Option<Vec<Holder>>> {
-        self.judge.clear_dead(&mut self.files, &mut self.wake)
-    }
-
-    /// One exclusive attempt. `Ok(None)`: something changed, look again.
-    fn try_exclusive(&mut self) -> Result<Option<Attempt>> {
-        let mut rec = Record::ours(&self.files.profile);
-        rec.token = Some(owner::next_token(self.files.dir.read_state()?));
+    /// One exclusive try.
+    fn take_exclusive(&mut self) -> Result<Take<Held>> {
+        let mut rec = Record::ours(&self.profile);
+        rec.token = Some(owner::next_token(self.dir.read_state()?));
         let target = rec.render();
-        let name = self.files.dir.name.clone();
-        match self.files.make_link(&target, Path::new(&name))? {
-            Ok(true) => return self.finish_exclusive(rec, target),
-            Ok(false) => {}
-            Err(e) => return Err(self.files.io("cannot create lock", e)),
+        let name = self.dir.name.clone();
+        match self.make_link(&target, Path::new(&name))? {
+            Ok(true) => self.finish_exclusive(rec, target),
+            Ok(false) => Ok(Take::Taken),
+            Err(e) => Err(self.io("cannot create lock", e)),
         }
-        let Some(holders) = self.clear_dead()? else {
-            return Ok(None);
-        };
-        self.mark_waiting()?;
-        Ok(Some(Attempt::Busy(holders)))
     }
 
     /// Holding exclusively: fencing token, state "not cleanly released" until our release
-    /// says otherwise. `Ok(None)`: the token NAME names was overtaken (someone took and
-    /// released the lock between our read of the state and our symlink), or a successor's
-    /// heartbeat record is there (we stalled and were broken); NAME is given back if it
-    /// still names us, and the caller looks again. Rewriting NAME instead (a rename over it) would replace a
+    /// says otherwise. If the token NAME names was overtaken (someone took and released the
+    /// lock between our read of the state and our symlink), or a successor's heartbeat
+    /// record is there (we stalled and were broken), NAME is given back if it still names us
+    /// and we look again. Rewriting NAME instead (a rename over it) would replace a
     /// successor's lock if we stalled here past stale_after and were broken meanwhile.
-    fn finish_exclusive(&mut self, rec: Record, target: String) -> Result<Option<Attempt>> {
-        let name = self.files.dir.name.clone();
+    fn finish_exclusive(&mut self, rec: Record, target: String) -> Result<Take<Held>> {
+        let name = self.dir.name.clone();
+        let mut prev = false;
         // Ok(true): overtaken.
         let r = (|| -> Result<bool> {
-            let f = &mut self.files;
-            let Some(prev_crashed) = f.dir.issue_token_exactly(rec.token.unwrap_or(0))? else {
+            let Some(prev_crashed) = self.dir.issue_token_exactly(rec.token.unwrap_or(0))? else {
                 return Ok(true);
             };
-            if prev_crashed {
-                self.judge.broke = true;
-            }
-            if f.remote() && !f.local {
-                self.beats = 0;
-                if !f.publish_beat_record(&rec, &target)? {
-                    return Ok(true);
-                }
+            prev = prev_crashed;
+            if self.remote() && !self.local && !self.publish_beat_record(&rec, &target)? {
+                return Ok(true);
             }
             Ok(false)
         })();
@@ -835,41 +776,43 @@ impl Symlink {
                 "fencing token {} was overtaken, or a successor's heartbeat record is there, \
                  while we took {}: giving it back",
                 rec.token.unwrap_or_default(),
-                self.files.path().display()
+                self.path().display()
             );
-            self.files.unlink_if(&name, &target);
-            return Ok(None);
+            self.unlink_if(&name, &target);
+            return Ok(Take::Again);
         }
-        self.held = Some(Held::Exclusive {
-            rec: rec.clone(),
+        let token = rec.token;
+        let held = Held::Exclusive {
+            rec,
             target,
-        });
+            beats: 0,
+        };
         if let Err(e) = r {
-            let _ = self.release();
+            let _ = self.release(held);
             return Err(e);
         }
         self.unmark_waiting();
-        self.files.tidy_groups();
-        Ok(Some(self.judge.acquired(&mut self.wake, rec.token)))
+        self.tidy_groups();
+        Ok(Take::Held(held, token, prev))
     }
 
-    /// One shared attempt. `Ok(None)`: something changed, look again.
-    fn try_shared(&mut self) -> Result<Option<Attempt>> {
+    /// One shared try.
+    fn take_shared(&mut self) -> Result<Take<Held>> {
         let writers = self.writers_waiting()?;
         if !writers.is_empty() {
             // Writer preference: let the readers inside drain. Name who holds it now.
-            let (_, list) = self.files.listing()?;
+            let (_, list) = self.listing()?;
             let holders = if list.is_empty() {
                 writers
             } else {
                 list.into_iter().map(|m| m.parsed.holder()).collect()
             };
-            return Ok(Some(Attempt::Busy(holders)));
+            return Ok(Take::Busy(holders));
         }
-        let rec = Record::ours(&self.files.profile);
+        let rec = Record::ours(&self.profile);
         let text = rec.render();
         let reg = format!("{READER_PREFIX}{}", rec.nonce);
-        let f = &mut self.files;
+        let f = &mut *self;
         match f.target()? {
             Target::Missing => {
                 let mut g = f.group_prefix();
@@ -912,15 +855,15 @@ impl Symlink {
                 let published = publish();
                 let group_gone = !f.dir.shown(&g).exists();
                 match published {
-                    Ok(true) => Ok(Some(self.finish_shared(g, entry))),
+                    Ok(true) => Ok(f.finish_shared(g, entry)),
                     // Our fresh, still empty group was tidied away by someone: look again.
-                    Ok(false) | Err(_) if group_gone => Ok(None),
+                    Ok(false) | Err(_) if group_gone => Ok(Take::Again),
                     Ok(false) => {
                         // Someone else took NAME first: take our group away again.
                         let parent = f.fd()?;
                         let _ = unlinkat(parent, entry.as_os_str(), UnlinkatFlags::NoRemoveDir);
                         let _ = unlinkat(parent, g.as_os_str(), UnlinkatFlags::RemoveDir);
-                        Ok(None)
+                        Ok(Take::Again)
                     }
                     Err(e) => {
                         let parent = f.fd()?;
@@ -938,9 +881,9 @@ impl Symlink {
                 let entry = Path::new(&g).join(&reg);
                 match f.make_link(&text, &entry)? {
                     // The group is gone: its last reader is leaving (or died leaving).
-                    Err(Errno::ENOENT) => return Ok(self.clear_dead()?.map(Attempt::Busy)),
+                    Err(Errno::ENOENT) => return Ok(Take::Taken),
                     Err(e) => return Err(f.io("cannot join shared lock", e)),
-                    Ok(false) => return Ok(None),
+                    Ok(false) => return Ok(Take::Again),
                     Ok(true) => {}
                 }
                 // Seed 004's race: G's last reader may have left (removing G and NAME) between
@@ -949,98 +892,99 @@ impl Symlink {
                 let name = f.dir.name.clone();
                 let still = matches!(readlinkat(f.fd()?, name.as_os_str()), Ok(t) if t.as_bytes() == g.as_bytes());
                 if still {
-                    return Ok(Some(self.finish_shared(g, entry)));
+                    return Ok(f.finish_shared(g, entry));
                 }
                 let _ = unlinkat(f.fd()?, entry.as_os_str(), UnlinkatFlags::NoRemoveDir);
                 // We may have kept an emptied group alive for a moment: leave it properly.
                 f.leave_group(&g)?;
-                Ok(None)
+                Ok(Take::Again)
             }
-            Target::Exclusive(..) => Ok(self.clear_dead()?.map(Attempt::Busy)),
+            Target::Exclusive(..) => Ok(Take::Taken),
         }
     }
 
-    fn finish_shared(&mut self, group: OsString, entry: PathBuf) -> Attempt {
-        self.held = Some(Held::Shared { group, entry });
+    fn finish_shared(&mut self, group: OsString, entry: PathBuf) -> Take<Held> {
         // Readers report the write epoch: the last exclusive token.
-        let token = match self.files.dir.read_state() {
+        let token = match self.dir.read_state() {
             Ok(s) => s.map(|s| s.token),
             Err(e) => {
                 debug!("no fencing token: {e}");
                 None
             }
         };
-        self.judge.acquired(&mut self.wake, token)
+        Take::Held(Held::Shared { group, entry }, token, false)
     }
 }
 
-impl Drop for Symlink {
+
+impl Drop for Files {
     fn drop(&mut self) {
         // A writer that gave up waiting takes its marker away.
         self.unmark_waiting();
     }
 }
 
-impl Backend for Symlink {
-    fn name(&self) -> &'static str {
-        "symlink"
-    }
+impl Scheme for Files {
+    type Held = Held;
+    const NAME: &'static str = "symlink";
+    const PROBE: Probe = Probe::Symlink;
+    const SHARED: bool = true;
+    const ROUNDS: usize = 8;
 
-    fn try_acquire(&mut self) -> Result<Attempt> {
-        self.wake.drain();
-        let mut last = Vec::new();
-        for _ in 0..8 {
-            let r = match self.files.mode {
-                Mode::Exclusive => self.try_exclusive(),
-                Mode::Shared => self.try_shared(),
-            };
-            match r {
-                Ok(Some(Attempt::Busy(h))) => {
-                    last = h;
-                    break;
-                }
-                Ok(Some(a)) => return Ok(a),
-                Ok(None) => continue,
-                Err(e) => {
-                    self.unmark_waiting();
-                    return Err(e);
-                }
-            }
+    fn new(cfg: &FsConfig, lock: &Named) -> Files {
+        Files {
+            profile: lock.name.to_string(),
+            mode: lock.common.mode(),
+            dir: LockDir::new(cfg, lock.common.stale_after),
+            local: cfg.local,
+            file_mode: cfg.file_mode,
+            group: cfg.group,
+            seed_scheme: faults::on(Switch::SymlinkSeedScheme),
+            guard_seen: Observations::new(lock.common.stale_after),
+            looked_at_group: None,
+            marker: None,
+            markers_seen: Observations::new(lock.common.stale_after),
         }
-        Ok(Attempt::Busy(last))
     }
 
-    fn prepare_wait(&mut self) -> Result<WaitHint> {
-        // Writers queue (wake.rs); readers all watch: a writer leaving lets them all in.
-        let queue = match self.files.mode {
-            Mode::Exclusive => self.files.dir.queue(),
-            Mode::Shared => None,
-        };
-        self.wake.watch_dir(&self.files.dir.parent, queue);
-        Ok(WaitHint { poll: true })
+    fn dir(&self) -> &LockDir {
+        &self.dir
     }
 
-    fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
-        self.wake.fds()
+    fn take(&mut self) -> Result<Take<Held>> {
+        match self.mode {
+            Mode::Exclusive => self.take_exclusive(),
+            Mode::Shared => self.take_shared(),
+        }
     }
 
-    fn heartbeat_period(&self) -> Option<Duration> {
-        (!self.files.local).then_some(self.heartbeat)
+    /// A waiting writer leaves (or refreshes) its marker so readers stop joining.
+    fn contended(&mut self) -> Result<()> {
+        match self.mode {
+            Mode::Exclusive => self.mark_waiting(),
+            Mode::Shared => Ok(()),
+        }
     }
 
-    fn heartbeat(&mut self, _deadline: Instant) -> Result<()> {
-        let f = &mut self.files;
-        let path = f.path().to_path_buf();
+    fn failed(&mut self) {
+        self.unmark_waiting();
+    }
+
+    /// Writers queue (wake.rs); readers all watch: a writer leaving lets them all in.
+    fn queues(&self) -> bool {
+        self.mode == Mode::Exclusive
+    }
+
+    fn beat(&mut self, held: &mut Held) -> Result<()> {
+        let path = self.path().to_path_buf();
         let now = TimeSpec::UTIME_NOW;
-        f.fd()?;
-        match &self.held {
-            None => Err(err!(Lost, "not holding")),
-            Some(Held::Exclusive { rec, .. }) if f.remote() => {
+        self.fd()?;
+        match held {
+            Held::Exclusive { rec, beats, .. } if self.remote() => {
                 // Our heartbeat record is replaced by a successor and removed by a breaker:
                 // while it is ours, so is the lock.
-                let rec = rec.clone();
-                self.beats += 1;
-                if !f.write_beat_record(&rec, self.beats)? {
+                *beats += 1;
+                if !self.write_beat_record(rec, *beats)? {
                     return Err(err!(
                         Lost,
                         "lock {} was broken: our heartbeat record is gone",
@@ -1049,11 +993,10 @@ impl Backend for Symlink {
                 }
                 Ok(())
             }
-            Some(Held::Exclusive { target, .. }) => {
-                let target = target.clone();
-                let name = f.dir.name.clone();
-                match f.read_entry(&name)? {
-                    Some((t, _)) if t == target => {}
+            Held::Exclusive { target, .. } => {
+                let name = self.dir.name.clone();
+                match self.read_entry(&name)? {
+                    Some((t, _)) if t == *target => {}
                     _ => {
                         return Err(err!(
                             Lost,
@@ -1063,7 +1006,7 @@ impl Backend for Symlink {
                     }
                 }
                 utimensat(
-                    f.fd()?,
+                    self.fd()?,
                     name.as_os_str(),
                     &now,
                     &now,
@@ -1071,9 +1014,8 @@ impl Backend for Symlink {
                 )
                 .map_err(|e| Error::path("cannot heartbeat lock", &path, e.into()))
             }
-            Some(Held::Shared { entry, .. }) => {
-                let entry = entry.clone();
-                match utimensat(f.fd()?, &entry, &now, &now, UtimensatFlags::NoFollowSymlink) {
+            Held::Shared { entry, .. } => {
+                match utimensat(self.fd()?, &*entry, &now, &now, UtimensatFlags::NoFollowSymlink) {
                     Ok(()) => Ok(()),
                     Err(Errno::ENOENT) => Err(err!(
                         Lost,
@@ -1086,59 +1028,13 @@ impl Backend for Symlink {
         }
     }
 
-    fn release(&mut self) -> Result<()> {
-        let f = &mut self.files;
-        let path = f.path().to_path_buf();
-        match self.held.take() {
-            None => Ok(()),
-            Some(Held::Exclusive { rec, target }) => {
-                let name = f.dir.name.clone();
-                if let Err(now) = f.says(&name, &target)? {
-                    return Err(err!(
-                        Lost,
-                        "lock {} was broken while held: it no longer names us ({now}; we were {target})",
-                        path.display()
-                    ));
-                }
-                if let Some(token) = rec.token
-                    && let Err(e) = f.dir.mark_clean(token)
-                {
-                    info!("{e}; the next holder will see prev=crashed");
-                }
-                // Our heartbeat record first, while NAME still keeps others from writing one.
-                if f.remote() {
-                    f.remove_beat_record(&target);
-                }
-                if !f.unlink_if(&name, &target) {
-                    return Err(err!(
-                        Lost,
-                        "lock {} was broken while releasing it",
-                        path.display()
-                    ));
-                }
-                Ok(())
-            }
-            Some(Held::Shared { group, entry }) => {
-                match unlinkat(f.fd()?, &entry, UnlinkatFlags::NoRemoveDir) {
-                    Ok(()) => {}
-                    Err(Errno::ENOENT) => {
-                        return Err(err!(
-                            Lost,
-                            "shared lock {} was broken while held: our registration is gone",
-                            path.display()
-                        ));
-                    }
-                    Err(e) => return Err(Error::path("cannot release lock", &path, e.into())),
-                }
-                f.leave_group(&group)?;
-                Ok(())
-            }
-        }
+    fn release(&mut self, held: Held) -> std::result::Result<(), NotReleased<Held>> {
+        self.release_held(held).map_err(NotReleased::done)
     }
 
     fn status(&mut self) -> Result<Vec<Holder>> {
-        let (t, list) = self.files.listing()?;
-        let epoch = self.files.dir.read_state().ok().flatten().map(|s| s.token);
+        let (t, list) = self.listing()?;
+        let epoch = self.dir.read_state().ok().flatten().map(|s| s.token);
         let mut out: Vec<Holder> = list
             .into_iter()
             .map(|m| {
@@ -1158,36 +1054,55 @@ impl Backend for Symlink {
         }
         Ok(out)
     }
+}
 
-    fn break_lock(
-        &mut self,
-        force: bool,
-        token: Option<u64>,
-        watcher: &mut Watcher,
-    ) -> Result<BreakOutcome> {
-        self.judge
-            .break_lock(&mut self.files, force, token, watcher)
+impl Files {
+    fn release_held(&mut self, held: Held) -> Result<()> {
+        let path = self.path().to_path_buf();
+        match held {
+            Held::Exclusive { rec, target, .. } => {
+                let name = self.dir.name.clone();
+                if let Err(now) = self.says(&name, &target)? {
+                    return Err(err!(
+                        Lost,
+                        "lock {} was broken while held: it no longer names us ({now}; we were {target})",
+                        path.display()
+                    ));
+                }
+                if let Some(token) = rec.token
+                    && let Err(e) = self.dir.mark_clean(token)
+                {
+                    info!("{e}; the next holder will see prev=crashed");
+                }
+                // Our heartbeat record first, while NAME still keeps others from writing one.
+                if self.remote() {
+                    self.remove_beat_record(&target);
+                }
+                if !self.unlink_if(&name, &target) {
+                    return Err(err!(
+                        Lost,
+                        "lock {} was broken while releasing it",
+                        path.display()
+                    ));
+                }
+                Ok(())
+            }
+            Held::Shared { group, entry } => {
+                match unlinkat(self.fd()?, &entry, UnlinkatFlags::NoRemoveDir) {
+                    Ok(()) => {}
+                    Err(Errno::ENOENT) => {
+                        return Err(err!(
+                            Lost,
+                            "shared lock {} was broken while held: our registration is gone",
+                            path.display()
+                        ));
+                    }
+                    Err(e) => return Err(Error::path("cannot release lock", &path, e.into())),
+                }
+                self.leave_group(&group)?;
+                Ok(())
+            }
+        }
     }
 }
 
-impl Registered for Symlink {
-    type Config = FsConfig;
-    const KEYS: &'static [&'static [KeyDoc]] = &[super::lockdir::FS_KEYS, super::lockdir::HEARTBEAT_KEYS];
-    const SHARED: bool = true;
-    const ON_FILES: bool = true;
-    fn parse(f: &mut Fields) -> crate::error::Result<FsConfig> {
-        config(f)
-    }
-    fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
-        super::address::path_keys(a)
-    }
-    fn open(cfg: &FsConfig, lock: &Named) -> Box<dyn Backend> {
-        Box::new(Symlink::new(cfg.clone(), lock))
-    }
-    fn verify(cfg: &FsConfig, lock: &Named, peer: Option<&Path>) -> crate::error::Result<Report> {
-        super::lockdir::probe::verify(lock, Scheme::Symlink, cfg, peer)
-    }
-    fn location(cfg: &FsConfig) -> String {
-        cfg.path.display().to_string()
-    }
-}

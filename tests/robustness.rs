@@ -69,7 +69,7 @@ fn mutated_profiles_files_never_panic() {
 
 #[test]
 fn random_records_never_panic_the_parsers() {
-    use locksmith_helper::backend::owner::{Record, State};
+    use locksmith_helper::backend::owner::{Record, parse_state_entry};
     let mut rng = fastrand::Rng::with_seed(7);
     let good = Record::ours("p").render();
     for _ in 0..5000 {
@@ -89,6 +89,6 @@ fn random_records_never_panic_the_parsers() {
         }
         let text: String = s.into_iter().collect();
         let _ = Record::parse(&text);
-        let _ = State::parse(&text);
+        let _ = parse_state_entry(&text);
     }
 }

@@ -37,7 +37,7 @@ use nix::sys::stat::{FileStat, Mode as FileMode, fstat, fstatat, major, minor};
 use nix::sys::statfs::fstatfs;
 
 use super::faults::{self, Stall};
-use super::owner::{self, Parsed, Record, State};
+use super::owner::{Parsed, Record, State};
 use crate::error::{Error, Result, err, shown};
 use crate::protocol::Mode;
 use crate::settings::{Fields, KeyDoc, MAX_NAME, MAX_PATH, fmt_duration, parse_duration};
@@ -936,42 +936,6 @@ pub fn read_pinned<T>(
         "cannot read (through a fresh hard link to it)",
         shown,
         last.into(),
-    ))
-}
-
-/// The state record `name` in `dir`; on a network filesystem (`remote`) read through a
-/// [`pin`]: a stale token would be issued twice.
-pub fn read_state_fresh(
-    dir: BorrowedFd<'_>,
-    name: &OsStr,
-    shown: &Path,
-    remote: bool,
-) -> Result<Option<State>> {
-    if !remote {
-        return owner::read_state(dir, name, shown);
-    }
-    let mut p = OsString::from(name);
-    p.push(format!(".pin.{}", crate::host::nonce()));
-    // A state record is never removed, but the first holder creates it: "gone", then a look
-    // that shows it, is that creation between the two (seen under load: the first increments
-    // of a race), or GlusterFS answering ENOENT while it is renamed over. Read it again.
-    let mut pause = Duration::from_millis(2);
-    for _ in 0..4 {
-        match read_pinned(dir, name, &p, shown, |p| owner::look(dir, p))? {
-            Some(found) => return owner::state_of(found, shown).map(Some),
-            None if fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) == Err(Errno::ENOENT) => {
-                return Ok(None);
-            }
-            None => {}
-        }
-        std::thread::sleep(pause);
-        pause *= 3;
-    }
-    // Still shown but never read fresh: a token must not be issued twice.
-    Err(err!(
-        Io,
-        "cannot read lock state {} fresh (the server says it is gone, the mount shows it); refusing to issue a fencing token",
-        shown.display()
     ))
 }
 

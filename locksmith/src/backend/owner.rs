@@ -7,16 +7,14 @@
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::BorrowedFd;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::SystemTime;
 
-use nix::errno::Errno;
 use nix::fcntl::{AtFlags, readlinkat};
 use nix::sys::stat::{FileStat, fstatat};
 
 use super::lock::Holder;
-use crate::error::{Error, Result, err};
+use crate::error::{Error, err};
 use crate::host;
 
 /// The record format this build writes and understands.
@@ -214,43 +212,11 @@ mod tests {
 
 /// The state kept *beside* a lock (never inside it), changed only while holding the lock:
 /// the last fencing token issued and whether that acquisition ended in a clean release.
-/// Kept as a name, [`state_entry`] (`lockdir::state`, FTP's `tokens`); earlier versions of
-/// the file backends stored it as the target of the symlink `.NAME.state`,
-/// `locksmith-state v=1 token=N clean=0|1`, which is still read ([`State::parse`]).
+/// Kept as a name, [`state_entry`] (`lockdir::state`, FTP's `tokens`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct State {
     pub token: u64,
     pub clean: bool,
-}
-
-impl State {
-    pub fn render(&self) -> String {
-        format!(
-            "locksmith-state v={VERSION} token={} clean={}",
-            self.token, self.clean as u8
-        )
-    }
-
-    /// `None` for a record this version cannot read.
-    pub fn parse(text: &str) -> Option<State> {
-        let mut words = text.split_ascii_whitespace();
-        if words.next() != Some("locksmith-state") {
-            return None;
-        }
-        let (mut v, mut token, mut clean) = (None, None, None);
-        for w in words {
-            match w.split_once('=')? {
-                ("v", x) => v = x.parse::<u32>().ok(),
-                ("token", x) => token = x.parse().ok(),
-                ("clean", x) => clean = Some(x == "1"),
-                _ => {}
-            }
-        }
-        (v == Some(VERSION)).then_some(State {
-            token: token?,
-            clean: clean?,
-        })
-    }
 }
 
 /// The name of a state *entry*, `state~1~TOKEN~CLEAN`: the state where it is kept as a name
@@ -289,41 +255,6 @@ pub fn look(parent: BorrowedFd<'_>, name: &OsStr) -> nix::Result<Look> {
     Ok((st, Some(readlinkat(parent, name)?)))
 }
 
-/// Reads the state symlink `name` in `parent` (`shown` names it in messages); `None` if
-/// there is none yet. Anything else there stops the issuing of tokens ([`state_of`]).
-pub fn read_state(parent: BorrowedFd<'_>, name: &OsStr, shown: &Path) -> Result<Option<State>> {
-    match look(parent, name) {
-        Ok(found) => state_of(found, shown).map(Some),
-        Err(Errno::ENOENT) => Ok(None),
-        Err(e) => Err(Error::path("cannot read lock state", shown, e.into())),
-    }
-}
-
-/// The state a look at `shown` found. Something locksmith did not write there — another
-/// kind of file, a link of a format this build does not know, a token with nothing left
-/// above it — is a config error naming it and its owner: tokens are never issued from it,
-/// and never silently restarted (issue 15).
-pub fn state_of((st, text): Look, shown: &Path) -> Result<State> {
-    let Some(text) = text else {
-        return Err(crate::files::in_the_way(
-            "lock state",
-            shown,
-            st.st_mode,
-            st.st_uid,
-            "the directory locksmith keeps there",
-        ));
-    };
-    let state = State::parse(&String::from_utf8_lossy(text.as_bytes()));
-    match state {
-        Some(s) if s.token < u64::MAX => Ok(s),
-        _ => Err(no_token_after(
-            shown,
-            st.st_uid,
-            &format!("{:?}", crate::error::one_line(&text.to_string_lossy(), 80)),
-        )),
-    }
-}
-
 /// The config error for a lock state (at `shown`, owned by `uid`) that `says` something no
 /// token can follow: a format this build cannot read, or the last token there is.
 pub fn no_token_after(shown: &Path, uid: u32, says: &str) -> Error {
@@ -348,14 +279,12 @@ mod state_tests {
     use super::*;
 
     #[test]
-    fn state_round_trips() {
-        let s = State {
-            token: 7,
-            clean: true,
-        };
-        assert_eq!(s.render(), "locksmith-state v=1 token=7 clean=1");
-        assert_eq!(State::parse(&s.render()), Some(s));
-        assert_eq!(State::parse("locksmith-state v=2 token=7 clean=1"), None);
-        assert!(s.render().len() < 60, "fits in an ext4 inode");
+    fn state_entries_round_trip() {
+        for (token, clean) in [(0, true), (7, false), (u64::MAX, true)] {
+            let name = state_entry(token, clean);
+            assert_eq!(parse_state_entry(&name), Some(State { token, clean }));
+        }
+        assert_eq!(parse_state_entry("state~2~7~1"), None);
+        assert_eq!(parse_state_entry("state~1~7~2"), None);
     }
 }

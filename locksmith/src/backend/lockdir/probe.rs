@@ -438,7 +438,7 @@ fn state_moves(ctx: &Ctx) -> Probed {
     let (here, there) = (at(ctx.lock()), at(ctx.other()));
     let st = |token| State { token, clean: true };
     let msg = |e: Error| e.message().to_string();
-    if !here.start(st(0), false).map_err(msg)? {
+    if !here.start(st(0)).map_err(msg)? {
         return Err(format!("{} was there already", name.to_string_lossy()));
     }
     let mut now = st(0);

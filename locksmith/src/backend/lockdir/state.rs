@@ -5,11 +5,9 @@
 //! that stalled past `stale_after` (and was broken) and whose rename lands late renames a
 //! name that is gone: it fails, and the state never goes back.
 //!
-//! The state used to be one symlink renamed *over* `.NAME.state`: such a write landing late
-//! replaced a newer state, and the holders after it were issued tokens a second time
-//! (`crash::late_state_write_of_a_stalled_taker_never_reissues_a_token`). A `.NAME.state`
-//! symlink of that format is still read: the first holder of this version starts the
-//! directory from it.
+//! (A state that is one file renamed *over* `.NAME.state` would let such a write landing
+//! late replace a newer state, and the holders after it be issued tokens a second time:
+//! `crash::late_state_write_of_a_stalled_taker_never_reissues_a_token`.)
 //!
 //! On a network filesystem a listing may come from the mount's cache (sshfs: 20 s by
 //! default). A create and remove of a private name inside `.NAME.state` through the same
@@ -57,8 +55,6 @@ enum Found {
     Nothing,
     /// The directory, with the highest entry in it (`None`: no entry, see [`read`]).
     Dir(Option<State>),
-    /// A state symlink of the earlier format (the directory is started from it).
-    Old(State),
 }
 
 impl StateAt<'_> {
@@ -88,12 +84,19 @@ impl StateAt<'_> {
         let mut d = match Dir::openat(self.dir, self.name, flags, FileMode::empty()) {
             Ok(d) => d,
             Err(Errno::ENOENT) => return Ok(Found::Nothing),
-            // Not a directory: the earlier format, or something in the way (never opened).
+            // Not a directory: something in the way (never opened, never read as "no state").
             Err(Errno::ENOTDIR) | Err(Errno::ELOOP) => {
-                return match super::read_state_fresh(self.dir, self.name, self.shown, self.remote)?
-                {
-                    Some(st) => Ok(Found::Old(st)),
-                    None => Ok(Found::Nothing),
+                return match fstatat(self.dir, self.name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                    Ok(st) => Err(crate::files::in_the_way(
+                        "lock state",
+                        self.shown,
+                        st.st_mode,
+                        st.st_uid,
+                        "the directory locksmith keeps there",
+                    )),
+                    // Gone between the two looks: none yet, or being started by another.
+                    Err(Errno::ENOENT) => Ok(Found::Nothing),
+                    Err(e) => Err(Error::path("cannot read lock state", self.shown, e.into())),
                 };
             }
             Err(e) => return Err(Error::path("cannot read lock state", self.shown, e.into())),
@@ -122,16 +125,15 @@ impl StateAt<'_> {
 
     /// Starts the directory holding `first` (absent state: token 0, clean): made under a
     /// private name, then renamed into place, which fails once anyone's directory is there
-    /// (it is never empty). `old`: the earlier format's symlink is there, replaced.
-    /// `Ok(false)`: someone else's directory is there.
-    pub(super) fn start(&self, first: State, old: bool) -> Result<bool> {
+    /// (it is never empty). `Ok(false)`: someone else's directory is there.
+    pub(super) fn start(&self, first: State) -> Result<bool> {
         let mut tmp = OsString::from(self.name);
         tmp.push(format!(".{}", crate::host::nonce()));
         let tmp = PathBuf::from(tmp);
         let entry = tmp.join(owner::state_entry(first.token, first.clean));
         let fail = |e: Errno| Error::path("cannot create lock state", self.shown, e.into());
-        // Whoever may write the parent may issue tokens, as with the earlier format (a
-        // symlink renamed over): the parent's bits (umask aside), or `file_mode`'s.
+        // Whoever may write the parent may issue tokens: the parent's bits (umask aside), or
+        // `file_mode`'s.
         let bits = match self.mode {
             Some(m) => m | (m & 0o444) >> 2,
             None => nix::sys::stat::fstat(self.dir).map_err(fail)?.st_mode & 0o3777,
@@ -152,13 +154,6 @@ impl StateAt<'_> {
                     .map_err(fail)?;
             }
             symlinkat(TEXT, self.dir, &entry).map_err(fail)?;
-            if old {
-                // The earlier format's symlink cannot be renamed over by a directory.
-                match unlinkat(self.dir, self.name, UnlinkatFlags::NoRemoveDir) {
-                    Ok(()) | Err(Errno::ENOENT) | Err(Errno::EISDIR) | Err(Errno::EPERM) => {}
-                    Err(e) => return Err(fail(e)),
-                }
-            }
             match rename_noreplace(self.dir, &tmp, self.name) {
                 Ok(()) => Ok(true),
                 Err(Errno::EEXIST)
@@ -218,7 +213,7 @@ pub fn read(at: &StateAt<'_>) -> Result<Option<State>> {
     for _ in 0..4 {
         match at.find()? {
             Found::Nothing => return Ok(None),
-            Found::Old(st) | Found::Dir(Some(st)) => return Ok(Some(st)),
+            Found::Dir(Some(st)) => return Ok(Some(st)),
             Found::Dir(None) => {}
         }
         std::thread::sleep(pause);
@@ -245,8 +240,8 @@ pub fn issue(at: &StateAt<'_>) -> Result<(u64, bool)> {
             std::thread::sleep(pause);
             pause *= 2;
         }
-        let (from, old) = match at.find()? {
-            Found::Dir(Some(st)) => (st, false),
+        let from = match at.find()? {
+            Found::Dir(Some(st)) => st,
             // Empty: read again (a config error if it stays so).
             Found::Dir(None) => {
                 read(at)?;
@@ -257,17 +252,13 @@ pub fn issue(at: &StateAt<'_>) -> Result<(u64, bool)> {
                     token: 0,
                     clean: true,
                 };
-                if !at.start(first, false)? {
+                if !at.start(first)? {
                     continue;
                 }
-                (first, false)
+                first
             }
-            Found::Old(st) => (st, true),
         };
-        if old && !at.start(from, true)? {
-            continue;
-        }
-        // state_of refuses u64::MAX: no overflow here.
+        // find refuses u64::MAX: no overflow here.
         let to = State {
             token: from.token + 1,
             clean: false,
@@ -306,20 +297,16 @@ pub fn issue_exactly(at: &StateAt<'_>, token: u64) -> Result<Option<bool>> {
             return Ok(Some(!clean));
         }
     }
-    let (from, old) = match at.find()? {
-        Found::Nothing => (
-            State {
-                token: 0,
-                clean: true,
-            },
-            false,
-        ),
-        Found::Old(st) => (st, true),
+    let from = match at.find()? {
+        Found::Nothing => State {
+            token: 0,
+            clean: true,
+        },
         Found::Dir(Some(_)) => return Ok(None),
         // Empty: a config error if it stays so, else the state moved on.
         Found::Dir(None) => return read(at).map(|_| None),
     };
-    if from.token != prev || !at.start(from, old)? {
+    if from.token != prev || !at.start(from)? {
         return Ok(None);
     }
     Ok(at.swap(from, to)?.then_some(!from.clean))

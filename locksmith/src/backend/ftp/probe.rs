@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use super::marker::marker_name;
 use super::session::{ACQUIRE_TIMEOUT, HOLD_TIMEOUT_MAX, Session, url_of};
-use super::{FtpConfig, Tls};
+use super::config::{FtpConfig, Tls};
 use crate::backend::address::Address;
 use crate::backend::lock::{Backend, Named, Registered};
 use crate::settings::{Fields, KeyDoc, Password};
@@ -472,13 +472,13 @@ fn sweep(s: &mut Session, made: &[String]) -> Vec<String> {
 /// backend's own file never names the probe that uses it.
 impl Registered for super::Ftp {
     type Config = FtpConfig;
-    const KEYS: &'static [&'static [KeyDoc]] = &[super::KEYS, crate::settings::PASSWORD_KEYS];
+    const KEYS: &'static [&'static [KeyDoc]] = &[super::config::KEYS, crate::settings::PASSWORD_KEYS];
     const SHARED: bool = true;
     fn parse(f: &mut Fields) -> Result<FtpConfig> {
-        super::config(f)
+        super::config::config(f)
     }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
-        super::address(a)
+        super::config::address(a)
     }
     fn open(cfg: &FtpConfig, lock: &Named) -> Box<dyn Backend> {
         Box::new(super::Ftp::new(cfg.clone(), lock))

@@ -11,7 +11,7 @@ use suppaftp::FtpError;
 use suppaftp::RustlsConnector;
 
 use super::marker::{is_marker, parse_marker};
-use super::{FtpConfig, Tls};
+use super::config::{FtpConfig, Tls};
 use crate::error::{Error, Result, err};
 use crate::log::debug;
 use crate::settings::fmt_duration;

@@ -25,7 +25,7 @@
 //! - `NAME.readers` is only created or removed under the gate, so a writer's `RMD` of it can
 //!   never race a registration; leaving readers remove only their own marker.
 
-use super::Ftp;
+use super::gate::Gate;
 use super::marker::{parse_reader, reader_name};
 use super::session::Session;
 use crate::backend::lock::{Attempt, BreakOutcome, Grant, Holder};
@@ -63,30 +63,30 @@ fn reader_holder(name: &str) -> Holder {
     h
 }
 
-impl Ftp {
-    /// One attempt in the profile's mode (the gate alone is `try_gate`).
-    pub(super) fn attempt(&mut self) -> Result<Attempt> {
-        if self.shared {
-            self.try_reader()
+impl State {
+    /// One attempt in the profile's mode (the gate alone is `Gate::try_gate`).
+    pub(super) fn attempt(&mut self, g: &mut Gate, shared: bool) -> Result<Attempt> {
+        if shared {
+            self.try_reader(g)
         } else {
-            self.try_writer()
+            self.try_writer(g)
         }
     }
 
-    fn try_reader(&mut self) -> Result<Attempt> {
-        let mut grant = match self.try_gate()? {
+    fn try_reader(&mut self, g: &mut Gate) -> Result<Attempt> {
+        let mut grant = match g.try_gate()? {
             Attempt::Busy(h) => return Ok(Attempt::Busy(h)),
             Attempt::Acquired(g) => g,
         };
         // The write epoch: the last exclusive token (0 before the first), read under the
         // gate so that no writer is between its token and its hold.
-        let registered = self.s.read_state().and_then(|st| {
+        let registered = g.s.read_state().and_then(|st| {
             grant.token = Some(st.as_ref().map_or(0, |(_, s)| s.token));
             grant.prev_crashed |= st.is_some_and(|(_, s)| !s.clean);
-            self.register()
+            self.register(g)
         });
         // The gate goes whatever happened: readers never keep it.
-        let gate = self.release_gate();
+        let gate = self.release_gate(g);
         registered?;
         if let Err(e) = gate {
             // Registered, but the gate may still stand: we hold shared regardless (a stuck
@@ -97,16 +97,16 @@ impl Ftp {
     }
 
     /// Registers our reader marker (under the gate).
-    fn register(&mut self) -> Result<()> {
-        let dir = self.s.readers_dir();
-        let rec = Record::ours(&self.profile);
+    fn register(&mut self, g: &mut Gate) -> Result<()> {
+        let dir = g.s.readers_dir();
+        let rec = Record::ours(&g.profile);
         let marker = reader_name(&rec, 0);
         let target = format!("{dir}/{marker}");
         let mut refusal = None;
         for _ in 0..2 {
-            match self.s.cmd("MKD", |c| c.mkdir(target.as_str()))? {
+            match g.s.cmd("MKD", |c| c.mkdir(target.as_str()))? {
                 Ok(()) => {
-                    self.sh.reader = Some(Reader {
+                    self.reader = Some(Reader {
                         rec,
                         seq: 0,
                         marker,
@@ -117,50 +117,50 @@ impl Ftp {
                 Err(r) => refusal = Some(r),
             }
             // Act, then look: the usual refusal is a missing `NAME.readers`.
-            let _ = self.s.cmd("MKD", |c| c.mkdir(dir.as_str()))?;
+            let _ = g.s.cmd("MKD", |c| c.mkdir(dir.as_str()))?;
         }
         let (code, text) = refusal.expect("refused above");
         Err(err!(
             Denied,
             "cannot register a reader of {} in {dir}: {text} (code {code})",
-            self.s.url()
+            g.s.url()
         ))
     }
 
     /// Frees the gate after registering, keeping the logged-in connection.
-    fn release_gate(&mut self) -> Result<()> {
-        self.release_once()
+    fn release_gate(&mut self, g: &mut Gate) -> Result<()> {
+        g.release_once()
     }
 
-    fn try_writer(&mut self) -> Result<Attempt> {
-        if self.sh.draining.is_some() {
+    fn try_writer(&mut self, g: &mut Gate) -> Result<Attempt> {
+        if self.draining.is_some() {
             // Still ours? A heartbeat renames the gate's marker (so no one judges it
             // silent while we wait for readers) and tells us if it was broken.
-            self.s.deadline = None;
-            match self.beat() {
+            g.s.deadline = None;
+            match g.beat() {
                 Ok(()) => {}
                 Err(e) if e.kind() == Kind::Lost => {
                     info!("{e}; trying again");
-                    self.sh.draining = None;
-                    self.ours = None;
+                    self.draining = None;
+                    g.ours = None;
                 }
                 Err(e) => return Err(e),
             }
         }
-        if self.sh.draining.is_none() {
-            match self.try_gate()? {
+        if self.draining.is_none() {
+            match g.try_gate()? {
                 Attempt::Busy(h) => return Ok(Attempt::Busy(h)),
-                Attempt::Acquired(g) => self.sh.draining = Some(g),
+                Attempt::Acquired(g) => self.draining = Some(g),
             }
         }
-        let readers = self.drain()?;
+        let readers = self.drain(g)?;
         if readers.is_empty() {
-            let mut grant = self.sh.draining.take().expect("set above");
+            let mut grant = self.draining.take().expect("set above");
             // A reader that died holding did not release cleanly either.
-            grant.prev_crashed |= self.judge.grant(&mut self.wake, None).prev_crashed;
-            if let Err(e) = self.stamp_token(&mut grant) {
+            grant.prev_crashed |= g.judge.grant(&mut g.wake, None).prev_crashed;
+            if let Err(e) = g.stamp_token(&mut grant) {
                 // No token, no lock: free the gate rather than hold without one.
-                let _ = self.release_once();
+                let _ = g.release_once();
                 return Err(e);
             }
             return Ok(Attempt::Acquired(grant));
@@ -173,10 +173,10 @@ impl Ftp {
     /// of it that was done, or by a listing of the parent without it: libunftp has refused
     /// `CWD`, `NLST` and `RMD` spuriously under load, and no refusal may make a writer
     /// overlook a reader or leave the directory behind.
-    fn drain(&mut self) -> Result<Vec<Holder>> {
-        let dir = self.s.readers_dir();
+    fn drain(&mut self, g: &mut Gate) -> Result<Vec<Holder>> {
+        let dir = g.s.readers_dir();
         let mut readers = Readers {
-            s: &mut self.s,
+            s: &mut g.s,
             dir,
         };
         match readers.remove_dir()? {
@@ -193,44 +193,44 @@ impl Ftp {
                 return Ok(vec![Holder::default()]);
             }
         }
-        Ok(self
+        Ok(g
             .judge
-            .clear_dead(&mut readers, &mut self.wake)?
+            .clear_dead(&mut readers, &mut g.wake)?
             .unwrap_or_default())
     }
 
     /// A reader's heartbeat: rename our marker to the next sequence number.
-    pub(super) fn beat_reader(&mut self) -> Result<()> {
-        let dir = self.s.readers_dir();
-        let Some(r) = &self.sh.reader else {
+    pub(super) fn beat_reader(&mut self, g: &mut Gate) -> Result<()> {
+        let dir = g.s.readers_dir();
+        let Some(r) = &self.reader else {
             return Err(err!(Lost, "not holding"));
         };
         let next = reader_name(&r.rec, r.seq + 1);
         let (from, to) = (format!("{dir}/{}", r.marker), format!("{dir}/{next}"));
-        match self.s.cmd("heartbeat (RNFR/RNTO)", |c| {
+        match g.s.cmd("heartbeat (RNFR/RNTO)", |c| {
             c.rename(from.as_str(), to.as_str())
         })? {
             Ok(()) => {
-                let r = self.sh.reader.as_mut().expect("checked above");
+                let r = self.reader.as_mut().expect("checked above");
                 r.seq += 1;
                 r.marker = next;
                 Ok(())
             }
-            Err((code, text)) => match self.find_reader_twice()? {
+            Err((code, text)) => match self.find_reader_twice(g)? {
                 Some((name, seq)) => {
-                    let r = self.sh.reader.as_mut().expect("checked above");
+                    let r = self.reader.as_mut().expect("checked above");
                     r.marker = name;
                     r.seq = seq;
                     Err(err!(
                         Unavailable,
                         "heartbeat of reader of {} refused: {text} (code {code})",
-                        self.s.url()
+                        g.s.url()
                     ))
                 }
                 None => Err(err!(
                     Lost,
                     "shared lock {} was broken: our reader marker is gone",
-                    self.s.url()
+                    g.s.url()
                 )),
             },
         }
@@ -238,53 +238,53 @@ impl Ftp {
 
     /// [`Self::find_reader`], confirmed on a fresh session when it says gone (see
     /// `find_ours_twice`).
-    fn find_reader_twice(&mut self) -> Result<Option<(String, u64)>> {
-        if let Some(found) = self.find_reader()? {
+    fn find_reader_twice(&mut self, g: &mut Gate) -> Result<Option<(String, u64)>> {
+        if let Some(found) = self.find_reader(g)? {
             return Ok(Some(found));
         }
-        self.s.quit();
-        self.find_reader()
+        g.s.quit();
+        self.find_reader(g)
     }
 
     /// Our reader marker's current name (`None`: gone).
-    fn find_reader(&mut self) -> Result<Option<(String, u64)>> {
-        let Some(nonce) = self.sh.reader.as_ref().map(|r| r.rec.nonce.clone()) else {
+    fn find_reader(&mut self, g: &mut Gate) -> Result<Option<(String, u64)>> {
+        let Some(nonce) = self.reader.as_ref().map(|r| r.rec.nonce.clone()) else {
             return Ok(None);
         };
-        let dir = self.s.readers_dir();
-        Ok(self.s.entries(&dir)?.into_iter().find_map(|n| {
+        let dir = g.s.readers_dir();
+        Ok(g.s.entries(&dir)?.into_iter().find_map(|n| {
             let (rec, seq) = parse_reader(&n)?;
             (rec.nonce == nonce).then_some((n, seq))
         }))
     }
 
     /// A reader's release: the `RMD` of its marker.
-    pub(super) fn release_reader(&mut self) -> Result<()> {
-        let dir = self.s.readers_dir();
-        let Some(r) = self.sh.reader.as_mut() else {
+    pub(super) fn release_reader(&mut self, g: &mut Gate) -> Result<()> {
+        let dir = g.s.readers_dir();
+        let Some(r) = self.reader.as_mut() else {
             return Ok(());
         };
         let claim_was_sent = r.claim_sent;
         r.claim_sent = true;
         let target = format!("{dir}/{}", r.marker);
-        if self.s.remove_marker(&target)? {
-            self.sh.reader = None;
+        if g.s.remove_marker(&target)? {
+            self.reader = None;
             return Ok(());
         }
-        match self.find_reader()? {
+        match self.find_reader(g)? {
             Some((name, seq)) => {
-                let r = self.sh.reader.as_mut().expect("checked above");
+                let r = self.reader.as_mut().expect("checked above");
                 r.marker = name;
                 r.seq = seq;
                 r.claim_sent = false;
                 Err(err!(
                     Io,
                     "cannot release shared lock {}: the server refused to remove our reader marker",
-                    self.s.url()
+                    g.s.url()
                 ))
             }
             None => {
-                self.sh.reader = None;
+                self.reader = None;
                 if claim_was_sent {
                     // Our RMD went through but its reply was lost.
                     return Ok(());
@@ -292,16 +292,16 @@ impl Ftp {
                 Err(err!(
                     Lost,
                     "shared lock {} was broken while held: our reader marker is gone",
-                    self.s.url()
+                    g.s.url()
                 ))
             }
         }
     }
 
     /// The registered readers, without changing anything.
-    pub(super) fn reader_holders(&mut self) -> Result<Vec<Holder>> {
-        let dir = self.s.readers_dir();
-        Ok(self
+    pub(super) fn reader_holders(&mut self, g: &mut Gate) -> Result<Vec<Holder>> {
+        let dir = g.s.readers_dir();
+        Ok(g
             .s
             .entries(&dir)?
             .iter()
@@ -313,16 +313,17 @@ impl Ftp {
     /// silent readers, refuses live ones unless `force`.
     pub(super) fn break_readers(
         &mut self,
+        g: &mut Gate,
         force: bool,
         watcher: &mut Watcher,
     ) -> Result<Option<Holder>> {
-        let dir = self.s.readers_dir();
+        let dir = g.s.readers_dir();
         let mut readers = Readers {
-            s: &mut self.s,
+            s: &mut g.s,
             dir,
         };
         Ok(
-            match self.judge.break_lock(&mut readers, force, None, watcher)? {
+            match g.judge.break_lock(&mut readers, force, None, watcher)? {
                 BreakOutcome::Free => None,
                 BreakOutcome::Broken(h) => Some(h),
             },
@@ -331,16 +332,16 @@ impl Ftp {
 
     /// A writer that gave up while readers drained frees the gate (best effort: if this
     /// fails, the gate is broken as stale later).
-    pub(super) fn abandon_gate(&mut self) {
-        if self.sh.draining.take().is_some() {
-            match self.release_once() {
+    pub(super) fn abandon_gate(&mut self, g: &mut Gate) {
+        if self.draining.take().is_some() {
+            match g.release_once() {
                 Ok(()) => debug!(
                     "gave up waiting for readers; gate of {} freed",
-                    self.s.url()
+                    g.s.url()
                 ),
                 Err(e) => debug!("gave up waiting for readers; freeing the gate: {e}"),
             }
-            self.s.quit();
+            g.s.quit();
         }
     }
 }

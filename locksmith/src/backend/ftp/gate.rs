@@ -1,0 +1,391 @@
+//! The gate: the exclusive lock directory on the server and our owner marker in it — taking
+//! it (`MKD`), its heartbeat (renaming the marker), its release (the claim, then the name),
+//! and its holder as the judge (`stale.rs`) sees it. A writer holds the gate; a reader holds
+//! it only while registering (`shared.rs`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::config::FtpConfig;
+use super::marker::{is_marker, marker_name, parse_marker};
+use super::session::{self, ACQUIRE_TIMEOUT, Look, Session};
+use crate::backend::lock::{Attempt, Grant, Holder, Named};
+use crate::backend::owner::{Parsed, Record};
+use crate::backend::stale::{Evidence, Holders, Judge};
+use crate::backend::wake::Wakeups;
+use crate::error::{Kind, Result, err};
+use crate::log::debug;
+use crate::protocol::Mode;
+
+/// Our acquisition.
+pub(super) struct Ours {
+    pub(super) rec: Record,
+    pub(super) seq: u64,
+    /// The marker's current name (inside the lock directory).
+    pub(super) marker: String,
+    /// The `RMD` of our marker was sent for release; its reply may have been lost.
+    pub(super) claim_sent: bool,
+}
+
+/// The gate of one lock, and our acquisition of it.
+pub(super) struct Gate {
+    pub(super) s: Session,
+    pub(super) profile: String,
+    poll: Duration,
+    pub(super) ours: Option<Ours>,
+    /// SPEC §6's rule (`stale.rs`), for the gate's holder and for readers alike.
+    pub(super) judge: Judge,
+    /// The pidfd of a same-host holder (no directory events over FTP).
+    pub(super) wake: Wakeups,
+}
+
+impl Gate {
+    pub(super) fn new(cfg: FtpConfig, profile: &Named) -> Gate {
+        let judge = Judge::new(profile, PathBuf::from(session::url_of(&cfg)), false);
+        Gate {
+            s: Session::new(cfg, profile.common.stale_after),
+            profile: profile.name.to_string(),
+            poll: profile.common.poll,
+            ours: None,
+            judge,
+            wake: Wakeups::default(),
+        }
+    }
+
+    /// `MKD`, then the owner marker inside. `Ok(false)`: refused (exists, or see below).
+    fn create(&mut self) -> Result<bool> {
+        let path = self.s.cfg.path.clone();
+        if let Err((code, text)) = self.s.cmd("MKD", |c| c.mkdir(path.as_str()))? {
+            debug!("MKD {path}: {text} (code {code})");
+            self.s.last_mkd = Some(text);
+            return Ok(false);
+        }
+        let rec = Record::ours(&self.profile);
+        let marker = marker_name(&rec, 0);
+        let target = self.s.inside(&marker);
+        match self.s.cmd("MKD", |c| c.mkdir(target.as_str())) {
+            Ok(Ok(())) => {}
+            Ok(Err((code, text))) => {
+                // Refused right after our `MKD PATH`: look before concluding anything. Gone,
+                // or holding a marker: not ours any more (removed by someone, perhaps taken
+                // since) — try again as a locker would. Still there and empty: we may not
+                // write inside it; remove it (an empty lock directory is nobody's lock).
+                match self.s.look()? {
+                    Look::Dir(names) if names.is_empty() => {
+                        let _ = self.s.cmd("RMD", |c| c.rmdir(path.as_str()));
+                        return Err(err!(
+                            Denied,
+                            "cannot create owner marker in {}: {text} (code {code})",
+                            self.s.url()
+                        ));
+                    }
+                    _ => {
+                        debug!("MKD {target}: {text} (code {code}); the lock changed hands");
+                        return Ok(false);
+                    }
+                }
+            }
+            Err(e) => {
+                // The connection broke: leave nothing behind (the directory is ours, and
+                // empty unless our marker made it).
+                let _ = self.s.cmd("RMD", |c| c.rmdir(target.as_str()));
+                let _ = self.s.cmd("RMD", |c| c.rmdir(path.as_str()));
+                return Err(e);
+            }
+        }
+        self.ours = Some(Ours {
+            rec,
+            seq: 0,
+            marker,
+            claim_sent: false,
+        });
+        Ok(true)
+    }
+
+    /// Our marker's current name on the server, found by our nonce (`None`: it is gone).
+    fn find_ours(&mut self) -> Result<Option<(String, u64)>> {
+        let Some(nonce) = self.ours.as_ref().map(|o| o.rec.nonce.clone()) else {
+            return Ok(None);
+        };
+        let Look::Dir(names) = self.s.look()? else {
+            return Ok(None);
+        };
+        Ok(names.into_iter().find_map(|n| {
+            let (rec, seq) = parse_marker(&n)?;
+            (rec.nonce == nonce).then_some((n, seq))
+        }))
+    }
+
+    /// [`Self::find_ours`], and when it says gone, once more on a fresh session: a server
+    /// under load has answered a listing without entries that were there (libunftp), and
+    /// a false "gone" would make a live holder give its lock up.
+    fn find_ours_twice(&mut self) -> Result<Option<(String, u64)>> {
+        if let Some(found) = self.find_ours()? {
+            return Ok(Some(found));
+        }
+        self.s.quit();
+        self.find_ours()
+    }
+
+    /// One heartbeat: rename our marker to the next sequence number.
+    pub(super) fn beat(&mut self) -> Result<()> {
+        let Some(ours) = &self.ours else {
+            return Err(err!(Lost, "not holding"));
+        };
+        let next = marker_name(&ours.rec, ours.seq + 1);
+        let (from, to) = (self.s.inside(&ours.marker), self.s.inside(&next));
+        match self.s.cmd("heartbeat (RNFR/RNTO)", |c| {
+            c.rename(from.as_str(), to.as_str())
+        })? {
+            Ok(()) => {
+                let ours = self.ours.as_mut().expect("checked above");
+                ours.seq += 1;
+                ours.marker = next;
+                Ok(())
+            }
+            Err((code, text)) => match self.find_ours_twice()? {
+                // Our marker moved (a rename whose reply was lost): adopt it, retry soon.
+                Some((name, seq)) => {
+                    let ours = self.ours.as_mut().expect("checked above");
+                    ours.marker = name;
+                    ours.seq = seq;
+                    Err(err!(
+                        Unavailable,
+                        "heartbeat of {} refused: {text} (code {code})",
+                        self.s.url()
+                    ))
+                }
+                None => Err(err!(
+                    Lost,
+                    "lock {} was broken: our owner marker is gone",
+                    self.s.url()
+                )),
+            },
+        }
+    }
+
+    /// One round of attempts on the current connection.
+    fn try_once(&mut self) -> Result<Attempt> {
+        let mut holders = Vec::new();
+        let mut gone = 0;
+        for _ in 0..4 {
+            if self.create()? {
+                self.s.set_timeout(self.s.hold_timeout());
+                // Tombstones are left only by a release or break cut short: look for them
+                // after a break, and now and then (a listing costs a data connection).
+                if self.judge.broke || fastrand::u8(..16) == 0 {
+                    self.s.tidy_leftovers();
+                }
+                return Ok(self.judge.acquired(&mut self.wake, None));
+            }
+            // 550 is ambiguous (exists, missing parent, permission, a file in the way):
+            // decide by looking, never by the reply's text.
+            match self.s.look()? {
+                Look::Dir(names) => match self.judge.clear_dead(
+                    &mut Listing {
+                        s: &mut self.s,
+                        listed: Some(names),
+                    },
+                    &mut self.wake,
+                )? {
+                    Some(h) => {
+                        holders = h;
+                        break;
+                    }
+                    None => continue,
+                },
+                Look::Gone => {
+                    if let Some(parent) = self.s.parent().map(str::to_string)
+                        && !self.s.is_dir(&parent)?
+                        && self.confirm_missing(&parent)?
+                    {
+                        return Err(err!(
+                            Config,
+                            "cannot create lock directory {}: the parent directory {parent} does not exist on the server (locksmith never creates parent directories)",
+                            self.s.url()
+                        ));
+                    }
+                    // Usually released between our MKD and our look; if it keeps
+                    // happening, find out whether something else refuses us.
+                    gone += 1;
+                    if gone >= 2
+                        && let Some(e) = self.s.diagnose_refusal()?
+                    {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(Attempt::Busy(holders))
+    }
+
+    /// With the lock just taken exclusively: issue the token and put it into our marker
+    /// (the rename doubles as a first heartbeat).
+    pub(super) fn stamp_token(&mut self, grant: &mut Grant) -> Result<()> {
+        let (token, dirty) = self.s.issue_token()?;
+        if let Some(o) = self.ours.as_mut() {
+            o.rec.token = Some(token);
+        }
+        self.beat()?;
+        grant.token = Some(token);
+        grant.prev_crashed |= dirty;
+        Ok(())
+    }
+
+    /// Tries for the gate — the exclusive lock directory — reconnecting a few times.
+    /// Confirms that `dir` is missing on three fresh sessions, a moment apart, before a
+    /// config error is called: libunftp was seen to refuse a `CWD` spuriously under races and
+    /// heavy load, twice in a row on one CI run.
+    fn confirm_missing(&mut self, dir: &str) -> Result<bool> {
+        for _ in 0..3 {
+            self.s.conn = None;
+            std::thread::sleep(self.poll.min(Duration::from_secs(1)));
+            if self.s.is_dir(dir)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    pub(super) fn try_gate(&mut self) -> Result<Attempt> {
+        self.s.set_timeout(ACQUIRE_TIMEOUT);
+        // A connection that worked and then broke (server restart, a dropped session) is
+        // re-established a few times; a server that cannot be reached at all is an error.
+        let mut retries = 0;
+        loop {
+            let had_conn = self.s.conn.is_some();
+            match self.try_once() {
+                Err(e) if e.kind() == Kind::Unavailable && had_conn && retries < 3 => {
+                    retries += 1;
+                    debug!("{e}; reconnecting");
+                    std::thread::sleep(self.poll.min(Duration::from_secs(1)));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Releases (see `Backend::release`): remove our marker (the claim), then the name.
+    pub(super) fn release_once(&mut self) -> Result<()> {
+        let Some(ours) = self.ours.as_mut() else {
+            return Ok(());
+        };
+        let marker = ours.marker.clone();
+        let claim_was_sent = ours.claim_sent;
+        ours.claim_sent = true;
+        let nonce = ours.rec.nonce.clone();
+        let token = ours.rec.token;
+        let target = self.s.inside(&marker);
+        if let Some(t) = token
+            && !claim_was_sent
+        {
+            self.s.mark_clean(t);
+        }
+        // An error here keeps `ours`: the caller retries until stale_after.
+        if !self.s.remove_marker(&target)? {
+            match self.find_ours()? {
+                Some((name, seq)) => {
+                    let ours = self.ours.as_mut().expect("checked above");
+                    ours.marker = name;
+                    ours.seq = seq;
+                    ours.claim_sent = false;
+                    return Err(err!(
+                        Io,
+                        "cannot release lock {}: the server refused to remove our owner marker",
+                        self.s.url()
+                    ));
+                }
+                None => {
+                    self.ours = None;
+                    if claim_was_sent {
+                        // Our RMD went through but its reply was lost. The name is not
+                        // freed here: the directory we see may already be a newcomer's,
+                        // between its `MKD PATH` and its marker. Ours, left ownerless, is
+                        // broken after `stale_after` like any lock without a marker.
+                        debug!(
+                            "our marker's removal went through unanswered; leaving {} to stale_after",
+                            self.s.url()
+                        );
+                        return Ok(());
+                    }
+                    return Err(err!(
+                        Lost,
+                        "lock {} was broken while held: our owner marker is gone",
+                        self.s.url()
+                    ));
+                }
+            }
+        }
+        self.s.free_name(&nonce)?;
+        self.ours = None;
+        Ok(())
+    }
+
+    /// The holder of the gate (exclusive), if any.
+    pub(super) fn gate_holders(&mut self) -> Result<Vec<Holder>> {
+        let mut gate = Listing {
+            s: &mut self.s,
+            listed: None,
+        };
+        Ok(gate
+            .holders()?
+            .unwrap_or_default()
+            .iter()
+            .map(Evidence::holder)
+            .collect())
+    }
+}
+
+/// The gate's listing — the exclusive lock directory — as the judge (`stale.rs`) sees it: its holder
+/// is its owner marker, whose name changes at every heartbeat (the sign is the listing).
+pub(super) struct Listing<'a> {
+    pub(super) s: &'a mut Session,
+    /// A listing just read: the first look.
+    pub(super) listed: Option<Vec<String>>,
+}
+
+impl Holders for Listing<'_> {
+    fn holders(&mut self) -> Result<Option<Vec<Evidence>>> {
+        let names = match self.listed.take() {
+            Some(names) => names,
+            None => match self.s.look()? {
+                Look::Gone => return Ok(None),
+                Look::Dir(names) => names,
+            },
+        };
+        let record = match names.iter().find(|n| is_marker(n)) {
+            Some(m) => Some(match parse_marker(m) {
+                Some((rec, _)) => Parsed::V1(rec),
+                None => Parsed::Foreign(m.clone()),
+            }),
+            // Empty: a locker between its two `MKD`s, or one that died there.
+            None if names.is_empty() => None,
+            None => Some(Parsed::Foreign(format!(
+                "no owner marker, but {} other entries: another tool's directory",
+                names.len()
+            ))),
+        };
+        let key = match &record {
+            Some(Parsed::V1(r)) => r.nonce.clone(),
+            _ => String::new(),
+        };
+        Ok(Some(vec![Evidence {
+            key: key.into(),
+            record,
+            sign: names.join("\n").into_bytes(),
+            mode: Mode::Exclusive,
+        }]))
+    }
+
+    /// The claim on the exact marker seen; a directory without one is removed by `RMD`
+    /// (which fails if a marker appeared meanwhile), or — another tool's, only with
+    /// `--force` — renamed away.
+    fn remove(&mut self, ev: &Evidence) -> Result<bool> {
+        let seen = String::from_utf8_lossy(&ev.sign).into_owned();
+        match seen.lines().find(|n| is_marker(n)) {
+            Some(m) => self.s.claim_and_remove(m),
+            None if ev.record.is_none() => self.s.remove_ownerless(false),
+            None => self.s.remove_ownerless(true),
+        }
+    }
+}

@@ -110,6 +110,10 @@ fn every_file_scheme_holds_excludes_and_releases() {
         );
         let o = out(bare(dir, ["-n", &addr, "true"]));
         assert_eq!(code(o.status), 75, "{scheme}: {}", stderr(&o));
+        // flock(1)'s form is as quiet as flock(1) (issue 25); `run` names the holder.
+        assert_eq!(stderr(&o), "", "{scheme}");
+        let o = out(bare(dir, ["-n", "run", &addr, "--", "true"]));
+        assert_eq!(code(o.status), 75, "{scheme}: {}", stderr(&o));
         assert!(
             stderr(&o).contains(&format!("lock `{addr}` is held by")),
             "{}",
@@ -422,6 +426,11 @@ fn flock_1_forms_and_their_exit_codes() {
         "{took:?}"
     );
     let o = out(bare(dir, ["--timeout", "0.2", p.as_str(), "-c", "true"]));
+    assert_eq!((code(o.status), stderr(&o)), (75, String::new()));
+    let o = out(bare(
+        dir,
+        ["--timeout", "0.2", "run", p.as_str(), "--", "true"],
+    ));
     assert_eq!(code(o.status), 75);
     assert!(
         stderr(&o).contains("gave up after waiting 200ms"),

@@ -860,7 +860,7 @@ fn locksmith_takes_flock_options() {
     };
     for opt in ["-n", "--nb", "--nonblock", "--nonblocking"] {
         let o = ls(&[opt, "./lock", "true"]);
-        assert_eq!(code(o.status), 75, "{opt}: {}", stderr(&o));
+        assert_eq!((code(o.status), stderr(&o)), (75, String::new()), "{opt}");
     }
     let script = format!(
         r#"exec 4<>lock; "{b}" -n --fd 4; echo fd=$?; "{b}" -E 1 -n --fd 4; echo fd1=$?"#,
@@ -908,4 +908,67 @@ fn locksmith_takes_flock_options() {
     }
     let o = ls(&["--fd", "99"]);
     assert_eq!(code(o.status), 64, "{}", stderr(&o));
+}
+
+/// Issue 25 finding 1: flock(1)'s forms under locksmith's name (`LOCK CMD`, `LOCK -c`) are as
+/// quiet as flock(1) — no `ERROR busy` line, no waiting message — while `run` and hold mode
+/// keep SPEC §4.5's.
+#[test]
+fn flock_forms_are_quiet_run_keeps_its_messages() {
+    let d = sandbox();
+    let f = ours();
+    let ls = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.current_dir(d.path())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    for lock in [
+        "./lock".to_string(),
+        format!("mkdir:{}/m.lock", d.path().display()),
+    ] {
+        let h = Holder::new(&f, d.path(), &[], &lock);
+        for args in [
+            &["-n", &lock, "true"][..],
+            &["-w", "0.1", &lock, "-c", "true"],
+        ] {
+            let o = output_within(ls(args), T);
+            assert_eq!(
+                (code(o.status), stderr(&o)),
+                (75, String::new()),
+                "{args:?}"
+            );
+        }
+        let o = output_within(ls(&["-n", "-E", "1", &lock, "true"]), T);
+        assert_eq!((code(o.status), stderr(&o)), (1, String::new()));
+        let o = output_within(ls(&["-n", "run", &lock, "--", "true"]), T);
+        assert_eq!(code(o.status), 75);
+        assert!(
+            stderr(&o).starts_with("ERROR busy: "),
+            "run keeps it: {}",
+            stderr(&o)
+        );
+        let o = output_within(ls(&["-n", &lock]), T);
+        assert_eq!(code(o.status), 75);
+        assert!(
+            stdout(&o).starts_with("ERROR busy: "),
+            "hold keeps it: {}",
+            stdout(&o)
+        );
+        // A waiter: silent in the flock form, said once in `run`.
+        let quiet = ls(&[&lock, "echo", "got"]).spawn().unwrap();
+        let mut said = Held::spawn(ls(&["run", &lock, "--", "echo", "got"]));
+        said.wait_stderr("waiting for lock", T);
+        h.release();
+        let o = quiet.wait_with_output().unwrap();
+        assert_eq!(
+            (code(o.status), stdout(&o), stderr(&o)),
+            (0, "got\n".into(), String::new()),
+            "{lock}"
+        );
+        assert_eq!(code(said.wait_exit(T)), 0);
+    }
 }

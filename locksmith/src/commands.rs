@@ -248,7 +248,7 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
     // flock(1)'s forms wait in silence, as flock(1) does (issue 25 finding 1): only -v
     // (or, as `flock`, --verbose in flock(1)'s words) speaks.
     let level = log::level();
-    if cli.as_flock.is_some() && cli.verbose == 0 {
+    if cli.flock_form && cli.verbose == 0 {
         log::set_level(log::QUIET);
     }
     let acquired =
@@ -261,7 +261,7 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
         // silent (issues 15, 25).
         Err(e)
             if e.kind() == Kind::Busy
-                && (cli.quiet || cli.as_flock.is_some() || cli.conflict_exit.is_some()) =>
+                && (cli.quiet || cli.flock_form || cli.conflict_exit.is_some()) =>
         {
             if flock_verbose {
                 eprintln!(
@@ -272,7 +272,7 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
                         "timeout while waiting to get lock"
                     }
                 );
-            } else if !cli.quiet && cli.as_flock.is_none() {
+            } else if !cli.quiet && !cli.flock_form {
                 protocol::error(&e, false);
             }
             return Ok(cli.conflict_exit.unwrap_or(Kind::Busy.exit_code()));

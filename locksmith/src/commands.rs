@@ -14,7 +14,7 @@ use crate::backend::hold::Hold;
 use crate::backend::lock::{BreakOutcome, Holder};
 use crate::backend::{self, Profile};
 use crate::cli::{Cli, Command};
-use crate::error::{Error, Kind, Result, err, shown};
+use crate::error::{Error, Kind, Result, closest, err, shown};
 use crate::log::{self, debug, info};
 use crate::profile::{self, ProfilesFile};
 use crate::protocol::{self, Mode, OkLine};
@@ -58,17 +58,15 @@ fn load(cli: &Cli, word: &str) -> Result<Profile> {
         return Ok(p);
     }
     let hint = |e: Error| -> Error {
-        if std::path::Path::new(word).exists() {
-            Error::new(
-                e.kind(),
-                format!(
-                    "{}; to lock the file {word} here, write ./{word}",
-                    e.message()
-                ),
-            )
-        } else {
-            e
+        let mut msg = e.message().to_string();
+        // A mistyped subcommand (`locksmith staus x`) read as a profile name (issue 25).
+        if let Some(sub) = closest(word, profile::SUBCOMMANDS.iter().copied()) {
+            msg.push_str(&format!("; did you mean `{sub}`? (a subcommand)"));
         }
+        if std::path::Path::new(word).exists() {
+            msg.push_str(&format!("; to lock the file {word} here, write ./{word}"));
+        }
+        Error::new(e.kind(), msg)
     };
     let path = profile::locate(cli.profiles.as_deref()).map_err(hint)?;
     let file = ProfilesFile::load(&path)?;

@@ -680,3 +680,56 @@ fn netlock_takes_an_address() {
     lock.unlock().unwrap();
     assert!(!sb.join("client.lock").exists());
 }
+
+/// Issue 25 finding 3: `SCHEME://…` with a scheme locksmith does not know (or not yet: s3,
+/// redis) is a usage error naming the known schemes — never a relative flock path, and never
+/// repeating a secret — on every command line that takes a LOCK, and under the name `flock`.
+/// A word with a `/` before any `scheme://` stays a flock path, colons and all.
+#[test]
+fn unknown_schemes_are_usage_errors_without_secrets() {
+    let sb = Sandbox::new("");
+    let dir = sb.path();
+    let flock = dir.join("flock");
+    std::os::unix::fs::symlink(bin(), &flock).unwrap();
+    for addr in [
+        "sftp://host/x",
+        "http://example.com/lock",
+        "file:///tmp/x.lock",
+        "S3://bucket/key",
+        "s3://AKIAKEY:SECRETSAUCE@bucket/key",
+        "redis://:HUNTER2PASSWORD@host:6379/0?key=x",
+        "rediss://user:HUNTER2PASSWORD@host/0?key=x",
+    ] {
+        let forms: [&[&str]; 5] = [
+            &["run", addr, "--", "true"],
+            &[addr, "true"],
+            &["status", addr],
+            &["break", addr],
+            &[addr],
+        ];
+        for args in forms {
+            let o = out(bare(dir, args));
+            assert_eq!(code(o.status), 64, "{args:?}: {}", both(&o));
+            let text = both(&o);
+            assert!(text.starts_with("ERROR usage: "), "{args:?}: {text}");
+            assert!(
+                text.contains("mkdir") && text.contains("ftp") && text.contains("etcd"),
+                "{args:?} names the known schemes: {text}"
+            );
+            for secret in ["SECRETSAUCE", "HUNTER2PASSWORD", "AKIAKEY"] {
+                assert!(!text.contains(secret), "{args:?} repeats a secret: {text}");
+            }
+        }
+        let mut c = Command::new(&flock);
+        c.current_dir(dir).args([addr, "true"]);
+        let o = out(c);
+        assert_eq!(code(o.status), 64, "flock {addr}: {}", both(&o));
+        assert!(!both(&o).contains("SECRETSAUCE") && !both(&o).contains("HUNTER2"));
+        assert!(!dir.join("sftp:").exists() && !dir.join("http:").exists());
+    }
+    for path in ["./x:y", "/tmp/locksmith-colon:test.lock"] {
+        let o = out(bare(dir, ["-n", path, "true"]));
+        assert_eq!(code(o.status), 0, "{path} is a flock path: {}", both(&o));
+    }
+    assert!(dir.join("x:y").exists());
+}

@@ -287,17 +287,10 @@ fn is_address(word: &OsStr) -> bool {
     match word.split_once(':') {
         Some((scheme, rest)) => {
             known.iter().any(|s| s.eq_ignore_ascii_case(scheme))
-                || (is_scheme(scheme) && rest.starts_with("//"))
+                || (crate::backend::address::is_scheme(scheme) && rest.starts_with("//"))
         }
         None => false,
     }
-}
-
-/// RFC 3986's `scheme`: `ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )`.
-fn is_scheme(s: &str) -> bool {
-    let mut b = s.bytes();
-    b.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && b.all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.'))
 }
 
 /// Runs as flock(1); the process's exit code.

@@ -468,6 +468,22 @@ fn exit_code(status: ExitStatus) -> i32 {
 
 /// `status`: exit 0 free, 1 held (stale or not).
 fn status(p: &Profile, json: bool) -> Result<i32> {
+    // A file lock in a directory that does not exist is no free lock: taking it is 78, and
+    // so is asking about it (issue 25).
+    if ["flock", "mkdir", "link", "symlink"].contains(&p.backend.name()) {
+        let path = std::path::PathBuf::from(p.backend.location());
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            && let Err(e) = std::fs::metadata(dir)
+            && e.kind() == std::io::ErrorKind::NotFound
+        {
+            return Err(err!(
+                Config,
+                "the directory {} of lock {} does not exist (locksmith never creates parent directories)",
+                shown(dir),
+                p.name
+            ));
+        }
+    }
     let mut lock = backend::open(p)?;
     let holders = lock.status()?;
     let held = !holders.is_empty();

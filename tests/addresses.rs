@@ -733,3 +733,39 @@ fn unknown_schemes_are_usage_errors_without_secrets() {
     }
     assert!(dir.join("x:y").exists());
 }
+
+/// Issue 25 finding 11: a bare number is seconds everywhere, fractions allowed — in an
+/// address's query, in a profile (as a string or a TOML number) and on the command line —
+/// and `0` still means "try once" for `wait`.
+#[test]
+fn bare_numbers_are_seconds_everywhere() {
+    let sb = Sandbox::new(
+        "[profile.w]\nbackend = \"mkdir\"\npath = \"{dir}/w.lock\"\nwait = 1\nstale_after = 30\n\
+         [profile.s]\nbackend = \"mkdir\"\npath = \"{dir}/s.lock\"\nwait = \"0.3\"\nstale_after = 2.5\nkeepalive = \"1\"\n\
+         [profile.z]\nbackend = \"mkdir\"\npath = \"{dir}/w.lock\"\nwait = 0\n",
+    );
+    let dir = sb.path();
+    let addr = format!("mkdir:{}/a.lock?stale_after=30&wait=0.3", dir.display());
+    let h = hold(bare(dir, [&addr]));
+    assert!(h.ok().starts_with("OK "), "{}", h.ok());
+    let t = Instant::now();
+    let o = out(bare(dir, ["run", &addr, "--", "true"]));
+    assert_eq!(code(o.status), 75, "{}", stderr(&o));
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    drop(h);
+    let h = sb.hold(["w"]);
+    assert!(h.ok().starts_with("OK "), "{}", h.ok());
+    let t = Instant::now();
+    let o = sb.output(["run", "w", "--", "true"]);
+    assert_eq!(code(o.status), 75, "wait = 1: {}", stderr(&o));
+    assert!(t.elapsed() >= Duration::from_secs(1), "{:?}", t.elapsed());
+    let t = Instant::now();
+    let o = sb.output(["run", "z", "--", "true"]);
+    assert_eq!(code(o.status), 75, "wait = 0 tries once: {}", stderr(&o));
+    assert!(t.elapsed() < Duration::from_secs(1));
+    drop(h);
+    let o = sb.output(["--wait", "30", "run", "s", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    let o = sb.output(["profiles"]);
+    assert!(!stdout(&o).contains("invalid"), "{}", stdout(&o));
+}

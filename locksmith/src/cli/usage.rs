@@ -435,7 +435,7 @@ process dies, it gets SIGTERM/SIGINT/SIGHUP, or (with --watch-stdin) stdin hits 
 /// Help's last lines.
 pub const TAIL_TEXT: &str = "\
 Options come before LOCK; only -c comes after it, as in flock(1).
-Durations are human strings: 250ms, 3s, 1m30s, 10m, 1h.
+Durations are human strings: 250ms, 3s, 1m30s, 10m, 1h; a bare number is seconds (2.5).
 `locksmith help SUBCOMMAND` says more of one; man locksmith, man locksmith-profiles.
 ";
 

@@ -102,15 +102,20 @@ fn the_packaged_example_writes_nothing_beside_itself_and_the_synopsis_fits() {
             .and_then(|v| v.as_str())
             .unwrap();
         let path = place.split_once(':').map_or(place, |(_, rest)| rest);
-        assert!(path.starts_with("/tmp/") || path.starts_with("/run/lock/"), "{name}: {place}");
+        assert!(
+            path.starts_with("/tmp/") || path.starts_with("/run/lock/"),
+            "{name}: {place}"
+        );
     }
-    let cargo: toml::Table = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"),
-    )
-    .unwrap()
-    .parse()
-    .unwrap();
+    let cargo: toml::Table =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
     let synopsis = cargo["package"]["description"].as_str().unwrap();
     assert!(synopsis.len() <= 79, "{} chars: {synopsis}", synopsis.len());
-    assert!(!synopsis.ends_with('.'), "a Debian synopsis is no sentence: {synopsis}");
+    assert!(
+        !synopsis.ends_with('.'),
+        "a Debian synopsis is no sentence: {synopsis}"
+    );
 }

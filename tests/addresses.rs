@@ -110,6 +110,10 @@ fn every_file_scheme_holds_excludes_and_releases() {
         );
         let o = out(bare(dir, ["-n", &addr, "true"]));
         assert_eq!(code(o.status), 75, "{scheme}: {}", stderr(&o));
+        // flock(1)'s form is as quiet as flock(1) (issue 25); `run` names the holder.
+        assert_eq!(stderr(&o), "", "{scheme}");
+        let o = out(bare(dir, ["-n", "run", &addr, "--", "true"]));
+        assert_eq!(code(o.status), 75, "{scheme}: {}", stderr(&o));
         assert!(
             stderr(&o).contains(&format!("lock `{addr}` is held by")),
             "{}",
@@ -422,6 +426,11 @@ fn flock_1_forms_and_their_exit_codes() {
         "{took:?}"
     );
     let o = out(bare(dir, ["--timeout", "0.2", p.as_str(), "-c", "true"]));
+    assert_eq!((code(o.status), stderr(&o)), (75, String::new()));
+    let o = out(bare(
+        dir,
+        ["--timeout", "0.2", "run", p.as_str(), "--", "true"],
+    ));
     assert_eq!(code(o.status), 75);
     assert!(
         stderr(&o).contains("gave up after waiting 200ms"),
@@ -670,4 +679,93 @@ fn netlock_takes_an_address() {
     );
     lock.unlock().unwrap();
     assert!(!sb.join("client.lock").exists());
+}
+
+/// Issue 25 finding 3: `SCHEME://…` with a scheme locksmith does not know (or not yet: s3,
+/// redis) is a usage error naming the known schemes — never a relative flock path, and never
+/// repeating a secret — on every command line that takes a LOCK, and under the name `flock`.
+/// A word with a `/` before any `scheme://` stays a flock path, colons and all.
+#[test]
+fn unknown_schemes_are_usage_errors_without_secrets() {
+    let sb = Sandbox::new("");
+    let dir = sb.path();
+    let flock = dir.join("flock");
+    std::os::unix::fs::symlink(bin(), &flock).unwrap();
+    for addr in [
+        "sftp://host/x",
+        "http://example.com/lock",
+        "file:///tmp/x.lock",
+        "S3://bucket/key",
+        "s3://AKIAKEY:SECRETSAUCE@bucket/key",
+        "redis://:HUNTER2PASSWORD@host:6379/0?key=x",
+        "rediss://user:HUNTER2PASSWORD@host/0?key=x",
+    ] {
+        let forms: [&[&str]; 5] = [
+            &["run", addr, "--", "true"],
+            &[addr, "true"],
+            &["status", addr],
+            &["break", addr],
+            &[addr],
+        ];
+        for args in forms {
+            let o = out(bare(dir, args));
+            assert_eq!(code(o.status), 64, "{args:?}: {}", both(&o));
+            let text = both(&o);
+            assert!(text.starts_with("ERROR usage: "), "{args:?}: {text}");
+            assert!(
+                text.contains("mkdir") && text.contains("ftp") && text.contains("etcd"),
+                "{args:?} names the known schemes: {text}"
+            );
+            for secret in ["SECRETSAUCE", "HUNTER2PASSWORD", "AKIAKEY"] {
+                assert!(!text.contains(secret), "{args:?} repeats a secret: {text}");
+            }
+        }
+        let mut c = Command::new(&flock);
+        c.current_dir(dir).args([addr, "true"]);
+        let o = out(c);
+        assert_eq!(code(o.status), 64, "flock {addr}: {}", both(&o));
+        assert!(!both(&o).contains("SECRETSAUCE") && !both(&o).contains("HUNTER2"));
+        assert!(!dir.join("sftp:").exists() && !dir.join("http:").exists());
+    }
+    for path in ["./x:y", "/tmp/locksmith-colon:test.lock"] {
+        let o = out(bare(dir, ["-n", path, "true"]));
+        assert_eq!(code(o.status), 0, "{path} is a flock path: {}", both(&o));
+    }
+    assert!(dir.join("x:y").exists());
+}
+
+/// Issue 25 finding 11: a bare number is seconds everywhere, fractions allowed — in an
+/// address's query, in a profile (as a string or a TOML number) and on the command line —
+/// and `0` still means "try once" for `wait`.
+#[test]
+fn bare_numbers_are_seconds_everywhere() {
+    let sb = Sandbox::new(
+        "[profile.w]\nbackend = \"mkdir\"\npath = \"{dir}/w.lock\"\nwait = 1\nstale_after = 30\n\
+         [profile.s]\nbackend = \"mkdir\"\npath = \"{dir}/s.lock\"\nwait = \"0.3\"\nstale_after = 2.5\nkeepalive = \"1\"\n\
+         [profile.z]\nbackend = \"mkdir\"\npath = \"{dir}/w.lock\"\nwait = 0\n",
+    );
+    let dir = sb.path();
+    let addr = format!("mkdir:{}/a.lock?stale_after=30&wait=0.3", dir.display());
+    let h = hold(bare(dir, [&addr]));
+    assert!(h.ok().starts_with("OK "), "{}", h.ok());
+    let t = Instant::now();
+    let o = out(bare(dir, ["run", &addr, "--", "true"]));
+    assert_eq!(code(o.status), 75, "{}", stderr(&o));
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    drop(h);
+    let h = sb.hold(["w"]);
+    assert!(h.ok().starts_with("OK "), "{}", h.ok());
+    let t = Instant::now();
+    let o = sb.output(["run", "w", "--", "true"]);
+    assert_eq!(code(o.status), 75, "wait = 1: {}", stderr(&o));
+    assert!(t.elapsed() >= Duration::from_secs(1), "{:?}", t.elapsed());
+    let t = Instant::now();
+    let o = sb.output(["run", "z", "--", "true"]);
+    assert_eq!(code(o.status), 75, "wait = 0 tries once: {}", stderr(&o));
+    assert!(t.elapsed() < Duration::from_secs(1));
+    drop(h);
+    let o = sb.output(["--wait", "30", "run", "s", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    let o = sb.output(["profiles"]);
+    assert!(!stdout(&o).contains("invalid"), "{}", stdout(&o));
 }

@@ -282,3 +282,39 @@ fn engine_tls_settings_that_contradict_each_other() {
         "the `url` says sslmode=disable",
     );
 }
+
+/// Issue 25 finding 2: a mistyped subcommand is not left to read as a profile name: the
+/// error says which subcommand was meant, with or without a profiles file.
+#[test]
+fn a_mistyped_subcommand_gets_a_suggestion() {
+    let sb = Sandbox::new("[profile.other]\nbackend = \"mkdir\"\npath = \"{dir}/o.lock\"\n");
+    let home = tempfile::tempdir().unwrap();
+    for (typo, meant) in [
+        ("staus", "status"),
+        ("brek", "break"),
+        ("profils", "profiles"),
+    ] {
+        let x = sb.join("x.lock");
+        let x = x.to_str().unwrap();
+        // No profiles file at all.
+        let o = std::process::Command::new(bin())
+            .args([typo, x])
+            .env_remove("LOCKSMITH_PROFILES")
+            .env_remove("XDG_CONFIG_HOME")
+            .env("HOME", home.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let said = format!("did you mean `{meant}`");
+        assert!(stderr(&o).contains(&said), "{typo}: {}", stderr(&o));
+        assert_ne!(code(o.status), 0);
+        // A profiles file without such a profile: in hold mode the line is on stdout.
+        let o = sb.output([typo, x]);
+        assert!(stderr(&o).contains(&said), "{typo}: {}", stderr(&o));
+        let o = sb.output([typo]);
+        assert!(stdout(&o).contains(&said), "{typo}: {}", stdout(&o));
+    }
+    // A real profile named like a typo is taken, no hint.
+    let o = sb.output(["-n", "other", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+}

@@ -460,3 +460,26 @@ mod onboarding {
         assert_eq!(free.code(), Some(0));
     }
 }
+
+/// Issue 25 finding 9: the man page's EXIT STATUS names run's own codes (126, 127, 128+N)
+/// and flock(1)'s forms, and DESCRIPTION says what the README and SPEC §6 say of a dead
+/// locksmith: breakable at once on proof of death on the same host, else after stale_after.
+#[test]
+fn man_page_exit_status_and_description_are_true() {
+    let o = locksmith(&["--generate", "man"]);
+    let man = String::from_utf8_lossy(&o.stdout).into_owned();
+    let section = |name: &str| -> String {
+        let at = man
+            .find(&format!(".SH {name}\n"))
+            .unwrap_or_else(|| panic!("{name}"));
+        let rest = &man[at + 4..];
+        rest[..rest.find("\n.SH ").unwrap_or(rest.len())].to_string()
+    };
+    let exit = section("EXIT STATUS");
+    for code in ["126", "127", "128+N"] {
+        assert!(exit.contains(code), "EXIT STATUS lacks {code}:\n{exit}");
+    }
+    let desc = section("DESCRIPTION");
+    assert!(desc.contains("proof of death"), "{desc}");
+    assert!(desc.contains("flock"), "names the flock(1) drop-in: {desc}");
+}

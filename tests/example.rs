@@ -85,3 +85,37 @@ fn readme_first_command_runs_by_address() {
     assert_eq!(code(o.status), 0, "{}", stderr(&o));
     assert_eq!(stdout(&o), "holding /tmp/demo.lock\n");
 }
+
+/// Issue 25 finding 10: the .deb installs profiles.example.toml under /usr/share/doc, so its
+/// `demo` profiles must not lock beside the file (root would write into /usr/share/doc); and
+/// the package's synopsis (the crate's description) is one short line that dpkg need not wrap.
+#[test]
+fn the_packaged_example_writes_nothing_beside_itself_and_the_synopsis_fits() {
+    let text = std::fs::read_to_string(example()).unwrap();
+    let doc: toml::Table = text.parse().unwrap();
+    let profiles = doc["profile"].as_table().unwrap();
+    for name in ["demo", "demo-url"] {
+        let p = profiles[name].as_table().unwrap();
+        let place = p
+            .get("path")
+            .or_else(|| p.get("url"))
+            .and_then(|v| v.as_str())
+            .unwrap();
+        let path = place.split_once(':').map_or(place, |(_, rest)| rest);
+        assert!(
+            path.starts_with("/tmp/") || path.starts_with("/run/lock/"),
+            "{name}: {place}"
+        );
+    }
+    let cargo: toml::Table =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
+    let synopsis = cargo["package"]["description"].as_str().unwrap();
+    assert!(synopsis.len() <= 79, "{} chars: {synopsis}", synopsis.len());
+    assert!(
+        !synopsis.ends_with('.'),
+        "a Debian synopsis is no sentence: {synopsis}"
+    );
+}

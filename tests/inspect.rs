@@ -134,3 +134,27 @@ fn profiles_lists_names_and_backends() {
         "f\tflock\nfast\tmkdir\nl\tlink\nlfast\tlink\nm\tmkdir\ns\tsymlink\nsfast\tsymlink\n"
     );
 }
+
+/// Issue 25 finding 4: `status` on a lock whose directory does not exist is 78 naming the
+/// missing directory, as taking it is — not `free` — for every file backend, by address
+/// and by profile.
+#[test]
+fn status_of_a_lock_in_a_missing_directory_is_78() {
+    let sb = Sandbox::new("[profile.gone]\nbackend = \"flock\"\npath = \"{dir}/missing/g.lock\"\n");
+    let missing = sb.join("missing");
+    let missing = missing.to_str().unwrap();
+    let mut locks: Vec<String> = ["", "flock:", "mkdir:", "link:", "symlink:"]
+        .iter()
+        .map(|s| format!("{s}{missing}/x.lock"))
+        .collect();
+    locks.push("gone".into());
+    for lock in &locks {
+        let o = sb.output(["status", lock]);
+        assert_eq!(code(o.status), 78, "{lock}: {}{}", stdout(&o), stderr(&o));
+        assert!(stderr(&o).contains(missing), "{lock}: {}", stderr(&o));
+        assert_eq!(stdout(&o), "", "{lock}");
+        let o = sb.output(["-n", "run", lock, "--", "true"]);
+        assert_eq!(code(o.status), 78, "{lock}: taking it");
+    }
+    assert!(!sb.join("missing").exists());
+}

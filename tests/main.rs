@@ -61,3 +61,6 @@ mod fs2_smoke;
 mod verify;
 // Issue 14: lock addresses, flock(1)'s forms, `.netrc` / `.pgpass`, against every server.
 mod addresses;
+// Issue 25: locksmith under the name `flock` against util-linux's flock(1), form by form, and
+// util-linux's own flock test script; flock(1)'s long options under locksmith's own name.
+mod flock_compat;

@@ -44,6 +44,12 @@ pub enum Command {
         peer: Option<PathBuf>,
     },
     Profiles,
+    /// `--fd N`: flock(2) on the caller's descriptor N (`-u`: unlock it), then exit — flock(1)'s
+    /// `flock N` form.
+    Descriptor {
+        fd: i32,
+        unlock: bool,
+    },
     /// `--help`, `help [SUB]`, `SUB --help`.
     Help {
         topic: Option<String>,
@@ -72,7 +78,43 @@ pub struct Cli {
     pub conflict_exit: Option<i32>,
     pub quiet: bool,
     pub verbose: u8,
+    /// `-o`: CMD does not inherit the locked descriptor.
+    pub close: bool,
+    /// `-F`: exec CMD in place of locksmith (a lock held by a descriptor only).
+    pub no_fork: bool,
+    /// One of flock(1)'s forms (`LOCK CMD`, `LOCK -c`, `--fd N`, anything under the name
+    /// `flock`): as quiet as flock(1) — no waiting message, no `ERROR busy` line.
+    pub flock_form: bool,
+    /// Invoked under the name `flock` (SPEC §3c): flock(1)'s exit codes and words.
+    pub as_flock: Option<AsFlock>,
     pub command: Command,
+}
+
+/// What changes under the name `flock`: `--verbose` says flock(1)'s lines, and a command
+/// that cannot be executed is 69 (`EX_UNAVAILABLE`), as flock(1) says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AsFlock {
+    pub verbose: bool,
+}
+
+impl Cli {
+    /// A command line with nothing given: hold mode's defaults.
+    pub fn new(command: Command) -> Cli {
+        Cli {
+            profiles: None,
+            wait: None,
+            shared: false,
+            watch_stdin: false,
+            conflict_exit: None,
+            quiet: false,
+            verbose: 0,
+            close: false,
+            no_fork: false,
+            flock_form: false,
+            as_flock: None,
+            command,
+        }
+    }
 }
 
 fn usage(msg: impl std::fmt::Display) -> Error {
@@ -117,16 +159,8 @@ pub fn looks_like_hold(args: &[OsString]) -> bool {
 
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
     let mut p = lexopt::Parser::from_args(args);
-    let mut cli = Cli {
-        profiles: None,
-        wait: None,
-        shared: false,
-        watch_stdin: false,
-        conflict_exit: None,
-        quiet: false,
-        verbose: 0,
-        command: Command::Profiles,
-    };
+    let mut cli = Cli::new(Command::Profiles);
+    let (mut fd, mut unlock) = (None, false);
     let mut sub: Option<String> = None;
     let mut profile: Option<String> = None;
     let (mut json, mut force, mut token) = (false, false, None);
@@ -186,6 +220,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
                     cmd = flock_command(rest)?;
                     if !cmd.is_empty() {
                         sub = Some("run".into());
+                        cli.flock_form = true;
                     }
                     break;
                 }
@@ -242,6 +277,16 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
             Opt::Token => {
                 token = Some(p.value().map_err(err)?.parse().map_err(of("--token"))?);
             }
+            Opt::Close => cli.close = true,
+            Opt::NoFork => cli.no_fork = true,
+            Opt::Unlock => unlock = true,
+            Opt::Fd => {
+                let v: i32 = p.value().map_err(err)?.parse().map_err(of("--fd"))?;
+                if v < 0 {
+                    return Err(usage(format!("--fd: {v} is not a descriptor")));
+                }
+                fd = Some(v);
+            }
             Opt::Peer => {
                 let v = p.value().map_err(err)?;
                 if v.is_empty() {
@@ -278,6 +323,33 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
     if let Some(kind) = generate {
         cli.command = Command::Generate { kind };
         return Ok(cli);
+    }
+    if cli.no_fork && cli.close {
+        return Err(usage(
+            "-F/--no-fork and -o/--close exclude each other (as in flock(1))",
+        ));
+    }
+    if let Some(fd) = fd {
+        // flock(1)'s `flock N`: no LOCK, no subcommand; -E says its busy code.
+        if let Some(s) = &typed {
+            return Err(usage(format!("--fd takes no subcommand (got `{s}`)")));
+        }
+        if let Some(l) = &profile {
+            return Err(usage(format!(
+                "--fd locks a descriptor and takes no LOCK (got `{l}`)"
+            )));
+        }
+        if let Some((_, given)) = scoped.iter().find(|(d, _)| d.opt != Opt::ConflictExit) {
+            return Err(usage(format!("{given} does not go with --fd")));
+        }
+        cli.flock_form = true;
+        cli.command = Command::Descriptor { fd, unlock };
+        return Ok(cli);
+    }
+    if unlock {
+        return Err(usage(
+            "-u/--unlock unlocks a descriptor: give it with --fd N (a LOCK is released by its holder ending)",
+        ));
     }
     let sub = sub.unwrap_or_else(|| "hold".into());
     // Options given with a subcommand they do not belong to (flock(1)'s forms are `run`).

@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
@@ -14,11 +14,11 @@ use crate::backend::hold::Hold;
 use crate::backend::lock::{BreakOutcome, Holder};
 use crate::backend::{self, Profile};
 use crate::cli::{Cli, Command};
-use crate::error::{Error, Kind, Result, err, shown};
-use crate::log::{debug, info};
+use crate::error::{Error, Kind, Result, closest, err, shown};
+use crate::log::{self, debug, info};
 use crate::profile::{self, ProfilesFile};
 use crate::protocol::{self, Mode, OkLine};
-use crate::settings::{Env, Overrides, Password};
+use crate::settings::{Env, Overrides, Password, Wait};
 use crate::sys;
 use crate::watch::{Cause, Event, WatchOpts, Watcher};
 
@@ -35,6 +35,7 @@ pub fn dispatch(cli: &Cli) -> Result<i32> {
         } => break_lock(&load(cli, profile)?, *force, *token),
         Command::Verify { profile, peer } => verify(&load(cli, profile)?, peer.as_deref()),
         Command::Profiles => list_profiles(cli),
+        Command::Descriptor { fd, unlock } => descriptor(cli, *fd, *unlock),
         Command::Help { .. } | Command::Version | Command::Generate { .. } => Ok(0),
     }
 }
@@ -57,17 +58,15 @@ fn load(cli: &Cli, word: &str) -> Result<Profile> {
         return Ok(p);
     }
     let hint = |e: Error| -> Error {
-        if std::path::Path::new(word).exists() {
-            Error::new(
-                e.kind(),
-                format!(
-                    "{}; to lock the file {word} here, write ./{word}",
-                    e.message()
-                ),
-            )
-        } else {
-            e
+        let mut msg = e.message().to_string();
+        // A mistyped subcommand (`locksmith staus x`) read as a profile name (issue 25).
+        if let Some(sub) = closest(word, profile::SUBCOMMANDS.iter().copied()) {
+            msg.push_str(&format!("; did you mean `{sub}`? (a subcommand)"));
         }
+        if std::path::Path::new(word).exists() {
+            msg.push_str(&format!("; to lock the file {word} here, write ./{word}"));
+        }
+        Error::new(e.kind(), msg)
     };
     let path = profile::locate(cli.profiles.as_deref()).map_err(hint)?;
     let file = ProfilesFile::load(&path)?;
@@ -231,22 +230,62 @@ fn after_release(r: Result<()>, hold_mode: Option<&mut Watcher>) -> i32 {
 
 /// Run mode: take the lock, run CMD, release when it ends; CMD never outlives the lock.
 fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
+    if cli.no_fork && p.backend.name() != "flock" {
+        return Err(err!(
+            Usage,
+            "-F/--no-fork holds the lock by the descriptor CMD inherits: flock locks only (a {} lock needs locksmith alive beside CMD)",
+            p.backend.name()
+        ));
+    }
     let mut watcher = Watcher::new(WatchOpts {
         stdout: false,
         stdin: false,
         parent: true,
     })?;
-    let mut held = match Hold::acquire(backend::open(p)?, &p.name, &p.common, &mut watcher) {
+    let began = Instant::now();
+    // flock(1)'s forms wait in silence, as flock(1) does (issue 25 finding 1): only -v
+    // (or, as `flock`, --verbose in flock(1)'s words) speaks.
+    let level = log::level();
+    if cli.flock_form && cli.verbose == 0 {
+        log::set_level(log::QUIET);
+    }
+    let acquired =
+        backend::open(p).and_then(|lock| Hold::acquire(lock, &p.name, &p.common, &mut watcher));
+    log::set_level(level);
+    let flock_verbose = cli.as_flock.is_some_and(|f| f.verbose);
+    let mut held = match acquired {
         Ok(t) => t,
-        // `-q`: busy is said by the exit code alone, as `flock -n` is silent (issue 15).
-        Err(e) if e.kind() == Kind::Busy && (cli.quiet || cli.conflict_exit.is_some()) => {
-            if !cli.quiet {
+        // `-q` and flock(1)'s forms: busy is said by the exit code alone, as `flock -n` is
+        // silent (issues 15, 25).
+        Err(e)
+            if e.kind() == Kind::Busy
+                && (cli.quiet || cli.flock_form || cli.conflict_exit.is_some()) =>
+        {
+            if flock_verbose {
+                eprintln!(
+                    "flock: {}",
+                    if p.common.wait == Wait::For(Duration::ZERO) {
+                        "failed to get lock"
+                    } else {
+                        "timeout while waiting to get lock"
+                    }
+                );
+            } else if !cli.quiet && !cli.flock_form {
                 protocol::error(&e, false);
             }
             return Ok(cli.conflict_exit.unwrap_or(Kind::Busy.exit_code()));
         }
         Err(e) => return Err(e),
     };
+    if flock_verbose {
+        let took = began.elapsed();
+        let _ = protocol::report(&format!(
+            "flock: getting lock took {}.{:06} seconds\nflock: executing {}\n",
+            took.as_secs(),
+            took.subsec_micros(),
+            cmd[0].to_string_lossy()
+        ));
+    }
     // From here CMD's life decides, as with flock(1), not the caller's.
     watcher.forget_parent();
 
@@ -265,10 +304,20 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
     if let Some(var) = password_env(p) {
         command.env_remove(var);
     }
+    if cli.no_fork {
+        // flock -F: CMD replaces locksmith and holds the lock by the descriptor it inherits.
+        if let Some(fd) = held.inherit_fd() {
+            sys::set_cloexec(fd.as_raw_fd(), false)
+                .map_err(|e| Error::io("preparing the command", e))?;
+        }
+        let e = std::os::unix::process::CommandExt::exec(&mut command);
+        return Ok(cannot_run(cli, &cmd[0], &e));
+    }
     // An interactive CMD keeps the terminal; otherwise it gets a process group of its own,
     // so that signals reach its whole group.
     let own_group = !std::io::stdin().is_terminal();
-    let inherit = held.inherit_fd();
+    // -o: CMD does not inherit the lock; locksmith holds it until CMD ends.
+    let inherit = if cli.close { None } else { held.inherit_fd() };
     // flock: CMD inherits the locked descriptor, so the lock lives exactly as long as CMD.
     // Others: CMD dies with locksmith (PR_SET_PDEATHSIG; only this thread ever spawns).
     sys::configure_child(&mut command, inherit.is_none(), own_group, inherit)
@@ -276,13 +325,8 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
     let mut child = match command.spawn() {
         Ok(c) => c,
         Err(e) => {
-            let code = match e.kind() {
-                std::io::ErrorKind::NotFound => 127,
-                _ => 126,
-            };
             let _ = held.release();
-            eprintln!("locksmith: cannot run {}: {e}", cmd[0].to_string_lossy());
-            return Ok(code);
+            return Ok(cannot_run(cli, &cmd[0], &e));
         }
     };
     let pid = child.id() as i32;
@@ -328,6 +372,51 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
             protocol::error(&e, false);
             Ok(e.kind().exit_code())
         }
+    }
+}
+
+/// Says that CMD could not be started; the exit code: 127 not found, 126 not executable
+/// (as a shell), or as `flock` 69 (`EX_UNAVAILABLE`, 71 for ENOMEM), as flock(1) says.
+fn cannot_run(cli: &Cli, cmd: &OsString, e: &std::io::Error) -> i32 {
+    let cmd = cmd.to_string_lossy();
+    if cli.as_flock.is_some() {
+        eprintln!("flock: failed to execute {cmd}: {}", sys::strerror(e));
+        return if e.raw_os_error() == Some(libc::ENOMEM) {
+            71
+        } else {
+            69
+        };
+    }
+    eprintln!("locksmith: cannot run {cmd}: {e}");
+    match e.kind() {
+        std::io::ErrorKind::NotFound => 127,
+        _ => 126,
+    }
+}
+
+/// `--fd N` (flock(1)'s `flock N`): flock(2) on the caller's descriptor N, or `-u` to drop
+/// its lock, then exit: 0 done, 75 (or -E N) busy — silently, as `flock -n 4`.
+fn descriptor(cli: &Cli, fd: i32, unlock: bool) -> Result<i32> {
+    let op = if unlock {
+        sys::LockOp::Unlock
+    } else if cli.shared {
+        sys::LockOp::Shared
+    } else {
+        sys::LockOp::Exclusive
+    };
+    let timeout = match cli.wait {
+        None | Some(Wait::Forever) => None,
+        Some(Wait::For(d)) => Some(d),
+    };
+    match sys::lock_fd(fd, op, false, timeout) {
+        Ok(true) => Ok(0),
+        Ok(false) => Ok(cli.conflict_exit.unwrap_or(Kind::Busy.exit_code())),
+        Err(e) if e.raw_os_error() == Some(libc::EBADF) => Err(err!(
+            Usage,
+            "--fd {fd}: not a descriptor open in this process ({})",
+            sys::strerror(&e)
+        )),
+        Err(e) => Err(Error::io(format!("flock on descriptor {fd}"), e)),
     }
 }
 
@@ -379,6 +468,22 @@ fn exit_code(status: ExitStatus) -> i32 {
 
 /// `status`: exit 0 free, 1 held (stale or not).
 fn status(p: &Profile, json: bool) -> Result<i32> {
+    // A file lock in a directory that does not exist is no free lock: taking it is 78, and
+    // so is asking about it (issue 25).
+    if ["flock", "mkdir", "link", "symlink"].contains(&p.backend.name()) {
+        let path = std::path::PathBuf::from(p.backend.location());
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            && let Err(e) = std::fs::metadata(dir)
+            && e.kind() == std::io::ErrorKind::NotFound
+        {
+            return Err(err!(
+                Config,
+                "the directory {} of lock {} does not exist (locksmith never creates parent directories)",
+                shown(dir),
+                p.name
+            ));
+        }
+    }
     let mut lock = backend::open(p)?;
     let holders = lock.status()?;
     let held = !holders.is_empty();

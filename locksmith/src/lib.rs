@@ -20,6 +20,7 @@ pub mod cli;
 pub mod commands;
 pub mod error;
 pub mod files;
+pub mod flock1;
 pub mod host;
 pub mod log;
 pub mod profile;

@@ -9,7 +9,17 @@ fn main() -> ExitCode {
     // Backoff jitter must differ between helpers started together (fastrand's own seed is
     // the clock; see host::random_u64).
     fastrand::seed(locksmith_helper::host::random_u64());
-    let args: Vec<_> = std::env::args_os().skip(1).collect();
+    let mut argv = std::env::args_os();
+    let name = argv.next();
+    let args: Vec<_> = argv.collect();
+    // Under the name `flock` (a symlink or a copy): util-linux's flock(1) (SPEC §3c).
+    if let Some(name) = &name
+        && std::path::Path::new(name)
+            .file_name()
+            .is_some_and(|n| n == "flock")
+    {
+        return ExitCode::from(locksmith_helper::flock1::main(name, args) as u8);
+    }
     if let Some(level) = std::env::var("LOCKSMITH_LOG")
         .ok()
         .and_then(|v| log::level_from_env(&v))

@@ -199,26 +199,53 @@ fn too_long(s: &str) -> String {
 
 /// A human duration (`250ms`, `3s`, `1m30s`); zero is refused (only `wait` takes it).
 pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
-    let d = human_duration(s.trim())
-        .map_err(|e| format!("\"{s}\" is not a duration like \"250ms\", \"3s\", \"1m30s\" ({e})"))?
-        .ok_or_else(|| too_long(s))?;
+    let d = match bare_seconds(s) {
+        Some(d) => d?,
+        None => human_duration(s.trim())
+            .map_err(|e| {
+                format!("\"{s}\" is not a duration like \"250ms\", \"3s\", \"1m30s\" or 30 (seconds) ({e})")
+            })?
+            .ok_or_else(|| too_long(s))?,
+    };
     if d.is_zero() {
         return Err(format!("\"{s}\" must be greater than 0"));
     }
     Ok(d)
 }
 
-/// A `wait` value: `0` (try once), `forever`, or a duration.
+/// A bare number is seconds, fractions allowed, as flock(1)'s `-w` (issue 25): `None` if
+/// `s` is not one.
+fn bare_seconds(s: &str) -> Option<std::result::Result<Duration, String>> {
+    let t = s.trim();
+    let number = !t.is_empty()
+        && t.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && t.bytes().filter(|b| *b == b'.').count() <= 1
+        && t != ".";
+    if !number {
+        return None;
+    }
+    Some(match t.parse::<f64>().map(Duration::try_from_secs_f64) {
+        Ok(Ok(d)) if d <= MAX_DURATION => Ok(d),
+        Ok(_) => Err(too_long(s)),
+        Err(_) => Err(format!("\"{s}\" is not a number of seconds")),
+    })
+}
+
+/// A `wait` value: `0` (try once), `forever`, or a duration (a bare number is seconds).
 pub fn parse_wait(s: &str) -> std::result::Result<Wait, String> {
     match s.trim() {
         "forever" => Ok(Wait::Forever),
-        "0" => Ok(Wait::For(Duration::ZERO)),
-        other => match human_duration(other) {
-            Ok(Some(d)) => Ok(Wait::For(d)),
-            Ok(None) => Err(format!("{} (use \"forever\")", too_long(s))),
-            Err(e) => Err(format!(
-                "\"{s}\" is not `0`, `forever` or a duration like \"10m\" ({e})"
-            )),
+        other => match bare_seconds(other) {
+            Some(d) => d
+                .map(Wait::For)
+                .map_err(|m| format!("{m} (use \"forever\")")),
+            None => match human_duration(other) {
+                Ok(Some(d)) => Ok(Wait::For(d)),
+                Ok(None) => Err(format!("{} (use \"forever\")", too_long(s))),
+                Err(e) => Err(format!(
+                    "\"{s}\" is not `0`, `forever` or a duration like \"10m\" or 30 (seconds) ({e})"
+                )),
+            },
         },
     }
 }
@@ -228,24 +255,10 @@ pub fn fmt_duration(d: Duration) -> String {
     humantime::format_duration(d).to_string().replace(' ', "")
 }
 
-/// A `--wait`/`-w`/`--timeout` value on the command line: as [`parse_wait`], and a bare
-/// number is seconds, fractions allowed, as flock(1) takes it (`-w 2.5`).
+/// A `--wait`/`-w`/`--timeout` value on the command line: as [`parse_wait`] (a bare number
+/// is seconds, fractions allowed, as flock(1) takes it: `-w 2.5`).
 pub fn parse_wait_arg(s: &str) -> std::result::Result<Wait, String> {
-    let t = s.trim();
-    let number = !t.is_empty()
-        && t.bytes().all(|b| b.is_ascii_digit() || b == b'.')
-        && t.bytes().filter(|b| *b == b'.').count() <= 1
-        && t != ".";
-    if !number {
-        return parse_wait(s);
-    }
-    let secs: f64 = t
-        .parse()
-        .map_err(|_| format!("\"{s}\" is not a number of seconds"))?;
-    match Duration::try_from_secs_f64(secs) {
-        Ok(d) if d <= MAX_DURATION => Ok(Wait::For(d)),
-        _ => Err(format!("{} (use \"forever\")", too_long(s))),
-    }
+    parse_wait(s)
 }
 
 /// Where a password comes from. Resolved only when connecting, so that validating a
@@ -673,7 +686,9 @@ impl Fields {
         match self.table.remove(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),
-            Some(Value::Integer(0)) if key == "wait" => Ok(Some("0".into())),
+            // A timing key's bare number is seconds (issue 25): `wait = 10`, `stale_after = 2.5`.
+            Some(Value::Integer(n)) if TIMING.contains(&key) => Ok(Some(n.to_string())),
+            Some(Value::Float(x)) if TIMING.contains(&key) => Ok(Some(x.to_string())),
             Some(other) => Err(self.error(&format!(
                 "`{key}` must be a string, not {}",
                 other.type_str()
@@ -805,6 +820,9 @@ impl Fields {
     }
 }
 
+/// The timing keys: durations, where a bare number is seconds.
+const TIMING: &[&str] = &["wait", "poll", "max_poll", "keepalive", "stale_after"];
+
 /// `wait`, `poll`, `max_poll`, `keepalive` and `stale_after` from `f` into `c`.
 pub fn apply_timing(f: &mut Fields, c: &mut Common) -> Result<()> {
     if let Some(s) = f.string("wait")? {
@@ -839,6 +857,12 @@ mod tests {
         assert_eq!(parse_duration("1h 5min 2s"), Ok(Duration::from_secs(3902)));
         assert_eq!(parse_duration("1.5s250ms"), Ok(Duration::from_millis(1750)));
         assert_eq!(parse_duration("100y"), Ok(MAX_DURATION));
+        // A bare number is seconds, fractions allowed (issue 25).
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2.5"), Ok(Duration::from_millis(2500)));
+        assert_eq!(parse_wait("10"), Ok(Wait::For(Duration::from_secs(10))));
+        assert_eq!(parse_wait("0.0"), Ok(Wait::For(Duration::ZERO)));
+        assert!(parse_duration("0.0").is_err());
     }
 
     /// Found by the proptests: humantime 2.4 panicked on these (its issue #66), and durations

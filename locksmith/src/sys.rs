@@ -3,7 +3,7 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// `pidfd_open(2)`: a descriptor that becomes readable when process `pid` exits.
@@ -78,5 +78,156 @@ pub fn default_termination_signals() {
         unsafe {
             libc::signal(sig, libc::SIG_DFL);
         }
+    }
+}
+
+/// What [`lock_fd`] does to a descriptor: flock(1)'s `-s`, `-x` and `-u`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockOp {
+    Shared,
+    Exclusive,
+    Unlock,
+}
+
+/// The `SIGALRM` handler of [`lock_fd`]: it only interrupts the blocked call.
+extern "C" fn interrupt(_: libc::c_int) {}
+
+/// One lock call on `fd`: flock(2), or with `ofd` an open file description lock
+/// (`F_OFD_SETLK`/`F_OFD_SETLKW` over the whole file, as `flock --fcntl`).
+fn lock_call(fd: RawFd, op: LockOp, block: bool, ofd: bool) -> io::Result<()> {
+    let r = if ofd {
+        // SAFETY: a zeroed `struct flock` is a valid value; its fields are set below.
+        let mut arg: libc::flock = unsafe { std::mem::zeroed() };
+        arg.l_type = match op {
+            LockOp::Shared => libc::F_RDLCK,
+            LockOp::Exclusive => libc::F_WRLCK,
+            LockOp::Unlock => libc::F_UNLCK,
+        } as libc::c_short;
+        arg.l_whence = libc::SEEK_SET as libc::c_short;
+        let cmd = if block {
+            libc::F_OFD_SETLKW
+        } else {
+            libc::F_OFD_SETLK
+        };
+        // SAFETY: `arg` outlives the call; fcntl only reads it for these commands.
+        unsafe { libc::fcntl(fd, cmd, &arg) }
+    } else {
+        let mut how = match op {
+            LockOp::Shared => libc::LOCK_SH,
+            LockOp::Exclusive => libc::LOCK_EX,
+            LockOp::Unlock => libc::LOCK_UN,
+        };
+        if !block {
+            how |= libc::LOCK_NB;
+        }
+        // SAFETY: plain syscall with integer arguments; a bad `fd` is EBADF, not UB.
+        unsafe { libc::flock(fd, how) }
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// flock(1)'s locking of a descriptor the caller may own (`flock -n 4`): `Ok(true)` when
+/// locked (or unlocked), `Ok(false)` on a conflict (`timeout` zero: tried once) or when
+/// `timeout` passed. Waiting blocks in the kernel, interrupted by `SIGALRM` from an interval
+/// timer (first at the deadline, then every 20 ms, so a signal that lands before the call
+/// blocks is not the only one); the call is never retried once the deadline has passed,
+/// and a lock the kernel grants is kept, whenever it comes.
+pub fn lock_fd(fd: RawFd, op: LockOp, ofd: bool, timeout: Option<Duration>) -> io::Result<bool> {
+    let conflict =
+        |e: &io::Error| matches!(e.raw_os_error(), Some(libc::EWOULDBLOCK | libc::EACCES));
+    let Some(timeout) = timeout else {
+        loop {
+            match lock_call(fd, op, true, ofd) {
+                Ok(()) => return Ok(true),
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    if timeout.is_zero() {
+        return match lock_call(fd, op, false, ofd) {
+            Ok(()) => Ok(true),
+            Err(e) if conflict(&e) => Ok(false),
+            Err(e) => Err(e),
+        };
+    }
+    let deadline = std::time::Instant::now() + timeout;
+    let tv = |d: Duration| libc::timeval {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_usec: d.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: a zeroed sigaction is valid; the handler is an `extern "C"` function that
+    // touches nothing (async-signal-safe), installed without SA_RESTART so that the
+    // blocked call returns EINTR.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = interrupt as *const () as libc::sighandler_t;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(libc::SIGALRM, &sa, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    let timer = libc::itimerval {
+        it_value: tv(timeout.max(Duration::from_micros(1))),
+        it_interval: tv(Duration::from_millis(20)),
+    };
+    // SAFETY: setitimer reads `timer` and writes nothing (null old value).
+    if unsafe { libc::setitimer(libc::ITIMER_REAL, &timer, std::ptr::null_mut()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let r = loop {
+        match lock_call(fd, op, true, ofd) {
+            Ok(()) => break Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
+                if std::time::Instant::now() >= deadline {
+                    break Ok(false);
+                }
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    let off = libc::itimerval {
+        it_value: tv(Duration::ZERO),
+        it_interval: tv(Duration::ZERO),
+    };
+    // SAFETY: as above. The no-op handler stays: an alarm already pending must not kill us
+    // (exec puts the default action back for the command).
+    unsafe {
+        libc::setitimer(libc::ITIMER_REAL, &off, std::ptr::null_mut());
+    }
+    r
+}
+
+/// `fcntl(fd, F_SETFD)`: whether `fd` (a descriptor of the caller's, by number) is closed
+/// across exec. An error (EBADF) is the caller's to report.
+pub fn set_cloexec(fd: RawFd, on: bool) -> io::Result<()> {
+    // SAFETY: plain syscalls with integer arguments.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let flags = if on {
+            flags | libc::FD_CLOEXEC
+        } else {
+            flags & !libc::FD_CLOEXEC
+        };
+        if libc::fcntl(fd, libc::F_SETFD, flags) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The C library's text for an OS error, without Rust's `(os error N)` (flock(1)'s words).
+pub fn strerror(e: &io::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" (os error ") {
+        Some(at) if e.raw_os_error().is_some() => text[..at].to_string(),
+        _ => text,
     }
 }

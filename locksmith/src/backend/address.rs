@@ -31,7 +31,11 @@ pub fn classify(word: &str, known: &[&'static str]) -> Result<Option<&'static st
     {
         return Ok(Some(s));
     }
-    if word.contains('/') {
+    // `SCHEME://…` of a scheme not (yet) known is never a relative path (issue 25).
+    let unknown_url = word
+        .split_once(':')
+        .is_some_and(|(s, rest)| is_scheme(s) && rest.starts_with("//"));
+    if word.contains('/') && !unknown_url {
         return Ok(Some("flock"));
     }
     if word.contains(':') {
@@ -46,6 +50,13 @@ pub fn classify(word: &str, known: &[&'static str]) -> Result<Option<&'static st
         ));
     }
     Ok(None)
+}
+
+/// RFC 3986's `scheme`: `ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )`.
+pub fn is_scheme(s: &str) -> bool {
+    let mut b = s.bytes();
+    b.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && b.all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.'))
 }
 
 /// An address taken apart: parts still to be read by its backend.

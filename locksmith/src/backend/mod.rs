@@ -351,8 +351,13 @@ mod tests {
         let e = scheme_of("nfs:x").unwrap_err();
         assert_eq!(e.kind(), Kind::Usage);
         assert!(e.message().contains("mkdir"), "{e}");
-        // An unknown scheme with a `/` is a path (as flock(1) would take it).
-        assert_eq!(scheme_of("s3://b/k").unwrap(), Some("flock"));
+        // `SCHEME://` of an unknown scheme is a usage error, never a relative path (SPEC
+        // §3a, issue 25); a `/` before any `scheme:` keeps a path a path.
+        for url in ["s3://b/k", "sftp://h/x", "file:///x", "redis://:pw@h/0"] {
+            assert_eq!(scheme_of(url).unwrap_err().kind(), Kind::Usage, "{url}");
+        }
+        assert_eq!(scheme_of("./x:y").unwrap(), Some("flock"));
+        assert_eq!(scheme_of("./s3://b").unwrap(), Some("flock"));
     }
 
     /// The least each backend needs to parse, as a profile section says it.

@@ -187,8 +187,16 @@ pub fn man() -> String {
     s.push_str(&filled(
         "locksmith takes a lock on behalf of its parent process and holds it exactly as long as \
          the parent wants it: until the parent closes the pipe it reads locksmith's output from, \
-         or dies. If locksmith itself dies, the lock becomes breakable after the profile's \
-         stale_after, never before.",
+         or dies. If locksmith itself dies, the lock becomes breakable: at once on proof of \
+         death on the same host (the kernel releases a flock lock by itself), otherwise after \
+         the profile's stale_after of silence, never before.",
+    ));
+    s.push_str(".PP\n");
+    s.push_str(&filled(
+        "Invoked under the name flock (a symlink or copy named flock), locksmith is \
+         util-linux's flock(1): its forms (FILE|DIRECTORY COMMAND, -c, a descriptor NUMBER), \
+         options, exit codes and silence, and in place of FILE also a lock address \
+         (flock mkdir:/nfs/locks/x backup.sh). See flock(1).",
     ));
     s.push_str(".PP\n");
     s.push_str(&filled(PROTOCOL_TEXT));
@@ -209,8 +217,11 @@ pub fn man() -> String {
     }
     s.push_str(".SH EXIT STATUS\n");
     s.push_str(&filled(
-        "Hold mode exits 0 after releasing; run exits with CMD's status. Otherwise the \
-         sysexits code of the error, whose kind is the word after ERROR:",
+        "Hold mode exits 0 after releasing; run (and flock(1)'s forms LOCK CMD, LOCK -c) \
+         exits with CMD's status: 128+N if signal N killed it, 127 if CMD was not found, 126 \
+         if it could not be executed (under the name flock: 69, as flock(1)). A busy lock is \
+         75, or the -E code (under the name flock: 1, or -E). Otherwise the sysexits code of \
+         the error, whose kind is the word after ERROR:",
     ));
     for kind in Kind::ALL {
         s.push_str(&format!(

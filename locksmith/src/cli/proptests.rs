@@ -141,9 +141,11 @@ fn check_cli(cli: &Cli, args: &[OsString]) -> Result<(), TestCaseError> {
             prop_assert!(!cmd.is_empty());
             Some(profile)
         }
-        Command::Profiles | Command::Help { .. } | Command::Version | Command::Generate { .. } => {
-            None
-        }
+        Command::Profiles
+        | Command::Help { .. }
+        | Command::Version
+        | Command::Generate { .. }
+        | Command::Descriptor { .. } => None,
     };
     if let Some(p) = profile {
         // The profile is one of the words given.
@@ -439,6 +441,7 @@ fn line() -> impl Strategy<Value = Line> {
 
                 let run = matches!(sub, Sub::Run(..) | Sub::Flock(..));
                 let implicit = matches!(sub, Sub::Implicit | Sub::Flock(..));
+                let flock_form = matches!(sub, Sub::Flock(..));
                 let command = match early {
                     // Help names the subcommand it was given with.
                     Some("-h" | "--help") => Command::Help {
@@ -474,7 +477,9 @@ fn line() -> impl Strategy<Value = Line> {
                     conflict_exit: conflict.map(|(n, _)| n),
                     quiet: quiet.is_some(),
                     verbose,
+                    flock_form,
                     command,
+                    ..Cli::new(Command::Profiles)
                 };
                 Line {
                     args,

@@ -54,6 +54,10 @@ pub enum Opt {
     Force,
     Token,
     Peer,
+    Unlock,
+    Close,
+    NoFork,
+    Fd,
 }
 
 /// One option: its spellings, its value, where it belongs, what it does.
@@ -138,7 +142,7 @@ pub static OPTIONS: &[OptDoc] = &[
     OptDoc {
         opt: Opt::Nonblock,
         shorts: &['n'],
-        longs: &["nonblock"],
+        longs: &["nonblock", "nonblocking", "nb"],
         value: Value::None,
         scope: Scope::Global,
         help: "the same as --wait 0: try once",
@@ -174,8 +178,43 @@ pub static OPTIONS: &[OptDoc] = &[
         longs: &["conflict-exit-code"],
         value: Value::Text("N"),
         scope: Scope::Only(&["run"]),
-        help: "run: exit N instead of 75 when the lock is busy [default: 75;\n\
-               flock(1) exits 1: -E 1 mimics it]",
+        help: "run (and --fd): exit N instead of 75 when the lock is busy\n\
+               [default: 75; flock(1) exits 1: -E 1 mimics it]",
+    },
+    OptDoc {
+        opt: Opt::Close,
+        shorts: &['o'],
+        longs: &["close"],
+        value: Value::None,
+        scope: Scope::Only(&["run"]),
+        help: "run: CMD does not inherit the locked descriptor (flock): locksmith\n\
+               holds the lock until CMD ends, CMD's own children do not",
+    },
+    OptDoc {
+        opt: Opt::NoFork,
+        shorts: &['F'],
+        longs: &["no-fork"],
+        value: Value::None,
+        scope: Scope::Only(&["run"]),
+        help: "run: exec CMD in place of locksmith, holding the lock by the\n\
+               descriptor it inherits (flock locks only: others need locksmith alive)",
+    },
+    OptDoc {
+        opt: Opt::Fd,
+        shorts: &[],
+        longs: &["fd"],
+        value: Value::Text("N"),
+        scope: Scope::Global,
+        help: "lock the caller's open descriptor N with flock(2) and exit, as\n\
+               `flock N` (`exec 4<>f; locksmith -n --fd 4`); takes no LOCK",
+    },
+    OptDoc {
+        opt: Opt::Unlock,
+        shorts: &['u'],
+        longs: &["unlock"],
+        value: Value::None,
+        scope: Scope::Global,
+        help: "with --fd N: drop the lock held on descriptor N (flock -u N)",
     },
     OptDoc {
         opt: Opt::Quiet,
@@ -396,7 +435,7 @@ process dies, it gets SIGTERM/SIGINT/SIGHUP, or (with --watch-stdin) stdin hits 
 /// Help's last lines.
 pub const TAIL_TEXT: &str = "\
 Options come before LOCK; only -c comes after it, as in flock(1).
-Durations are human strings: 250ms, 3s, 1m30s, 10m, 1h.
+Durations are human strings: 250ms, 3s, 1m30s, 10m, 1h; a bare number is seconds (2.5).
 `locksmith help SUBCOMMAND` says more of one; man locksmith, man locksmith-profiles.
 ";
 

@@ -29,11 +29,8 @@
 use std::path::Path;
 use std::ffi::OsString;
 use std::fs::{self, File, TryLockError};
-use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::net::UnixStream;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use nix::fcntl::OFlag;
@@ -44,6 +41,7 @@ use super::lock::Registered;
 use super::lockdir::probe::Scheme;
 use super::verify::Report;
 use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, Named, WaitHint, refuse_break};
+use super::wake::Blocking;
 use super::lockdir::FsConfig;
 use super::lockdir::state::{self, StateAt};
 use crate::error::{Error, Result};
@@ -64,16 +62,10 @@ pub struct Flock {
     file: Option<File>,
     /// The writer-preference gate; `None` where it cannot be opened.
     gate: Option<Option<File>>,
-    waiter: Option<Waiter>,
+    /// A thread blocked in flock(2) on a duplicate descriptor: whether it holds the lock.
+    waiter: Option<Blocking<bool>>,
     /// The fencing token of our exclusive acquisition, to mark its clean release.
     token: Option<u64>,
-}
-
-/// A thread blocked in flock(2) on a duplicate descriptor; it writes one byte when done:
-/// `1` holding, `0` failed.
-struct Waiter {
-    rx: UnixStream,
-    thread: JoinHandle<()>,
 }
 
 impl Flock {
@@ -264,19 +256,15 @@ impl Backend for Flock {
 
     fn try_acquire(&mut self) -> Result<Attempt> {
         if let Some(w) = &self.waiter {
-            // The waiter thread decides; it answers with one byte.
-            let mut buf = [0u8; 1];
-            match std::io::Read::read(&mut &w.rx, &mut buf) {
-                Ok(1) => {
-                    let w = self.waiter.take().expect("checked above");
-                    let _ = w.thread.join();
-                    if buf[0] == b'1' {
-                        return self.acquired();
-                    }
-                    // It failed: try directly below, which reports the error.
-                }
-                _ => return Ok(Attempt::Busy(self.holders())),
+            // The waiter thread decides.
+            if !w.returned() {
+                return Ok(Attempt::Busy(self.holders()));
             }
+            let w = self.waiter.take().expect("checked above");
+            if w.join() == Some(true) {
+                return self.acquired();
+            }
+            // It failed: try directly below, which reports the error.
         }
         let shared = self.mode == Mode::Shared;
         let path = self.cfg.path.clone();
@@ -318,38 +306,32 @@ impl Backend for Flock {
             .try_clone()
             .map_err(|e| Error::path("cannot duplicate descriptor of", &path, e))?;
         let gate = self.gate()?.and_then(|g| g.try_clone().ok());
-        let (rx, mut tx) = UnixStream::pair().map_err(|e| Error::io("socketpair", e))?;
-        rx.set_nonblocking(true)
-            .map_err(|e| Error::io("socketpair", e))?;
-        let thread = std::thread::Builder::new()
-            .name("flock-wait".into())
-            .stack_size(64 * 1024)
-            .spawn(move || {
-                // Same open file description as the main descriptor: when this returns Ok
-                // the main descriptor holds the lock too. A writer holds the gate while it
-                // waits (new readers queue behind it); a reader only passes through it.
-                let r = (|| {
-                    if let Some(g) = &gate {
-                        if shared { g.lock_shared() } else { g.lock() }?;
-                    }
-                    if shared {
-                        dup.lock_shared()
-                    } else {
-                        dup.lock()
-                    }
-                })();
+        let waiter = Blocking::spawn("flock-wait", Some(64 * 1024), move || {
+            // Same open file description as the main descriptor: when this returns Ok the
+            // main descriptor holds the lock too. A writer holds the gate while it waits (new
+            // readers queue behind it); a reader only passes through it.
+            let r = (|| {
                 if let Some(g) = &gate {
-                    let _ = g.unlock();
+                    if shared { g.lock_shared() } else { g.lock() }?;
                 }
-                let _ = tx.write_all(if r.is_ok() { b"1" } else { b"0" });
-            })
-            .map_err(|e| Error::io("cannot start the flock waiter thread", e))?;
-        self.waiter = Some(Waiter { rx, thread });
+                if shared {
+                    dup.lock_shared()
+                } else {
+                    dup.lock()
+                }
+            })();
+            if let Some(g) = &gate {
+                let _ = g.unlock();
+            }
+            r.is_ok()
+        })
+        .map_err(|e| Error::io("cannot start the flock waiter thread", e))?;
+        self.waiter = Some(waiter);
         Ok(WaitHint { poll: false })
     }
 
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
-        self.waiter.iter().map(|w| w.rx.as_fd()).collect()
+        self.waiter.iter().map(Blocking::fd).collect()
     }
 
     fn heartbeat_period(&self) -> Option<Duration> {

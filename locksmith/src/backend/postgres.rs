@@ -34,12 +34,9 @@
 //! `clean = false` says `prev=crashed`. Readers report the current token (the write epoch).
 //! Without the right to create the table, there are no tokens (the lock still works).
 
-use std::io::Write;
-use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::net::UnixStream;
+use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use postgres::error::SqlState;
@@ -48,6 +45,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::address::Address;
 use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, Named, WaitHint};
+use super::wake::Blocking;
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
@@ -330,11 +328,10 @@ pub struct Postgres {
     held: bool,
 }
 
-/// A thread blocked in `pg_advisory_lock` on our connection; one byte when done.
+/// A thread blocked in `pg_advisory_lock` on our connection, and how to cancel its query.
 struct Waiter {
-    rx: UnixStream,
+    call: Blocking<(Client, std::result::Result<(), postgres::Error>)>,
     cancel: CancelToken,
-    thread: JoinHandle<(Client, std::result::Result<(), postgres::Error>)>,
 }
 
 const KEY: &str = "hashtextextended($1, 0)";
@@ -344,11 +341,7 @@ impl Postgres {
         Postgres {
             cfg,
             profile: profile.name.to_string(),
-            mode: if profile.common.shared {
-                Mode::Shared
-            } else {
-                Mode::Exclusive
-            },
+            mode: profile.common.mode(),
             stale_after: profile.common.stale_after,
             heartbeat: profile.common.heartbeat(),
             client: None,
@@ -744,22 +737,19 @@ impl Backend for Postgres {
 
     fn try_acquire(&mut self) -> Result<Attempt> {
         if let Some(w) = &self.waiter {
-            let mut buf = [0u8; 1];
-            match std::io::Read::read(&mut &w.rx, &mut buf) {
-                Ok(1) => {
-                    let w = self.waiter.take().expect("checked above");
-                    let (client, r) = w
-                        .thread
-                        .join()
-                        .map_err(|_| err!(Io, "the PostgreSQL waiter thread failed"))?;
-                    self.client = Some(client);
-                    if let Err(e) = r {
-                        return Err(self.error("cannot take the advisory lock", &e));
-                    }
-                    return Ok(Attempt::Acquired(self.grant()?));
-                }
-                _ => return Ok(Attempt::Busy(Vec::new())),
+            if !w.call.returned() {
+                return Ok(Attempt::Busy(Vec::new()));
             }
+            let w = self.waiter.take().expect("checked above");
+            let (client, r) = w
+                .call
+                .join()
+                .ok_or_else(|| err!(Io, "the PostgreSQL waiter thread failed"))?;
+            self.client = Some(client);
+            if let Err(e) = r {
+                return Err(self.error("cannot take the advisory lock", &e));
+            }
+            return Ok(Attempt::Acquired(self.grant()?));
         }
         let q = self.lock_fn(true);
         let lock = self.cfg.lock.clone();
@@ -786,23 +776,17 @@ impl Backend for Postgres {
         self.client()?;
         let mut client = self.client.take().expect("connected above");
         let cancel = client.cancel_token();
-        let (rx, mut tx) = UnixStream::pair().map_err(|e| Error::io("socketpair", e))?;
-        rx.set_nonblocking(true)
-            .map_err(|e| Error::io("socketpair", e))?;
-        let thread = std::thread::Builder::new()
-            .name("pg-wait".into())
-            .spawn(move || {
-                let r = client.execute(&q, &[&lock]).map(|_| ());
-                let _ = tx.write_all(b"!");
-                (client, r)
-            })
-            .map_err(|e| Error::io("cannot start the PostgreSQL waiter thread", e))?;
-        self.waiter = Some(Waiter { rx, cancel, thread });
+        let call = Blocking::spawn("pg-wait", None, move || {
+            let r = client.execute(&q, &[&lock]).map(|_| ());
+            (client, r)
+        })
+        .map_err(|e| Error::io("cannot start the PostgreSQL waiter thread", e))?;
+        self.waiter = Some(Waiter { call, cancel });
         Ok(WaitHint { poll: false })
     }
 
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
-        self.waiter.iter().map(|w| w.rx.as_fd()).collect()
+        self.waiter.iter().map(|w| w.call.fd()).collect()
     }
 
     fn heartbeat_period(&self) -> Option<Duration> {

@@ -35,6 +35,55 @@ use nix::sys::stat::Mode as FileMode;
 use crate::log::{debug, trace};
 use crate::sys;
 
+/// A blocking call on a thread of its own, for a waiter's `poll`: the thread makes the call,
+/// then writes one byte to a socketpair whose other end ([`fd`](Self::fd)) the waiter polls
+/// beside everything else. Written once for every waiter that blocks in the kernel or on a
+/// server: `flock(2)` (the flock backend, the waiters' queue), `pg_advisory_lock`.
+pub struct Blocking<T> {
+    rx: UnixStream,
+    thread: JoinHandle<T>,
+}
+
+impl<T: Send + 'static> Blocking<T> {
+    /// Starts `call` on a thread named `name` (`stack`: its stack size, where the default
+    /// 2 MiB of address space is too much for a call that only blocks).
+    pub fn spawn(
+        name: &str,
+        stack: Option<usize>,
+        call: impl FnOnce() -> T + Send + 'static,
+    ) -> std::io::Result<Blocking<T>> {
+        let (rx, mut tx) = UnixStream::pair()?;
+        rx.set_nonblocking(true)?;
+        let mut builder = std::thread::Builder::new().name(name.into());
+        if let Some(size) = stack {
+            builder = builder.stack_size(size);
+        }
+        let thread = builder.spawn(move || {
+            let answer = call();
+            // Nobody waiting any more: the write fails, and the answer is dropped here.
+            let _ = tx.write_all(b"!");
+            answer
+        })?;
+        Ok(Blocking { rx, thread })
+    }
+
+    /// Readable once the call has returned.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.rx.as_fd()
+    }
+
+    /// Whether the call has returned, without blocking. Once true, [`join`](Self::join).
+    pub fn returned(&self) -> bool {
+        let mut b = [0u8; 1];
+        matches!((&self.rx).read(&mut b), Ok(1))
+    }
+
+    /// The call's answer (`None`: the thread panicked).
+    pub fn join(self) -> Option<T> {
+        self.thread.join().ok()
+    }
+}
+
 #[derive(Default)]
 pub struct Wakeups {
     /// The directory to watch for releases, once asked to ([`watch_dir`](Self::watch_dir)).
@@ -71,13 +120,12 @@ enum Queue {
     },
 }
 
-/// A thread blocked in `flock(2)` on the queue file (shared with it). It writes `1` when it
-/// holds the queue's lock, `0` if flock failed. If we stop waiting first, its write fails and
-/// it drops the last reference to the file: the lock passes on to the next waiter.
+/// A thread blocked in `flock(2)` on the queue file (shared with it); its answer: whether it
+/// holds the queue's lock. If we stop waiting first, the last reference to the file is the
+/// thread's, dropped when the call returns: the lock passes on to the next waiter.
 struct Turn {
     file: Arc<File>,
-    rx: UnixStream,
-    thread: JoinHandle<()>,
+    call: Blocking<bool>,
 }
 
 impl Wakeups {
@@ -140,21 +188,19 @@ impl Wakeups {
     /// (watching from then on). Call it *before* trying, so that a release after the try
     /// leaves a fresh event and the wait that may follow cannot miss it.
     pub fn drain(&mut self) {
-        if let Queue::Behind(turn) = &self.queue {
-            let mut b = [0u8; 1];
-            if let Ok(1) = (&turn.rx).read(&mut b) {
-                let Queue::Behind(turn) = std::mem::take(&mut self.queue) else {
-                    unreachable!("matched above")
-                };
-                let _ = turn.thread.join();
-                self.queue = if b[0] == b'1' {
-                    trace!("at the front of the waiters' queue");
-                    Queue::Front { _file: turn.file }
-                } else {
-                    Queue::Off
-                };
-                self.watch();
-            }
+        if let Queue::Behind(turn) = &self.queue
+            && turn.call.returned()
+        {
+            let Queue::Behind(turn) = std::mem::take(&mut self.queue) else {
+                unreachable!("matched above")
+            };
+            self.queue = if turn.call.join() == Some(true) {
+                trace!("at the front of the waiters' queue");
+                Queue::Front { _file: turn.file }
+            } else {
+                Queue::Off
+            };
+            self.watch();
         }
         if let Some(ino) = &self.inotify {
             let _ = ino.read_events();
@@ -221,7 +267,7 @@ impl Wakeups {
     pub fn fds(&self) -> Vec<BorrowedFd<'_>> {
         let mut v = Vec::with_capacity(2);
         if let Queue::Behind(turn) = &self.queue {
-            v.push(turn.rx.as_fd());
+            v.push(turn.call.fd());
         }
         if let Some(i) = &self.inotify {
             v.push(i.as_fd());
@@ -279,18 +325,10 @@ fn join(q: &QueueAt) -> Option<Queue> {
     let r = (|| -> std::io::Result<Queue> {
         let file = Arc::new(file);
         let shared = file.clone();
-        let (rx, mut tx) = UnixStream::pair()?;
-        rx.set_nonblocking(true)?;
-        let thread = std::thread::Builder::new()
-            .name("queue-wait".into())
-            .stack_size(64 * 1024)
-            .spawn(move || {
-                let ok = shared.lock().is_ok();
-                // Our waiter gone (it holds the lock, or gave up): the write fails and the
-                // file closes here, passing the queue on.
-                let _ = tx.write_all(if ok { b"1" } else { b"0" });
-            })?;
-        Ok(Queue::Behind(Turn { file, rx, thread }))
+        // Our waiter gone (it holds the lock, or gave up): the file closes on the thread,
+        // passing the queue on.
+        let call = Blocking::spawn("queue-wait", Some(64 * 1024), move || shared.lock().is_ok())?;
+        Ok(Queue::Behind(Turn { file, call }))
     })();
     r.map_err(|e| {
         debug!(

@@ -512,4 +512,4 @@ mod tests {
 }
 
 #[cfg(test)]
-mod proptests;
+pub(crate) mod proptests;

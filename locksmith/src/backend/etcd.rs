@@ -267,11 +267,7 @@ impl Etcd {
         Etcd {
             cfg,
             profile: profile.name.to_string(),
-            mode: if profile.common.shared {
-                Mode::Shared
-            } else {
-                Mode::Exclusive
-            },
+            mode: profile.common.mode(),
             ttl,
             heartbeat: profile.common.heartbeat(),
             timeout: profile

@@ -22,8 +22,9 @@ use super::*;
 
 const CASES: u32 = 512;
 
-/// `CASES` per property; `PROPTEST_CASES=N` asks for a longer pass by hand.
-fn config() -> ProptestConfig {
+/// `CASES` per property; `PROPTEST_CASES=N` asks for a longer pass by hand. (Every
+/// property test of the crate runs by it.)
+pub(crate) fn config() -> ProptestConfig {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|n| n.parse().ok());

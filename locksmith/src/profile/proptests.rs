@@ -35,19 +35,7 @@ use crate::settings::{
 };
 use std::time::Duration;
 
-const CASES: u32 = 512;
-
-/// `CASES` per property; `PROPTEST_CASES=N` asks for a longer pass by hand.
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok());
-    ProptestConfig {
-        cases: cases.unwrap_or(CASES),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
+use crate::cli::proptests::config;
 
 /// The profiles file the texts pretend to be: a file that exists, so relative lock paths
 /// anchor at its directory (its own contents are never read).

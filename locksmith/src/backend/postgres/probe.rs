@@ -324,7 +324,7 @@ fn call(pg: &mut Postgres, f: &str) -> Result<bool> {
 
 /// Exclusive and shared advisory locks between two sessions.
 fn exclusion(a: &mut Postgres, b: &mut Postgres, r: &mut Report) -> Result<()> {
-    let steps = [
+    let exclusive = [
         (true, "pg_try_advisory_lock", true),
         (false, "pg_try_advisory_lock", false),
         (false, "pg_try_advisory_lock_shared", false),
@@ -332,32 +332,41 @@ fn exclusion(a: &mut Postgres, b: &mut Postgres, r: &mut Report) -> Result<()> {
         (false, "pg_try_advisory_lock", true),
         (false, "pg_advisory_unlock", true),
     ];
-    let mut wrong = None;
-    for (i, (first, f, want)) in steps.iter().enumerate() {
-        let got = call(if *first { &mut *a } else { &mut *b }, f)?;
-        if got != *want && wrong.is_none() {
-            wrong = Some(format!(
-                "step {} ({} session: {f}) answered {got}, {want} expected",
-                i + 1,
-                if *first { "first" } else { "second" }
-            ));
-        }
-    }
-    match wrong {
-        None => r.add(
-            "advisory exclusive",
-            Status::Ok,
-            "a second session is refused (exclusive and shared) while the first holds it, and gets it once released",
-        ),
-        Some(w) => r.add("advisory exclusive", Status::Fail, w),
-    }
-    let steps = [
+    let shared = [
         (true, "pg_try_advisory_lock_shared", true),
         (false, "pg_try_advisory_lock_shared", true),
         (false, "pg_try_advisory_lock", false),
         (true, "pg_advisory_unlock_shared", true),
         (false, "pg_advisory_unlock_shared", true),
     ];
+    let cases = [
+        (
+            "advisory exclusive",
+            &exclusive[..],
+            "a second session is refused (exclusive and shared) while the first holds it, and gets it once released",
+        ),
+        (
+            "advisory shared",
+            &shared[..],
+            "two sessions hold it shared; an exclusive request is refused meanwhile",
+        ),
+    ];
+    for (property, steps, ok) in cases {
+        match first_wrong_step(a, b, steps)? {
+            None => r.add(property, Status::Ok, ok),
+            Some(w) => r.add(property, Status::Fail, w),
+        }
+    }
+    Ok(())
+}
+
+/// Runs `steps` (which session, which function, the answer it must give) in order; the first
+/// wrong answer, said as a finding.
+fn first_wrong_step(
+    a: &mut Postgres,
+    b: &mut Postgres,
+    steps: &[(bool, &str, bool)],
+) -> Result<Option<String>> {
     let mut wrong = None;
     for (i, (first, f, want)) in steps.iter().enumerate() {
         let got = call(if *first { &mut *a } else { &mut *b }, f)?;
@@ -369,15 +378,7 @@ fn exclusion(a: &mut Postgres, b: &mut Postgres, r: &mut Report) -> Result<()> {
             ));
         }
     }
-    match wrong {
-        None => r.add(
-            "advisory shared",
-            Status::Ok,
-            "two sessions hold it shared; an exclusive request is refused meanwhile",
-        ),
-        Some(w) => r.add("advisory shared", Status::Fail, w),
-    }
-    Ok(())
+    Ok(wrong)
 }
 
 /// The lock goes with the session that holds it.

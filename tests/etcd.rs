@@ -25,17 +25,8 @@ pub struct Etcd {
 }
 
 fn skip(why: &str) -> Option<Etcd> {
-    assert!(
-        std::env::var("CI").is_err(),
-        "CI=true: {why} (.ci/run installs etcd-server and etcd-client)"
-    );
-    eprintln!("SKIP: {why}");
+    missing(why, ".ci/run installs etcd-server and etcd-client");
     None
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 fn on_path(tool: &str) -> bool {
@@ -177,14 +168,6 @@ impl Drop for Etcd {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn token_of(line: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix("token="))
-        .unwrap_or_else(|| panic!("no token in {line:?}"))
-        .parse()
-        .unwrap()
 }
 
 #[test]

@@ -716,14 +716,6 @@ pub fn a_holder_whose_lock_was_broken_says_lost(srv: &mut dyn TestFtp) {
     assert_eq!(code(a.wait_exit(T)), 74, "{}", a.stderr_text());
 }
 
-fn token_of(line: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix("token="))
-        .unwrap_or_else(|| panic!("no token in {line:?}"))
-        .parse()
-        .unwrap()
-}
-
 /// Fencing tokens over FTP (`PARENT/NAME.state/state~1~TOKEN~CLEAN`): strictly increasing,
 /// `prev=crashed` after a kill -9, shown by `status`, exported by `run`, and
 /// `break --token N` breaks only acquisition N.

@@ -13,6 +13,7 @@
 
 #![allow(dead_code)]
 
+use crate::support::{free_port, missing};
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -58,11 +59,7 @@ pub struct DebianFtp {
 
 /// `SKIP:` outside CI, a failure under `CI=true`.
 fn skip(why: &str) -> Option<DebianFtp> {
-    assert!(
-        std::env::var("CI").is_err(),
-        "CI=true: {why} (.ci/run installs the FTP servers)"
-    );
-    eprintln!("SKIP: {why}");
+    missing(why, ".ci/run installs the FTP servers");
     None
 }
 
@@ -84,12 +81,6 @@ fn vsftpd_bin() -> Option<PathBuf> {
         return Some(unpacked);
     }
     which("vsftpd")
-}
-
-/// A port nothing listens on now.
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 /// Creates vsftpd's local user once per test run (and sets its password every time we

@@ -43,11 +43,10 @@ fn no_inotify() -> Option<&'static [&'static str]> {
         .arg("true")
         .status();
     if !probe.is_ok_and(|s| s.success()) {
-        assert!(
-            std::env::var("CI").is_err(),
-            "unshare --user with a writable user.max_inotify_instances is needed under CI"
+        missing(
+            "unshare --user is not available here",
+            "a writable user.max_inotify_instances is needed under CI",
         );
-        eprintln!("SKIP: unshare --user is not available here");
         return None;
     }
     Some(NO_INOTIFY)

@@ -21,17 +21,8 @@ pub struct Pg {
 }
 
 fn skip(why: &str) -> Option<Pg> {
-    assert!(
-        std::env::var("CI").is_err(),
-        "CI=true: {why} (.ci/run installs PostgreSQL)"
-    );
-    eprintln!("SKIP: {why}");
+    missing(why, ".ci/run installs PostgreSQL");
     None
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 fn as_postgres(bin: &Path, tool: &str) -> Command {
@@ -217,14 +208,6 @@ impl Drop for Pg {
             .output();
         let _ = fs::remove_dir_all(&self.dir);
     }
-}
-
-fn token_of(line: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix("token="))
-        .unwrap_or_else(|| panic!("no token in {line:?}"))
-        .parse()
-        .unwrap()
 }
 
 #[test]

@@ -539,8 +539,10 @@ openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out lea
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        assert!(std::env::var("CI").is_err(), "openssl is needed under CI");
-        eprintln!("SKIP: openssl cannot make test certificates here");
+        missing(
+            "openssl cannot make test certificates here",
+            ".ci/run installs openssl",
+        );
         return None;
     }
     Some((
@@ -558,11 +560,10 @@ pub fn other_pidns() -> Option<&'static [&'static str]> {
         .args(["--pid", "--fork", "true"])
         .status();
     if !probe.is_ok_and(|s| s.success()) {
-        assert!(
-            std::env::var("CI").is_err(),
-            "unshare --pid is needed under CI (run as root)"
+        missing(
+            "unshare --pid --fork is not available here",
+            "needs util-linux and root",
         );
-        eprintln!("SKIP: unshare --pid --fork is not available here");
         return None;
     }
     // The namespace's init is a shell, not locksmith (an init ignores default-action signals
@@ -642,11 +643,10 @@ impl Net {
                 .status()
                 .is_ok_and(|s| s.success());
         if !usable {
-            assert!(
-                std::env::var("CI").is_err(),
-                "CI=true: network namespaces need root and iproute2 (.ci/run installs it)"
+            missing(
+                "network namespaces need root and `ip` (iproute2)",
+                ".ci/run installs iproute2 and runs as root",
             );
-            eprintln!("SKIP: network namespaces need root and `ip` (iproute2)");
             return None;
         }
         let net = Net {
@@ -802,5 +802,31 @@ pub fn monotonic() -> f64 {
 }
 
 // A second real network filesystem (GlusterFS) for the file backends.
+/// The one rule for what a test needs and this machine lacks (a real server, a tool, root):
+/// outside CI a visible `SKIP: why` line, and the caller returns without testing; under
+/// `CI=true` (`.ci/run` installs everything, `installed`) the absence fails the test.
+pub fn missing(why: &str, installed: &str) {
+    assert!(std::env::var("CI").is_err(), "CI=true: {why} ({installed})");
+    eprintln!("SKIP: {why}");
+}
+
+/// A loopback port nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The fencing token of an OK line (`token=N`); panics if it has none.
+pub fn token_of(line: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("token="))
+        .unwrap_or_else(|| panic!("no token in {line:?}"))
+        .parse()
+        .unwrap()
+}
+
 pub mod fs2;
 pub use fs2::*;

@@ -8,14 +8,6 @@ use crate::support::*;
 
 const T: Duration = Duration::from_secs(10);
 
-fn token_of(line: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix("token="))
-        .unwrap_or_else(|| panic!("no token in {line:?}"))
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn mkdir_tokens_increase_and_crashes_are_reported() {
     tokens_increase_and_crashes_are_reported("m");

@@ -10,6 +10,7 @@
 //! be made (no `/dev/fuse`) is a visible `SKIP:` and `None`; under `CI` it fails
 //! (`.ci/run` installs `sshfs socat openssh-sftp-server fuse3`).
 
+use super::free_port;
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -161,8 +162,7 @@ impl Sshfs {
                     self.log(&logname)
                 );
                 self.mounts.pop();
-                assert!(std::env::var("CI").is_err(), "CI=true: {why}");
-                eprintln!("SKIP: {why}");
+                super::missing(&why, "sshfs must mount under CI");
                 return false;
             }
             assert!(
@@ -292,26 +292,16 @@ fn group_members(pg: i32) -> Vec<i32> {
 
 /// Outside CI: a visible SKIP line and `None`; under CI: a failure.
 fn skip<T>(why: &str) -> Option<T> {
-    assert!(
-        std::env::var("CI").is_err(),
-        "CI=true: {why} (.ci/run installs sshfs socat openssh-sftp-server fuse3)"
+    super::missing(
+        why,
+        ".ci/run installs sshfs socat openssh-sftp-server fuse3",
     );
-    eprintln!("SKIP: {why}");
     None
 }
 
 fn on_path(prog: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
-}
-
-/// A TCP port on 127.0.0.1 that was free a moment ago.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Whether a socket listens on 127.0.0.1:`port` (`/proc/net/tcp`, state 0A).

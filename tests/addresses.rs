@@ -329,8 +329,7 @@ fn have(tool: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !found {
-        assert!(std::env::var("CI").is_err(), "CI=true: {tool} is needed");
-        eprintln!("SKIP: no {tool}");
+        missing(&format!("no {tool}"), ".ci/run installs it");
     }
     found
 }
@@ -530,6 +529,20 @@ fn ftp_by_address(srv: &dyn crate::ftp_server::TestFtp) {
     let o = out(c);
     assert_eq!(code(o.status), 77, "{}", stdout(&o));
     assert!(!both(&o).contains("not-the-password"));
+    // No password anywhere (no query, no $LOCKSMITH_PASSWORD, no ~/.netrc): denied, and the
+    // one line names where passwords are looked for, even at -q (issue 25 finding 8).
+    let o = out(bare(dir, ["-q", "--wait", "0", &addr]));
+    assert_eq!(code(o.status), 77, "{}", stdout(&o));
+    let line = stdout(&o);
+    assert!(line.starts_with("ERROR denied: "), "{line}");
+    for needle in [
+        "no password was found",
+        "password_env",
+        "LOCKSMITH_PASSWORD",
+        ".netrc",
+    ] {
+        assert!(line.contains(needle), "{needle:?} not in {line}");
+    }
 }
 
 #[test]

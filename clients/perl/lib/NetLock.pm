@@ -577,7 +577,13 @@ sub is_held {
     return (defined $self->{problem} || $self->{eof}) ? 0 : 1;
 }
 
-sub lost { $_[0]->is_held ? 0 : 1 }
+# Lost: LOST or anything unexpected, the helper gone before unlock, or a release that
+# failed. A clean unlock is not a loss.
+sub lost {
+    my ($self) = @_;
+    return $self->{release_failed} ? 1 : 0 if $self->{released};
+    return $self->is_held ? 0 : 1;
+}
 
 sub check {
     my ($self) = @_;
@@ -591,6 +597,7 @@ sub check {
 sub wait_lost {
     my ($self, $timeout) = @_;
     my $deadline = defined $timeout ? Time::HiRes::time() + $timeout : undef;
+    return $self->lost if $self->{released};
     while (1) {
         return 1 unless $self->is_held;
         my $left;
@@ -612,7 +619,10 @@ sub unlock {
         return 0;
     }
     my $err = $self->_release;
-    die $err if $err;
+    if ($err) {
+        $self->{release_failed} = 1;
+        die $err;
+    }
     return 1;
 }
 
@@ -876,8 +886,12 @@ holder was killed, a machine lost, the lock broken. Its data may be half-written
 
 Whether the lock is still held, checked without blocking: false once the helper has
 written C<LOST> (or anything unexpected) or has exited, or after C<unlock>. The answer can
-be stale by the time you act on it; use C<token> where that matters. C<lost> is its
-negation.
+be stale by the time you act on it; use C<token> where that matters.
+
+=head2 lost
+
+True once the lock was lost: the helper wrote C<LOST> (or anything unexpected), exited
+before C<unlock>, or the release failed. False while it is held and after a clean C<unlock>.
 
 =head2 check
 

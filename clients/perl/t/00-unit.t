@@ -287,6 +287,7 @@ subtest 'the guard against a fake helper' => sub {
     is($e->message, 'server went away') if $e;
     $e = dies_with(sub { $lock->unlock }, 'NetLock::Error::Lost', 'unlock after LOST');
     is_deeply([ $e->message, $e->exit_code ], [ 'server went away', 74 ]) if $e;
+    ok($lock->lost, 'lost stays true after unlocking a lost lock');
 
     $lock = NetLock->new('early1', %h);
     ok($lock->wait_lost(10), 'an exiting helper is a lost lock');
@@ -294,9 +295,11 @@ subtest 'the guard against a fake helper' => sub {
     like($e->message, qr/before unlock was asked for/) if $e;
 
     $lock = NetLock->new('relfail1', %h);
+    ok(!$lock->lost, 'held: not lost');
     $e = dies_with(sub { $lock->unlock }, 'NetLock::Error::Lost', 'exit 74 on release');
     is($e->exit_code, 74) if $e;
     like($e->message, qr/while releasing/) if $e;
+    ok($lock->lost, 'a failed release is a loss');
 
     my @warnings;
     {

@@ -32,6 +32,8 @@ subtest 'hold and unlock (flock)' => sub {
     ok($lock->is_held, 'a failed try did not disturb the holder');
     is($lock->unlock, 1, 'unlock');
     ok(!$lock->is_held, 'not held after unlock');
+    ok(!$lock->lost, 'a clean unlock is not a loss');
+    is($lock->wait_lost(0), 0, 'wait_lost on a cleanly released lock: 0 at once');
     is($lock->unlock, 0, 'a second unlock returns 0');
     my $again = NetLock->try_new('f', %P);
     ok($again, 'the lock is free as soon as unlock returned');

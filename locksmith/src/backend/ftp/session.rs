@@ -13,6 +13,7 @@ use suppaftp::RustlsConnector;
 use super::marker::{is_marker, parse_marker};
 use super::config::{FtpConfig, Tls};
 use crate::error::{Error, Result, err};
+use crate::settings::Password;
 use crate::log::debug;
 use crate::settings::fmt_duration;
 
@@ -258,9 +259,10 @@ impl Session {
                 return Err(match Reply::of(e) {
                     Reply::Refused(code @ (530 | 532), text) => err!(
                         Denied,
-                        "FTP server {host}:{port} refused the login of user {}: {} (code {code})",
+                        "FTP server {host}:{port} refused the login of user {}: {} (code {code}){}",
                         self.cfg.user,
-                        text
+                        text,
+                        no_password_hint(&self.cfg)
                     ),
                     Reply::Refused(_, text) | Reply::Broken(text) => err!(
                         Unavailable,
@@ -624,5 +626,19 @@ pub(super) fn url_of(cfg: &FtpConfig) -> String {
         cfg.host,
         cfg.port,
         cfg.path.trim_start_matches('/')
+    )
+}
+
+/// What a refused login adds when no password was found anywhere (issue 25): where locksmith
+/// looks for one. Empty when a password was given, or for an anonymous login.
+fn no_password_hint(cfg: &FtpConfig) -> String {
+    if cfg.password != Password::None || matches!(cfg.user.as_str(), "anonymous" | "ftp") {
+        return String::new();
+    }
+    format!(
+        "; no password was found for {}: give one by `password_env` or `password_file` (in an \
+         address `?password_env=VAR`, `?password_file=PATH`), or, for an address, \
+         $LOCKSMITH_PASSWORD or a ~/.netrc entry for machine {}",
+        cfg.user, cfg.host
     )
 }

@@ -11,8 +11,6 @@
 //! Both need root (chroot, PAM, switching users). Without a server (or root) a test prints
 //! `SKIP:` and passes; under `CI=true` it fails.
 
-#![allow(dead_code)]
-
 use crate::support::{free_port, missing};
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;

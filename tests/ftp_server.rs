@@ -2,8 +2,6 @@
 //! on a background thread with its own tokio runtime. We bind the port ourselves and hand
 //! each accepted socket to `Server::service` (`listen()` does not report the port).
 
-#![allow(dead_code)]
-
 use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -282,10 +280,6 @@ impl FtpServer {
 
     pub fn path(&self, p: &str) -> PathBuf {
         self.root.path().join(p)
-    }
-
-    pub fn root(&self) -> &Path {
-        self.root.path()
     }
 }
 

@@ -1,7 +1,5 @@
 //! The test DSL: a sandbox directory with a profiles file, and handles on real processes.
 
-#![allow(dead_code)]
-
 use std::ffi::OsStr;
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -186,7 +184,6 @@ stale_after = "1500ms"
 /// closes the pipe's only read end.
 pub struct Held {
     pub child: Child,
-    pub started: Instant,
     stdout: Option<ChildStdout>,
     buf: Vec<u8>,
     pub line: Option<String>,
@@ -197,7 +194,6 @@ pub struct Held {
 
 impl Held {
     pub fn spawn(mut c: Command) -> Held {
-        let started = Instant::now();
         let mut child = c.spawn().expect("spawn process");
         let stdout = child.stdout.take();
         let (etx, erx) = mpsc::channel();
@@ -213,7 +209,6 @@ impl Held {
         }
         Held {
             child,
-            started,
             stdout,
             buf: Vec::new(),
             line: None,

@@ -60,9 +60,8 @@ impl Gluster {
     pub const ADDR: &'static str = "10.213.9.1";
     /// The volume's name.
     pub const VOLUME: &'static str = "v";
-    /// The longest a default mount served an old answer here (kernel attribute and entry
-    /// timeouts, md-cache and quick-read: 1 s each, seen as ≤ 1.01 s).
-    pub const CACHE: Duration = Duration::from_secs(1);
+    // A default mount served an old answer here for at most 1.01 s (kernel attribute and
+    // entry timeouts, md-cache and quick-read: 1 s each).
     /// Client options that turn the mount's own caches off. With them on mount `b` and the
     /// volume options `performance.quick-read` and `performance.stat-prefetch` off
     /// ([`Gluster::volume_set`]), a change through `a` shows through `b` at once (≤ 3 ms here)

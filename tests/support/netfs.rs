@@ -44,10 +44,9 @@ pub struct Sshfs {
 }
 
 impl Sshfs {
-    /// The longest either cache of mount `a` may serve an old answer: sshfs's directory cache
-    /// (20 s by default) plus the kernel's FUSE attribute/entry cache (1 s).
-    pub const A_CACHE: Duration = Duration::from_secs(21);
-    /// The same for mount `b` (`dcache_timeout=1` plus the kernel's 1 s).
+    /// The longest either cache of mount `b` may serve an old answer: `dcache_timeout=1` plus
+    /// the kernel's FUSE attribute/entry cache (1 s). (Mount `a` keeps sshfs's default
+    /// directory cache, 20 s, plus the kernel's 1 s.)
     pub const B_CACHE: Duration = Duration::from_secs(2);
     /// The sshfs options of mount `b` (beside `directport`).
     pub const B_OPTIONS: &'static str = "dcache_timeout=1";

@@ -16,7 +16,7 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 
 use crate::cli::{AsFlock, Cli, Command};
-use crate::settings::Wait;
+use crate::settings::{Wait, decimal_seconds};
 use crate::sys::{self, LockOp};
 
 /// flock(1)'s exit codes (sysexits.h).
@@ -76,17 +76,9 @@ const LONGS: &[(&str, bool)] = &[
     ("version", false),
 ];
 
-/// `-w`'s value: seconds, decimal fractions allowed.
+/// `-w`'s value: seconds, decimal fractions allowed (leading blanks skipped, as strtod does).
 fn seconds(v: &str) -> Option<Duration> {
-    let t = v.trim_start();
-    let ok = !t.is_empty()
-        && t.bytes().all(|b| b.is_ascii_digit() || b == b'.')
-        && t.bytes().filter(|b| *b == b'.').count() <= 1
-        && t != ".";
-    if !ok {
-        return None;
-    }
-    Duration::try_from_secs_f64(t.parse().ok()?).ok()
+    Duration::try_from_secs_f64(decimal_seconds(v.trim_start())?).ok()
 }
 
 /// Applies one option (by its long name) to `o`; `Err(code)` ends the run.

@@ -213,10 +213,10 @@ pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
     Ok(d)
 }
 
-/// A bare number is seconds, fractions allowed, as flock(1)'s `-w` (issue 25): `None` if
-/// `s` is not one.
-fn bare_seconds(s: &str) -> Option<std::result::Result<Duration, String>> {
-    let t = s.trim();
+/// Seconds as flock(1)'s `-w` takes them: digits with at most one `.` (`30`, `0.5`, `.5`);
+/// `None` for anything else. The one reading of a bare number, for `-w` under the name
+/// flock and for every duration of locksmith's (issue 25).
+pub fn decimal_seconds(t: &str) -> Option<f64> {
     let number = !t.is_empty()
         && t.bytes().all(|b| b.is_ascii_digit() || b == b'.')
         && t.bytes().filter(|b| *b == b'.').count() <= 1
@@ -224,10 +224,16 @@ fn bare_seconds(s: &str) -> Option<std::result::Result<Duration, String>> {
     if !number {
         return None;
     }
-    Some(match t.parse::<f64>().map(Duration::try_from_secs_f64) {
-        Ok(Ok(d)) if d <= MAX_DURATION => Ok(d),
-        Ok(_) => Err(too_long(s)),
-        Err(_) => Err(format!("\"{s}\" is not a number of seconds")),
+    t.parse().ok()
+}
+
+/// A bare number is seconds, fractions allowed, as flock(1)'s `-w` (issue 25): `None` if
+/// `s` is not one.
+fn bare_seconds(s: &str) -> Option<std::result::Result<Duration, String>> {
+    let secs = decimal_seconds(s.trim())?;
+    Some(match Duration::try_from_secs_f64(secs) {
+        Ok(d) if d <= MAX_DURATION => Ok(d),
+        _ => Err(too_long(s)),
     })
 }
 

@@ -11,7 +11,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::backend::hold::Hold;
-use crate::backend::lock::{BreakOutcome, Holder};
+use crate::backend::lock::{Break, BreakOutcome, Holder};
 use crate::backend::{self, Profile};
 use crate::cli::{Cli, Command};
 use crate::error::{Error, Kind, Result, closest, err, shown};
@@ -100,7 +100,7 @@ fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
         parent: true,
     })?;
     // The lease runs from the winning attempt: heartbeat while the OK line waits for the pipe.
-    let mut held = Hold::acquire(backend::open(p)?, &p.name, &p.common, &mut watcher)?;
+    let mut held = Hold::acquire(|| backend::open(p), &p.name, &p.common, &mut watcher)?;
     let line = OkLine {
         profile: p.name.clone(),
         backend: held.backend(),
@@ -249,8 +249,7 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
     if cli.flock_form && cli.verbose == 0 {
         log::set_level(log::QUIET);
     }
-    let acquired =
-        backend::open(p).and_then(|lock| Hold::acquire(lock, &p.name, &p.common, &mut watcher));
+    let acquired = Hold::acquire(|| backend::open(p), &p.name, &p.common, &mut watcher);
     log::set_level(level);
     let flock_verbose = cli.as_flock.is_some_and(|f| f.verbose);
     let mut held = match acquired {
@@ -539,7 +538,7 @@ fn holder_json(h: &Holder) -> serde_json::Value {
 fn break_lock(p: &Profile, force: bool, token: Option<u64>) -> Result<i32> {
     let mut watcher = Watcher::new(WatchOpts::default())?;
     let mut lock = backend::open(p)?;
-    let text = match lock.break_lock(force, token, &mut watcher)? {
+    let text = match lock.break_lock(Break { force, token }, &mut watcher)? {
         BreakOutcome::Free => format!("{}: free, nothing to break\n", p.name),
         BreakOutcome::Broken(h) => format!("{}: broke the lock of {h}\n", p.name),
     };

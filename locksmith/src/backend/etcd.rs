@@ -35,7 +35,7 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
 use super::address::Address;
-use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, Named, WaitHint};
+use super::lock::{Attempt, Backend, Beats, Break, BreakOutcome, Grant, Holder, Named, Tried, WaitHint};
 use super::owner::{Parsed, Record};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
@@ -717,26 +717,15 @@ impl Etcd {
             Err(e) => debug!("cannot revoke lease {lease:016x}: {e}"),
         }
     }
-}
 
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        self.revoke();
-    }
-}
-
-impl Backend for Etcd {
-    fn name(&self) -> &'static str {
-        "etcd"
-    }
-
-    fn try_acquire(&mut self) -> Result<Attempt> {
+    /// One try: the keys ahead of ours decide.
+    fn attempt(&mut self) -> Result<Tried> {
         if let Some(w) = &self.waiter {
             let mut buf = [0u8; 8];
             match std::io::Read::read(&mut &w.rx, &mut buf) {
                 Ok(n) if n > 0 => self.waiter = None,
                 _ if self.wake.holder_exited() => {}
-                _ => return Ok(Attempt::Busy(self.last_holders.clone())),
+                _ => return Ok(Tried::Busy(self.last_holders.clone())),
             }
         }
         if self.lease.is_none() {
@@ -806,12 +795,12 @@ impl Backend for Etcd {
                     // Expired between our read and now: queue again.
                     Ok(_) => {
                         self.revoke();
-                        return Ok(Attempt::Busy(self.last_holders.clone()));
+                        return Ok(Tried::Busy(self.last_holders.clone()));
                     }
                     Err(why) => return Err(self.fail("cannot renew our lease", why)),
                 }
             }
-            return Ok(Attempt::Acquired(self.grant()));
+            return Ok(Tried::Took(self.grant()));
         };
         self.blocker = Some((last.key.clone(), at));
         // A blocker on this host: its death (pidfd) wakes us to revoke its lease.
@@ -828,7 +817,24 @@ impl Backend for Etcd {
             .map(Entry::holder)
             .collect();
         self.last_holders = holders.clone();
-        Ok(Attempt::Busy(holders))
+        Ok(Tried::Busy(holders))
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.revoke();
+    }
+}
+
+impl Backend for Etcd {
+    fn name(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
+        let tried = self.attempt()?;
+        Ok(tried.on_server(self))
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
@@ -873,13 +879,49 @@ impl Backend for Etcd {
         v
     }
 
-    fn heartbeat_period(&self) -> Option<Duration> {
-        Some(self.heartbeat)
+    fn status(&mut self) -> Result<Vec<Holder>> {
+        let (entries, _) = self.entries()?;
+        Ok(Self::holding(&entries)
+            .into_iter()
+            .map(Entry::holder)
+            .collect())
     }
 
-    fn heartbeat(&mut self, deadline: Instant) -> Result<()> {
+    fn break_lock(&mut self, how: Break, _: &mut Watcher) -> Result<BreakOutcome> {
+        let (entries, _) = self.entries()?;
+        let holders = Self::holding(&entries)
+            .into_iter()
+            .map(|e| (e.lease, e.holder()))
+            .collect();
+        let limit = self.timeout;
+        // Holders on this host whose locksmith is provably dead go without --force.
+        super::stale::break_server_held(
+            &format!("`{}`", self.profile),
+            holders,
+            how,
+            |h| h.alive == Some(false),
+            [
+                "a live lease (etcd frees it when the lease expires)",
+                "revoke it",
+            ],
+            |lease, h| {
+                self.call(limit, |mut c| async move { c.lease_revoke(lease).await })?
+                    .map_err(|why| self.fail("cannot revoke the holder's lease", why))?;
+                info!("revoked lease {lease:016x} of {h}");
+                Ok(())
+            },
+        )
+    }
+}
+
+impl Beats for Etcd {
+    fn period(&self) -> Duration {
+        self.heartbeat
+    }
+
+    fn beat(&mut self, deadline: Instant) -> Result<()> {
         let Some(lease) = self.lease else {
-            return Err(err!(Lost, "not holding"));
+            return Err(err!(Lost, "the lease of lock `{}` is gone", self.profile));
         };
         let limit = self
             .deadline()
@@ -902,18 +944,15 @@ impl Backend for Etcd {
         }
     }
 
-    fn release(&mut self) -> Result<()> {
-        if !self.held {
-            return Ok(());
-        }
-        self.held = false;
-        let Some(lease) = self.lease.take() else {
+    /// A request that could not be made keeps the lease: the caller tries again.
+    fn free(&mut self) -> Result<()> {
+        let Some(lease) = self.lease else {
             return Ok(());
         };
         let limit = self.timeout;
         let state_key = self.state_key();
         let server = self.server();
-        let token = self.token.take();
+        let token = self.token;
         let key = self.key.clone();
         let r = self.call(limit, |mut c| {
             let (key, state_key) = (key.clone(), state_key.clone());
@@ -928,6 +967,9 @@ impl Backend for Etcd {
                 c.lease_revoke(lease).await
             }
         })?;
+        self.held = false;
+        self.lease = None;
+        self.token = None;
         match r {
             Ok(_) => Ok(()),
             Err(why) => {
@@ -939,62 +981,5 @@ impl Backend for Etcd {
                 ))
             }
         }
-    }
-
-    fn status(&mut self) -> Result<Vec<Holder>> {
-        let (entries, _) = self.entries()?;
-        Ok(Self::holding(&entries)
-            .into_iter()
-            .map(Entry::holder)
-            .collect())
-    }
-
-    fn break_lock(
-        &mut self,
-        force: bool,
-        token: Option<u64>,
-        _watcher: &mut Watcher,
-    ) -> Result<BreakOutcome> {
-        let (entries, _) = self.entries()?;
-        let holding = Self::holding(&entries);
-        if holding.is_empty() {
-            return Ok(BreakOutcome::Free);
-        }
-        let targets: Vec<(i64, Holder)> = holding
-            .iter()
-            .filter(|e| token.is_none_or(|t| e.rev as u64 == t))
-            .map(|e| (e.lease, e.holder()))
-            .collect();
-        if let Some(t) = token
-            && targets.is_empty()
-        {
-            return Err(err!(
-                Busy,
-                "lock `{}` is not held by acquisition {t}; nothing broken",
-                self.profile
-            ));
-        }
-        // Holders on this host whose locksmith is provably dead go without --force.
-        let all_dead = holding
-            .iter()
-            .filter(|e| token.is_none_or(|t| e.rev as u64 == t))
-            .all(|e| matches!(&e.record, Parsed::V1(r) if r.alive() == Some(false)));
-        if !force && !all_dead {
-            return Err(super::stale::refuse_live(
-                &format!("`{}`", self.profile),
-                &super::lock::describe(&targets.into_iter().map(|(_, h)| h).collect::<Vec<_>>()),
-                "a live lease (etcd frees it when the lease expires)",
-                "revoke it",
-            ));
-        }
-        let mut first = None;
-        let limit = self.timeout;
-        for (lease, h) in targets {
-            self.call(limit, |mut c| async move { c.lease_revoke(lease).await })?
-                .map_err(|why| self.fail("cannot revoke the holder's lease", why))?;
-            info!("revoked lease {lease:016x} of {h}");
-            first.get_or_insert(h);
-        }
-        Ok(BreakOutcome::Broken(first.unwrap_or_default()))
     }
 }

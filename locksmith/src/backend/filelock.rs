@@ -10,13 +10,16 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::address::Address;
-use super::lock::{Attempt, Backend, BreakOutcome, Holder, Named, Registered, WaitHint};
+use super::lock::{
+    Attempt, Backend, Break, BreakOutcome, Grant, Held, Holder, Named, NotReleased, Registered,
+    WaitHint,
+};
 use super::lockdir::probe::Scheme as Probe;
 use super::lockdir::{self, FsConfig, LockDir};
 use super::stale::{Evidence, Holders, Judge};
 use super::verify::Report;
 use super::wake::Wakeups;
-use crate::error::{Error, Result, err};
+use crate::error::Result;
 use crate::settings::{Fields, KeyDoc};
 use crate::watch::Watcher;
 
@@ -33,22 +36,8 @@ pub enum Take<H> {
     Busy(Vec<Holder>),
 }
 
-/// A release that failed: why, and the held value again if trying once more is worthwhile
-/// (nothing of the release happened yet).
-pub struct NotReleased<H> {
-    pub error: Error,
-    pub retry: Option<H>,
-}
-
-impl<H> NotReleased<H> {
-    /// Failed for good: nothing to retry.
-    pub fn done(error: Error) -> NotReleased<H> {
-        NotReleased { error, retry: None }
-    }
-}
-
 /// A lock-directory scheme: its naming only.
-pub trait Scheme: Holders + Send + Sized {
+pub trait Scheme: Holders + Send + Sized + 'static {
     /// What holding the lock is (our record, the names we made).
     type Held: Send;
     /// The backend's name.
@@ -100,8 +89,10 @@ pub struct FileLock<S: Scheme> {
     wake: Wakeups,
     /// The heartbeat period; `None`: `local = true`, nothing to refresh.
     period: Option<Duration>,
-    held: Option<S::Held>,
 }
+
+/// What one attempt found: the name is ours, with its grant, or these hold it.
+type Found<H> = std::result::Result<(H, Grant), Vec<Holder>>;
 
 impl<S: Scheme> FileLock<S> {
     pub fn new(cfg: &FsConfig, lock: &Named) -> FileLock<S> {
@@ -110,11 +101,10 @@ impl<S: Scheme> FileLock<S> {
             judge: Judge::new(lock, cfg.path.clone(), cfg.local),
             wake: Wakeups::default(),
             period: (!cfg.local).then_some(lock.common.heartbeat()),
-            held: None,
         }
     }
 
-    fn attempt(&mut self) -> Result<Attempt> {
+    fn attempt(&mut self) -> Result<Found<S::Held>> {
         // Drain old notifications *before* trying: a release after this point leaves a
         // fresh event, so the wait that may follow cannot miss it.
         self.wake.drain();
@@ -123,8 +113,7 @@ impl<S: Scheme> FileLock<S> {
             match self.files.take()? {
                 Take::Held(held, token, prev_crashed) => {
                     self.judge.broke |= prev_crashed;
-                    self.held = Some(held);
-                    return Ok(self.judge.acquired(&mut self.wake, token));
+                    return Ok(Ok((held, self.judge.grant(&mut self.wake, token))));
                 }
                 Take::Again => continue,
                 Take::Busy(h) => {
@@ -140,7 +129,7 @@ impl<S: Scheme> FileLock<S> {
                 break;
             }
         }
-        Ok(Attempt::Busy(self.files.busy(holders)?))
+        Ok(Err(self.files.busy(holders)?))
     }
 }
 
@@ -149,8 +138,20 @@ impl<S: Scheme> Backend for FileLock<S> {
         S::NAME
     }
 
-    fn try_acquire(&mut self) -> Result<Attempt> {
-        self.attempt().inspect_err(|_| self.files.failed())
+    fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
+        match self.attempt() {
+            Ok(Ok((held, grant))) => Ok(Attempt::Acquired(Box::new(FileHeld {
+                files: self.files,
+                held,
+                grant,
+                period: self.period,
+            }))),
+            Ok(Err(holders)) => Ok(Attempt::Busy(self, holders)),
+            Err(e) => {
+                self.files.failed();
+                Err(e)
+            }
+        }
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
@@ -168,39 +169,54 @@ impl<S: Scheme> Backend for FileLock<S> {
         self.wake.fds()
     }
 
-    fn heartbeat_period(&self) -> Option<Duration> {
-        self.period
-    }
-
-    fn heartbeat(&mut self, _deadline: Instant) -> Result<()> {
-        let Some(held) = self.held.as_mut() else {
-            return Err(err!(Lost, "not holding"));
-        };
-        self.files.beat(held)
-    }
-
-    fn release(&mut self) -> Result<()> {
-        let Some(held) = self.held.take() else {
-            return Ok(());
-        };
-        self.files.release(held).map_err(|nr| {
-            self.held = nr.retry;
-            nr.error
-        })
-    }
-
     fn status(&mut self) -> Result<Vec<Holder>> {
         self.files.status()
     }
 
-    fn break_lock(
-        &mut self,
-        force: bool,
-        token: Option<u64>,
-        watcher: &mut Watcher,
-    ) -> Result<BreakOutcome> {
-        self.judge
-            .break_lock(&mut self.files, force, token, watcher)
+    fn break_lock(&mut self, how: Break, watcher: &mut Watcher) -> Result<BreakOutcome> {
+        self.judge.break_lock(&mut self.files, how, watcher)
+    }
+}
+
+/// A file lock held: the scheme (its opened directory) and what holding is to it.
+pub struct FileHeld<S: Scheme> {
+    files: S,
+    held: S::Held,
+    grant: Grant,
+    period: Option<Duration>,
+}
+
+impl<S: Scheme> Held for FileHeld<S> {
+    fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
+    fn period(&self) -> Option<Duration> {
+        self.period
+    }
+
+    fn heartbeat(&mut self, _deadline: Instant) -> Result<()> {
+        self.files.beat(&mut self.held)
+    }
+
+    fn release(self: Box<Self>) -> std::result::Result<(), NotReleased<Box<dyn Held>>> {
+        let FileHeld {
+            mut files,
+            held,
+            grant,
+            period,
+        } = *self;
+        files.release(held).map_err(|nr| NotReleased {
+            error: nr.error,
+            retry: nr.retry.map(|held| {
+                Box::new(FileHeld {
+                    files,
+                    held,
+                    grant,
+                    period,
+                }) as Box<dyn Held>
+            }),
+        })
     }
 }
 

@@ -40,7 +40,10 @@ use super::address::Address;
 use super::lock::Registered;
 use super::lockdir::probe::Scheme;
 use super::verify::Report;
-use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, Named, WaitHint, refuse_break};
+use super::lock::{
+    Attempt, Backend, Break, BreakOutcome, Grant, Held, Holder, Named, NotReleased, WaitHint,
+    refuse_break,
+};
 use super::wake::Blocking;
 use super::lockdir::FsConfig;
 use super::lockdir::state::{self, StateAt};
@@ -64,8 +67,15 @@ pub struct Flock {
     gate: Option<Option<File>>,
     /// A thread blocked in flock(2) on a duplicate descriptor: whether it holds the lock.
     waiter: Option<Blocking<bool>>,
-    /// The fencing token of our exclusive acquisition, to mark its clean release.
+}
+
+/// A flock lock held: the locked descriptor, and the fencing token of an exclusive
+/// acquisition, to mark its clean release.
+pub struct FlockHeld {
+    cfg: FsConfig,
+    file: File,
     token: Option<u64>,
+    grant: Grant,
 }
 
 impl Flock {
@@ -76,37 +86,7 @@ impl Flock {
             file: None,
             gate: None,
             waiter: None,
-            token: None,
         }
-    }
-
-    /// The state record beside the semaphore file (`.NAME.state`, as for mkdir), and the
-    /// directory it lives in; `None` if the directory cannot be opened.
-    fn state_at(&self) -> Option<(OwnedFd, OsString, std::path::PathBuf)> {
-        let dir = self.cfg.path.parent()?;
-        let mut name = OsString::from(".");
-        name.push(self.cfg.path.file_name()?);
-        name.push(".state");
-        let fd = nix::fcntl::open(
-            dir,
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            FileMode::empty(),
-        )
-        .ok()?;
-        Some((fd, name.clone(), dir.join(name)))
-    }
-
-    /// `f` on the state beside the semaphore file; `None` if its directory cannot be opened.
-    fn with_state<T>(&self, f: impl FnOnce(&StateAt<'_>) -> Result<T>) -> Option<Result<T>> {
-        let (dir, name, shown) = self.state_at()?;
-        Some(f(&StateAt {
-            dir: dir.as_fd(),
-            name: &name,
-            shown: &shown,
-            remote: false,
-            mode: self.cfg.file_mode,
-            group: self.cfg.group,
-        }))
     }
 
     /// Holding: the fencing token and whether the last exclusive holder released cleanly.
@@ -114,9 +94,9 @@ impl Flock {
     /// locksmith users); shared ones report the current write epoch. Only locksmith keeps
     /// the state: flock(1) users on the same file neither see nor advance it. In a directory
     /// we cannot write, there are no tokens (flock itself does not need the directory).
-    fn grant(&mut self) -> Result<Grant> {
+    fn grant(&self) -> Result<Grant> {
         let shared = self.mode == Mode::Shared;
-        let Some(r) = self.with_state(|at| {
+        let Some(r) = with_state(&self.cfg, |at| {
             if shared {
                 state::read(at).map(|s| (s.map(|s| s.token), false))
             } else {
@@ -125,14 +105,9 @@ impl Flock {
         }) else {
             return Ok(Grant::default());
         };
-        let r = r.map(|(token, prev_crashed)| {
-            if !shared {
-                self.token = token;
-            }
-            Grant {
-                token,
-                prev_crashed,
-            }
+        let r = r.map(|(token, prev_crashed)| Grant {
+            token,
+            prev_crashed,
         });
         match r {
             // Something planted there: said as the other backends say it, never a token
@@ -146,15 +121,17 @@ impl Flock {
         }
     }
 
-    /// Holding: the grant, or the lock let go again if its state cannot be used.
-    fn acquired(&mut self) -> Result<Attempt> {
-        match self.grant() {
-            Ok(g) => Ok(Attempt::Acquired(g)),
-            Err(e) => {
-                let _ = self.release();
-                Err(e)
-            }
-        }
+    /// Holding: the locked descriptor with its grant, or (dropped) the lock let go again if
+    /// its state cannot be used.
+    fn acquired(mut self) -> Result<Attempt> {
+        let grant = self.grant()?;
+        let file = self.file.take().expect("locked, so opened");
+        Ok(Attempt::Acquired(Box::new(FlockHeld {
+            token: (self.mode == Mode::Exclusive).then_some(grant.token).flatten(),
+            cfg: self.cfg,
+            file,
+            grant,
+        })))
     }
 
     /// `open(2)` with `O_CREAT | O_NOFOLLOW`: read-only is enough for flock(2), as for
@@ -254,11 +231,12 @@ impl Backend for Flock {
         "flock"
     }
 
-    fn try_acquire(&mut self) -> Result<Attempt> {
+    fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
         if let Some(w) = &self.waiter {
             // The waiter thread decides.
             if !w.returned() {
-                return Ok(Attempt::Busy(self.holders()));
+                let holders = self.holders();
+                return Ok(Attempt::Busy(self, holders));
             }
             let w = self.waiter.take().expect("checked above");
             if w.join() == Some(true) {
@@ -274,7 +252,10 @@ impl Backend for Flock {
         if let Some(g) = gate {
             match g.try_lock_shared() {
                 Ok(()) => {}
-                Err(TryLockError::WouldBlock) => return Ok(Attempt::Busy(self.holders())),
+                Err(TryLockError::WouldBlock) => {
+                    let holders = self.holders();
+                    return Ok(Attempt::Busy(self, holders));
+                }
                 Err(TryLockError::Error(e)) => return Err(Error::path("flock", &path, e)),
             }
         }
@@ -289,7 +270,10 @@ impl Backend for Flock {
         }
         match r {
             Ok(()) => self.acquired(),
-            Err(TryLockError::WouldBlock) => Ok(Attempt::Busy(self.holders())),
+            Err(TryLockError::WouldBlock) => {
+                let holders = self.holders();
+                Ok(Attempt::Busy(self, holders))
+            }
             Err(TryLockError::Error(e)) => Err(Error::path("flock", &path, e)),
         }
     }
@@ -334,41 +318,61 @@ impl Backend for Flock {
         self.waiter.iter().map(Blocking::fd).collect()
     }
 
-    fn heartbeat_period(&self) -> Option<Duration> {
-        None
-    }
-
-    fn heartbeat(&mut self, _deadline: std::time::Instant) -> Result<()> {
-        Ok(())
-    }
-
-    /// Closes our descriptor. Deliberately no `LOCK_UN`: in run mode the command shares
-    /// the open file description, and the lock must live exactly as long as it does.
-    fn release(&mut self) -> Result<()> {
-        // Still holding: say this acquisition ended cleanly, then close.
-        if let Some(token) = self.token.take()
-            && let Some(Err(e)) = self.with_state(|at| state::mark_clean(at, token))
-        {
-            info!("{e}; the next holder will see prev=crashed");
-        }
-        self.file = None;
-        Ok(())
-    }
-
     fn status(&mut self) -> Result<Vec<Holder>> {
         Ok(self.holders())
     }
 
-    fn break_lock(&mut self, _: bool, _: Option<u64>, _: &mut Watcher) -> Result<BreakOutcome> {
+    fn break_lock(&mut self, _: Break, _: &mut Watcher) -> Result<BreakOutcome> {
         Err(refuse_break(
             "flock",
             "the kernel releases a flock lock the moment its holder exits",
         ))
     }
+}
+
+impl Held for FlockHeld {
+    fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
+    /// Closes our descriptor. Deliberately no `LOCK_UN`: in run mode the command shares
+    /// the open file description, and the lock must live exactly as long as it does.
+    fn release(self: Box<Self>) -> std::result::Result<(), NotReleased<Box<dyn Held>>> {
+        // Still holding: say this acquisition ended cleanly, then close.
+        if let Some(token) = self.token
+            && let Some(Err(e)) = with_state(&self.cfg, |at| state::mark_clean(at, token))
+        {
+            info!("{e}; the next holder will see prev=crashed");
+        }
+        Ok(())
+    }
 
     fn inherit_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.file.as_ref().map(|f| f.as_fd())
+        Some(self.file.as_fd())
     }
+}
+
+/// `f` on the state record beside the semaphore file (`.NAME.state`, as for mkdir); `None`
+/// if its directory cannot be opened.
+fn with_state<T>(cfg: &FsConfig, f: impl FnOnce(&StateAt<'_>) -> Result<T>) -> Option<Result<T>> {
+    let dir = cfg.path.parent()?;
+    let mut name = OsString::from(".");
+    name.push(cfg.path.file_name()?);
+    name.push(".state");
+    let fd: OwnedFd = nix::fcntl::open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        FileMode::empty(),
+    )
+    .ok()?;
+    Some(f(&StateAt {
+        dir: fd.as_fd(),
+        name: &name,
+        shown: &dir.join(&name),
+        remote: false,
+        mode: cfg.file_mode,
+        group: cfg.group,
+    }))
 }
 
 /// Holders of flock locks on (`dev`, `ino`) per `/proc/locks` (granted ones, not waiters).

@@ -64,7 +64,7 @@
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
-use super::lock::{Attempt, Backend, BreakOutcome, Holder, Named, WaitHint};
+use super::lock::{Attempt, Backend, Beats, Break, BreakOutcome, Holder, Named, WaitHint};
 use crate::error::{Result, err};
 use crate::log::info;
 use crate::watch::Watcher;
@@ -72,6 +72,7 @@ use crate::watch::Watcher;
 mod config;
 mod gate;
 mod marker;
+mod ours;
 pub mod probe;
 mod session;
 mod shared;
@@ -104,8 +105,9 @@ impl Backend for Ftp {
         "ftp"
     }
 
-    fn try_acquire(&mut self) -> Result<Attempt> {
-        self.sh.attempt(&mut self.g, self.shared)
+    fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
+        let tried = self.sh.attempt(&mut self.g, self.shared)?;
+        Ok(tried.on_server(self))
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
@@ -116,11 +118,49 @@ impl Backend for Ftp {
         self.g.wake.fds()
     }
 
-    fn heartbeat_period(&self) -> Option<Duration> {
-        Some(self.heartbeat)
+    fn status(&mut self) -> Result<Vec<Holder>> {
+        // Readers first: the gate is also held for a moment by each reader registering,
+        // and the mode shown is the first holder's.
+        let mut holders = self.sh.reader_holders(&mut self.g)?;
+        holders.extend(self.g.gate_holders()?);
+        Ok(holders)
     }
 
-    fn heartbeat(&mut self, deadline: Instant) -> Result<()> {
+    fn break_lock(&mut self, how: Break, watcher: &mut Watcher) -> Result<BreakOutcome> {
+        let gate = self.g.judge.break_lock(
+            &mut Listing {
+                s: &mut self.g.s,
+                listed: None,
+            },
+            how,
+            watcher,
+        )?;
+        if let Some(want) = how.token {
+            // A token names one exclusive acquisition: readers are never it.
+            if !self.sh.reader_holders(&mut self.g)?.is_empty() {
+                return Err(err!(
+                    Busy,
+                    "lock {} is held shared, not by acquisition {want}; nothing broken",
+                    self.g.s.url()
+                ));
+            }
+            return Ok(gate);
+        }
+        let readers = self.sh.break_readers(&mut self.g, how.force, watcher)?;
+        Ok(match (gate, readers) {
+            (BreakOutcome::Broken(h), _) => BreakOutcome::Broken(h),
+            (BreakOutcome::Free, Some(h)) => BreakOutcome::Broken(h),
+            (BreakOutcome::Free, None) => BreakOutcome::Free,
+        })
+    }
+}
+
+impl Beats for Ftp {
+    fn period(&self) -> Duration {
+        self.heartbeat
+    }
+
+    fn beat(&mut self, deadline: Instant) -> Result<()> {
         let was_connected = self.g.s.conn.is_some();
         self.g.s.deadline = Some((Instant::now() + self.g.s.hold_timeout()).min(deadline));
         let r = if self.sh.reader.is_some() {
@@ -136,56 +176,15 @@ impl Backend for Ftp {
         r
     }
 
-    fn release(&mut self) -> Result<()> {
-        if self.sh.reader.is_some() {
-            self.sh.release_reader(&mut self.g)?;
+    fn free(&mut self) -> Result<()> {
+        let r = if self.sh.reader.is_some() {
+            self.sh.release_reader(&mut self.g)
         } else {
-            self.g.release_once()?;
-        }
+            self.g.release_once()
+        };
+        r?;
         self.g.s.quit();
         Ok(())
-    }
-
-    fn status(&mut self) -> Result<Vec<Holder>> {
-        // Readers first: the gate is also held for a moment by each reader registering,
-        // and the mode shown is the first holder's.
-        let mut holders = self.sh.reader_holders(&mut self.g)?;
-        holders.extend(self.g.gate_holders()?);
-        Ok(holders)
-    }
-
-    fn break_lock(
-        &mut self,
-        force: bool,
-        token: Option<u64>,
-        watcher: &mut Watcher,
-    ) -> Result<BreakOutcome> {
-        let gate = self.g.judge.break_lock(
-            &mut Listing {
-                s: &mut self.g.s,
-                listed: None,
-            },
-            force,
-            token,
-            watcher,
-        )?;
-        if let Some(want) = token {
-            // A token names one exclusive acquisition: readers are never it.
-            if !self.sh.reader_holders(&mut self.g)?.is_empty() {
-                return Err(err!(
-                    Busy,
-                    "lock {} is held shared, not by acquisition {want}; nothing broken",
-                    self.g.s.url()
-                ));
-            }
-            return Ok(gate);
-        }
-        let readers = self.sh.break_readers(&mut self.g, force, watcher)?;
-        Ok(match (gate, readers) {
-            (BreakOutcome::Broken(h), _) => BreakOutcome::Broken(h),
-            (BreakOutcome::Free, Some(h)) => BreakOutcome::Broken(h),
-            (BreakOutcome::Free, None) => BreakOutcome::Free,
-        })
     }
 }
 

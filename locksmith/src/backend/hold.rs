@@ -7,7 +7,7 @@
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
-use super::lock::{Backend, Grant, Lease};
+use super::lock::{Backend, Grant, Held, Lease, NotReleased};
 use super::wait::{self, Backoff, Taken};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::info;
@@ -18,26 +18,36 @@ use crate::watch::Watcher;
 /// A lock taken and not yet given back.
 #[must_use = "dropping a Hold without release() leaves the lock to stale_after"]
 pub struct Hold {
-    lock: Box<dyn Backend>,
-    grant: Grant,
+    held: Box<dyn Held>,
+    backend: &'static str,
     common: Common,
     beat: Heartbeat,
 }
 
 impl Hold {
     /// Waits for the lock by the one waiting policy ([`wait::acquire`]) and holds it; the
-    /// lease runs from the winning attempt.
+    /// lease runs from the winning attempt. `open` opens the backend (see [`wait::acquire`]).
     pub fn acquire(
-        mut lock: Box<dyn Backend>,
+        open: impl Fn() -> Result<Box<dyn Backend>>,
         profile: &str,
         common: &Common,
         watcher: &mut Watcher,
     ) -> Result<Hold> {
-        let Taken { grant, since } = wait::acquire(lock.as_mut(), profile, common, watcher)?;
-        let beat = Heartbeat::new(lock.as_ref(), common, since);
+        let mut backend = "";
+        let Taken { held, since } = wait::acquire(
+            || {
+                let lock = open()?;
+                backend = lock.name();
+                Ok(lock)
+            },
+            profile,
+            common,
+            watcher,
+        )?;
+        let beat = Heartbeat::new(held.as_ref(), common, since);
         Ok(Hold {
-            lock,
-            grant,
+            held,
+            backend,
             common: common.clone(),
             beat,
         })
@@ -45,17 +55,17 @@ impl Hold {
 
     /// The backend's name (`backend=` of the OK line).
     pub fn backend(&self) -> &'static str {
-        self.lock.name()
+        self.backend
     }
 
     /// What the backend handed out with the lock.
     pub fn grant(&self) -> &Grant {
-        &self.grant
+        self.held.grant()
     }
 
     /// Run mode: a descriptor CMD must inherit so the lock lives as long as it does.
     pub fn inherit_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.lock.inherit_fd()
+        self.held.inherit_fd()
     }
 
     /// How long until the next heartbeat is due; `None`: never (sleep until an event).
@@ -72,29 +82,34 @@ impl Hold {
     /// lease's point of no return at the latest), before this returns `Kind::Lost`; the
     /// caller then [`abandon`](Hold::abandon)s the hold.
     pub fn beat(&mut self, lost: impl FnOnce(&Error)) -> Result<()> {
-        self.beat.beat(self.lock.as_mut(), lost)
+        self.beat.beat(self.held.as_mut(), lost)
     }
 
     /// Frees the lock, retrying transient failures until `stale_after` (SPEC §4).
-    pub fn release(mut self) -> Result<()> {
+    pub fn release(self) -> Result<()> {
         let deadline = Instant::now() + self.common.stale_after;
         let mut backoff = Backoff::new(&self.common);
+        let mut held = self.held;
         loop {
-            match self.lock.release() {
+            match held.release() {
                 Ok(()) => return Ok(()),
-                Err(e) if e.kind() == Kind::Lost || Instant::now() >= deadline => return Err(e),
-                Err(e) => {
-                    info!("release failed, retrying: {e}");
+                Err(NotReleased {
+                    error,
+                    retry: Some(again),
+                }) if Instant::now() < deadline => {
+                    info!("release failed, retrying: {error}");
                     std::thread::sleep(backoff.next_delay());
+                    held = again;
                 }
+                Err(nr) => return Err(nr.error),
             }
         }
     }
 
     /// Gives a lost (or failing) lock back once, without retrying: whatever is left of it is
     /// the next holder's to break.
-    pub fn abandon(mut self) {
-        let _ = self.lock.release();
+    pub fn abandon(self) {
+        let _ = self.held.release();
     }
 }
 
@@ -112,8 +127,8 @@ struct Heartbeat {
 }
 
 impl Heartbeat {
-    fn new(lock: &dyn Backend, common: &Common, since: Duration) -> Heartbeat {
-        let lease = Lease::of(lock, common);
+    fn new(held: &dyn Held, common: &Common, since: Duration) -> Heartbeat {
+        let lease = Lease::of(held, common);
         let age = sys::boottime().saturating_sub(since);
         Heartbeat {
             lease,
@@ -141,7 +156,7 @@ impl Heartbeat {
     /// a backend is given cannot interrupt it. So the call runs on a thread of its own,
     /// and this thread waits for it only until that point; past it, `lost` (stop CMD, say
     /// LOST) runs at once and the beat ends once the call returns.
-    fn beat(&mut self, lock: &mut dyn Backend, lost: impl FnOnce(&Error)) -> Result<()> {
+    fn beat(&mut self, held: &mut dyn Held, lost: impl FnOnce(&Error)) -> Result<()> {
         let Some(lease) = self.lease else {
             return Ok(());
         };
@@ -165,7 +180,7 @@ impl Heartbeat {
         let mut lost = Some(lost);
         let result = std::thread::scope(|s| {
             let call = s.spawn(move || {
-                let r = lock.heartbeat(deadline);
+                let r = held.heartbeat(deadline);
                 let _ = done.send(());
                 r
             });

@@ -33,10 +33,10 @@ use std::ffi::OsString;
 
 use nix::errno::Errno;
 use nix::fcntl::AtFlags;
-use nix::sys::stat::FileStat;
 use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 
-use super::filelock::{FileLock, NotReleased, Scheme, Take};
+use super::filelock::{FileLock, Scheme, Take};
+use super::lock::NotReleased;
 use super::lock::{Holder, Named};
 use super::lockdir::probe::Scheme as Probe;
 use super::lockdir::{self, FsConfig, LockDir};
@@ -71,20 +71,6 @@ enum Linked {
     Refused(Errno),
 }
 
-/// What a waiter compares between looks: the lock file's change time (older locksmiths
-/// heartbeat with `futimens`) and its content (ours: the heartbeat counter), read fresh.
-fn sign_of(content: &[u8], st: &FileStat) -> Vec<u8> {
-    let mut s = Vec::with_capacity(16 + content.len());
-    s.extend_from_slice(&st.st_ctime.to_le_bytes());
-    s.extend_from_slice(&st.st_ctime_nsec.to_le_bytes());
-    s.extend_from_slice(content);
-    s
-}
-
-/// The content part of a sign.
-fn content_of(sign: &[u8]) -> &[u8] {
-    &sign[16.min(sign.len())..]
-}
 
 impl Files {
     /// Writes `rec` into a fresh temp file, links it to `target`, removes the temp file and
@@ -191,12 +177,14 @@ impl Files {
 impl Holders for Files {
     fn holders(&mut self) -> Result<Option<Vec<Evidence>>> {
         let name = self.dir.name.clone();
-        Ok(self.dir.read_file(&name)?.map(|(content, st)| {
+        Ok(self.dir.read_file(&name)?.map(|(content, _)| {
             let text = String::from_utf8_lossy(&content);
             vec![Evidence {
                 key: name,
                 record: (!text.trim().is_empty()).then(|| lockdir::parse(&content)),
-                sign: sign_of(&content, &st),
+                // What a waiter compares between looks: the content, read fresh (ours: the
+                // record with its heartbeat counter).
+                sign: content,
                 mode: Mode::Exclusive,
             }]
         }))
@@ -207,7 +195,7 @@ impl Holders for Files {
             return Ok(false);
         };
         let name = self.dir.name.clone();
-        let r = self.unlink_if(&name, content_of(&ev.sign));
+        let r = self.unlink_if(&name, &ev.sign);
         self.drop_guard(&me);
         r
     }

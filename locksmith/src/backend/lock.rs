@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::address::Address;
 use super::verify::Report;
-use crate::error::{Error, Result, err};
+use crate::error::{Error, Kind, Result, err};
 use crate::protocol::Mode;
 use crate::settings::{Common, Fields, KeyDoc, Password};
 use crate::watch::Watcher;
@@ -94,10 +94,9 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// The lease of a holder of `lock`; `None` if it never heartbeats (nothing breaks it for
-    /// silence).
-    pub fn of(lock: &dyn Backend, common: &Common) -> Option<Lease> {
-        lock.heartbeat_period().map(|period| Lease {
+    /// The lease of `held`; `None` if it never heartbeats (nothing breaks it for silence).
+    pub fn of(held: &dyn Held, common: &Common) -> Option<Lease> {
+        held.period().map(|period| Lease {
             period,
             stale_after: common.stale_after,
         })
@@ -114,11 +113,69 @@ impl Lease {
     }
 }
 
-/// The outcome of one attempt.
-#[derive(Debug)]
+/// The outcome of one attempt: the backend becomes the held lock, or comes back with the
+/// holders it saw.
 pub enum Attempt {
-    Acquired(Grant),
+    Acquired(Box<dyn Held>),
+    Busy(Box<dyn Backend>, Vec<Holder>),
+}
+
+/// One try's outcome inside a backend, before it becomes an [`Attempt`]: taken, with its
+/// grant, or busy with these holders.
+pub enum Tried {
+    Took(Grant),
     Busy(Vec<Holder>),
+}
+
+impl Tried {
+    /// The attempt of a backend that holds on a server: taken, the backend becomes the held
+    /// lock.
+    pub fn on_server<B: Beats>(self, lock: Box<B>) -> Attempt {
+        match self {
+            Tried::Took(grant) => Attempt::Acquired(Box::new(OnServer { lock, grant })),
+            Tried::Busy(holders) => Attempt::Busy(lock, holders),
+        }
+    }
+}
+
+/// A backend that holds its lock on a server by heartbeats (a session, a lease): what it does
+/// while holding. Once taken ([`Tried::on_server`]) it is only reached through the [`Held`]
+/// that owns it.
+pub trait Beats: Backend + 'static {
+    /// How often it must heartbeat.
+    fn period(&self) -> Duration;
+    /// One heartbeat (see [`Held::heartbeat`]).
+    fn beat(&mut self, deadline: Instant) -> Result<()>;
+    /// Frees the lock (see [`Held::release`]); an error other than `Lost` leaves it worth
+    /// trying again.
+    fn free(&mut self) -> Result<()>;
+}
+
+/// A lock held on a server: the backend that took it, and its grant.
+struct OnServer<B> {
+    lock: Box<B>,
+    grant: Grant,
+}
+
+impl<B: Beats> Held for OnServer<B> {
+    fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
+    fn period(&self) -> Option<Duration> {
+        Some(self.lock.period())
+    }
+
+    fn heartbeat(&mut self, deadline: Instant) -> Result<()> {
+        self.lock.beat(deadline)
+    }
+
+    fn release(mut self: Box<Self>) -> std::result::Result<(), NotReleased<Box<dyn Held>>> {
+        match self.lock.free() {
+            Ok(()) => Ok(()),
+            Err(e) => Err(NotReleased::again(e, self)),
+        }
+    }
 }
 
 /// How to wait between attempts.
@@ -126,6 +183,14 @@ pub enum Attempt {
 pub struct WaitHint {
     /// Retry on a timer with jittered backoff `poll`..`max_poll` (else only on `wake_fd`).
     pub poll: bool,
+}
+
+/// What `break` is asked: to break even a live holder (`--force`), only acquisition `token`
+/// (`--token`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Break {
+    pub force: bool,
+    pub token: Option<u64>,
 }
 
 /// What `break` did.
@@ -137,13 +202,14 @@ pub enum BreakOutcome {
     Broken(Holder),
 }
 
-/// A lock backend. One value serves one profile, for one acquisition.
+/// A lock backend: one profile's lock, not held. One value serves one acquisition; taking
+/// the lock turns it into a [`Held`].
 pub trait Backend: Send {
     fn name(&self) -> &'static str;
 
     /// Tries once, without blocking. Breaking a provably dead or stale holder is part of
     /// trying.
-    fn try_acquire(&mut self) -> Result<Attempt>;
+    fn try_acquire(self: Box<Self>) -> Result<Attempt>;
 
     /// Gets ready to wait after a busy attempt (start a blocking waiter thread, set up
     /// inotify, drain old notifications) and says how to wait.
@@ -152,31 +218,60 @@ pub trait Backend: Send {
     /// Descriptors that become readable when another attempt is worthwhile.
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>>;
 
-    /// How often the holder must heartbeat; `None`: never (zero wakeups while holding).
-    fn heartbeat_period(&self) -> Option<Duration>;
-
-    /// Refreshes liveness and checks the lock is still ours. `Kind::Lost`: it is not. A
-    /// backend that talks to a server returns by `deadline` (an error if unconfirmed): past
-    /// it the holder could no longer stop its command before a waiter may break in.
-    fn heartbeat(&mut self, deadline: Instant) -> Result<()>;
-
-    /// Frees the lock. `Kind::Lost` if it was no longer ours.
-    fn release(&mut self) -> Result<()>;
-
     /// The current holders, without taking or changing anything.
     fn status(&mut self) -> Result<Vec<Holder>>;
 
     /// Removes a lock whose holder is dead or silent (`break`); see each backend.
-    fn break_lock(
-        &mut self,
-        force: bool,
-        token: Option<u64>,
-        watcher: &mut Watcher,
-    ) -> Result<BreakOutcome>;
+    fn break_lock(&mut self, how: Break, watcher: &mut Watcher) -> Result<BreakOutcome>;
+}
+
+/// A lock held: it owns what holding needs (the opened file, the names made, the session, the
+/// lease) and is given back by [`release`](Held::release). Holding *is* the value.
+#[must_use = "dropping a Held without release() leaves the lock to stale_after"]
+pub trait Held: Send {
+    /// What the backend handed out with the lock.
+    fn grant(&self) -> &Grant;
+
+    /// How often the holder must heartbeat; `None`: never (zero wakeups while holding).
+    fn period(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Refreshes liveness and checks the lock is still ours. `Kind::Lost`: it is not. A
+    /// backend that talks to a server returns by `deadline` (an error if unconfirmed): past
+    /// it the holder could no longer stop its command before a waiter may break in.
+    fn heartbeat(&mut self, _deadline: Instant) -> Result<()> {
+        Ok(())
+    }
+
+    /// Frees the lock. `Kind::Lost` if it was no longer ours; the held value back in
+    /// [`NotReleased::retry`] if nothing of the release happened and trying again is
+    /// worthwhile.
+    fn release(self: Box<Self>) -> std::result::Result<(), NotReleased<Box<dyn Held>>>;
 
     /// Run mode: a descriptor the command must inherit so the lock lives as long as it does.
     fn inherit_fd(&self) -> Option<BorrowedFd<'_>> {
         None
+    }
+}
+
+/// A release that failed: why, and the held value again if trying once more is worthwhile
+/// (nothing of the release happened yet).
+pub struct NotReleased<H> {
+    pub error: Error,
+    pub retry: Option<H>,
+}
+
+impl<H> NotReleased<H> {
+    /// Failed for good: nothing to retry.
+    pub fn done(error: Error) -> NotReleased<H> {
+        NotReleased { error, retry: None }
+    }
+
+    /// Failed, and worth trying again unless the lock is lost.
+    pub fn again(error: Error, held: H) -> NotReleased<H> {
+        let retry = (error.kind() != Kind::Lost).then_some(held);
+        NotReleased { error, retry }
     }
 }
 

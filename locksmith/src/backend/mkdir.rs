@@ -37,15 +37,15 @@
 //!
 //! # Liveness
 //! Unless `local = true`, the holder rewrites the counter in `NAME/beat` every heartbeat
-//! period (and, on a local filesystem, touches its owner symlink for older waiters). A waiter
+//! period. A waiter
 //! reads `NAME/beat` fresh — its *fixed* name needs no listing, which a network filesystem
 //! may serve from a cache — so it knows who holds the lock *now*: the rule is `stale.rs`'s
 //! (same host: proof of death; elsewhere: no change for `stale_after`), and the removal is
 //! the claim on `owner.<nonce>` of exactly that holder.
 //!
 //! # Limits
-//! A lock directory without a record (an older locksmith's breaker killed between its unlink
-//! and its rename, a locker on NFS killed between `mkdir` and its owner entry, or a foreign
+//! A lock directory without a record (a locker on NFS killed between `mkdir` and its owner
+//! entry, or a foreign
 //! tool's plain `mkdir`) is broken after `stale_after` of no change; that path re-checks the directory's inode just
 //! before renaming it, which leaves a window of microseconds between two such breakers. A
 //! reader holding `NAME/beat` open on the releaser's mount keeps the tombstone from being
@@ -61,13 +61,13 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, RenameFlags, openat, readlinkat, renameat, renameat2};
 use nix::sys::stat::{
-    FileStat, Mode as FileMode, UtimensatFlags, fstat, fstatat, mkdirat, utimensat,
+    FileStat, Mode as FileMode, fstat, fstatat, mkdirat,
 };
-use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::faults::{self, Switch};
-use super::filelock::{FileLock, NotReleased, Scheme, Take};
+use super::filelock::{FileLock, Scheme, Take};
+use super::lock::NotReleased;
 use super::lock::Named;
 use super::lockdir::probe::Scheme as Probe;
 use super::lockdir::{self, FsConfig, LockDir};
@@ -108,8 +108,7 @@ pub struct Files {
 }
 
 /// What a waiter compares between looks: the heartbeat record's content (read fresh), and
-/// the times of the owner entry (older locksmiths heartbeat by touching it) or, with no
-/// record, of the directory itself.
+/// the identity and times of the owner entry or, with no record, of the directory itself.
 fn sign_of(beat: Option<&[u8]>, st: Option<&FileStat>) -> Vec<u8> {
     let mut s = Vec::new();
     if let Some(st) = st {
@@ -713,16 +712,9 @@ impl Scheme for Files {
                 path.display()
             ));
         }
-        // Our claim is the owner entry; on a local filesystem, touching it also keeps older
-        // locksmiths (which judge by its times) from breaking us. A network filesystem may
-        // not set a symlink's times (sshfs), and may answer the look from a cache.
-        let now = TimeSpec::UTIME_NOW;
-        let r = if remote {
-            fstatat(parent, &owner, AtFlags::AT_SYMLINK_NOFOLLOW).map(drop)
-        } else {
-            utimensat(parent, &owner, &now, &now, UtimensatFlags::NoFollowSymlink)
-        };
-        match r {
+        // Our claim is the owner entry: still there? (A network filesystem may answer from a
+        // cache: the record above is what waiters judge by.)
+        match fstatat(parent, &owner, AtFlags::AT_SYMLINK_NOFOLLOW).map(drop) {
             Ok(()) => {}
             Err(Errno::ENOENT) => {
                 return Err(err!(

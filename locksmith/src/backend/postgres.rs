@@ -44,7 +44,7 @@ use postgres::{CancelToken, Client, Config, NoTls};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::address::Address;
-use super::lock::{Attempt, Backend, BreakOutcome, Grant, Holder, Named, WaitHint};
+use super::lock::{Attempt, Backend, Beats, Break, BreakOutcome, Grant, Holder, Named, Tried, WaitHint};
 use super::wake::Blocking;
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
@@ -325,7 +325,6 @@ pub struct Postgres {
     waiter: Option<Waiter>,
     /// Our exclusive acquisition's token, to mark its clean release.
     token: Option<i64>,
-    held: bool,
 }
 
 /// A thread blocked in `pg_advisory_lock` on our connection, and how to cancel its query.
@@ -348,7 +347,6 @@ impl Postgres {
             tls: None,
             waiter: None,
             token: None,
-            held: false,
         }
     }
 
@@ -402,11 +400,7 @@ impl Postgres {
             };
             return Error::new(kind, format!("{what} ({server}): {}", db.message()));
         }
-        let kind = if self.held {
-            Kind::Lost
-        } else {
-            Kind::Unavailable
-        };
+        let kind = Kind::Unavailable;
         // The error's causes too: "error performing TLS handshake" alone does not say why.
         let mut msg = e.to_string();
         let mut cause = std::error::Error::source(e);
@@ -421,7 +415,7 @@ impl Postgres {
         };
         // The server asked for a password and none was configured: the driver says so only
         // in words (its error kind is private). Authentication, not reachability: 77.
-        if !self.held && msg.contains("password missing") {
+        if msg.contains("password missing") {
             return Error::new(
                 Kind::Denied,
                 format!(
@@ -557,7 +551,6 @@ impl Postgres {
                 return Err(self.error("cannot confirm the session that took the lock", &e));
             }
         }
-        self.held = true;
         Ok(grant.unwrap_or_default())
     }
 
@@ -715,6 +708,39 @@ impl Postgres {
             })
             .collect())
     }
+
+    /// One try: `pg_try_advisory_lock`, or the waiter thread's answer.
+    fn attempt(&mut self) -> Result<Tried> {
+        if let Some(w) = &self.waiter {
+            if !w.call.returned() {
+                return Ok(Tried::Busy(Vec::new()));
+            }
+            let w = self.waiter.take().expect("checked above");
+            let (client, r) = w
+                .call
+                .join()
+                .ok_or_else(|| err!(Io, "the PostgreSQL waiter thread failed"))?;
+            self.client = Some(client);
+            if let Err(e) = r {
+                return Err(self.error("cannot take the advisory lock", &e));
+            }
+            return Ok(Tried::Took(self.grant()?));
+        }
+        let q = self.lock_fn(true);
+        let lock = self.cfg.lock.clone();
+        let got = {
+            let client = self.client()?;
+            client.query_one(&q, &[&lock]).map(|r| r.get::<_, bool>(0))
+        }
+        .map_err(|e| self.error("cannot take the advisory lock", &e))?;
+        if got {
+            return Ok(Tried::Took(self.grant()?));
+        }
+        let holders = self
+            .holders()
+            .map(|h| h.into_iter().map(|(_, h)| h).collect());
+        Ok(Tried::Busy(holders.unwrap_or_default()))
+    }
 }
 
 impl Drop for Postgres {
@@ -735,36 +761,9 @@ impl Backend for Postgres {
         "postgres"
     }
 
-    fn try_acquire(&mut self) -> Result<Attempt> {
-        if let Some(w) = &self.waiter {
-            if !w.call.returned() {
-                return Ok(Attempt::Busy(Vec::new()));
-            }
-            let w = self.waiter.take().expect("checked above");
-            let (client, r) = w
-                .call
-                .join()
-                .ok_or_else(|| err!(Io, "the PostgreSQL waiter thread failed"))?;
-            self.client = Some(client);
-            if let Err(e) = r {
-                return Err(self.error("cannot take the advisory lock", &e));
-            }
-            return Ok(Attempt::Acquired(self.grant()?));
-        }
-        let q = self.lock_fn(true);
-        let lock = self.cfg.lock.clone();
-        let got = {
-            let client = self.client()?;
-            client.query_one(&q, &[&lock]).map(|r| r.get::<_, bool>(0))
-        }
-        .map_err(|e| self.error("cannot take the advisory lock", &e))?;
-        if got {
-            return Ok(Attempt::Acquired(self.grant()?));
-        }
-        let holders = self
-            .holders()
-            .map(|h| h.into_iter().map(|(_, h)| h).collect());
-        Ok(Attempt::Busy(holders.unwrap_or_default()))
+    fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
+        let tried = self.attempt()?;
+        Ok(tried.on_server(self))
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
@@ -789,23 +788,52 @@ impl Backend for Postgres {
         self.waiter.iter().map(|w| w.call.fd()).collect()
     }
 
-    fn heartbeat_period(&self) -> Option<Duration> {
-        Some(self.heartbeat)
+    fn status(&mut self) -> Result<Vec<Holder>> {
+        Ok(self.holders()?.into_iter().map(|(_, h)| h).collect())
     }
 
-    fn heartbeat(&mut self, deadline: Instant) -> Result<()> {
+    fn break_lock(&mut self, how: Break, _: &mut Watcher) -> Result<BreakOutcome> {
+        let holders = self.holders()?;
+        // A locksmith session silent for stale_after is breakable without --force.
+        super::stale::break_server_held(
+            &format!("`{}`", self.cfg.lock),
+            holders,
+            how,
+            |h| h.alive.is_none(),
+            [
+                "a live session (the server frees it when the session ends)",
+                "terminate the session",
+            ],
+            |pid, h| {
+                let r = {
+                    let client = self.client()?;
+                    client.query_one("SELECT pg_terminate_backend($1)", &[&pid])
+                };
+                r.map_err(|e| self.error("cannot terminate the holding session", &e))?;
+                info!("terminated the session of {h} (server pid {pid})");
+                Ok(())
+            },
+        )
+    }
+}
+
+impl Beats for Postgres {
+    fn period(&self) -> Duration {
+        self.heartbeat
+    }
+
+    fn beat(&mut self, deadline: Instant) -> Result<()> {
         // The lease's deadline (`run`'s): past it CMD could not be stopped in time.
         let limit = deadline.saturating_duration_since(Instant::now());
         let r = match self.client.as_mut() {
             Some(c) => c.is_valid(limit),
-            None => return Err(err!(Lost, "not holding")),
+            None => return Err(err!(Lost, "the session holding lock `{}` is gone", self.cfg.lock)),
         };
         let Err(e) = r else {
             return Ok(());
         };
         // The session is unusable: a timed-out request is still in flight. Closing it would
         // wait for that request; the process is about to exit and the kernel closes it.
-        self.held = false;
         if let Some(c) = self.client.take() {
             std::mem::forget(c);
         }
@@ -826,11 +854,7 @@ impl Backend for Postgres {
         ))
     }
 
-    fn release(&mut self) -> Result<()> {
-        if !self.held {
-            return Ok(());
-        }
-        self.held = false;
+    fn free(&mut self) -> Result<()> {
         let schema = self.cfg.schema.clone();
         let lock = self.cfg.lock.clone();
         let unlock = match self.mode {
@@ -865,51 +889,5 @@ impl Backend for Postgres {
                 "lost the session holding lock `{lock}` ({server}): {e}; the server has released it"
             )),
         }
-    }
-
-    fn status(&mut self) -> Result<Vec<Holder>> {
-        Ok(self.holders()?.into_iter().map(|(_, h)| h).collect())
-    }
-
-    fn break_lock(
-        &mut self,
-        force: bool,
-        token: Option<u64>,
-        _watcher: &mut Watcher,
-    ) -> Result<BreakOutcome> {
-        let holders = self.holders()?;
-        if holders.is_empty() {
-            return Ok(BreakOutcome::Free);
-        }
-        if let Some(t) = token
-            && !holders.iter().any(|(_, h)| h.token == Some(t))
-        {
-            return Err(err!(
-                Busy,
-                "lock `{}` is not held by acquisition {t}; nothing broken",
-                self.cfg.lock
-            ));
-        }
-        // A locksmith session silent for stale_after is breakable without --force.
-        let silent = holders.iter().all(|(_, h)| h.alive.is_none());
-        if !force && !silent {
-            return Err(super::stale::refuse_live(
-                &format!("`{}`", self.cfg.lock),
-                &super::lock::describe(&holders.into_iter().map(|(_, h)| h).collect::<Vec<_>>()),
-                "a live session (the server frees it when the session ends)",
-                "terminate the session",
-            ));
-        }
-        let mut first = None;
-        for (pid, h) in holders {
-            let r = {
-                let client = self.client()?;
-                client.query_one("SELECT pg_terminate_backend($1)", &[&pid])
-            };
-            r.map_err(|e| self.error("cannot terminate the holding session", &e))?;
-            info!("terminated the session of {h} (server pid {pid})");
-            first.get_or_insert(h);
-        }
-        Ok(BreakOutcome::Broken(first.unwrap_or_default()))
     }
 }

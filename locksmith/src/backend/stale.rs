@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::lock::Named;
-use super::lock::{Attempt, BreakOutcome, Grant, Holder, describe};
+use super::lock::{Break, BreakOutcome, Grant, Holder, describe};
 use super::owner::Parsed;
 use super::wake::Wakeups;
 use crate::error::{Error, Kind, Result, err};
@@ -166,11 +166,6 @@ impl Judge {
     /// We hold the lock now: forget what we saw of others, stop watching their pids and the
     /// directory (leaving the waiters' queue to the next one), and hand out the grant
     /// (`prev=crashed` if we broke someone on the way).
-    pub fn acquired(&mut self, wake: &mut Wakeups, token: Option<u64>) -> Attempt {
-        Attempt::Acquired(self.grant(wake, token))
-    }
-
-    /// [`acquired`](Self::acquired)'s grant.
     pub fn grant(&mut self, wake: &mut Wakeups, token: Option<u64>) -> Grant {
         self.observed.clear();
         wake.done();
@@ -264,8 +259,7 @@ impl Judge {
     pub fn break_lock(
         &mut self,
         lock: &mut dyn Holders,
-        force: bool,
-        token: Option<u64>,
+        Break { force, token }: Break,
         watcher: &mut Watcher,
     ) -> Result<BreakOutcome> {
         let path = self.path.display().to_string();
@@ -346,6 +340,45 @@ impl Judge {
             }
         }
     }
+}
+
+/// `break` where the server keeps each holder alive (a lease, a session): `holders` with what
+/// ends each; the acquisition `token` names, or all of them; without `force`, only if `may_go`
+/// says each may go, else refused as [`refuse_live`] says (`live`: why it lives, what
+/// `--force` does). `end` ends one (revokes its lease, terminates its session).
+pub fn break_server_held<T>(
+    lock: &str,
+    holders: Vec<(T, Holder)>,
+    Break { force, token }: Break,
+    may_go: impl Fn(&Holder) -> bool,
+    live: [&str; 2],
+    mut end: impl FnMut(T, &Holder) -> Result<()>,
+) -> Result<BreakOutcome> {
+    if holders.is_empty() {
+        return Ok(BreakOutcome::Free);
+    }
+    let targets: Vec<(T, Holder)> = holders
+        .into_iter()
+        .filter(|(_, h)| token.is_none_or(|t| h.token == Some(t)))
+        .collect();
+    if let Some(t) = token
+        && targets.is_empty()
+    {
+        return Err(err!(
+            Busy,
+            "lock {lock} is not held by acquisition {t}; nothing broken"
+        ));
+    }
+    if !force && !targets.iter().all(|(_, h)| may_go(h)) {
+        let named: Vec<Holder> = targets.into_iter().map(|(_, h)| h).collect();
+        return Err(refuse_live(lock, &describe(&named), live[0], live[1]));
+    }
+    let mut first = None;
+    for (t, h) in targets {
+        end(t, &h)?;
+        first.get_or_insert(h);
+    }
+    Ok(BreakOutcome::Broken(first.unwrap_or_default()))
 }
 
 /// `break` without `--force` refusing a live holder: the one wording for every backend.

@@ -73,7 +73,8 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
 use super::faults::{self, Switch};
-use super::filelock::{FileLock, NotReleased, Scheme, Take};
+use super::filelock::{FileLock, Scheme, Take};
+use super::lock::NotReleased;
 use super::lock::{Holder, Named};
 use super::lockdir::probe::Scheme as Probe;
 use super::lockdir::{self, FsConfig, LockDir};

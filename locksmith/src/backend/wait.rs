@@ -4,16 +4,15 @@
 
 use std::time::{Duration, Instant};
 
-use super::lock::{Attempt, Backend, Grant, Lease, describe};
+use super::lock::{Attempt, Backend, Held, Lease, describe};
 use crate::error::{Error, Kind, Result};
 use crate::log::info;
 use crate::settings::{Common, Wait, fmt_duration};
 use crate::watch::{Event, Watcher};
 
 /// A lock [`acquire`] took.
-#[derive(Debug)]
 pub struct Taken {
-    pub grant: Grant,
+    pub held: Box<dyn Held>,
     /// When (CLOCK_BOOTTIME) the attempt that took it began. The lock may have been ours —
     /// and silent, on a waiter's clock — from then on, not only from when the attempt
     /// returned: a holder counts its lease from here ([`Lease`]).
@@ -50,9 +49,10 @@ impl Backoff {
 /// An attempt that took the lock but returned past its lease's point of no return (a
 /// network filesystem stalled between creating the lock and writing its records, say) gives
 /// it back and tries again: a waiter may already have judged it silent for `stale_after`
-/// and broken in, and nothing done after that moment proves otherwise.
+/// and broken in, and nothing done after that moment proves otherwise. `open` opens the
+/// backend: once, and again after such a give-back.
 pub fn acquire(
-    lock: &mut dyn Backend,
+    mut open: impl FnMut() -> Result<Box<dyn Backend>>,
     profile: &str,
     common: &Common,
     watcher: &mut Watcher,
@@ -61,36 +61,37 @@ pub fn acquire(
         Wait::Forever => None,
         Wait::For(d) => Some(Instant::now() + d),
     };
-    let lease = Lease::of(lock, common);
+    let mut lock = open()?;
     let mut backoff = Backoff::new(common);
     let mut said = false;
     let mut prepared = false;
     loop {
         let began = crate::sys::boottime();
         let holders = match lock.try_acquire()? {
-            Attempt::Acquired(grant) => {
+            Attempt::Acquired(held) => {
                 let took = crate::sys::boottime().saturating_sub(began);
-                match lease {
+                match Lease::of(held.as_ref(), common) {
                     Some(l) if began + took >= l.lost_by(began) => {
                         info!(
                             "took lock `{profile}` in {}, too late to keep it (a waiter may break a holder silent for {}): giving it back and trying again",
                             fmt_duration(took),
                             fmt_duration(common.stale_after)
                         );
-                        if let Err(e) = lock.release() {
-                            info!("giving back lock `{profile}`: {e}");
+                        if let Err(e) = held.release() {
+                            info!("giving back lock `{profile}`: {}", e.error);
                         }
+                        lock = open()?;
                         Vec::new()
                     }
                     _ => {
-                        return Ok(Taken {
-                            grant,
-                            since: began,
-                        });
+                        return Ok(Taken { held, since: began });
                     }
                 }
             }
-            Attempt::Busy(h) => h,
+            Attempt::Busy(backend, h) => {
+                lock = backend;
+                h
+            }
         };
         let now = Instant::now();
         let busy = |why: String| -> Error {

@@ -7,25 +7,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::config::FtpConfig;
-use super::marker::{is_marker, marker_name, parse_marker};
+use super::marker::{is_marker, parse_marker};
+use super::ours::{Claimed, Ours, Place};
 use super::session::{self, ACQUIRE_TIMEOUT, Look, Session};
-use crate::backend::lock::{Attempt, Grant, Holder, Named};
+use crate::backend::lock::{Grant, Holder, Named, Tried};
 use crate::backend::owner::{Parsed, Record};
 use crate::backend::stale::{Evidence, Holders, Judge};
 use crate::backend::wake::Wakeups;
 use crate::error::{Kind, Result, err};
 use crate::log::debug;
 use crate::protocol::Mode;
-
-/// Our acquisition.
-pub(super) struct Ours {
-    pub(super) rec: Record,
-    pub(super) seq: u64,
-    /// The marker's current name (inside the lock directory).
-    pub(super) marker: String,
-    /// The `RMD` of our marker was sent for release; its reply may have been lost.
-    pub(super) claim_sent: bool,
-}
 
 /// The gate of one lock, and our acquisition of it.
 pub(super) struct Gate {
@@ -60,9 +51,8 @@ impl Gate {
             self.s.last_mkd = Some(text);
             return Ok(false);
         }
-        let rec = Record::ours(&self.profile);
-        let marker = marker_name(&rec, 0);
-        let target = self.s.inside(&marker);
+        let ours = Ours::new(Place::Owner, Record::ours(&self.profile));
+        let target = ours.path(&self.s);
         match self.s.cmd("MKD", |c| c.mkdir(target.as_str())) {
             Ok(Ok(())) => {}
             Ok(Err((code, text))) => {
@@ -93,79 +83,20 @@ impl Gate {
                 return Err(e);
             }
         }
-        self.ours = Some(Ours {
-            rec,
-            seq: 0,
-            marker,
-            claim_sent: false,
-        });
+        self.ours = Some(ours);
         Ok(true)
-    }
-
-    /// Our marker's current name on the server, found by our nonce (`None`: it is gone).
-    fn find_ours(&mut self) -> Result<Option<(String, u64)>> {
-        let Some(nonce) = self.ours.as_ref().map(|o| o.rec.nonce.clone()) else {
-            return Ok(None);
-        };
-        let Look::Dir(names) = self.s.look()? else {
-            return Ok(None);
-        };
-        Ok(names.into_iter().find_map(|n| {
-            let (rec, seq) = parse_marker(&n)?;
-            (rec.nonce == nonce).then_some((n, seq))
-        }))
-    }
-
-    /// [`Self::find_ours`], and when it says gone, once more on a fresh session: a server
-    /// under load has answered a listing without entries that were there (libunftp), and
-    /// a false "gone" would make a live holder give its lock up.
-    fn find_ours_twice(&mut self) -> Result<Option<(String, u64)>> {
-        if let Some(found) = self.find_ours()? {
-            return Ok(Some(found));
-        }
-        self.s.quit();
-        self.find_ours()
     }
 
     /// One heartbeat: rename our marker to the next sequence number.
     pub(super) fn beat(&mut self) -> Result<()> {
-        let Some(ours) = &self.ours else {
-            return Err(err!(Lost, "not holding"));
-        };
-        let next = marker_name(&ours.rec, ours.seq + 1);
-        let (from, to) = (self.s.inside(&ours.marker), self.s.inside(&next));
-        match self.s.cmd("heartbeat (RNFR/RNTO)", |c| {
-            c.rename(from.as_str(), to.as_str())
-        })? {
-            Ok(()) => {
-                let ours = self.ours.as_mut().expect("checked above");
-                ours.seq += 1;
-                ours.marker = next;
-                Ok(())
-            }
-            Err((code, text)) => match self.find_ours_twice()? {
-                // Our marker moved (a rename whose reply was lost): adopt it, retry soon.
-                Some((name, seq)) => {
-                    let ours = self.ours.as_mut().expect("checked above");
-                    ours.marker = name;
-                    ours.seq = seq;
-                    Err(err!(
-                        Unavailable,
-                        "heartbeat of {} refused: {text} (code {code})",
-                        self.s.url()
-                    ))
-                }
-                None => Err(err!(
-                    Lost,
-                    "lock {} was broken: our owner marker is gone",
-                    self.s.url()
-                )),
-            },
+        match self.ours.as_mut() {
+            Some(ours) => ours.beat(&mut self.s),
+            None => Err(err!(Lost, "lock {} is not ours", self.s.url())),
         }
     }
 
     /// One round of attempts on the current connection.
-    fn try_once(&mut self) -> Result<Attempt> {
+    fn try_once(&mut self) -> Result<Tried> {
         let mut holders = Vec::new();
         let mut gone = 0;
         for _ in 0..4 {
@@ -176,7 +107,7 @@ impl Gate {
                 if self.judge.broke || fastrand::u8(..16) == 0 {
                     self.s.tidy_leftovers();
                 }
-                return Ok(self.judge.acquired(&mut self.wake, None));
+                return Ok(Tried::Took(self.judge.grant(&mut self.wake, None)));
             }
             // 550 is ambiguous (exists, missing parent, permission, a file in the way):
             // decide by looking, never by the reply's text.
@@ -216,7 +147,7 @@ impl Gate {
                 }
             }
         }
-        Ok(Attempt::Busy(holders))
+        Ok(Tried::Busy(holders))
     }
 
     /// With the lock just taken exclusively: issue the token and put it into our marker
@@ -247,7 +178,7 @@ impl Gate {
         Ok(true)
     }
 
-    pub(super) fn try_gate(&mut self) -> Result<Attempt> {
+    pub(super) fn try_gate(&mut self) -> Result<Tried> {
         self.s.set_timeout(ACQUIRE_TIMEOUT);
         // A connection that worked and then broke (server restart, a dropped session) is
         // re-established a few times; a server that cannot be reached at all is an error.
@@ -265,58 +196,33 @@ impl Gate {
         }
     }
 
-    /// Releases (see `Backend::release`): remove our marker (the claim), then the name.
+    /// Releases: remove our marker (the claim), then the name. An error other than `Lost`
+    /// keeps `ours`: the caller retries until stale_after.
     pub(super) fn release_once(&mut self) -> Result<()> {
         let Some(ours) = self.ours.as_mut() else {
             return Ok(());
         };
-        let marker = ours.marker.clone();
-        let claim_was_sent = ours.claim_sent;
-        ours.claim_sent = true;
-        let nonce = ours.rec.nonce.clone();
-        let token = ours.rec.token;
-        let target = self.s.inside(&marker);
-        if let Some(t) = token
-            && !claim_was_sent
+        if let Some(t) = ours.rec.token
+            && !ours.claim_sent
         {
             self.s.mark_clean(t);
         }
-        // An error here keeps `ours`: the caller retries until stale_after.
-        if !self.s.remove_marker(&target)? {
-            match self.find_ours()? {
-                Some((name, seq)) => {
-                    let ours = self.ours.as_mut().expect("checked above");
-                    ours.marker = name;
-                    ours.seq = seq;
-                    ours.claim_sent = false;
-                    return Err(err!(
-                        Io,
-                        "cannot release lock {}: the server refused to remove our owner marker",
-                        self.s.url()
-                    ));
-                }
-                None => {
-                    self.ours = None;
-                    if claim_was_sent {
-                        // Our RMD went through but its reply was lost. The name is not
-                        // freed here: the directory we see may already be a newcomer's,
-                        // between its `MKD PATH` and its marker. Ours, left ownerless, is
-                        // broken after `stale_after` like any lock without a marker.
-                        debug!(
-                            "our marker's removal went through unanswered; leaving {} to stale_after",
-                            self.s.url()
-                        );
-                        return Ok(());
-                    }
-                    return Err(err!(
-                        Lost,
-                        "lock {} was broken while held: our owner marker is gone",
-                        self.s.url()
-                    ));
-                }
+        let nonce = ours.rec.nonce.clone();
+        match ours.claim(&mut self.s) {
+            Err(e) if e.kind() != Kind::Lost => return Err(e),
+            Err(e) => {
+                self.ours = None;
+                return Err(e);
             }
+            Ok(Claimed::Now) => self.s.free_name(&nonce)?,
+            // The name is not freed here: the directory we see may already be a newcomer's,
+            // between its `MKD PATH` and its marker. Ours, left ownerless, is broken after
+            // `stale_after` like any lock without a marker.
+            Ok(Claimed::Before) => debug!(
+                "our marker's removal went through unanswered; leaving {} to stale_after",
+                self.s.url()
+            ),
         }
-        self.s.free_name(&nonce)?;
         self.ours = None;
         Ok(())
     }

@@ -26,9 +26,10 @@
 //!   never race a registration; leaving readers remove only their own marker.
 
 use super::gate::Gate;
-use super::marker::{parse_reader, reader_name};
+use super::marker::parse_reader;
+use super::ours::{Ours, Place};
 use super::session::Session;
-use crate::backend::lock::{Attempt, BreakOutcome, Grant, Holder};
+use crate::backend::lock::{Break, BreakOutcome, Grant, Holder, Tried};
 use crate::backend::owner::{Parsed, Record};
 use crate::backend::stale::{Evidence, Holders};
 use crate::error::{Kind, Result, err};
@@ -36,20 +37,10 @@ use crate::log::{debug, info};
 use crate::protocol::Mode;
 use crate::watch::Watcher;
 
-/// A reader registration of ours.
-pub(super) struct Reader {
-    rec: Record,
-    seq: u64,
-    /// The marker's current name inside `NAME.readers`.
-    marker: String,
-    /// Its `RMD` was sent for release; the reply may have been lost.
-    claim_sent: bool,
-}
-
 /// Shared-lock state of one backend value.
 #[derive(Default)]
 pub(super) struct State {
-    pub(super) reader: Option<Reader>,
+    pub(super) reader: Option<Ours>,
     /// A writer holding the gate while readers drain: the grant it will hand out.
     pub(super) draining: Option<Grant>,
 }
@@ -65,7 +56,7 @@ fn reader_holder(name: &str) -> Holder {
 
 impl State {
     /// One attempt in the profile's mode (the gate alone is `Gate::try_gate`).
-    pub(super) fn attempt(&mut self, g: &mut Gate, shared: bool) -> Result<Attempt> {
+    pub(super) fn attempt(&mut self, g: &mut Gate, shared: bool) -> Result<Tried> {
         if shared {
             self.try_reader(g)
         } else {
@@ -73,10 +64,10 @@ impl State {
         }
     }
 
-    fn try_reader(&mut self, g: &mut Gate) -> Result<Attempt> {
+    fn try_reader(&mut self, g: &mut Gate) -> Result<Tried> {
         let mut grant = match g.try_gate()? {
-            Attempt::Busy(h) => return Ok(Attempt::Busy(h)),
-            Attempt::Acquired(g) => g,
+            Tried::Busy(h) => return Ok(Tried::Busy(h)),
+            Tried::Took(g) => g,
         };
         // The write epoch: the last exclusive token (0 before the first), read under the
         // gate so that no writer is between its token and its hold.
@@ -93,25 +84,19 @@ impl State {
             // gate only delays others until it is broken as stale).
             debug!("releasing the gate after registering: {e}");
         }
-        Ok(Attempt::Acquired(grant))
+        Ok(Tried::Took(grant))
     }
 
     /// Registers our reader marker (under the gate).
     fn register(&mut self, g: &mut Gate) -> Result<()> {
         let dir = g.s.readers_dir();
-        let rec = Record::ours(&g.profile);
-        let marker = reader_name(&rec, 0);
-        let target = format!("{dir}/{marker}");
+        let ours = Ours::new(Place::Reader, Record::ours(&g.profile));
+        let target = ours.path(&g.s);
         let mut refusal = None;
         for _ in 0..2 {
             match g.s.cmd("MKD", |c| c.mkdir(target.as_str()))? {
                 Ok(()) => {
-                    self.reader = Some(Reader {
-                        rec,
-                        seq: 0,
-                        marker,
-                        claim_sent: false,
-                    });
+                    self.reader = Some(ours);
                     return Ok(());
                 }
                 Err(r) => refusal = Some(r),
@@ -132,7 +117,7 @@ impl State {
         g.release_once()
     }
 
-    fn try_writer(&mut self, g: &mut Gate) -> Result<Attempt> {
+    fn try_writer(&mut self, g: &mut Gate) -> Result<Tried> {
         if self.draining.is_some() {
             // Still ours? A heartbeat renames the gate's marker (so no one judges it
             // silent while we wait for readers) and tells us if it was broken.
@@ -149,8 +134,8 @@ impl State {
         }
         if self.draining.is_none() {
             match g.try_gate()? {
-                Attempt::Busy(h) => return Ok(Attempt::Busy(h)),
-                Attempt::Acquired(g) => self.draining = Some(g),
+                Tried::Busy(h) => return Ok(Tried::Busy(h)),
+                Tried::Took(g) => self.draining = Some(g),
             }
         }
         let readers = self.drain(g)?;
@@ -163,9 +148,9 @@ impl State {
                 let _ = g.release_once();
                 return Err(e);
             }
-            return Ok(Attempt::Acquired(grant));
+            return Ok(Tried::Took(grant));
         }
-        Ok(Attempt::Busy(readers))
+        Ok(Tried::Busy(readers))
     }
 
     /// With the gate held: removes dead and silent readers (`stale.rs`'s rule); the live
@@ -201,99 +186,23 @@ impl State {
 
     /// A reader's heartbeat: rename our marker to the next sequence number.
     pub(super) fn beat_reader(&mut self, g: &mut Gate) -> Result<()> {
-        let dir = g.s.readers_dir();
-        let Some(r) = &self.reader else {
-            return Err(err!(Lost, "not holding"));
-        };
-        let next = reader_name(&r.rec, r.seq + 1);
-        let (from, to) = (format!("{dir}/{}", r.marker), format!("{dir}/{next}"));
-        match g.s.cmd("heartbeat (RNFR/RNTO)", |c| {
-            c.rename(from.as_str(), to.as_str())
-        })? {
-            Ok(()) => {
-                let r = self.reader.as_mut().expect("checked above");
-                r.seq += 1;
-                r.marker = next;
-                Ok(())
-            }
-            Err((code, text)) => match self.find_reader_twice(g)? {
-                Some((name, seq)) => {
-                    let r = self.reader.as_mut().expect("checked above");
-                    r.marker = name;
-                    r.seq = seq;
-                    Err(err!(
-                        Unavailable,
-                        "heartbeat of reader of {} refused: {text} (code {code})",
-                        g.s.url()
-                    ))
-                }
-                None => Err(err!(
-                    Lost,
-                    "shared lock {} was broken: our reader marker is gone",
-                    g.s.url()
-                )),
-            },
+        match self.reader.as_mut() {
+            Some(r) => r.beat(&mut g.s),
+            None => Err(err!(Lost, "shared lock {} is not ours", g.s.url())),
         }
     }
 
-    /// [`Self::find_reader`], confirmed on a fresh session when it says gone (see
-    /// `find_ours_twice`).
-    fn find_reader_twice(&mut self, g: &mut Gate) -> Result<Option<(String, u64)>> {
-        if let Some(found) = self.find_reader(g)? {
-            return Ok(Some(found));
-        }
-        g.s.quit();
-        self.find_reader(g)
-    }
-
-    /// Our reader marker's current name (`None`: gone).
-    fn find_reader(&mut self, g: &mut Gate) -> Result<Option<(String, u64)>> {
-        let Some(nonce) = self.reader.as_ref().map(|r| r.rec.nonce.clone()) else {
-            return Ok(None);
-        };
-        let dir = g.s.readers_dir();
-        Ok(g.s.entries(&dir)?.into_iter().find_map(|n| {
-            let (rec, seq) = parse_reader(&n)?;
-            (rec.nonce == nonce).then_some((n, seq))
-        }))
-    }
-
-    /// A reader's release: the `RMD` of its marker.
+    /// A reader's release: the `RMD` of its marker. An error other than `Lost` keeps it
+    /// registered: the caller retries.
     pub(super) fn release_reader(&mut self, g: &mut Gate) -> Result<()> {
-        let dir = g.s.readers_dir();
         let Some(r) = self.reader.as_mut() else {
             return Ok(());
         };
-        let claim_was_sent = r.claim_sent;
-        r.claim_sent = true;
-        let target = format!("{dir}/{}", r.marker);
-        if g.s.remove_marker(&target)? {
-            self.reader = None;
-            return Ok(());
-        }
-        match self.find_reader(g)? {
-            Some((name, seq)) => {
-                let r = self.reader.as_mut().expect("checked above");
-                r.marker = name;
-                r.seq = seq;
-                r.claim_sent = false;
-                Err(err!(
-                    Io,
-                    "cannot release shared lock {}: the server refused to remove our reader marker",
-                    g.s.url()
-                ))
-            }
-            None => {
+        match r.claim(&mut g.s) {
+            Err(e) if e.kind() != Kind::Lost => Err(e),
+            claimed => {
                 self.reader = None;
-                if claim_was_sent {
-                    // Our RMD went through but its reply was lost.
-                    return Ok(());
-                }
-                Err(err!(
-                    Lost,
-                    "shared lock {} was broken while held: our reader marker is gone",
-                    g.s.url()
-                ))
+                claimed.map(drop)
             }
         }
     }
@@ -323,7 +232,7 @@ impl State {
             dir,
         };
         Ok(
-            match g.judge.break_lock(&mut readers, force, None, watcher)? {
+            match g.judge.break_lock(&mut readers, Break { force, token: None }, watcher)? {
                 BreakOutcome::Free => None,
                 BreakOutcome::Broken(h) => Some(h),
             },

@@ -2,17 +2,20 @@
 
 use std::ffi::OsStr;
 use std::fs;
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 // Real network filesystems (sshfs) for the file backends.
 pub mod netfs;
 pub use netfs::*;
+
+// Shared with the bench (testkit/): the process harness, the rule for what a machine lacks.
+pub use testkit::proc::{
+    Held, alive, code, digest, eventually, kill9, on_path, output_within, stderr, stdout,
+};
+pub use testkit::{free_port, missing, token_of};
 
 /// The helper under test.
 pub fn bin() -> &'static str {
@@ -179,253 +182,6 @@ stale_after = "1500ms"
     }
 }
 
-/// A running locksmith in hold mode (or any process whose stdout we read line by line).
-/// Its stdout is read directly, with `poll` for timeouts, so that dropping it really
-/// closes the pipe's only read end.
-pub struct Held {
-    pub child: Child,
-    stdout: Option<ChildStdout>,
-    buf: Vec<u8>,
-    pub line: Option<String>,
-    pub line_at: Option<Instant>,
-    errs: mpsc::Receiver<String>,
-    err_seen: Vec<String>,
-}
-
-impl Held {
-    pub fn spawn(mut c: Command) -> Held {
-        let mut child = c.spawn().expect("spawn process");
-        let stdout = child.stdout.take();
-        let (etx, erx) = mpsc::channel();
-        if let Some(err) = child.stderr.take() {
-            std::thread::spawn(move || {
-                for l in BufReader::new(err).lines() {
-                    let Ok(l) = l else { break };
-                    if etx.send(l).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-        Held {
-            child,
-            stdout,
-            buf: Vec::new(),
-            line: None,
-            line_at: None,
-            errs: erx,
-            err_seen: Vec::new(),
-        }
-    }
-
-    /// Waits up to `t` for the next stdout line; `None` on timeout or end of file.
-    pub fn read_line(&mut self, t: Duration) -> Option<String> {
-        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-        use std::os::fd::AsFd;
-        let deadline = Instant::now() + t;
-        loop {
-            if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
-                let rest = self.buf.split_off(i + 1);
-                let l =
-                    String::from_utf8_lossy(&std::mem::replace(&mut self.buf, rest)).into_owned();
-                self.line_at = Some(Instant::now());
-                self.line = Some(l.clone());
-                return Some(l);
-            }
-            let out = self.stdout.as_mut()?;
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return None;
-            }
-            let ms =
-                PollTimeout::try_from(left.as_millis().max(1) as u64).unwrap_or(PollTimeout::MAX);
-            let mut fds = [PollFd::new(out.as_fd(), PollFlags::POLLIN)];
-            match poll(&mut fds, ms) {
-                Ok(0) => return None,
-                Ok(_) => {}
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => panic!("poll: {e}"),
-            }
-            let mut chunk = [0u8; 4096];
-            match std::io::Read::read(out, &mut chunk) {
-                Ok(0) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) => panic!("read: {e}"),
-            }
-        }
-    }
-
-    /// The first line, which must be OK.
-    pub fn ok(&self) -> &str {
-        let l = self.line.as_deref().unwrap_or("<no line>");
-        assert!(l.starts_with("OK "), "expected OK, got {l:?}");
-        l
-    }
-
-    pub fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    /// Whether the process has exited (without blocking).
-    pub fn exited(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait().unwrap()
-    }
-
-    /// Waits up to `t` for the exit; panics if it does not come.
-    pub fn wait_exit(&mut self, t: Duration) -> ExitStatus {
-        let deadline = Instant::now() + t;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "locksmith did not exit within {t:?}"
-            );
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-
-    /// Closes our read end of its stdout (the parent "closes the pipe").
-    pub fn close_stdout(&mut self) {
-        self.stdout = None;
-    }
-
-    pub fn signal(&self, sig: i32) {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.pid()),
-            nix::sys::signal::Signal::try_from(sig).unwrap(),
-        )
-        .unwrap();
-    }
-
-    /// Waits up to `t` for a stderr line containing `needle` (e.g. the waiting notice).
-    pub fn wait_stderr(&mut self, needle: &str, t: Duration) -> String {
-        self.stderr_within(needle, t).unwrap_or_else(|| {
-            panic!(
-                "no stderr line containing {needle:?} within {t:?}; saw {:?}",
-                self.err_seen
-            )
-        })
-    }
-
-    /// Waits up to `t` for a stderr line containing `needle`; `None` if none came.
-    pub fn stderr_within(&mut self, needle: &str, t: Duration) -> Option<String> {
-        if let Some(l) = self.err_seen.iter().find(|l| l.contains(needle)) {
-            return Some(l.clone());
-        }
-        let deadline = Instant::now() + t;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.errs.recv_timeout(left) {
-                Ok(l) => {
-                    self.err_seen.push(l.clone());
-                    if l.contains(needle) {
-                        return Some(l);
-                    }
-                }
-                Err(_) => return None,
-            }
-        }
-    }
-
-    /// Everything said on stderr so far (after the process exited: all of it).
-    pub fn stderr_text(&mut self) -> String {
-        while let Ok(l) = self.errs.recv_timeout(Duration::from_millis(200)) {
-            self.err_seen.push(l);
-        }
-        self.err_seen.join("\n")
-    }
-}
-
-impl Drop for Held {
-    /// Ends it the way a parent would: close the pipe and SIGTERM (a locksmith releases),
-    /// SIGKILL only if it is still there after 5 s. Always reaped.
-    fn drop(&mut self) {
-        self.stdout = None;
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(self.pid()),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Exit code, or 128+signal.
-pub fn code(s: ExitStatus) -> i32 {
-    s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
-}
-
-pub fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-pub fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A long stderr made readable in a failure message: each distinct line once, in order of
-/// first appearance, with `[×N]` when it repeats; at most 20 distinct lines.
-pub fn digest(text: &str) -> String {
-    let mut seen: Vec<(&str, usize)> = Vec::new();
-    for l in text.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
-        match seen.iter_mut().find(|(s, _)| *s == l) {
-            Some((_, n)) => *n += 1,
-            None => seen.push((l, 1)),
-        }
-    }
-    let more = seen.len().saturating_sub(20);
-    let mut out: Vec<String> = seen
-        .iter()
-        .take(20)
-        .map(|&(l, n)| {
-            if n > 1 {
-                format!("{l} [×{n}]")
-            } else {
-                l.to_string()
-            }
-        })
-        .collect();
-    if more > 0 {
-        out.push(format!("… {more} more distinct lines"));
-    }
-    out.join("\n    ")
-}
-
-/// Polls `cond` every 2 ms until it holds or `t` passes; returns how long it took.
-/// (Observing an effect with a deadline, not sleeping in place of synchronisation.)
-pub fn eventually(t: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    loop {
-        if cond() {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < t,
-            "timed out after {t:?} waiting for: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-/// Whether a process exists and is not a zombie.
-pub fn alive(pid: i32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => false,
-        Ok(s) => {
-            let state = s[s.rfind(')').unwrap() + 2..].chars().next().unwrap();
-            state != 'Z' && state != 'X'
-        }
-    }
-}
-
 /// A Perl parent in the seed's style: it spawns `locksmith PROFILE` through a pipe, prints
 /// the line it read, then (optionally) forks a grandchild that inherits the pipe, and sleeps
 /// until killed. Its first stdout line is locksmith's; with a grandchild the second line is
@@ -458,52 +214,6 @@ pub fn perl_parent(sb: &Sandbox, profile: &str, grandchild: bool) -> Held {
     let mut h = Held::spawn(c);
     h.read_line(Duration::from_secs(20));
     h
-}
-
-/// SIGKILL.
-pub fn kill9(pid: i32) {
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    );
-}
-
-/// `Command::output` with a deadline: past it the process is killed and the test panics.
-pub fn output_within(mut c: Command, t: Duration) -> Output {
-    c.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = c.spawn().expect("spawn");
-    let pid = child.id() as i32;
-    let (tx, rx) = mpsc::channel::<()>();
-    let watchdog = std::thread::spawn(move || {
-        if rx.recv_timeout(t).is_err() {
-            kill9(pid);
-            return true;
-        }
-        false
-    });
-    let mut out = Vec::new();
-    let mut err = Vec::new();
-    let mut so = child.stdout.take().unwrap();
-    let mut se = child.stderr.take().unwrap();
-    let errs = std::thread::spawn(move || {
-        let _ = std::io::Read::read_to_end(&mut se, &mut err);
-        err
-    });
-    let _ = std::io::Read::read_to_end(&mut so, &mut out);
-    let status = child.wait().unwrap();
-    let _ = tx.send(());
-    let killed = watchdog.join().unwrap();
-    let stderr = errs.join().unwrap();
-    assert!(
-        !killed,
-        "command did not finish within {t:?}: {}",
-        String::from_utf8_lossy(&out)
-    );
-    Output {
-        status,
-        stdout: out,
-        stderr,
-    }
 }
 
 /// Taken by the tests that load the machine with many processes (checkers, streams, soaks),
@@ -797,31 +507,5 @@ pub fn monotonic() -> f64 {
 }
 
 // A second real network filesystem (GlusterFS) for the file backends.
-/// The one rule for what a test needs and this machine lacks (a real server, a tool, root):
-/// outside CI a visible `SKIP: why` line, and the caller returns without testing; under
-/// `CI=true` (`.ci/run` installs everything, `installed`) the absence fails the test.
-pub fn missing(why: &str, installed: &str) {
-    assert!(std::env::var("CI").is_err(), "CI=true: {why} ({installed})");
-    eprintln!("SKIP: {why}");
-}
-
-/// A loopback port nothing listens on now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The fencing token of an OK line (`token=N`); panics if it has none.
-pub fn token_of(line: &str) -> u64 {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix("token="))
-        .unwrap_or_else(|| panic!("no token in {line:?}"))
-        .parse()
-        .unwrap()
-}
-
 pub mod fs2;
 pub use fs2::*;

@@ -13,7 +13,6 @@
 // `__hold-parent` mode writes its child's OK line to its own stdout on purpose.
 #![allow(clippy::disallowed_methods)]
 
-mod proc;
 mod report;
 mod scenarios;
 mod servers;
@@ -28,8 +27,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use proc::Result;
 use scenarios::{Ctx, Flock1Wait, Rival};
+use testkit::proc::{self, Result};
 
 /// The local backends' profiles (see `scenarios::Ctx::new`).
 const LOCAL: [&str; 4] = ["f", "m", "l", "s"];

@@ -5,17 +5,12 @@
 //!   tests/support/netfs.rs.
 
 use std::fs;
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::proc::Result;
-
-fn free_port() -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
-}
+use testkit::free_port;
+use testkit::proc::Result;
 
 fn run(what: &str, c: &mut Command) -> Result<String> {
     let o = c
@@ -73,7 +68,7 @@ impl Pg {
         let pg = Pg {
             bin,
             dir,
-            port: free_port()?,
+            port: free_port(),
         };
         let data = pg.dir.join("data");
         run(
@@ -196,7 +191,7 @@ impl Sshfs {
     pub fn start() -> Result<Sshfs> {
         let mut missing: Vec<&str> = ["sshfs", "socat", "fusermount3"]
             .into_iter()
-            .filter(|p| crate::proc::on_path(p).is_none())
+            .filter(|p| testkit::proc::on_path(p).is_none())
             .collect();
         if !Path::new(SFTP_SERVER).exists() {
             missing.push(SFTP_SERVER);
@@ -222,7 +217,7 @@ impl Sshfs {
             mounts: Vec::new(),
             socat: None,
         };
-        let port = free_port()?;
+        let port = free_port();
         let log = fs::File::create(fx.root.join("socat.log")).map_err(|e| e.to_string())?;
         // Its own process group: drop kills socat and every child it forked at once.
         let socat = Command::new("socat")

@@ -10,7 +10,7 @@
 //! be made (no `/dev/fuse`) is a visible `SKIP:` and `None`; under `CI` it fails
 //! (`.ci/run` installs `sshfs socat openssh-sftp-server fuse3`).
 
-use super::free_port;
+use super::{free_port, on_path};
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -56,7 +56,7 @@ impl Sshfs {
     pub fn start() -> Option<Sshfs> {
         let missing: Vec<&str> = ["sshfs", "socat", "fusermount3"]
             .into_iter()
-            .filter(|p| !on_path(p))
+            .filter(|p| on_path(p).is_none())
             .chain((!Path::new(SFTP_SERVER).exists()).then_some(SFTP_SERVER))
             .collect();
         if !missing.is_empty() {
@@ -296,11 +296,6 @@ fn skip<T>(why: &str) -> Option<T> {
         ".ci/run installs sshfs socat openssh-sftp-server fuse3",
     );
     None
-}
-
-fn on_path(prog: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
 }
 
 /// Whether a socket listens on 127.0.0.1:`port` (`/proc/net/tcp`, state 0A).

@@ -7,15 +7,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-// Real network filesystems (sshfs) for the file backends.
-pub mod netfs;
-pub use netfs::*;
+// A real network filesystem (sshfs) for the file backends, shared with the bench.
+pub use testkit::sshfs::{Sshfs, mounted};
 
 // Shared with the bench (testkit/): the process harness, the rule for what a machine lacks.
 pub use testkit::proc::{
     Held, alive, code, digest, eventually, kill9, on_path, output_within, stderr, stdout,
 };
-pub use testkit::{free_port, missing, token_of};
+pub use testkit::{NotStarted, free_port, missing, token_of};
 
 /// The helper under test.
 pub fn bin() -> &'static str {

@@ -5,10 +5,49 @@
 //! - [`proc`]: the process harness. [`proc::Proc`] (every wait armed on a watchdog, errors as
 //!   values: the bench) and [`proc::Held`] (a line reader with `poll(2)` deadlines and a
 //!   parent's ending on drop: the tests), and the `/proc` readings both make.
-//! - this file: [`missing`] (the one rule for what a machine lacks), [`free_port`],
+//! - [`sshfs`]: one directory served over SFTP and mounted twice (two "hosts").
+//! - this file: [`NotStarted`] (why a fixture did not start, and the tests' reading of it), [`missing`] (the one rule for what a machine lacks), [`free_port`],
 //!   [`token_of`].
 
 pub mod proc;
+pub mod sshfs;
+
+/// Why a fixture (a real server, a mount) did not start.
+#[derive(Debug)]
+pub enum NotStarted {
+    /// Something this machine lacks (a program, a user, a device, root): `why`, and what
+    /// provides it (`installed`, e.g. what `.ci/run` installs).
+    Missing {
+        why: String,
+        installed: &'static str,
+    },
+    /// It is all there, and starting failed: what went wrong.
+    Failed(String),
+}
+
+impl NotStarted {
+    /// The tests' reading of a fixture's start: the fixture, or `None` after [`missing`]'s
+    /// rule (a `SKIP:` line outside CI, a failure under CI); a failed start fails the test.
+    pub fn or_skip<T>(started: Result<T, NotStarted>) -> Option<T> {
+        match started {
+            Ok(t) => Some(t),
+            Err(NotStarted::Missing { why, installed }) => {
+                missing(&why, installed);
+                None
+            }
+            Err(NotStarted::Failed(why)) => panic!("{why}"),
+        }
+    }
+}
+
+/// The bench's note when a section is skipped: what is missing or what failed.
+impl std::fmt::Display for NotStarted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotStarted::Missing { why, .. } | NotStarted::Failed(why) => f.write_str(why),
+        }
+    }
+}
 
 /// The one rule for what a test needs and this machine lacks (a real server, a tool, root):
 /// outside CI a visible `SKIP: why` line, and the caller returns without testing; under

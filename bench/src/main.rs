@@ -28,6 +28,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use scenarios::{Ctx, Flock1Wait, Rival};
+use testkit::postgres::Pg;
 use testkit::proc::{self, Result};
 use testkit::sshfs::Sshfs;
 
@@ -392,7 +393,7 @@ fn bench(args: &Args) -> Result<()> {
     let dir = TempDir::new()?;
     // The PostgreSQL cluster first: its profile goes into the one profiles file.
     let mut net_notes: Vec<String> = Vec::new();
-    let pg = optional(args.pg, "PostgreSQL", &mut net_notes, servers::Pg::start);
+    let pg = optional(args.pg, "PostgreSQL", &mut net_notes, Pg::start_trusting);
     // The sshfs mounts likewise (unmounted when `sshfs` drops, also on an error).
     if args.sshfs {
         eprintln!("locksmith-bench: serving a directory over SFTP, mounting it twice (sshfs)");
@@ -401,7 +402,7 @@ fn bench(args: &Args) -> Result<()> {
     let mut ctx = Ctx::new(
         locksmith.clone(),
         dir.0.clone(),
-        &(pg.as_ref().map(servers::Pg::profiles).unwrap_or_default()
+        &(pg.as_ref().map(servers::pg_profiles).unwrap_or_default()
             + &sshfs
                 .as_ref()
                 .map(servers::sshfs_profiles)

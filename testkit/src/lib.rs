@@ -5,10 +5,14 @@
 //! - [`proc`]: the process harness. [`proc::Proc`] (every wait armed on a watchdog, errors as
 //!   values: the bench) and [`proc::Held`] (a line reader with `poll(2)` deadlines and a
 //!   parent's ending on drop: the tests), and the `/proc` readings both make.
+//! - [`net`]: private networks of namespaces (hosts on a bridge, cuts and heals).
+//! - [`postgres`]: a throwaway PostgreSQL cluster.
 //! - [`sshfs`]: one directory served over SFTP and mounted twice (two "hosts").
 //! - this file: [`NotStarted`] (why a fixture did not start, and the tests' reading of it), [`missing`] (the one rule for what a machine lacks), [`free_port`],
 //!   [`token_of`].
 
+pub mod net;
+pub mod postgres;
 pub mod proc;
 pub mod sshfs;
 

@@ -29,14 +29,6 @@ fn skip(why: &str) -> Option<Etcd> {
     None
 }
 
-fn on_path(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 impl Etcd {
     /// A fresh single-member cluster on loopback.
     pub fn start() -> Option<Etcd> {
@@ -65,7 +57,7 @@ impl Etcd {
         flags: &[&str],
     ) -> Option<Etcd> {
         for tool in ["etcd", "etcdctl"] {
-            if !on_path(tool) {
+            if on_path(tool).is_none() {
                 return skip(&format!(
                     "`{tool}` not found (Debian etcd-server / etcd-client)"
                 ));

@@ -11,7 +11,7 @@
 //! Both need root (chroot, PAM, switching users). Without a server (or root) a test prints
 //! `SKIP:` and passes; under `CI=true` it fails.
 
-use crate::support::{free_port, missing};
+use crate::support::{free_port, missing, on_path};
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -61,12 +61,14 @@ fn skip(why: &str) -> Option<DebianFtp> {
     None
 }
 
+/// On `PATH`, or in the system directories a user's `PATH` may lack (`/usr/sbin`, `/sbin`).
 fn which(name: &str) -> Option<PathBuf> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    path.split(':')
-        .chain(["/usr/sbin", "/usr/bin", "/sbin", "/bin"])
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
+    on_path(name).or_else(|| {
+        ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+            .map(|d| Path::new(d).join(name))
+            .into_iter()
+            .find(|p| p.is_file())
+    })
 }
 
 fn vsftpd_bin() -> Option<PathBuf> {

@@ -348,7 +348,7 @@ fn both_cuts<S>(
 fn partition_postgres() {
     both_cuts(
         "postgres",
-        crate::postgres::Pg::start_in,
+        |net| NotStarted::or_skip(crate::postgres::Pg::start_in(net)),
         |pg| {
             let sb = Sandbox::new("");
             fs::write(sb.join("pw"), "lockpw\n").unwrap();

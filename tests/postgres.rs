@@ -4,178 +4,23 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(10);
 
-pub struct Pg {
-    bin: PathBuf,
-    dir: PathBuf,
-    pub port: u16,
-    /// The address it listens on (loopback, or the server namespace's of a [`Net`]).
-    pub host: String,
-}
+pub use testkit::postgres::Pg;
 
-fn skip(why: &str) -> Option<Pg> {
-    missing(why, ".ci/run installs PostgreSQL");
-    None
-}
-
-fn as_postgres(bin: &Path, tool: &str) -> Command {
-    as_postgres_in(None, bin, tool)
-}
-
-/// [`as_postgres`] in network namespace `ns`.
-fn as_postgres_in(ns: Option<&str>, bin: &Path, tool: &str) -> Command {
-    let mut c = command_in(ns, "runuser");
-    c.args(["-u", "postgres", "--"]).arg(bin.join(tool));
-    c.current_dir("/");
-    c
-}
-
-impl Pg {
-    /// A fresh cluster with role `locker` (password `lockpw`) owning database `app`.
-    pub fn start() -> Option<Pg> {
-        Pg::start_with(None)
-    }
-
-    /// As [`Pg::start`], with `ssl = on` serving `leaf` (chain) and `key`, and TCP clients
-    /// admitted over TLS only (`hostssl` in pg_hba.conf).
-    pub fn start_with(tls: Option<(&Path, &Path)>) -> Option<Pg> {
-        Pg::start_full(tls, None)
-    }
-
-    /// As [`Pg::start`], in the server namespace of `net`, listening on its address.
-    pub fn start_in(net: &Net) -> Option<Pg> {
-        Pg::start_full(None, Some(net))
-    }
-
-    fn start_full(tls: Option<(&Path, &Path)>, net: Option<&Net>) -> Option<Pg> {
-        let Some(bin) = fs::read_dir("/usr/lib/postgresql").ok().and_then(|d| {
-            let mut v: Vec<PathBuf> = d
-                .filter_map(|e| Some(e.ok()?.path().join("bin")))
-                .filter(|p| p.join("initdb").is_file())
-                .collect();
-            v.sort();
-            v.pop()
-        }) else {
-            return skip("PostgreSQL server binaries not found under /usr/lib/postgresql");
-        };
-        if nix::unistd::User::from_name("postgres")
-            .ok()
-            .flatten()
-            .is_none()
-        {
-            return skip("no `postgres` user");
-        }
-        let out = Command::new("mktemp")
-            .args(["-d", "/tmp/locksmith-pg.XXXXXX"])
-            .output()
-            .unwrap();
-        let dir = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-        let st = Command::new("chown")
-            .arg("postgres:postgres")
-            .arg(&dir)
-            .status()
-            .unwrap();
-        assert!(st.success());
-        fs::write(dir.join("pw"), "super\n").unwrap();
-        Command::new("chown")
-            .arg("postgres")
-            .arg(dir.join("pw"))
-            .status()
-            .unwrap();
-        let pg = Pg {
-            bin,
-            dir,
-            port: free_port(),
-            host: net.map_or("127.0.0.1", |_| Net::SERVER).to_string(),
-        };
-        let data = pg.dir.join("data");
-        let o = as_postgres(&pg.bin, "initdb")
-            .arg("-D")
-            .arg(&data)
-            .args(["-U", "postgres", "-E", "UTF8", "--no-sync"])
-            .args(["--auth-local=trust", "--auth-host=scram-sha-256"])
-            .arg(format!("--pwfile={}", pg.dir.join("pw").display()))
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "initdb: {}", stderr(&o));
-        let mut opts = format!(
-            "-p {} -k {} -c listen_addresses={} -c fsync=off -c max_connections=300",
-            pg.port,
-            pg.dir.display(),
-            pg.host
-        );
-        if net.is_some() {
-            // The hosts of the private network log in like loopback clients.
-            let hba = data.join("pg_hba.conf");
-            let mut conf = fs::read_to_string(&hba).unwrap();
-            conf.push_str("host all all 10.213.0.0/24 scram-sha-256\n");
-            fs::write(&hba, conf).unwrap();
-        }
-        if let Some((leaf, key)) = tls {
-            for (from, to) in [(leaf, "server.crt"), (key, "server.key")] {
-                let to = data.join(to);
-                fs::copy(from, &to).unwrap();
-                fs::set_permissions(&to, fs::Permissions::from_mode(0o600)).unwrap();
-                let st = Command::new("chown").arg("postgres").arg(&to).status();
-                assert!(st.unwrap().success());
-            }
-            let hba = data.join("pg_hba.conf");
-            let conf = fs::read_to_string(&hba).unwrap();
-            let conf: String = conf
-                .lines()
-                .map(|l| match l.strip_prefix("host ") {
-                    Some(rest) => format!("hostssl {rest}\n"),
-                    None => format!("{l}\n"),
-                })
-                .collect();
-            fs::write(&hba, conf).unwrap();
-            opts.push_str(" -c ssl=on");
-        }
-        let ns = net.map(Net::server_ns);
-        let o = as_postgres_in(ns.as_deref(), &pg.bin, "pg_ctl")
-            .arg("-D")
-            .arg(&data)
-            .arg("-l")
-            .arg(pg.dir.join("log"))
-            .arg("-w")
-            .arg("-o")
-            .arg(&opts)
-            .arg("start")
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "pg_ctl start: {}", stderr(&o));
-        pg.sql_in("postgres", "CREATE ROLE locker LOGIN PASSWORD 'lockpw'");
-        pg.sql_in("postgres", "CREATE DATABASE app OWNER locker");
-        Some(pg)
-    }
-
-    /// Runs `q` as the superuser over the private socket; the output, unaligned.
-    pub fn sql_in(&self, db: &str, q: &str) -> String {
-        let o = as_postgres(&self.bin, "psql")
-            .arg("-h")
-            .arg(&self.dir)
-            .args(["-p", &self.port.to_string(), "-U", "postgres", "-d", db])
-            .args(["-v", "ON_ERROR_STOP=1", "-Atc", q])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "psql {q}: {}", stderr(&o));
-        stdout(&o)
-    }
-
-    pub fn sql(&self, q: &str) -> String {
-        self.sql_in("app", q)
-    }
-
+/// The tests' side of [`Pg`]: its profiles in a sandbox.
+pub trait PgSandbox {
     /// A sandbox with profiles `pg` (exclusive), `pgfast` (200 ms keepalive) and `pgbad`
     /// (wrong password), all on lock `pg`.
-    pub fn sandbox(&self) -> Sandbox {
+    fn sandbox(&self) -> Sandbox;
+}
+
+impl PgSandbox for Pg {
+    fn sandbox(&self) -> Sandbox {
         let sb = Sandbox::new("");
         fs::write(sb.join("pw"), "lockpw\n").unwrap();
         fs::write(sb.join("badpw"), "nope\n").unwrap();
@@ -199,20 +44,11 @@ impl Pg {
     }
 }
 
-impl Drop for Pg {
-    fn drop(&mut self) {
-        let _ = as_postgres(&self.bin, "pg_ctl")
-            .arg("-D")
-            .arg(self.dir.join("data"))
-            .args(["-m", "immediate", "stop"])
-            .output();
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
 #[test]
 fn hold_busy_release_and_tokens() {
-    let Some(pg) = Pg::start() else { return };
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
     let sb = pg.sandbox();
     let a = sb.hold(["pg"]);
     assert_eq!(a.ok(), "OK pg backend=postgres mode=exclusive token=1\n");
@@ -265,7 +101,9 @@ fn hold_busy_release_and_tokens() {
 
 #[test]
 fn killed_locksmith_frees_at_once_with_prev_crashed() {
-    let Some(pg) = Pg::start() else { return };
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
     let sb = pg.sandbox();
     let a = sb.hold(["pg"]);
     let t1 = token_of(a.ok());
@@ -287,7 +125,9 @@ fn killed_locksmith_frees_at_once_with_prev_crashed() {
 
 #[test]
 fn counter_race_is_exact() {
-    let Some(pg) = Pg::start() else { return };
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
     let sb = pg.sandbox();
     let (count, overlaps) = crate::race::race_env(&sb, Some("pg"), &[]);
     assert_eq!(overlaps, 0, "two holders at once");
@@ -296,7 +136,9 @@ fn counter_race_is_exact() {
 
 #[test]
 fn shared_readers_exclude_writers() {
-    let Some(pg) = Pg::start() else { return };
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
     let sb = pg.sandbox();
     let w = sb.hold(["pg"]);
     w.ok();
@@ -331,7 +173,9 @@ fn shared_readers_exclude_writers() {
 
 #[test]
 fn terminated_session_is_lost() {
-    let Some(pg) = Pg::start() else { return };
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
     let sb = pg.sandbox();
     let mut a = sb.hold(["pgfast"]);
     a.ok();
@@ -343,7 +187,9 @@ fn terminated_session_is_lost() {
 
 #[test]
 fn break_refuses_a_live_session_and_force_terminates_it() {
-    let Some(pg) = Pg::start() else { return };
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
     let sb = pg.sandbox();
     let mut a = sb.hold(["pgfast"]);
     a.ok();
@@ -361,7 +207,9 @@ fn break_refuses_a_live_session_and_force_terminates_it() {
 
 #[test]
 fn bad_input_wrong_password_closed_port_unknown_database() {
-    let Some(pg) = Pg::start() else { return };
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
     let sb = pg.sandbox();
     for (p, want, text) in [
         ("pgbad", 77, "password authentication failed"),
@@ -387,7 +235,9 @@ fn bad_input_wrong_password_closed_port_unknown_database() {
 
 #[test]
 fn a_waiter_that_gives_up_leaves_no_waiting_session() {
-    let Some(pg) = Pg::start() else { return };
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
     let sb = pg.sandbox();
     let a = sb.hold(["pg"]);
     a.ok();
@@ -405,7 +255,9 @@ fn a_waiter_that_gives_up_leaves_no_waiting_session() {
 /// writer beside anyone, readers overlap, writer tokens strictly increase.
 #[test]
 fn reader_writer_checker_postgres() {
-    let Some(pg) = Pg::start() else { return };
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
     let sb = pg.sandbox();
     let t0 = Instant::now();
     let (violations, max_readers, tokens) =
@@ -427,7 +279,9 @@ fn reader_writer_checker_postgres() {
 /// lock queue still lets a writer in.
 #[test]
 fn postgres_writer_is_not_starved_by_readers() {
-    let Some(pg) = Pg::start() else { return };
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
     let sb = pg.sandbox();
     let took = crate::shared::writer_gets_in_behind_a_stream_of_readers(&sb, "pg");
     eprintln!("postgres: writer got in after {took:?}");
@@ -451,7 +305,7 @@ fn sslmode_verifies_the_server_certificate() {
         other_ca,
         ..
     } = &pki;
-    let Some(pg) = Pg::start_with(Some((leaf, key))) else {
+    let Some(pg) = NotStarted::or_skip(Pg::start_with(Some((leaf, key)))) else {
         return;
     };
     let sb = Sandbox::new("");

@@ -26,6 +26,7 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
+use crate::postgres::PgSandbox;
 use crate::support::*;
 
 /// `status` and `detail` of the report line for `property`.
@@ -388,7 +389,7 @@ fn sshfs_profiles(fx: &Sshfs) -> String {
 }
 
 fn sshfs() -> Option<(Sshfs, Sandbox)> {
-    let fx = Sshfs::start()?;
+    let fx = NotStarted::or_skip(Sshfs::start())?;
     let sb = Sandbox::new(&sshfs_profiles(&fx));
     Some((fx, sb))
 }
@@ -1110,7 +1111,7 @@ fn pg_leftovers(pg: &crate::postgres::Pg) -> String {
 
 #[test]
 fn postgres_verify_passes_by_profile_and_address_and_leaves_nothing() {
-    let Some(pg) = crate::postgres::Pg::start() else {
+    let Some(pg) = NotStarted::or_skip(crate::postgres::Pg::start()) else {
         return;
     };
     let sb = pg.sandbox();
@@ -1150,7 +1151,7 @@ fn postgres_verify_passes_by_profile_and_address_and_leaves_nothing() {
 /// of 5 s: FAIL (78) naming `keepalive`; with a 200 ms heartbeat the same server passes.
 #[test]
 fn postgres_verify_fails_an_idle_session_timeout_shorter_than_the_heartbeat() {
-    let Some(pg) = crate::postgres::Pg::start() else {
+    let Some(pg) = NotStarted::or_skip(crate::postgres::Pg::start()) else {
         return;
     };
     pg.sql_in(

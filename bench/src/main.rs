@@ -13,7 +13,6 @@
 // `__hold-parent` mode writes its child's OK line to its own stdout on purpose.
 #![allow(clippy::disallowed_methods)]
 
-mod proc;
 mod report;
 mod scenarios;
 mod servers;
@@ -28,8 +27,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use proc::Result;
 use scenarios::{Ctx, Flock1Wait, Rival};
+use testkit::postgres::Pg;
+use testkit::proc::{self, Result};
+use testkit::sshfs::Sshfs;
 
 /// The local backends' profiles (see `scenarios::Ctx::new`).
 const LOCAL: [&str; 4] = ["f", "m", "l", "s"];
@@ -257,11 +258,11 @@ impl Drop for TempDir {
 }
 
 /// A server section the user asked for (`on`): started, or skipped with a note saying why.
-fn optional<T>(
+fn optional<T, E: std::fmt::Display>(
     on: bool,
     what: &str,
     notes: &mut Vec<String>,
-    start: impl FnOnce() -> Result<T>,
+    start: impl FnOnce() -> std::result::Result<T, E>,
 ) -> Option<T> {
     if !on {
         return None;
@@ -392,19 +393,19 @@ fn bench(args: &Args) -> Result<()> {
     let dir = TempDir::new()?;
     // The PostgreSQL cluster first: its profile goes into the one profiles file.
     let mut net_notes: Vec<String> = Vec::new();
-    let pg = optional(args.pg, "PostgreSQL", &mut net_notes, servers::Pg::start);
+    let pg = optional(args.pg, "PostgreSQL", &mut net_notes, Pg::start_trusting);
     // The sshfs mounts likewise (unmounted when `sshfs` drops, also on an error).
     if args.sshfs {
         eprintln!("locksmith-bench: serving a directory over SFTP, mounting it twice (sshfs)");
     }
-    let sshfs = optional(args.sshfs, "sshfs", &mut net_notes, servers::Sshfs::start);
+    let sshfs = optional(args.sshfs, "sshfs", &mut net_notes, Sshfs::start);
     let mut ctx = Ctx::new(
         locksmith.clone(),
         dir.0.clone(),
-        &(pg.as_ref().map(servers::Pg::profiles).unwrap_or_default()
+        &(pg.as_ref().map(servers::pg_profiles).unwrap_or_default()
             + &sshfs
                 .as_ref()
-                .map(servers::Sshfs::profiles)
+                .map(servers::sshfs_profiles)
                 .unwrap_or_default()),
     )?;
     if let Some(fx) = &sshfs {
@@ -934,12 +935,7 @@ fn local_rows(
 /// The sshfs section: the same lock through mount `a` and mount `b` of one served directory
 /// (profiles `nm-*` mkdir, `nl-*` link, `ns-*` symlink, `nf-a` flock with `local = true`; see
 /// `servers::Sshfs::profiles`), each metric in the same rotating loop as the rest.
-fn sshfs_rows(
-    ctx: &Ctx,
-    fx: &servers::Sshfs,
-    args: &Args,
-    notes: &mut Vec<String>,
-) -> Result<Vec<Row>> {
+fn sshfs_rows(ctx: &Ctx, fx: &Sshfs, args: &Args, notes: &mut Vec<String>) -> Result<Vec<Row>> {
     let c = ctx;
     let on_a = fx.a.join("flock1.lock").to_string_lossy().into_owned();
     let on_a = on_a.as_str();
@@ -947,9 +943,9 @@ fn sshfs_rows(
     let mut table = Vec::new();
     notes.push(format!(
         "sshfs section: {}; one directory served by {} behind socat on 127.0.0.1, mount a with sshfs's default caches, mount b with `{}`; heartbeat profiles: stale_after 3 s, keepalive 300 ms, poll 20 ms, max_poll 200 ms, cache_time 1s",
-        servers::Sshfs::version(),
-        servers::SFTP_SERVER,
-        servers::Sshfs::B_OPTIONS
+        Sshfs::version(),
+        testkit::sshfs::SFTP_SERVER,
+        Sshfs::B_OPTIONS
     ));
 
     // Full cycle on mount a, beside flock(1) on the same mount and the local-disk figures.

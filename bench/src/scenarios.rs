@@ -13,8 +13,8 @@ use std::process::{ChildStderr, ChildStdout, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::proc::{self, Lines, Proc, Result, read_first_line};
 use crate::stats::Samples;
+use testkit::proc::{self, Lines, Proc, Result, read_first_line};
 
 /// argv[1] of the bench's own re-exec as the parent of a holding locksmith.
 pub const HOLD_PARENT: &str = "__hold-parent";

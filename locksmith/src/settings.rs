@@ -686,10 +686,15 @@ impl Fields {
         self.origin.dir.join(p)
     }
 
-    pub fn string(&mut self, key: &str) -> Result<Option<String>> {
+    /// Takes `key` out of the table (in the unit tests, noting that it was asked for).
+    fn take(&mut self, key: &str) -> Option<Value> {
         #[cfg(test)]
         ASKED.with(|a| a.borrow_mut().push(key.to_string()));
-        match self.table.remove(key) {
+        self.table.remove(key)
+    }
+
+    pub fn string(&mut self, key: &str) -> Result<Option<String>> {
+        match self.take(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),
             // A timing key's bare number is seconds (issue 25): `wait = 10`, `stale_after = 2.5`.
@@ -708,9 +713,7 @@ impl Fields {
     }
 
     pub fn bool(&mut self, key: &str) -> Result<Option<bool>> {
-        #[cfg(test)]
-        ASKED.with(|a| a.borrow_mut().push(key.to_string()));
-        match self.table.remove(key) {
+        match self.take(key) {
             None => Ok(None),
             Some(Value::Boolean(b)) => Ok(Some(b)),
             Some(Value::String(s))
@@ -730,9 +733,7 @@ impl Fields {
 
     /// A TCP port, 1 to 65535.
     pub fn port(&mut self, key: &str) -> Result<Option<u16>> {
-        #[cfg(test)]
-        ASKED.with(|a| a.borrow_mut().push(key.to_string()));
-        let n = match self.table.remove(key) {
+        let n = match self.take(key) {
             None => return Ok(None),
             Some(Value::Integer(p)) => p,
             Some(Value::String(s)) if self.origin.address.is_some() => {
@@ -755,9 +756,7 @@ impl Fields {
 
     /// A list of strings (a single string is a list of one).
     pub fn strings(&mut self, key: &str) -> Result<Option<Vec<String>>> {
-        #[cfg(test)]
-        ASKED.with(|a| a.borrow_mut().push(key.to_string()));
-        match self.table.remove(key) {
+        match self.take(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(vec![s])),
             Some(Value::Array(a)) => {

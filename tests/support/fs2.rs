@@ -26,6 +26,7 @@
 //! Outside CI a missing program, no root, or no `/dev/fuse` is a visible `SKIP:` and `None`;
 //! under `CI` it fails (`.ci/run` installs `glusterfs-server glusterfs-client`).
 
+use super::on_path;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -134,7 +135,8 @@ impl Gluster {
             "unshare",
         ]
         .into_iter()
-        .filter(|p| !on_path(p))
+        // (`.ci/run` puts /usr/sbin on PATH: glusterd, gluster, ip.)
+        .filter(|p| on_path(p).is_none())
         .collect();
         if !missing.is_empty() {
             return skip(&format!(
@@ -448,10 +450,4 @@ fn gluster_mounted(mnt: &Path) -> bool {
 fn skip<T>(why: &str) -> Option<T> {
     super::missing(why, ".ci/run installs glusterfs-server glusterfs-client");
     None
-}
-
-/// Whether `prog` is on PATH (`.ci/run` puts /usr/sbin there: glusterd, gluster, ip).
-fn on_path(prog: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
 }

@@ -503,10 +503,8 @@ enum Breakage {
     MissingValue(&'static str),
     NonUnicodeProfile,
     ExtraArgument,
-    MisplacedJson,
-    MisplacedForce,
-    MisplacedToken,
-    MisplacedPeer,
+    /// One subcommand's own option (and its value) on another's line.
+    Misplaced(&'static [&'static str]),
     MissingProfile,
     RunWithoutCmd,
 }
@@ -536,13 +534,24 @@ fn breakage() -> impl Strategy<Value = Breakage> {
         .prop_map(Breakage::MissingValue),
         Just(Breakage::NonUnicodeProfile),
         Just(Breakage::ExtraArgument),
-        Just(Breakage::MisplacedJson),
-        Just(Breakage::MisplacedForce),
-        Just(Breakage::MisplacedToken),
-        Just(Breakage::MisplacedPeer),
+        Just(Breakage::Misplaced(&["--json"])),
+        Just(Breakage::Misplaced(&["--force"])),
+        Just(Breakage::Misplaced(&["--token", "5"])),
+        Just(Breakage::Misplaced(&["--peer", "/mnt/b"])),
         Just(Breakage::MissingProfile),
         Just(Breakage::RunWithoutCmd),
     ]
+}
+
+/// Whether option `opt` belongs on `sub`'s line (`--json` on status's, `--force` and `--token`
+/// on break's, `--peer` on verify's).
+fn at_home(opt: &str, sub: &Command) -> bool {
+    match opt {
+        "--json" => matches!(sub, Command::Status { .. }),
+        "--force" | "--token" => matches!(sub, Command::Break { .. }),
+        "--peer" => matches!(sub, Command::Verify { .. }),
+        other => unreachable!("no subcommand owns {other}"),
+    }
 }
 
 impl Line {
@@ -597,45 +606,13 @@ impl Line {
                 args.push(os("extra"));
                 "extra"
             }
-            Breakage::MisplacedJson => {
-                if matches!(
-                    sub,
-                    Command::Status { .. } | Command::Help { .. } | Command::Version
-                ) {
+            Breakage::Misplaced(words) => {
+                if at_home(words[0], sub) || matches!(sub, Command::Help { .. } | Command::Version)
+                {
                     return None;
                 }
-                front(&mut args, &["--json"]);
-                "--json"
-            }
-            Breakage::MisplacedForce => {
-                if matches!(
-                    sub,
-                    Command::Break { .. } | Command::Help { .. } | Command::Version
-                ) {
-                    return None;
-                }
-                front(&mut args, &["--force"]);
-                "--force"
-            }
-            Breakage::MisplacedToken => {
-                if matches!(
-                    sub,
-                    Command::Break { .. } | Command::Help { .. } | Command::Version
-                ) {
-                    return None;
-                }
-                front(&mut args, &["--token", "5"]);
-                "--token"
-            }
-            Breakage::MisplacedPeer => {
-                if matches!(
-                    sub,
-                    Command::Verify { .. } | Command::Help { .. } | Command::Version
-                ) {
-                    return None;
-                }
-                front(&mut args, &["--peer", "/mnt/b"]);
-                "--peer"
+                front(&mut args, words);
+                words[0]
             }
             Breakage::MissingProfile => {
                 if self.run || matches!(sub, Command::Help { .. } | Command::Version) {

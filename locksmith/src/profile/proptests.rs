@@ -722,49 +722,24 @@ struct Spec {
 
 const TIMING: [&str; 4] = ["poll", "max_poll", "keepalive", "stale_after"];
 
-fn spec() -> impl Strategy<Value = Spec> {
-    let timing = || Place::strategy(dur_value());
-    (
-        "[A-Za-z0-9._-]{1,64}".prop_filter("a subcommand or the neighbour", |n| {
+prop_compose! {
+    fn spec()(
+        name in "[A-Za-z0-9._-]{1,64}".prop_filter("a subcommand or the neighbour", |n| {
             !SUBCOMMANDS.contains(&n.as_str()) && n != "zz-other"
         }),
-        prop_oneof![3 => fs_backend(), 1 => ftp_backend()],
-        Place::strategy(wait_value()),
-        [timing(), timing(), timing(), timing()],
-        prop::option::of(any::<bool>()),
-        prop::option::of(wait_value().prop_map(|(_, w)| w)),
-        prop::bool::weighted(0.2),
-        any::<bool>(),
-        any::<bool>(),
-        prop_oneof![7 => Just(Tidy::Fix), 2 => Just(Tidy::Edge), 1 => Just(Tidy::No)],
-    )
-        .prop_map(
-            |(
-                name,
-                backend,
-                wait,
-                timing,
-                shared,
-                over_wait,
-                over_shared,
-                quote_keys,
-                other,
-                tidy,
-            )| {
-                let spec = Spec {
-                    name,
-                    backend,
-                    wait,
-                    timing,
-                    shared,
-                    over_wait,
-                    over_shared,
-                    quote_keys,
-                    other,
-                };
-                spec.tidy(tidy)
-            },
-        )
+        backend in prop_oneof![3 => fs_backend(), 1 => ftp_backend()],
+        wait in Place::strategy(wait_value()),
+        timing in [(); 4].map(|()| Place::strategy(dur_value())),
+        shared in prop::option::of(any::<bool>()),
+        over_wait in prop::option::of(wait_value().prop_map(|(_, w)| w)),
+        over_shared in prop::bool::weighted(0.2),
+        quote_keys in any::<bool>(),
+        other in any::<bool>(),
+        tidy in prop_oneof![7 => Just(Tidy::Fix), 2 => Just(Tidy::Edge), 1 => Just(Tidy::No)],
+    ) -> Spec {
+        Spec { name, backend, wait, timing, shared, over_wait, over_shared, quote_keys, other }
+            .tidy(tidy)
+    }
 }
 
 fn effective(place: &Place<(V, Duration)>, builtin: Duration) -> Duration {

@@ -1,12 +1,21 @@
-//! Child processes with a deadline on every wait, line readers, and `/proc` readings.
+//! The process harness: child processes with a deadline on every wait, line readers, and
+//! `/proc` readings.
 //!
-//! std only: nothing here needs `unsafe`. The one signal std cannot send to a `Child` it
-//! does not hold (SIGKILL to a child whose `wait` is blocked in another call) goes through
-//! kill(1); that pid is still ours, since the process is not reaped until that call returns.
+//! Two handles on a child, for two kinds of caller. [`Proc`] (the bench): every blocking wait
+//! or read is armed on the watchdog, which SIGKILLs the child past its deadline, and fails
+//! with a `Result` naming what timed out; a line's instant is taken where its read returned.
+//! [`Held`] (the tests): stdout read with `poll(2)` timeouts, stderr collected by a thread,
+//! and a parent's ending on drop (pipe closed, SIGTERM, SIGKILL after 5 s); a missed deadline
+//! panics. Neither needs `unsafe`. SIGKILL to a child whose `wait` is blocked in another call
+//! goes by pid ([`kill9`]); that pid is still ours, since the process is not reaped until that
+//! call returns.
 
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read};
-use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{
+    Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Output, Stdio,
+};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Mutex, OnceLock};
 use std::thread::{self, JoinHandle};
@@ -15,14 +24,12 @@ use std::time::{Duration, Instant};
 /// The bench's errors: one line saying what went wrong, for a loud failure.
 pub type Result<T> = std::result::Result<T, String>;
 
-/// SIGKILL by pid, through kill(1) (std has no `kill(2)` for a pid).
-pub fn kill_pid(pid: u32) {
-    let _ = Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+/// SIGKILL by pid (`kill(2)`); a pid that is gone is no error.
+pub fn kill9(pid: i32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
 }
 
 struct Armed {
@@ -53,7 +60,7 @@ pub fn start_watchdog() {
                 {
                     a.fired = true;
                     for &p in &a.pids {
-                        kill_pid(p);
+                        kill9(p as i32);
                     }
                 }
             }
@@ -240,7 +247,7 @@ impl<R: Read + Send + 'static> Lines<R> {
             Err(RecvTimeoutError::Disconnected) => Ok(None),
             Err(RecvTimeoutError::Timeout) => {
                 for &p in kill {
-                    kill_pid(p);
+                    kill9(p as i32);
                 }
                 Err(format!(
                     "timed out after {timeout:?} {what} (killed pid {kill:?}); lines so far: {:?}",
@@ -301,6 +308,18 @@ pub fn poll_until(
         }
         thread::sleep(step);
     }
+}
+
+/// Polls `cond` every 2 ms until it holds or `t` passes; returns how long it took, and panics
+/// past `t` (the tests' [`poll_until`]). (Observing an effect with a deadline, not sleeping in
+/// place of synchronisation.)
+pub fn eventually(t: Duration, what: &str, cond: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    let waiting = format!("waiting for: {what}");
+    if let Err(e) = poll_until(&waiting, t, Duration::from_millis(2), cond) {
+        panic!("{e}");
+    }
+    start.elapsed()
 }
 
 /// `Private_Dirty` of a process in KiB (`/proc/PID/smaps_rollup`): the memory only it uses
@@ -379,6 +398,11 @@ pub fn exited(pid: u32) -> bool {
     matches!(proc_state(pid), None | Some('Z') | Some('X'))
 }
 
+/// Whether a process exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    !exited(pid as u32)
+}
+
 /// Whether `pid` has a blocked (`->`) flock(2) request in `/proc/locks`.
 pub fn blocked_in_flock(pid: u32) -> bool {
     let Ok(text) = fs::read_to_string("/proc/locks") else {
@@ -446,4 +470,262 @@ pub fn on_path(name: &str) -> Option<std::path::PathBuf> {
                 .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
                 .unwrap_or(false)
         })
+}
+
+/// A running locksmith in hold mode (or any process whose stdout we read line by line).
+/// Its stdout is read directly, with `poll` for timeouts, so that dropping it really
+/// closes the pipe's only read end.
+pub struct Held {
+    pub child: Child,
+    stdout: Option<ChildStdout>,
+    buf: Vec<u8>,
+    pub line: Option<String>,
+    pub line_at: Option<Instant>,
+    errs: mpsc::Receiver<String>,
+    err_seen: Vec<String>,
+}
+
+impl Held {
+    pub fn spawn(mut c: Command) -> Held {
+        let mut child = c.spawn().expect("spawn process");
+        let stdout = child.stdout.take();
+        let (etx, erx) = mpsc::channel();
+        if let Some(err) = child.stderr.take() {
+            thread::spawn(move || {
+                for l in BufReader::new(err).lines() {
+                    let Ok(l) = l else { break };
+                    if etx.send(l).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Held {
+            child,
+            stdout,
+            buf: Vec::new(),
+            line: None,
+            line_at: None,
+            errs: erx,
+            err_seen: Vec::new(),
+        }
+    }
+
+    /// Waits up to `t` for the next stdout line; `None` on timeout or end of file.
+    pub fn read_line(&mut self, t: Duration) -> Option<String> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        let deadline = Instant::now() + t;
+        loop {
+            if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
+                let rest = self.buf.split_off(i + 1);
+                let l =
+                    String::from_utf8_lossy(&std::mem::replace(&mut self.buf, rest)).into_owned();
+                self.line_at = Some(Instant::now());
+                self.line = Some(l.clone());
+                return Some(l);
+            }
+            let out = self.stdout.as_mut()?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            let ms =
+                PollTimeout::try_from(left.as_millis().max(1) as u64).unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(out.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, ms) {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => panic!("poll: {e}"),
+            }
+            let mut chunk = [0u8; 4096];
+            match std::io::Read::read(out, &mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+
+    /// The first line, which must be OK.
+    pub fn ok(&self) -> &str {
+        let l = self.line.as_deref().unwrap_or("<no line>");
+        assert!(l.starts_with("OK "), "expected OK, got {l:?}");
+        l
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Whether the process has exited (without blocking).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
+    /// Waits up to `t` for the exit; panics if it does not come.
+    pub fn wait_exit(&mut self, t: Duration) -> ExitStatus {
+        let deadline = Instant::now() + t;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "locksmith did not exit within {t:?}"
+            );
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Closes our read end of its stdout (the parent "closes the pipe").
+    pub fn close_stdout(&mut self) {
+        self.stdout = None;
+    }
+
+    pub fn signal(&self, sig: i32) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid()),
+            nix::sys::signal::Signal::try_from(sig).unwrap(),
+        )
+        .unwrap();
+    }
+
+    /// Waits up to `t` for a stderr line containing `needle` (e.g. the waiting notice).
+    pub fn wait_stderr(&mut self, needle: &str, t: Duration) -> String {
+        self.stderr_within(needle, t).unwrap_or_else(|| {
+            panic!(
+                "no stderr line containing {needle:?} within {t:?}; saw {:?}",
+                self.err_seen
+            )
+        })
+    }
+
+    /// Waits up to `t` for a stderr line containing `needle`; `None` if none came.
+    pub fn stderr_within(&mut self, needle: &str, t: Duration) -> Option<String> {
+        if let Some(l) = self.err_seen.iter().find(|l| l.contains(needle)) {
+            return Some(l.clone());
+        }
+        let deadline = Instant::now() + t;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.errs.recv_timeout(left) {
+                Ok(l) => {
+                    self.err_seen.push(l.clone());
+                    if l.contains(needle) {
+                        return Some(l);
+                    }
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Everything said on stderr so far (after the process exited: all of it).
+    pub fn stderr_text(&mut self) -> String {
+        while let Ok(l) = self.errs.recv_timeout(Duration::from_millis(200)) {
+            self.err_seen.push(l);
+        }
+        self.err_seen.join("\n")
+    }
+}
+
+impl Drop for Held {
+    /// Ends it the way a parent would: close the pipe and SIGTERM (a locksmith releases),
+    /// SIGKILL only if it is still there after 5 s. Always reaped.
+    fn drop(&mut self) {
+        self.stdout = None;
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.pid()),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(2));
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Exit code, or 128+signal.
+pub fn code(s: ExitStatus) -> i32 {
+    s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A long stderr made readable in a failure message: each distinct line once, in order of
+/// first appearance, with `[×N]` when it repeats; at most 20 distinct lines.
+pub fn digest(text: &str) -> String {
+    let mut seen: Vec<(&str, usize)> = Vec::new();
+    for l in text.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
+        match seen.iter_mut().find(|(s, _)| *s == l) {
+            Some((_, n)) => *n += 1,
+            None => seen.push((l, 1)),
+        }
+    }
+    let more = seen.len().saturating_sub(20);
+    let mut out: Vec<String> = seen
+        .iter()
+        .take(20)
+        .map(|&(l, n)| {
+            if n > 1 {
+                format!("{l} [×{n}]")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    if more > 0 {
+        out.push(format!("… {more} more distinct lines"));
+    }
+    out.join("\n    ")
+}
+
+/// `Command::output` with a deadline: past it the process is killed and the test panics.
+pub fn output_within(mut c: Command, t: Duration) -> Output {
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().expect("spawn");
+    let pid = child.id() as i32;
+    let (tx, rx) = mpsc::channel::<()>();
+    let watchdog = thread::spawn(move || {
+        if rx.recv_timeout(t).is_err() {
+            kill9(pid);
+            return true;
+        }
+        false
+    });
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let errs = thread::spawn(move || {
+        let _ = std::io::Read::read_to_end(&mut se, &mut err);
+        err
+    });
+    let _ = std::io::Read::read_to_end(&mut so, &mut out);
+    let status = child.wait().unwrap();
+    let _ = tx.send(());
+    let killed = watchdog.join().unwrap();
+    let stderr = errs.join().unwrap();
+    assert!(
+        !killed,
+        "command did not finish within {t:?}: {}",
+        String::from_utf8_lossy(&out)
+    );
+    Output {
+        status,
+        stdout: out,
+        stderr,
+    }
 }

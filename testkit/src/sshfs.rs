@@ -1,16 +1,18 @@
-//! Real network filesystems for the file backends (issue 12). No mocks: a real SFTP server and
-//! real FUSE mounts.
+//! A real network filesystem for the file backends (issue 12), for the tests (tests/netfs.rs,
+//! tests/verify.rs) and the bench (`--sshfs`). No mocks: a real SFTP server and real FUSE
+//! mounts.
 //!
 //! [`Sshfs`]: one server directory, served by OpenSSH's `sftp-server` behind `socat` on
 //! 127.0.0.1 (no sshd, no keys), mounted twice with `sshfs -o directport=PORT`. Each mount has
 //! its own caches, like two NFS clients: two "hosts" looking at one directory. Mount `a` keeps
 //! sshfs's default caches, mount `b` a short one.
 //!
-//! Outside CI a missing program (sshfs, socat, sftp-server, fusermount3) or a mount that cannot
-//! be made (no `/dev/fuse`) is a visible `SKIP:` and `None`; under `CI` it fails
-//! (`.ci/run` installs `sshfs socat openssh-sftp-server fuse3`).
+//! A missing program (sshfs, socat, sftp-server, fusermount3) or a mount that cannot be made
+//! (no `/dev/fuse`) is [`NotStarted::Missing`] (`.ci/run` installs `sshfs socat
+//! openssh-sftp-server fuse3`); anything else that goes wrong is [`NotStarted::Failed`].
 
-use super::free_port;
+use crate::proc::on_path;
+use crate::{NotStarted, free_port};
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -52,34 +54,34 @@ impl Sshfs {
     pub const B_OPTIONS: &'static str = "dcache_timeout=1";
 
     /// Starts a fresh server directory and both mounts, waiting (bounded) until both answer.
-    /// `None` (after a visible `SKIP:` line) when the programs are missing outside CI.
-    pub fn start() -> Option<Sshfs> {
+    pub fn start() -> Result<Sshfs, NotStarted> {
         let missing: Vec<&str> = ["sshfs", "socat", "fusermount3"]
             .into_iter()
-            .filter(|p| !on_path(p))
+            .filter(|p| on_path(p).is_none())
             .chain((!Path::new(SFTP_SERVER).exists()).then_some(SFTP_SERVER))
             .collect();
         if !missing.is_empty() {
-            return skip(&format!(
-                "sshfs tests need {} (Debian: sshfs socat openssh-sftp-server fuse3)",
+            return Err(skip(format!(
+                "sshfs needs {} (Debian: sshfs socat openssh-sftp-server fuse3)",
                 missing.join(", ")
-            ));
+            )));
         }
         if !Path::new("/dev/fuse").exists() {
-            return skip("sshfs tests need /dev/fuse");
+            return Err(skip("sshfs needs /dev/fuse".into()));
         }
         let root = tempfile::Builder::new()
             .prefix("locksmith-sshfs-")
             .tempdir()
-            .expect("tempdir");
+            .map_err(|e| failed(format!("tempdir: {e}")))?;
         let server = root.path().join("server");
         let a = root.path().join("a");
         let b = root.path().join("b");
         for d in [&server, &a, &b] {
-            fs::create_dir(d).unwrap();
+            fs::create_dir(d).map_err(|e| failed(format!("mkdir {}: {e}", d.display())))?;
         }
         let port = free_port();
-        let log = |name: &str| fs::File::create(root.path().join(name)).unwrap();
+        let log = fs::File::create(root.path().join("socat.log"))
+            .map_err(|e| failed(format!("socat.log: {e}")))?;
         // Its own process group, so that drop can kill socat and every child it forked
         // (one socat and one sftp-server per connection) at once.
         let socat = Command::new("socat")
@@ -87,10 +89,10 @@ impl Sshfs {
             .arg(format!("EXEC:{SFTP_SERVER}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log("socat.log"))
+            .stderr(log)
             .process_group(0)
             .spawn()
-            .expect("spawn socat");
+            .map_err(|e| failed(format!("cannot spawn socat: {e}")))?;
         let mut fx = Sshfs {
             server,
             a,
@@ -104,30 +106,29 @@ impl Sshfs {
         // that would fork a server for nothing).
         let t0 = Instant::now();
         while !listening(port) {
-            if let Some(st) = fx.socat.as_mut().unwrap().try_wait().unwrap() {
-                panic!(
+            if let Ok(Some(st)) = fx.socat.as_mut().map_or(Ok(None), Child::try_wait) {
+                return Err(failed(format!(
                     "socat exited ({st}) before listening on 127.0.0.1:{port}: {}",
                     fx.log("socat.log")
-                );
+                )));
             }
-            assert!(
-                t0.elapsed() < MOUNT_TIMEOUT,
-                "socat did not listen on 127.0.0.1:{port} within {MOUNT_TIMEOUT:?}"
-            );
+            if t0.elapsed() > MOUNT_TIMEOUT {
+                return Err(failed(format!(
+                    "socat did not listen on 127.0.0.1:{port} within {MOUNT_TIMEOUT:?}"
+                )));
+            }
             std::thread::sleep(Duration::from_millis(5));
         }
         let (a, b) = (fx.a.clone(), fx.b.clone());
-        if !fx.mount(&a, "a", None) || !fx.mount(&b, "b", Some(Self::B_OPTIONS)) {
-            drop(fx);
-            return skip("sshfs could not mount (FUSE unusable here?)");
-        }
-        Some(fx)
+        fx.mount(&a, "a", None)?;
+        fx.mount(&b, "b", Some(Self::B_OPTIONS))?;
+        Ok(fx)
     }
 
-    /// `sshfs -f` (foreground: our child, reaped on drop) at `mnt`; true once the mount is in
-    /// `/proc/self/mountinfo` and answers `stat` with the served directory's contents. False if
-    /// sshfs exits first outside CI (a failure under CI).
-    fn mount(&mut self, mnt: &Path, name: &str, extra: Option<&str>) -> bool {
+    /// `sshfs -f` (foreground: our child, reaped on drop) at `mnt`; returns once the mount is
+    /// in `/proc/self/mountinfo` and answers `stat` with the served directory's contents. An
+    /// sshfs that exits first is [`NotStarted::Missing`] (FUSE unusable here?).
+    fn mount(&mut self, mnt: &Path, name: &str, extra: Option<&str>) -> Result<(), NotStarted> {
         let logname = format!("sshfs-{name}.log");
         let mut opts = format!("directport={}", self.port);
         if let Some(e) = extra {
@@ -141,39 +142,48 @@ impl Sshfs {
             .arg(mnt)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(fs::File::create(self.root_path().join(&logname)).unwrap());
-        let child = c.spawn().expect("spawn sshfs");
+            .stderr(
+                fs::File::create(self.root_path().join(&logname))
+                    .map_err(|e| failed(format!("{logname}: {e}")))?,
+            );
+        let child = c
+            .spawn()
+            .map_err(|e| failed(format!("cannot spawn sshfs: {e}")))?;
         self.mounts.push((mnt.to_path_buf(), child));
         // A probe name that exists only on the server: seen through the mount, the mount is
         // sshfs's and it answers.
         let probe = format!(".mounted-{name}");
-        fs::write(self.server.join(&probe), name).unwrap();
+        let probe_error = |e: std::io::Error| failed(format!("{probe}: {e}"));
+        fs::write(self.server.join(&probe), name).map_err(probe_error)?;
         let t0 = Instant::now();
         loop {
             if mounted(mnt) && mnt.join(&probe).exists() {
                 break;
             }
-            let child = &mut self.mounts.last_mut().unwrap().1;
-            if let Some(st) = child.try_wait().unwrap() {
+            if let Some((_, child)) = self.mounts.last_mut()
+                && let Ok(Some(st)) = child.try_wait()
+            {
                 let why = format!(
                     "sshfs -o {opts} exited ({st}) before mounting {}: {}",
                     mnt.display(),
                     self.log(&logname)
                 );
                 self.mounts.pop();
-                super::missing(&why, "sshfs must mount under CI");
-                return false;
+                return Err(NotStarted::Missing {
+                    why,
+                    installed: "sshfs must mount under CI",
+                });
             }
-            assert!(
-                t0.elapsed() < MOUNT_TIMEOUT,
-                "sshfs did not mount {} within {MOUNT_TIMEOUT:?}: {}",
-                mnt.display(),
-                self.log(&logname)
-            );
+            if t0.elapsed() > MOUNT_TIMEOUT {
+                return Err(failed(format!(
+                    "sshfs did not mount {} within {MOUNT_TIMEOUT:?}: {}",
+                    mnt.display(),
+                    self.log(&logname)
+                )));
+            }
             std::thread::sleep(Duration::from_millis(5));
         }
-        fs::remove_file(self.server.join(&probe)).unwrap();
-        true
+        fs::remove_file(self.server.join(&probe)).map_err(probe_error)
     }
 
     fn root_path(&self) -> &Path {
@@ -201,6 +211,23 @@ impl Sshfs {
             v.extend(group_members(socat.id() as i32));
         }
         v
+    }
+
+    /// sshfs's version line (`sshfs -V` prints fusermount3's first).
+    pub fn version() -> String {
+        Command::new("sshfs")
+            .arg("-V")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .find(|l| l.starts_with("SSHFS"))
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| "sshfs ?".into())
     }
 
     /// Names in the served directory, read on the server (no client cache in the way).
@@ -289,18 +316,16 @@ fn group_members(pg: i32) -> Vec<i32> {
         .collect()
 }
 
-/// Outside CI: a visible SKIP line and `None`; under CI: a failure.
-fn skip<T>(why: &str) -> Option<T> {
-    super::missing(
+/// A program or device this machine lacks.
+fn skip(why: String) -> NotStarted {
+    NotStarted::Missing {
         why,
-        ".ci/run installs sshfs socat openssh-sftp-server fuse3",
-    );
-    None
+        installed: ".ci/run installs sshfs socat openssh-sftp-server fuse3",
+    }
 }
 
-fn on_path(prog: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+fn failed(why: String) -> NotStarted {
+    NotStarted::Failed(why)
 }
 
 /// Whether a socket listens on 127.0.0.1:`port` (`/proc/net/tcp`, state 0A).

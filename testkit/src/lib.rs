@@ -1,0 +1,80 @@
+//! What the integration tests (`tests/`, a dev-dependency) and the bench (`bench/`) share, so
+//! that each is written once.
+//!
+//! # Layout
+//! - [`proc`]: the process harness. [`proc::Proc`] (every wait armed on a watchdog, errors as
+//!   values: the bench) and [`proc::Held`] (a line reader with `poll(2)` deadlines and a
+//!   parent's ending on drop: the tests), and the `/proc` readings both make.
+//! - [`net`]: private networks of namespaces (hosts on a bridge, cuts and heals).
+//! - [`postgres`]: a throwaway PostgreSQL cluster.
+//! - [`sshfs`]: one directory served over SFTP and mounted twice (two "hosts").
+//! - this file: [`NotStarted`] (why a fixture did not start, and the tests' reading of it), [`missing`] (the one rule for what a machine lacks), [`free_port`],
+//!   [`token_of`].
+
+pub mod net;
+pub mod postgres;
+pub mod proc;
+pub mod sshfs;
+
+/// Why a fixture (a real server, a mount) did not start.
+#[derive(Debug)]
+pub enum NotStarted {
+    /// Something this machine lacks (a program, a user, a device, root): `why`, and what
+    /// provides it (`installed`, e.g. what `.ci/run` installs).
+    Missing {
+        why: String,
+        installed: &'static str,
+    },
+    /// It is all there, and starting failed: what went wrong.
+    Failed(String),
+}
+
+impl NotStarted {
+    /// The tests' reading of a fixture's start: the fixture, or `None` after [`missing`]'s
+    /// rule (a `SKIP:` line outside CI, a failure under CI); a failed start fails the test.
+    pub fn or_skip<T>(started: Result<T, NotStarted>) -> Option<T> {
+        match started {
+            Ok(t) => Some(t),
+            Err(NotStarted::Missing { why, installed }) => {
+                missing(&why, installed);
+                None
+            }
+            Err(NotStarted::Failed(why)) => panic!("{why}"),
+        }
+    }
+}
+
+/// The bench's note when a section is skipped: what is missing or what failed.
+impl std::fmt::Display for NotStarted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotStarted::Missing { why, .. } | NotStarted::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+/// The one rule for what a test needs and this machine lacks (a real server, a tool, root):
+/// outside CI a visible `SKIP: why` line, and the caller returns without testing; under
+/// `CI=true` (`.ci/run` installs everything, `installed`) the absence fails the test.
+pub fn missing(why: &str, installed: &str) {
+    assert!(std::env::var("CI").is_err(), "CI=true: {why} ({installed})");
+    eprintln!("SKIP: {why}");
+}
+
+/// A loopback port nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The fencing token of an OK line (`token=N`); panics if it has none.
+pub fn token_of(line: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("token="))
+        .unwrap_or_else(|| panic!("no token in {line:?}"))
+        .parse()
+        .unwrap()
+}

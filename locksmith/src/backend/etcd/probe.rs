@@ -24,10 +24,12 @@ use super::rpc::{self, Client, EventType};
 use super::{Etcd, EtcdConfig};
 use crate::backend::address::Address;
 use crate::backend::lock::{Backend, Named, Registered};
-use crate::settings::{Fields, KeyDoc, Password};
-use crate::backend::verify::{Report, Status, figure, median};
+use crate::backend::verify::{
+    self, Found, Probing, Property, Reliance, Report, either, figure, median,
+};
 use crate::error::Result;
 use crate::settings::fmt_duration;
+use crate::settings::{Fields, KeyDoc, Password};
 
 /// The shortest lease probed for expiry (seconds).
 const EXPIRY_TTL: i64 = 2;
@@ -35,62 +37,362 @@ const EXPIRY_TTL: i64 = 2;
 /// Probes the cluster of lock `cfg` (profile `p`). `Err` where nothing could be probed: no
 /// endpoint answers (69), the user is refused (77), a request fails.
 pub fn verify(p: &Named, cfg: &EtcdConfig) -> Result<Report> {
-    let mut e = Etcd::new(cfg.clone(), p);
-    let server = e.server();
-    let mut r = Report::new(
-        format!(
-            "locksmith verify {}: backend etcd, prefix {} at {server}",
-            p.name, cfg.prefix
-        ),
-        format!("{} ({server})", cfg.prefix),
-    );
-    members(&mut e, &mut r)?;
-    let base = format!("{}.verify.{}", cfg.prefix, crate::host::nonce());
-    let mut leases = Vec::new();
-    let probed = probe(p, &mut e, &base, &mut leases, &mut r);
-    // Whatever happened: every lease revoked, every key deleted.
-    for lease in leases {
-        let _ = e.call(Duration::from_secs(3), |mut c| async move {
-            c.lease_revoke(lease).await
-        });
-    }
-    for (key, prefix) in [(format!("{base}/"), true), (format!("{base}.state"), false)] {
-        let k = key.clone();
-        let gone = e
-            .call(Duration::from_secs(3), |mut c| {
-                let k = k.clone();
-                async move {
-                    c.delete(&k, prefix).await?;
-                    if prefix {
-                        c.range_prefix(&k).await
-                    } else {
-                        c.get(&k).await
-                    }
-                }
-            })
-            .ok()
-            .and_then(|r| r.ok())
-            .is_some_and(|r| r.kvs.is_empty());
-        if !gone {
-            r.left.push(if prefix { format!("{key}*") } else { key });
-        }
-    }
-    probed?;
-    r.add(
-        "leader change",
-        Status::Info,
-        "etcd renews every lease when a new leader is elected: a dead holder's key may outlive its TTL by an election",
-    );
-    r.add(
-        "server clock",
-        Status::Info,
-        "not compared: the TTL runs on the leader's clock; a holder counts its own from each keepalive it sent",
-    );
-    Ok(r)
+    verify::run(Site::open(p, cfg)?)
 }
 
-/// Each endpoint's member status; `Err` if none answers (or the user is refused).
-fn members(e: &mut Etcd, r: &mut Report) -> Result<()> {
+/// `verify`'s probing session on an etcd cluster: the backend's client, the keys beside the
+/// lock (`base`) and every lease granted; what each probe leaves for the next.
+struct Site {
+    e: Etcd,
+    p: Named,
+    prefix: String,
+    server: String,
+    /// The `endpoints` and `leader` lines, from each member's status.
+    endpoints: Found,
+    leader: Found,
+    /// `PREFIX.verify.<nonce>`: the probes' keys are under `base/`, and `base.state`.
+    base: String,
+    /// The probes' queue, beside the lock's: `base/`.
+    queue: String,
+    leases: Vec<i64>,
+    /// The unrenewed lease left to expire: its TTL, and since when.
+    short_ttl: i64,
+    short_at: Instant,
+    /// The TTL asked for `stale_after`, and the lease granted for it (`l1`) with its TTL.
+    asked: i64,
+    l1: i64,
+    granted: i64,
+    /// A second lease, the two queued keys, and the revision they were listed at.
+    l2: i64,
+    k1: String,
+    k2: String,
+    at: i64,
+}
+
+impl Site {
+    /// The backend's client, and each endpoint's member status.
+    fn open(p: &Named, cfg: &EtcdConfig) -> Result<Site> {
+        let mut e = Etcd::new(cfg.clone(), p);
+        let server = e.server();
+        let (endpoints, leader) = members(&mut e)?;
+        let base = format!("{}.verify.{}", cfg.prefix, crate::host::nonce());
+        Ok(Site {
+            e,
+            p: p.clone(),
+            prefix: cfg.prefix.clone(),
+            server,
+            endpoints,
+            leader,
+            queue: format!("{base}/"),
+            base,
+            leases: Vec::new(),
+            short_ttl: 0,
+            short_at: Instant::now(),
+            asked: 0,
+            l1: 0,
+            granted: 0,
+            l2: 0,
+            k1: String::new(),
+            k2: String::new(),
+            at: 0,
+        })
+    }
+
+    /// A linearizable read: a leader and a quorum answer.
+    fn linearizable_read(&mut self) -> Result<Found> {
+        let t = Instant::now();
+        keys(&mut self.e, &self.queue)?;
+        Ok(Found::Holds(format!(
+            "answered in {} (a leader and a quorum)",
+            figure(t.elapsed())
+        )))
+    }
+
+    /// The lease the backend would take (after an unrenewed one, left to expire while the
+    /// rest runs): granted as asked, and not so much longer that a dead holder's key
+    /// outlives `stale_after`.
+    fn lease_ttl(&mut self) -> Result<Found> {
+        let (short, short_ttl) = grant(&mut self.e, EXPIRY_TTL, &mut self.leases)?;
+        put(&mut self.e, &format!("{}x/{short:016x}", self.queue), short)?;
+        (self.short_ttl, self.short_at) = (short_ttl, Instant::now());
+
+        let asked = self.e.ttl;
+        let (l1, granted) = grant(&mut self.e, asked, &mut self.leases)?;
+        (self.asked, self.l1, self.granted) = (asked, l1, granted);
+        let stale_after = self.p.common.stale_after;
+        let slack = self.p.common.max_poll + self.p.common.heartbeat();
+        let granted_d = Duration::from_secs(granted.max(0) as u64);
+        Ok(if granted < asked {
+            Found::Breaks(format!(
+                "asked {asked}s (stale_after {}), granted {granted}s: the lease could expire before its holder declares LOST",
+                fmt_duration(stale_after)
+            ))
+        } else if granted_d > stale_after + slack {
+            Found::Breaks(format!(
+                "asked {asked}s for stale_after {}, granted {granted}s (the server's minimum TTL, from its election timeout): a dead holder's key lives {granted}s, past stale_after + max_poll + a heartbeat; set stale_after to at least {granted}s",
+                fmt_duration(stale_after)
+            ))
+        } else {
+            Found::Holds(format!(
+                "asked {asked}s for stale_after {} (whole seconds, at least 2), granted {granted}s",
+                fmt_duration(stale_after)
+            ))
+        })
+    }
+
+    /// Keepalives renew the lease, confirmed a quarter TTL before it could expire.
+    fn lease_keepalive(&mut self) -> Result<Found> {
+        let period = self.p.common.heartbeat();
+        let mut rtts = Vec::new();
+        let mut renewed = Vec::new();
+        for _ in 0..3 {
+            let (ttl, d) = keep_alive(&mut self.e, self.l1)?;
+            renewed.push(ttl);
+            rtts.push(d);
+        }
+        let rtt = median(rtts);
+        let budget = Duration::from_millis(self.asked as u64 * 750).saturating_sub(period);
+        Ok(if renewed.iter().all(|t| *t > 0) && rtt < budget {
+            Found::Holds(format!(
+                "renewed to {}s in {} (median of 3); one every {} must be confirmed within {}",
+                renewed[0],
+                figure(rtt),
+                fmt_duration(period),
+                fmt_duration(budget)
+            ))
+        } else {
+            Found::Breaks(format!(
+                "keepalives answered TTLs {renewed:?} in {} (median of 3); one every {} must be confirmed within {}",
+                figure(rtt),
+                fmt_duration(period),
+                fmt_duration(budget)
+            ))
+        })
+    }
+
+    /// Queue order: by create revision, oldest first.
+    fn queue_order(&mut self) -> Result<Found> {
+        let (l1, queue) = (self.l1, self.queue.clone());
+        let (l2, _) = grant(&mut self.e, self.asked, &mut self.leases)?;
+        let (k1, k2) = (format!("{queue}w/{l1:016x}"), format!("{queue}w/{l2:016x}"));
+        put(&mut self.e, &k1, l1)?;
+        put(&mut self.e, &k2, l2)?;
+        let (listed, at) = keys(&mut self.e, &format!("{queue}w/"))?;
+        let names: Vec<&str> = listed.iter().map(|(k, _)| k.as_str()).collect();
+        let found = if names == [k1.as_str(), k2.as_str()] && listed[0].1 < listed[1].1 {
+            Found::Holds(format!(
+                "two keys listed oldest first (create revisions {} < {})",
+                listed[0].1, listed[1].1
+            ))
+        } else {
+            Found::Breaks(format!("two keys put in turn were listed as {listed:?}"))
+        };
+        (self.l2, self.k1, self.k2, self.at) = (l2, k1, k2, at);
+        Ok(found)
+    }
+
+    /// A revoke frees the key at once, and a watcher of it sees the deletion.
+    fn revoke_and_watch(&mut self) -> Result<Found> {
+        let e = &mut self.e;
+        let (l1, at) = (self.l1, self.at);
+        let c = e.client()?;
+        let watch_key = self.k1.clone();
+        let rt_limit = e.timeout;
+        let stream = e
+            .run(rt_limit, async move {
+                let mut c = c;
+                c.watch(&watch_key, at + 1).await
+            })?
+            .map_err(|why| e.fail("probe: watch", why))?;
+        let t = Instant::now();
+        call(e, "lease revoke", |mut c| async move {
+            c.lease_revoke(l1).await
+        })?;
+        let revoked = t.elapsed();
+        let seen = e.run(rt_limit, async move {
+            let mut s = stream;
+            loop {
+                match s.message().await? {
+                    Some(m) if m.canceled => return Ok(None),
+                    Some(m) => {
+                        if m.events
+                            .iter()
+                            .any(|ev| ev.r#type == EventType::Delete as i32)
+                        {
+                            return Ok(Some(Instant::now()));
+                        }
+                    }
+                    None => return Ok(None),
+                }
+            }
+        })?;
+        let (left, _) = keys(e, &format!("{}w/", self.queue))?;
+        let (ttl_after, _) = keep_alive(e, l1)?;
+        Ok(match seen {
+            Ok(Some(when)) if left.len() == 1 && left[0].0 == self.k2 && ttl_after == 0 => {
+                Found::Holds(format!(
+                    "a revoke ({}) removed the lease's key at once; a watcher saw the deletion {} after it was sent; the revoked lease answers TTL 0",
+                    figure(revoked),
+                    figure(when.saturating_duration_since(t))
+                ))
+            }
+            other => Found::Breaks(format!(
+                "after a revoke: watch {}, keys left {:?}, keepalive TTL {ttl_after}",
+                match other {
+                    Ok(Some(_)) => "saw the deletion".to_string(),
+                    Ok(None) => "ended without the deletion".to_string(),
+                    Err(w) => format!("failed ({w})"),
+                },
+                left
+            )),
+        })
+    }
+
+    /// The release transaction (a clean mark and the key's deletion), guarded by the key's
+    /// lease: refused for another lease, done for its own.
+    fn release_transaction(&mut self) -> Result<Found> {
+        let state = format!("{}.state", self.base);
+        let k2 = self.k2.clone();
+        let guarded = |lease: i64| {
+            let (k, st) = (k2.clone(), state.clone());
+            move |mut c: Client| {
+                let (k, st) = (k.clone(), st.clone());
+                async move { c.put_and_delete_if_leased(&k, lease, &st, "clean 0").await }
+            }
+        };
+        let wrong = call(&mut self.e, "release transaction", guarded(self.l1))?.succeeded;
+        let right = call(&mut self.e, "release transaction", guarded(self.l2))?.succeeded;
+        let (after, _) = keys(&mut self.e, &format!("{}w/", self.queue))?;
+        Ok(if !wrong && right && after.is_empty() {
+            Found::Holds(
+                "a clean mark and the key's deletion in one step: refused for another lease, done for its own".into(),
+            )
+        } else {
+            Found::Breaks(format!(
+                "for another lease: {}; for its own: {}; keys left {after:?}",
+                either(wrong, "done", "refused"),
+                either(right, "done", "refused")
+            ))
+        })
+    }
+
+    /// The unrenewed lease: its key goes when it expires.
+    fn lease_expiry(&mut self) -> Result<Found> {
+        let short_ttl = self.short_ttl;
+        let bound = Duration::from_secs(short_ttl.max(1) as u64) * 3 + Duration::from_secs(5);
+        let gone = loop {
+            let (k, _) = keys(&mut self.e, &format!("{}x/", self.queue))?;
+            if k.is_empty() {
+                break Some(self.short_at.elapsed());
+            }
+            if self.short_at.elapsed() > bound {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        Ok(match gone {
+            Some(d) => Found::Holds(format!(
+                "a {short_ttl}s lease left unrenewed: its key went after {}",
+                figure(d)
+            )),
+            None => Found::Breaks(format!(
+                "a {short_ttl}s lease left unrenewed: its key was still there after {}",
+                fmt_duration(bound)
+            )),
+        })
+    }
+}
+
+/// The etcd backend's declaration: each member's status, then what the lock recipe relies
+/// on, probed in turn.
+impl Probing for Site {
+    fn header(&self) -> (String, String) {
+        (
+            format!(
+                "locksmith verify {}: backend etcd, prefix {} at {}",
+                self.p.name, self.prefix, self.server
+            ),
+            format!("{} ({})", self.prefix, self.server),
+        )
+    }
+
+    fn properties(&self) -> Vec<Property<Site>> {
+        vec![
+            Property::known("endpoints", Reliance::Relied, self.endpoints.clone()),
+            Property::known("leader", Reliance::Relied, self.leader.clone()),
+            Property::relied("linearizable read", Site::linearizable_read),
+            Property::relied("lease TTL", Site::lease_ttl),
+            Property::relied("lease keepalive", Site::lease_keepalive),
+            Property::relied("queue order", Site::queue_order),
+            Property::relied("revoke and watch", Site::revoke_and_watch),
+            Property::relied("release transaction", Site::release_transaction),
+            Property::relied("lease expiry", Site::lease_expiry),
+        ]
+    }
+
+    /// Whatever happened: every lease revoked, every key deleted.
+    fn clean_up(&mut self) -> Vec<String> {
+        for lease in std::mem::take(&mut self.leases) {
+            let _ = self.e.call(Duration::from_secs(3), |mut c| async move {
+                c.lease_revoke(lease).await
+            });
+        }
+        let mut left = Vec::new();
+        for (key, prefix) in [
+            (format!("{}/", self.base), true),
+            (format!("{}.state", self.base), false),
+        ] {
+            if !deleted(&mut self.e, &key, prefix) {
+                left.push(if prefix { format!("{key}*") } else { key });
+            }
+        }
+        left
+    }
+
+    fn afterwards(&self) -> Vec<Property<Site>> {
+        vec![
+            Property::stated(
+                "leader change",
+                "etcd renews every lease when a new leader is elected: a dead holder's key may outlive its TTL by an election",
+            ),
+            Property::stated(
+                "server clock",
+                "not compared: the TTL runs on the leader's clock; a holder counts its own from each keepalive it sent",
+            ),
+        ]
+    }
+
+    fn accepts(&mut self, _: &mut Report) -> String {
+        format!(
+            "backend etcd keeps SPEC §6 here; it accepts stale_after of {}s or more (the shortest lease this cluster grants; now {}, a {}s lease)",
+            self.short_ttl,
+            fmt_duration(self.p.common.stale_after),
+            self.granted
+        )
+    }
+}
+
+/// Deletes `key` (every key under it, as a `prefix`) and reads it back: whether it is gone.
+fn deleted(e: &mut Etcd, key: &str, prefix: bool) -> bool {
+    e.call(Duration::from_secs(3), |mut c| {
+        let k = key.to_string();
+        async move {
+            c.delete(&k, prefix).await?;
+            if prefix {
+                c.range_prefix(&k).await
+            } else {
+                c.get(&k).await
+            }
+        }
+    })
+    .ok()
+    .and_then(|r| r.ok())
+    .is_some_and(|r| r.kvs.is_empty())
+}
+
+/// Each endpoint's member status: the `endpoints` and `leader` lines; `Err` if none answers
+/// (or the user is refused).
+fn members(e: &mut Etcd) -> Result<(Found, Found)> {
     let opts = e.options()?;
     let limit = e.timeout;
     let mut answered = Vec::new();
@@ -126,7 +428,6 @@ fn members(e: &mut Etcd, r: &mut Report) -> Result<()> {
             down.join(", ")
         ));
     }
-    r.add("endpoints", Status::Ok, detail);
     let alarms: Vec<String> = answered
         .iter()
         .flat_map(|(u, st, _)| st.errors.iter().map(move |x| format!("{u}: {x}")))
@@ -135,39 +436,25 @@ fn members(e: &mut Etcd, r: &mut Report) -> Result<()> {
     leaders.sort_unstable();
     leaders.dedup();
     let term = answered.iter().map(|a| a.1.raft_term).max().unwrap_or(0);
-    if !alarms.is_empty() {
-        r.add(
-            "leader",
-            Status::Fail,
-            format!("members report errors: {}", alarms.join("; ")),
-        );
+    let leader = if !alarms.is_empty() {
+        Found::Breaks(format!("members report errors: {}", alarms.join("; ")))
     } else if leaders.contains(&0) {
-        r.add(
-            "leader",
-            Status::Fail,
-            "a member knows no leader: leases can be neither granted nor renewed there",
-        );
+        Found::Breaks(
+            "a member knows no leader: leases can be neither granted nor renewed there".into(),
+        )
     } else if leaders.len() > 1 {
-        r.add(
-            "leader",
-            Status::Fail,
-            format!(
-                "members name different leaders ({}): an election is under way or the cluster is split",
-                leaders
-                    .iter()
-                    .map(|l| format!("{l:x}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        );
+        Found::Breaks(format!(
+            "members name different leaders ({}): an election is under way or the cluster is split",
+            leaders
+                .iter()
+                .map(|l| format!("{l:x}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
     } else {
-        r.add(
-            "leader",
-            Status::Ok,
-            format!("member {:x}, raft term {term}", leaders[0]),
-        );
-    }
-    Ok(())
+        Found::Holds(format!("member {:x}, raft term {term}", leaders[0]))
+    };
+    Ok((Found::Holds(detail), leader))
 }
 
 /// A request of the probes: bounded by the backend's timeout, failing over as it does; a
@@ -230,247 +517,6 @@ fn keep_alive(e: &mut Etcd, lease: i64) -> Result<(i64, Duration)> {
         Ok(s.message().await?.map_or(0, |r| r.ttl))
     })?;
     Ok((ttl, t.elapsed()))
-}
-
-fn probe(p: &Named, e: &mut Etcd, base: &str, leases: &mut Vec<i64>, r: &mut Report) -> Result<()> {
-    let queue = format!("{base}/");
-    let stale_after = p.common.stale_after;
-    let period = p.common.heartbeat();
-
-    // A linearizable read: a leader and a quorum answer.
-    let t = Instant::now();
-    keys(e, &queue)?;
-    r.add(
-        "linearizable read",
-        Status::Ok,
-        format!(
-            "answered in {} (a leader and a quorum)",
-            figure(t.elapsed())
-        ),
-    );
-
-    // An unrenewed lease, left to expire while the rest runs.
-    let (short, short_ttl) = grant(e, EXPIRY_TTL, leases)?;
-    let short_key = format!("{queue}x/{short:016x}");
-    put(e, &short_key, short)?;
-    let short_at = Instant::now();
-
-    // The lease the backend would take, and its keepalive.
-    let asked = e.ttl;
-    let (l1, granted) = grant(e, asked, leases)?;
-    let slack = p.common.max_poll + period;
-    let granted_d = Duration::from_secs(granted.max(0) as u64);
-    if granted < asked {
-        r.add(
-            "lease TTL",
-            Status::Fail,
-            format!(
-                "asked {asked}s (stale_after {}), granted {granted}s: the lease could expire before its holder declares LOST",
-                fmt_duration(stale_after)
-            ),
-        );
-    } else if granted_d > stale_after + slack {
-        r.add(
-            "lease TTL",
-            Status::Fail,
-            format!(
-                "asked {asked}s for stale_after {}, granted {granted}s (the server's minimum TTL, from its election timeout): a dead holder's key lives {granted}s, past stale_after + max_poll + a heartbeat; set stale_after to at least {granted}s",
-                fmt_duration(stale_after)
-            ),
-        );
-    } else {
-        r.add(
-            "lease TTL",
-            Status::Ok,
-            format!(
-                "asked {asked}s for stale_after {} (whole seconds, at least 2), granted {granted}s",
-                fmt_duration(stale_after)
-            ),
-        );
-    }
-    let mut rtts = Vec::new();
-    let mut renewed = Vec::new();
-    for _ in 0..3 {
-        let (ttl, d) = keep_alive(e, l1)?;
-        renewed.push(ttl);
-        rtts.push(d);
-    }
-    let rtt = median(rtts);
-    // A heartbeat must be confirmed a quarter TTL before the lease could expire.
-    let budget = Duration::from_millis(asked as u64 * 750).saturating_sub(period);
-    if renewed.iter().all(|t| *t > 0) && rtt < budget {
-        r.add(
-            "lease keepalive",
-            Status::Ok,
-            format!(
-                "renewed to {}s in {} (median of 3); one every {} must be confirmed within {}",
-                renewed[0],
-                figure(rtt),
-                fmt_duration(period),
-                fmt_duration(budget)
-            ),
-        );
-    } else {
-        r.add(
-            "lease keepalive",
-            Status::Fail,
-            format!(
-                "keepalives answered TTLs {renewed:?} in {} (median of 3); one every {} must be confirmed within {}",
-                figure(rtt),
-                fmt_duration(period),
-                fmt_duration(budget)
-            ),
-        );
-    }
-
-    // Queue order: by create revision, oldest first.
-    let (l2, _) = grant(e, asked, leases)?;
-    let (k1, k2) = (format!("{queue}w/{l1:016x}"), format!("{queue}w/{l2:016x}"));
-    put(e, &k1, l1)?;
-    put(e, &k2, l2)?;
-    let (listed, at) = keys(e, &format!("{queue}w/"))?;
-    let names: Vec<&str> = listed.iter().map(|(k, _)| k.as_str()).collect();
-    if names == [k1.as_str(), k2.as_str()] && listed[0].1 < listed[1].1 {
-        r.add(
-            "queue order",
-            Status::Ok,
-            format!(
-                "two keys listed oldest first (create revisions {} < {})",
-                listed[0].1, listed[1].1
-            ),
-        );
-    } else {
-        r.add(
-            "queue order",
-            Status::Fail,
-            format!("two keys put in turn were listed as {listed:?}"),
-        );
-    }
-
-    // A revoke frees the key at once, and a watcher of it sees the deletion.
-    let c = e.client()?;
-    let watch_key = k1.clone();
-    let rt_limit = e.timeout;
-    let stream = e
-        .run(rt_limit, async move {
-            let mut c = c;
-            c.watch(&watch_key, at + 1).await
-        })?
-        .map_err(|why| e.fail("probe: watch", why))?;
-    let t = Instant::now();
-    call(e, "lease revoke", |mut c| async move {
-        c.lease_revoke(l1).await
-    })?;
-    let revoked = t.elapsed();
-    let seen = e.run(rt_limit, async move {
-        let mut s = stream;
-        loop {
-            match s.message().await? {
-                Some(m) if m.canceled => return Ok(None),
-                Some(m) => {
-                    if m.events
-                        .iter()
-                        .any(|ev| ev.r#type == EventType::Delete as i32)
-                    {
-                        return Ok(Some(Instant::now()));
-                    }
-                }
-                None => return Ok(None),
-            }
-        }
-    })?;
-    let (left, _) = keys(e, &format!("{queue}w/"))?;
-    let (ttl_after, _) = keep_alive(e, l1)?;
-    match seen {
-        Ok(Some(when)) if left.len() == 1 && left[0].0 == k2 && ttl_after == 0 => r.add(
-            "revoke and watch",
-            Status::Ok,
-            format!(
-                "a revoke ({}) removed the lease's key at once; a watcher saw the deletion {} after it was sent; the revoked lease answers TTL 0",
-                figure(revoked),
-                figure(when.saturating_duration_since(t))
-            ),
-        ),
-        other => r.add(
-            "revoke and watch",
-            Status::Fail,
-            format!(
-                "after a revoke: watch {}, keys left {:?}, keepalive TTL {ttl_after}",
-                match other {
-                    Ok(Some(_)) => "saw the deletion".to_string(),
-                    Ok(None) => "ended without the deletion".to_string(),
-                    Err(w) => format!("failed ({w})"),
-                },
-                left
-            ),
-        ),
-    }
-
-    // The release transaction, guarded by the key's lease.
-    let state = format!("{base}.state");
-    let guarded = |lease: i64| {
-        let (k, st) = (k2.clone(), state.clone());
-        move |mut c: Client| {
-            let (k, st) = (k.clone(), st.clone());
-            async move { c.put_and_delete_if_leased(&k, lease, &st, "clean 0").await }
-        }
-    };
-    let wrong = call(e, "release transaction", guarded(l1))?.succeeded;
-    let right = call(e, "release transaction", guarded(l2))?.succeeded;
-    let (after, _) = keys(e, &format!("{queue}w/"))?;
-    if !wrong && right && after.is_empty() {
-        r.add(
-            "release transaction",
-            Status::Ok,
-            "a clean mark and the key's deletion in one step: refused for another lease, done for its own",
-        );
-    } else {
-        r.add(
-            "release transaction",
-            Status::Fail,
-            format!(
-                "for another lease: {}; for its own: {}; keys left {after:?}",
-                if wrong { "done" } else { "refused" },
-                if right { "done" } else { "refused" }
-            ),
-        );
-    }
-
-    // The unrenewed lease: its key goes when it expires.
-    let bound = Duration::from_secs(short_ttl.max(1) as u64) * 3 + Duration::from_secs(5);
-    let gone = loop {
-        let (k, _) = keys(e, &format!("{queue}x/"))?;
-        if k.is_empty() {
-            break Some(short_at.elapsed());
-        }
-        if short_at.elapsed() > bound {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    match gone {
-        Some(d) => r.add(
-            "lease expiry",
-            Status::Ok,
-            format!(
-                "a {short_ttl}s lease left unrenewed: its key went after {}",
-                figure(d)
-            ),
-        ),
-        None => r.add(
-            "lease expiry",
-            Status::Fail,
-            format!(
-                "a {short_ttl}s lease left unrenewed: its key was still there after {}",
-                fmt_duration(bound)
-            ),
-        ),
-    }
-    r.accepts = format!(
-        "backend etcd keeps SPEC §6 here; it accepts stale_after of {short_ttl}s or more (the shortest lease this cluster grants; now {}, a {granted}s lease)",
-        fmt_duration(stale_after)
-    );
-    Ok(())
 }
 
 /// The registry's view of the backend (`backend/mod.rs`): here, beside its probe, so that the

@@ -45,14 +45,16 @@ use nix::sys::stat::{Mode as FileMode, UtimensatFlags, fstat, fstatat, mkdirat, 
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, linkat, symlinkat, unlinkat};
 
-use super::FsConfig;
+use super::{Fs, FsConfig};
 use super::{
     UNKNOWN_CACHE, cache_time, check, check_dir_mode, detect, pin, read_record, suggest_cache_time,
     write_beat,
 };
 use crate::backend::lock::Named;
 use crate::backend::owner::{Record, State};
-use crate::backend::verify::{Finding, Report, Status, figure};
+use crate::backend::verify::{
+    self, Answers, Found, Probing, Problem, Property, Reliance, Report, figure,
+};
 use crate::error::{Error, Result, err};
 use crate::protocol::Mode;
 use crate::settings::fmt_duration;
@@ -232,94 +234,23 @@ enum Create {
     Symlink,
 }
 
+impl Create {
+    fn tag(self) -> &'static str {
+        match self {
+            Create::Mkdir => "mkdir",
+            Create::Link => "link",
+            Create::Symlink => "symlink",
+        }
+    }
+}
+
 /// `ROUNDS` races of two contenders (the second through the peer, if any) creating one new
 /// name with the backend's call, each judging as the backend does whether it won: exactly
 /// one may. With a peer, also: a name made here is refused through the peer although the
 /// peer had just looked it up as missing (its cache says "free"; the server decides).
 fn exclusive(ctx: &Ctx, how: Create) -> Probed {
-    let tag = match how {
-        Create::Mkdir => "mkdir",
-        Create::Link => "link",
-        Create::Symlink => "symlink",
-    };
     for round in 0..ROUNDS {
-        let name = ctx.name(&format!("{tag}.{round}"));
-        let ids: Vec<String> = (0..2)
-            .map(|i| format!("verify-{tag}-{round}-{i}"))
-            .collect();
-        let tmps: Vec<OsString> = (0..2)
-            .map(|i| ctx.name(&format!("{tag}.{round}.t{i}")))
-            .collect();
-        let pins: Vec<OsString> = (0..2)
-            .map(|i| ctx.name(&format!("{tag}.{round}.p{i}")))
-            .collect();
-        let dirs = [ctx.lock(), ctx.other()];
-        if let Create::Link = how {
-            for i in 0..2 {
-                create(dirs[i], &tmps[i], &ids[i])?;
-            }
-        }
-        let barrier = Barrier::new(2);
-        let won: Vec<std::result::Result<bool, String>> = std::thread::scope(|s| {
-            let hands: Vec<_> = (0..2)
-                .map(|i| {
-                    let (dir, name, id, tmp, pin) = (dirs[i], &name, &ids[i], &tmps[i], &pins[i]);
-                    let barrier = &barrier;
-                    s.spawn(move || -> std::result::Result<bool, String> {
-                        barrier.wait();
-                        match how {
-                            Create::Mkdir => match mkdirat(
-                                dir,
-                                name.as_os_str(),
-                                FileMode::from_bits_truncate(0o700),
-                            ) {
-                                Ok(()) => Ok(true),
-                                Err(Errno::EEXIST | Errno::EPERM | Errno::ENOENT) => Ok(false),
-                                Err(e) => Err(failed("mkdir", name, e)),
-                            },
-                            Create::Link => {
-                                match linkat(
-                                    dir,
-                                    tmp.as_os_str(),
-                                    dir,
-                                    name.as_os_str(),
-                                    AtFlags::empty(),
-                                ) {
-                                    Ok(()) | Err(Errno::EEXIST | Errno::EPERM | Errno::ENOENT) => {}
-                                    Err(e) => return Err(failed("link", name, e)),
-                                }
-                                Ok(content(ctx, dir, name)?.as_deref() == Some(id.as_bytes()))
-                            }
-                            Create::Symlink => {
-                                match symlinkat(id.as_str(), dir, name.as_os_str()) {
-                                    Ok(()) => Ok(true),
-                                    Err(Errno::EEXIST | Errno::EPERM | Errno::ENOENT) => {
-                                        let target = if ctx.remote {
-                                            pinned(ctx, dir, name, pin)?
-                                        } else {
-                                            readlinkat(dir, name.as_os_str()).ok()
-                                        };
-                                        Ok(target.as_deref() == Some(OsStr::new(id)))
-                                    }
-                                    Err(e) => Err(failed("symlink", name, e)),
-                                }
-                            }
-                        }
-                    })
-                })
-                .collect();
-            hands
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err("a contender panicked".into()))
-                })
-                .collect()
-        });
-        let mut winners = 0;
-        for w in won {
-            winners += usize::from(w?);
-        }
+        let winners = race(ctx, how, round)?;
         if winners != 1 {
             return Ok(Outcome::Breaks(format!(
                 "round {} of {ROUNDS}: {winners} contenders were told they won",
@@ -337,41 +268,13 @@ fn exclusive(ctx: &Ctx, how: Create) -> Probed {
     );
     if let Some(peer) = ctx.peer.as_deref().map(AsFd::as_fd) {
         // The peer looks first (its cache: missing), then the name is made here.
+        let tag = how.tag();
         let name = ctx.name(&format!("{tag}.seq"));
         let tmp = ctx.name(&format!("{tag}.seq.t"));
         let _ = fstatat(peer, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW);
-        let here = ctx.lock();
-        let made = match how {
-            Create::Mkdir => mkdirat(here, name.as_os_str(), FileMode::from_bits_truncate(0o700)),
-            Create::Link => {
-                create(here, &tmp, "verify-here")?;
-                linkat(
-                    here,
-                    tmp.as_os_str(),
-                    here,
-                    name.as_os_str(),
-                    AtFlags::empty(),
-                )
-            }
-            Create::Symlink => symlinkat("verify-here", here, name.as_os_str()),
-        };
-        made.map_err(|e| failed(tag, &name, e))?;
-        let again = match how {
-            Create::Mkdir => mkdirat(peer, name.as_os_str(), FileMode::from_bits_truncate(0o700)),
-            Create::Link => {
-                let t2 = ctx.name(&format!("{tag}.seq.t2"));
-                create(peer, &t2, "verify-peer")?;
-                linkat(
-                    peer,
-                    t2.as_os_str(),
-                    peer,
-                    name.as_os_str(),
-                    AtFlags::empty(),
-                )
-            }
-            Create::Symlink => symlinkat("verify-peer", peer, name.as_os_str()),
-        };
-        if again.is_ok() {
+        make(how, ctx.lock(), &name, || tmp, "verify-here")?.map_err(|e| failed(tag, &name, e))?;
+        let t2 = || ctx.name(&format!("{tag}.seq.t2"));
+        if make(how, peer, &name, t2, "verify-peer")?.is_ok() {
             return Ok(Outcome::Breaks(format!(
                 "{} made here was made again through the peer (its cache said it was missing)",
                 name.to_string_lossy()
@@ -380,6 +283,113 @@ fn exclusive(ctx: &Ctx, how: Create) -> Probed {
         detail.push_str("; a name made here is refused through the peer");
     }
     Ok(Outcome::Holds(detail))
+}
+
+/// Round `round` of [`exclusive`]: two contenders (the second through the peer, if any)
+/// make one new name at once; how many were told they won.
+fn race(ctx: &Ctx, how: Create, round: usize) -> std::result::Result<usize, String> {
+    let tag = how.tag();
+    let name = ctx.name(&format!("{tag}.{round}"));
+    let ids: Vec<String> = (0..2)
+        .map(|i| format!("verify-{tag}-{round}-{i}"))
+        .collect();
+    let tmps: Vec<OsString> = (0..2)
+        .map(|i| ctx.name(&format!("{tag}.{round}.t{i}")))
+        .collect();
+    let pins: Vec<OsString> = (0..2)
+        .map(|i| ctx.name(&format!("{tag}.{round}.p{i}")))
+        .collect();
+    let dirs = [ctx.lock(), ctx.other()];
+    if let Create::Link = how {
+        for i in 0..2 {
+            create(dirs[i], &tmps[i], &ids[i])?;
+        }
+    }
+    let barrier = Barrier::new(2);
+    let won: Vec<std::result::Result<bool, String>> = std::thread::scope(|s| {
+        let hands: Vec<_> = (0..2)
+            .map(|i| {
+                let (dir, name, id, tmp, pin) = (dirs[i], &name, &ids[i], &tmps[i], &pins[i]);
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    contend(ctx, how, dir, name, id, tmp, pin)
+                })
+            })
+            .collect();
+        hands
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a contender panicked".into()))
+            })
+            .collect()
+    });
+    let mut winners = 0;
+    for w in won {
+        winners += usize::from(w?);
+    }
+    Ok(winners)
+}
+
+/// One contender of a [`race`]: makes `name` in `dir` with the backend's call and judges,
+/// as the backend does, whether it won (`id`: what its lock name would hold; `tmp` and `pin`:
+/// names of its own).
+fn contend(
+    ctx: &Ctx,
+    how: Create,
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    id: &str,
+    tmp: &OsStr,
+    pin: &OsStr,
+) -> std::result::Result<bool, String> {
+    match how {
+        Create::Mkdir => match mkdirat(dir, name, FileMode::from_bits_truncate(0o700)) {
+            Ok(()) => Ok(true),
+            Err(Errno::EEXIST | Errno::EPERM | Errno::ENOENT) => Ok(false),
+            Err(e) => Err(failed("mkdir", name, e)),
+        },
+        Create::Link => {
+            match linkat(dir, tmp, dir, name, AtFlags::empty()) {
+                Ok(()) | Err(Errno::EEXIST | Errno::EPERM | Errno::ENOENT) => {}
+                Err(e) => return Err(failed("link", name, e)),
+            }
+            Ok(content(ctx, dir, name)?.as_deref() == Some(id.as_bytes()))
+        }
+        Create::Symlink => match symlinkat(id, dir, name) {
+            Ok(()) => Ok(true),
+            Err(Errno::EEXIST | Errno::EPERM | Errno::ENOENT) => {
+                let target = if ctx.remote {
+                    pinned(ctx, dir, name, pin)?
+                } else {
+                    readlinkat(dir, name).ok()
+                };
+                Ok(target.as_deref() == Some(OsStr::new(id)))
+            }
+            Err(e) => Err(failed("symlink", name, e)),
+        },
+    }
+}
+
+/// Makes `name` in `dir` with the backend's call (`link`: from a new file, `tmp()`, holding
+/// `text`; `symlink`: pointing at `text`). `Err`: the new file could not be made.
+fn make(
+    how: Create,
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    tmp: impl FnOnce() -> OsString,
+    text: &str,
+) -> std::result::Result<nix::Result<()>, String> {
+    Ok(match how {
+        Create::Mkdir => mkdirat(dir, name, FileMode::from_bits_truncate(0o700)),
+        Create::Link => {
+            let tmp = tmp();
+            create(dir, &tmp, text)?;
+            linkat(dir, tmp.as_os_str(), dir, name, AtFlags::empty())
+        }
+        Create::Symlink => symlinkat(text, dir, name),
+    })
 }
 
 /// Measurements of each delay a backend relies on (the longest counts).
@@ -863,58 +873,50 @@ fn delay_once(ctx: &Ctx, peer: &OwnedFd, change: Change, i: usize) -> Probed {
     Ok(Outcome::Delay(d))
 }
 
-/// One line to probe: what, whether the backend relies on it, and how.
-struct Probe {
-    property: &'static str,
-    /// `None`: relied on. `Some(why)`: measured for information; why the backend does not
-    /// need it.
-    not_relied: Option<&'static str>,
-    run: Box<dyn FnOnce(&Ctx) -> Probed + Send>,
-}
-
-fn probe(
-    property: &'static str,
+/// A property of the lock's directory, probed by `f` on the probes' context and judged as
+/// [`Dir::found`] says.
+fn probed(
+    name: &'static str,
     relied: bool,
-    why_not: &'static str,
-    run: impl FnOnce(&Ctx) -> Probed + Send + 'static,
-) -> Probe {
-    Probe {
-        property,
-        not_relied: (!relied).then_some(why_not),
-        run: Box::new(run),
-    }
+    why: &'static str,
+    f: impl FnOnce(&Ctx) -> Probed + Send + 'static,
+) -> Property<Dir> {
+    Property::new(name, relied, why, move |d: &mut Dir| {
+        let probed = f(&d.ctx);
+        Ok(d.found(relied, probed))
+    })
 }
 
-/// The properties `scheme` relies on at `fs` (`local`: the profile's `local = true`), and the
-/// ones measured for information (see each backend's module docs).
-fn probes(scheme: Scheme, remote: bool, local: bool, peer: Option<Arc<OwnedFd>>) -> Vec<Probe> {
+/// The properties `scheme` relies on here (`remote`: a network filesystem; `local`: the
+/// profile's `local = true`), and the ones measured for information (see each backend's
+/// module docs); with `peer`, the delays through it. `unmeasured`: why nothing is measured
+/// across mounts.
+fn probes(
+    scheme: Scheme,
+    remote: bool,
+    local: bool,
+    peer: Option<Arc<OwnedFd>>,
+    unmeasured: &str,
+) -> Vec<Property<Dir>> {
     let beats = scheme.heartbeats() && !local;
-    let fresh = reads_fresh(scheme, remote, local);
-    let mut v = Vec::new();
-    match scheme {
-        Scheme::Flock => {
-            v.push(probe("flock on this mount", true, "", flock_here));
-        }
-        Scheme::Mkdir => v.push(probe("mkdir exclusive", true, "", |c| {
-            exclusive(c, Create::Mkdir)
-        })),
-        Scheme::Link => v.push(probe("link exclusive", true, "", |c| {
-            exclusive(c, Create::Link)
-        })),
-        Scheme::Symlink => v.push(probe("symlink exclusive", true, "", |c| {
+    let mut v = vec![match scheme {
+        Scheme::Flock => probed("flock on this mount", true, "", flock_here),
+        Scheme::Mkdir => probed("mkdir exclusive", true, "", |c| exclusive(c, Create::Mkdir)),
+        Scheme::Link => probed("link exclusive", true, "", |c| exclusive(c, Create::Link)),
+        Scheme::Symlink => probed("symlink exclusive", true, "", |c| {
             exclusive(c, Create::Symlink)
-        })),
-    }
-    v.push(probe("rename over a name", true, "", rename_over));
-    v.push(probe("token state moves", true, "", state_moves));
-    v.push(probe(
+        }),
+    }];
+    v.push(probed("rename over a name", true, "", rename_over));
+    v.push(probed("token state moves", true, "", state_moves));
+    v.push(probed(
         "rename atomicity",
         false,
         "a record is renamed over by its holder only, and a reader that finds it missing in that instant sees a change, which never counts toward a break",
         rename_gaps,
     ));
     if scheme != Scheme::Flock {
-        v.push(probe(
+        v.push(probed(
             "pin (link a symlink)",
             remote,
             "records are read directly on a local filesystem",
@@ -922,19 +924,20 @@ fn probes(scheme: Scheme, remote: bool, local: bool, peer: Option<Arc<OwnedFd>>)
         ));
     }
     if scheme == Scheme::Link {
-        v.push(probe(
+        v.push(probed(
             "link count",
             false,
             "link judges by the content the lock name holds",
             link_count,
         ));
     }
+    let no_beat = "local = true: no heartbeat";
     if matches!(scheme, Scheme::Mkdir | Scheme::Symlink) {
-        v.push(probe(
+        v.push(probed(
             "symlink times",
             beats && !remote,
             if local {
-                "local = true: no heartbeat"
+                no_beat
             } else {
                 "on a network filesystem the heartbeat is a record file"
             },
@@ -942,39 +945,33 @@ fn probes(scheme: Scheme, remote: bool, local: bool, peer: Option<Arc<OwnedFd>>)
         ));
     }
     if scheme.heartbeats() {
-        v.push(probe(
+        v.push(probed(
             "record rewrite",
             beats && (remote || scheme != Scheme::Symlink),
             if local {
-                "local = true: no heartbeat"
+                no_beat
             } else {
                 "this backend's heartbeat here is a symlink's times"
             },
             record_rewrite,
         ));
     }
-    match (&peer, scheme) {
-        (Some(p), Scheme::Flock) => {
-            let p = p.clone();
-            v.push(probe("flock across mounts", true, "", move |c| {
+    if scheme == Scheme::Flock {
+        v.push(match peer.clone() {
+            Some(p) => probed("flock across mounts", true, "", move |c| {
                 flock_across(c, &p)
-            }));
-        }
-        (None, Scheme::Flock) => v.push(Probe {
-            property: "flock across mounts",
-            not_relied: None,
-            run: Box::new(|_| Err("unmeasured".into())),
-        }),
-        _ => {}
+            }),
+            None => Property::known(
+                "flock across mounts",
+                Reliance::Relied,
+                Found::Unmeasured(unmeasured.to_string()),
+            ),
+        });
     }
     if let Some(p) = peer {
-        for (property, change, relied, why) in delays(fresh) {
+        for (property, change, relied, why) in delays(reads_fresh(scheme, remote, local)) {
             let p = p.clone();
-            v.push(Probe {
-                property,
-                not_relied: (!relied).then_some(why),
-                run: Box::new(move |c| delay(c, &p, change)),
-            });
+            v.push(probed(property, relied, why, move |c| delay(c, &p, change)));
         }
     }
     v
@@ -989,6 +986,7 @@ fn reads_fresh(scheme: Scheme, remote: bool, local: bool) -> bool {
 /// The delays measured through a peer: property, change, relied on (given `fresh`: records
 /// are read fresh across hosts), and why not.
 fn delays(fresh: bool) -> [(&'static str, Change, bool, &'static str); 6] {
+    let no_record = "no heartbeat record is read across hosts here";
     [
         (
             "name delay (create)",
@@ -1002,18 +1000,8 @@ fn delays(fresh: bool) -> [(&'static str, Change, bool, &'static str); 6] {
             false,
             "a freed lock may look held this long through the peer: slower handoff, not unsafe",
         ),
-        (
-            "content delay (rewrite)",
-            Change::Rewrite,
-            fresh,
-            "no heartbeat record is read across hosts here",
-        ),
-        (
-            "content delay (rename)",
-            Change::Rename,
-            fresh,
-            "no heartbeat record is read across hosts here",
-        ),
+        ("content delay (rewrite)", Change::Rewrite, fresh, no_record),
+        ("content delay (rename)", Change::Rename, fresh, no_record),
         (
             "pinned read delay",
             Change::Pinned,
@@ -1057,7 +1045,7 @@ pub fn verify(p: &Named, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) ->
     let (tx, rx) = mpsc::channel();
     let (p2, cfg2, peer2) = (p.clone(), cfg.clone(), peer.map(Path::to_path_buf));
     std::thread::spawn(move || {
-        let _ = tx.send(verify_here(&p2, scheme, &cfg2, peer2.as_deref()));
+        let _ = tx.send(Dir::open(&p2, scheme, &cfg2, peer2.as_deref()).and_then(verify::run));
     });
     rx.recv_timeout(overall).unwrap_or_else(|_| {
         Err(err!(
@@ -1069,35 +1057,225 @@ pub fn verify(p: &Named, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) ->
     })
 }
 
-fn verify_here(p: &Named, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) -> Result<Report> {
-    let parent = cfg
-        .path
-        .parent()
-        .map_or_else(|| PathBuf::from("/"), PathBuf::from);
-    let lock_name = cfg.path.file_name().map(OsString::from).unwrap_or_default();
-    let dir = open_dir(&parent, "cannot open the directory of lock")?;
-    let dir_st = fstat(&dir).map_err(|e| Error::path("cannot stat", &parent, e.into()))?;
-    let fs = detect(dir.as_fd());
-    let stale_after = p.common.stale_after;
-    let mode = if p.common.shared {
-        Mode::Shared
-    } else {
-        Mode::Exclusive
-    };
-    let mut findings = Vec::new();
-    let mut problems = Vec::new();
-    let mut add = |property: &'static str, status: Status, detail: String| {
-        findings.push(Finding {
-            property,
-            status,
-            detail,
-        });
-    };
+/// The file lock and what its verdict counts with, the same for every probe's copy of
+/// [`Dir`].
+struct Site {
+    profile: String,
+    scheme: Scheme,
+    cfg: FsConfig,
+    fs: Fs,
+    /// The lock's directory.
+    parent: PathBuf,
+    stale_after: Duration,
+    mode: Mode,
+    /// The cache time locksmith's rule counts with here, and on whose word.
+    limit: Duration,
+    limit_how: &'static str,
+    /// Why nothing is measured across mounts (no usable peer).
+    unmeasured_why: String,
+    /// What opening the directory found (the filesystem, its client caches, the directory's
+    /// mode, the peer): each line's name, reliance, answer and problem.
+    opened: Vec<(&'static str, Reliance, Found, Problem)>,
+}
 
-    add(
+/// `verify`'s probing session on a file lock's directory: the probes' context and the site.
+#[derive(Clone)]
+struct Dir {
+    ctx: Ctx,
+    site: Arc<Site>,
+}
+
+impl Dir {
+    /// Opens the lock's directory (and the peer's) as the probes need it, and says what it
+    /// found; `Err` where nothing can be probed.
+    fn open(p: &Named, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) -> Result<Dir> {
+        let parent = cfg
+            .path
+            .parent()
+            .map_or_else(|| PathBuf::from("/"), PathBuf::from);
+        let lock_name = cfg.path.file_name().map(OsString::from).unwrap_or_default();
+        let dir = open_dir(&parent, "cannot open the directory of lock")?;
+        let dir_st = fstat(&dir).map_err(|e| Error::path("cannot stat", &parent, e.into()))?;
+        let fs = detect(dir.as_fd());
+        let stale_after = p.common.stale_after;
+        let mut opened = found_at(&fs, cfg, dir_st.st_mode, &parent);
+
+        let prefix = format!(
+            ".{}.verify.{}.",
+            lock_name.to_string_lossy(),
+            crate::host::nonce()
+        );
+        writable(dir.as_fd(), &prefix, cfg)?;
+
+        let (limit, limit_how) = cache_time(&fs, cfg);
+        let bound = limit.max(UNKNOWN_CACHE).max(stale_after) + Duration::from_secs(5);
+        let mut ctx = Ctx {
+            lock: Arc::new(dir),
+            peer: None,
+            shown: parent.clone(),
+            prefix,
+            made: Arc::new(Mutex::new(Vec::new())),
+            bound,
+            remote: fs.remote,
+            profile: p.name.to_string(),
+        };
+        let (peer_line, unmeasured_why) = match peer {
+            None => (
+                Found::Unmeasured("none given (--peer DIR): nothing measured across mounts".into()),
+                "no --peer given".to_string(),
+            ),
+            Some(peer_path) => attach_peer(&mut ctx, peer_path, &dir_st, &fs)?,
+        };
+        opened.push(("peer", Reliance::Relied, peer_line, Problem::Named));
+        Ok(Dir {
+            ctx,
+            site: Arc::new(Site {
+                profile: p.name.to_string(),
+                scheme,
+                cfg: cfg.clone(),
+                fs,
+                parent,
+                stale_after,
+                mode: if p.common.shared {
+                    Mode::Shared
+                } else {
+                    Mode::Exclusive
+                },
+                limit,
+                limit_how,
+                unmeasured_why,
+                opened,
+            }),
+        })
+    }
+
+    /// What a probe of a property (`relied` on or not) found: a delay judged against the
+    /// cache time the rule counts with; an error, `could not probe`.
+    fn found(&self, relied: bool, probed: Probed) -> Found {
+        let (limit, how, bound) = (self.site.limit, self.site.limit_how, self.ctx.bound);
+        match probed {
+            Err(e) => Found::Breaks(format!("could not probe: {e}")),
+            Ok(Outcome::Holds(s)) => Found::Holds(s),
+            Ok(Outcome::Breaks(s)) => Found::Breaks(s),
+            Ok(Outcome::Delay(None)) => Found::Timed(
+                bound,
+                Box::new(Found::Breaks(format!(
+                    "not shown within {}",
+                    fmt_duration(bound)
+                ))),
+            ),
+            Ok(Outcome::Delay(Some(d))) => {
+                // With room to spare: one run may not catch the cache at its longest.
+                let needs = suggest_cache_time(d);
+                let judged = if relied && needs > limit {
+                    Found::Breaks(format!(
+                        "{} (longest of {SAMPLES}): with room to spare that needs a cache time of {}, more than {} ({how})",
+                        figure(d),
+                        fmt_duration(needs),
+                        fmt_duration(limit)
+                    ))
+                } else if relied {
+                    Found::Holds(format!(
+                        "{} (longest of {SAMPLES}; with room to spare within the cache time {}, {how})",
+                        figure(d),
+                        fmt_duration(limit)
+                    ))
+                } else {
+                    Found::Holds(figure(d))
+                };
+                Found::Timed(d, Box::new(judged))
+            }
+        }
+    }
+
+    /// locksmith's own rule for this profile here (the one place: `lockdir::check`).
+    fn rule(&self) -> Result<()> {
+        let s = &*self.site;
+        let heartbeats = s.scheme.heartbeats();
+        check(
+            &s.fs,
+            if heartbeats { &s.parent } else { &s.cfg.path },
+            &s.cfg,
+            if heartbeats {
+                s.stale_after
+            } else {
+                Duration::ZERO
+            },
+            heartbeats,
+        )
+        .and_then(|()| match s.scheme {
+            Scheme::Symlink => {
+                super::check_shared(&s.cfg.path, s.fs.remote, &s.fs.name, s.mode, s.cfg.local)
+            }
+            _ => Ok(()),
+        })
+    }
+
+    /// The `profile` line: the rule's verdict, or why it holds here.
+    fn profile_line(&self) -> Found {
+        let s = &*self.site;
+        match (self.rule(), s.scheme, s.fs.remote, s.cfg.local) {
+            (Err(e), ..) => Found::Breaks(e.message().to_string()),
+            (Ok(()), _, true, true) => {
+                Found::Holds("local = true: every contender runs on this host".into())
+            }
+            (Ok(()), Scheme::Flock, ..) => {
+                Found::Holds("a local filesystem: the kernel's flock(2) decides".into())
+            }
+            (Ok(()), _, false, _) => Found::Holds(format!(
+                "stale_after {}: a local filesystem, no cache to outwait",
+                fmt_duration(s.stale_after)
+            )),
+            (Ok(()), _, true, false) => Found::Holds(format!(
+                "stale_after {} > the cache time {} ({})",
+                fmt_duration(s.stale_after),
+                fmt_duration(s.limit),
+                s.limit_how
+            )),
+        }
+    }
+
+    /// Whether the rule counts with a cache time here.
+    fn counts_cache(&self) -> bool {
+        let s = &*self.site;
+        s.scheme.heartbeats() && s.fs.remote && !s.cfg.local
+    }
+
+    /// What to set, where a measured delay (`worst`) outgrew the cache time counted with.
+    fn what_to_set(&self, worst: Option<Duration>) -> Option<String> {
+        let s = &*self.site;
+        let w = worst.filter(|_| self.counts_cache())?;
+        let c = suggest_cache_time(w);
+        if c > s.limit {
+            Some(format!(
+                "set cache_time = \"{}\" (the measured {} with room to spare) and stale_after above it",
+                fmt_duration(c),
+                figure(w)
+            ))
+        } else if s.cfg.cache_time.is_none() && self.rule().is_err() {
+            Some(format!(
+                "measured: records showed through the peer within {}, so cache_time = \"{}\" with stale_after above it would do",
+                figure(w),
+                fmt_duration(c)
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+/// What opening the directory found: its filesystem, the client's caches (where locksmith
+/// checks them), the directory's mode.
+fn found_at(
+    fs: &Fs,
+    cfg: &FsConfig,
+    mode: u32,
+    parent: &Path,
+) -> Vec<(&'static str, Reliance, Found, Problem)> {
+    let mut v = vec![(
         "filesystem",
-        Status::Info,
-        format!(
+        Reliance::Stated,
+        Found::Holds(format!(
             "{}: {}",
             fs.name,
             if fs.remote {
@@ -1105,370 +1283,234 @@ fn verify_here(p: &Named, scheme: Scheme, cfg: &FsConfig, peer: Option<&Path>) -
             } else {
                 "local"
             }
-        ),
-    );
-    // Where locksmith checks the client's caches (GlusterFS): the rule says the same below.
-    match &fs.client {
-        Some(Ok(seen)) => add("client caches", Status::Ok, seen.clone()),
-        Some(Err(why)) if !cfg.local => add("client caches", Status::Fail, why.clone()),
-        Some(Err(why)) => add(
-            "client caches",
-            Status::Info,
-            format!("local = true: {why}"),
-        ),
-        None => {}
+        )),
+        Problem::Named,
+    )];
+    // Where locksmith checks the client's caches (GlusterFS): the rule says the same (the
+    // profile line), so a failure here is not a problem of its own.
+    let caches = match &fs.client {
+        Some(Ok(seen)) => Some((Reliance::Relied, Found::Holds(seen.clone()))),
+        Some(Err(why)) if !cfg.local => Some((Reliance::Relied, Found::Breaks(why.clone()))),
+        Some(Err(why)) => Some((
+            Reliance::Stated,
+            Found::Holds(format!("local = true: {why}")),
+        )),
+        None => None,
+    };
+    if let Some((reliance, found)) = caches {
+        v.push(("client caches", reliance, found, Problem::Elsewhere));
     }
-    match check_dir_mode(dir_st.st_mode, &parent) {
-        Ok(()) => add(
-            "directory",
-            Status::Ok,
-            format!(
-                "{} (mode {:04o})",
-                parent.display(),
-                dir_st.st_mode & 0o7777
-            ),
-        ),
-        Err(e) => {
-            problems.push(e.message().to_string());
-            add("directory", Status::Fail, e.message().to_string());
-        }
-    }
+    let directory = match check_dir_mode(mode, parent) {
+        Ok(()) => Found::Holds(format!("{} (mode {:04o})", parent.display(), mode & 0o7777)),
+        Err(e) => Found::Breaks(e.message().to_string()),
+    };
+    v.push(("directory", Reliance::Relied, directory, Problem::Bare));
+    v
+}
 
-    let prefix = format!(
-        ".{}.verify.{}.",
-        lock_name.to_string_lossy(),
-        crate::host::nonce()
-    );
-    // Can we write here at all? (Denied, read-only: the SPEC's codes, as for a lock.)
+/// Whether probe files can be made beside the lock at all (denied, read-only: the SPEC's
+/// codes, as for a lock).
+fn writable(dir: BorrowedFd<'_>, prefix: &str, cfg: &FsConfig) -> Result<()> {
     let probe_name = OsString::from(format!("{prefix}w"));
     openat(
-        dir.as_fd(),
+        dir,
         probe_name.as_os_str(),
         OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC,
         FileMode::from_bits_truncate(0o600),
     )
     .map_err(|e| Error::path("cannot create probe files beside lock", &cfg.path, e.into()))?;
-    let _ = unlinkat(
-        dir.as_fd(),
-        probe_name.as_os_str(),
-        UnlinkatFlags::NoRemoveDir,
-    );
+    let _ = unlinkat(dir, probe_name.as_os_str(), UnlinkatFlags::NoRemoveDir);
+    Ok(())
+}
 
-    let (limit, limit_how) = cache_time(&fs, cfg);
-    let bound = limit.max(UNKNOWN_CACHE).max(stale_after) + Duration::from_secs(5);
-    let dir = Arc::new(dir);
-    let mut ctx = Ctx {
-        lock: dir.clone(),
-        peer: None,
-        shown: parent.clone(),
-        prefix,
-        made: Arc::new(Mutex::new(Vec::new())),
-        bound,
-        remote: fs.remote,
-        profile: p.name.to_string(),
+/// The peer: another mount of the lock's directory, which must show a file made here. Its
+/// line, and why nothing is measured across mounts if it cannot stand in for another host
+/// (else `ctx.peer` is set).
+fn attach_peer(
+    ctx: &mut Ctx,
+    peer_path: &Path,
+    dir_st: &nix::sys::stat::FileStat,
+    fs: &Fs,
+) -> Result<(Found, String)> {
+    let parent = ctx.shown.clone();
+    let pfd = open_dir(peer_path, "--peer: cannot open directory")
+        .map_err(|e| err!(Usage, "{}", e.message()))?;
+    let pst = fstat(&pfd).map_err(|e| Error::path("cannot stat", peer_path, e.into()))?;
+    if pst.st_dev == dir_st.st_dev && pst.st_ino != dir_st.st_ino {
+        return Err(err!(
+            Usage,
+            "--peer {} is another directory on the lock's filesystem, not the lock's directory {} through another mount",
+            peer_path.display(),
+            parent.display()
+        ));
+    }
+    // Without a cache on either side, a file shows at once or never.
+    let pfs = detect(pfd.as_fd());
+    let wait = if fs.remote || pfs.remote {
+        ctx.bound
+    } else {
+        Duration::from_secs(1)
     };
-
-    // The peer: another mount of the same directory.
-    let mut unmeasured_why = "no --peer given".to_string();
-    match peer {
-        None => add(
-            "peer",
-            Status::Unmeasured,
-            "none given (--peer DIR): nothing measured across mounts".into(),
-        ),
-        Some(peer_path) => {
-            let pfd = open_dir(peer_path, "--peer: cannot open directory")
-                .map_err(|e| err!(Usage, "{}", e.message()))?;
-            let pst = fstat(&pfd).map_err(|e| Error::path("cannot stat", peer_path, e.into()))?;
-            if pst.st_dev == dir_st.st_dev && pst.st_ino != dir_st.st_ino {
-                return Err(err!(
-                    Usage,
-                    "--peer {} is another directory on the lock's filesystem, not the lock's directory {} through another mount",
-                    peer_path.display(),
-                    parent.display()
-                ));
-            }
-            // Without a cache on either side, a file shows at once or never.
-            let pfs = detect(pfd.as_fd());
-            let wait = if fs.remote || pfs.remote {
-                bound
-            } else {
-                Duration::from_secs(1)
-            };
-            let name = ctx.name("peer");
-            let r = (|| -> std::result::Result<Option<Duration>, String> {
-                create(ctx.lock(), &name, &name.to_string_lossy())?;
-                let t0 = Instant::now();
-                until(t0, wait, || {
-                    Ok(content(&ctx, pfd.as_fd(), &name)?.as_deref()
-                        == Some(name.as_encoded_bytes()))
-                })
-            })();
-            let seen = match r {
-                Ok(Some(d)) => d,
-                Ok(None) | Err(_) => {
-                    ctx.sweep();
-                    return Err(err!(
-                        Usage,
-                        "--peer {} does not show the lock's directory {}: a file made there did not appear through it within {}{}",
-                        peer_path.display(),
-                        parent.display(),
-                        fmt_duration(wait),
-                        r.err().map(|e| format!(" ({e})")).unwrap_or_default()
-                    ));
-                }
-            };
-            if pst.st_dev == dir_st.st_dev {
-                unmeasured_why = format!(
-                    "--peer {} is on the lock's own mount: it shares its caches",
-                    peer_path.display()
-                );
-                add(
-                    "peer",
-                    Status::Unmeasured,
-                    format!("{unmeasured_why}, so it cannot stand in for another host"),
-                );
-            } else {
-                add(
-                    "peer",
-                    Status::Ok,
-                    format!(
-                        "{} shows the lock's directory through another mount ({}; a new file showed after {})",
-                        peer_path.display(),
-                        pfs.name,
-                        figure(seen)
-                    ),
-                );
-                ctx.peer = Some(Arc::new(pfd));
-            }
+    let name = ctx.name("peer");
+    let r = (|| -> std::result::Result<Option<Duration>, String> {
+        create(ctx.lock(), &name, &name.to_string_lossy())?;
+        let t0 = Instant::now();
+        until(t0, wait, || {
+            Ok(content(ctx, pfd.as_fd(), &name)?.as_deref() == Some(name.as_encoded_bytes()))
+        })
+    })();
+    let seen = match r {
+        Ok(Some(d)) => d,
+        Ok(None) | Err(_) => {
+            ctx.sweep();
+            return Err(err!(
+                Usage,
+                "--peer {} does not show the lock's directory {}: a file made there did not appear through it within {}{}",
+                peer_path.display(),
+                parent.display(),
+                fmt_duration(wait),
+                r.err().map(|e| format!(" ({e})")).unwrap_or_default()
+            ));
         }
+    };
+    if pst.st_dev == dir_st.st_dev {
+        let why = format!(
+            "--peer {} is on the lock's own mount: it shares its caches",
+            peer_path.display()
+        );
+        let line = Found::Unmeasured(format!("{why}, so it cannot stand in for another host"));
+        return Ok((line, why));
+    }
+    let line = Found::Holds(format!(
+        "{} shows the lock's directory through another mount ({}; a new file showed after {})",
+        peer_path.display(),
+        pfs.name,
+        figure(seen)
+    ));
+    ctx.peer = Some(Arc::new(pfd));
+    Ok((line, "no --peer given".to_string()))
+}
+
+/// The file backends' declaration: what opening found, the probes of `scheme` (all at
+/// once), locksmith's own rule for the profile after them.
+impl Probing for Dir {
+    fn header(&self) -> (String, String) {
+        let s = &*self.site;
+        (
+            format!(
+                "locksmith verify {}: backend {}, lock {}",
+                s.profile,
+                s.scheme.name(),
+                s.cfg.path.display()
+            ),
+            s.cfg.path.display().to_string(),
+        )
     }
 
-    // Every probe at once, each on its own thread, waited for within a bound.
-    let list = probes(scheme, fs.remote, cfg.local, ctx.peer.clone());
-    let (tx, rx) = mpsc::channel();
-    let mut meta = Vec::new();
-    for (i, pr) in list.into_iter().enumerate() {
-        meta.push((pr.property, pr.not_relied));
-        let (tx, c) = (tx.clone(), ctx.clone());
-        let run = pr.run;
-        std::thread::spawn(move || {
-            let _ = tx.send((i, run(&c)));
-        });
-    }
-    drop(tx);
-    let deadline = Instant::now() + bound * 2 + Duration::from_secs(10);
-    let mut results: Vec<Option<Probed>> = meta.iter().map(|_| None).collect();
-    while results.iter().any(Option::is_none) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok((i, r)) => results[i] = Some(r),
-            Err(_) => break,
+    fn properties(&self) -> Vec<Property<Dir>> {
+        let s = &*self.site;
+        let mut v: Vec<Property<Dir>> = s
+            .opened
+            .iter()
+            .map(|(name, reliance, found, problem)| {
+                Property::known(name, *reliance, found.clone()).said_as(*problem)
+            })
+            .collect();
+        v.extend(probes(
+            s.scheme,
+            s.fs.remote,
+            s.cfg.local,
+            self.ctx.peer.clone(),
+            &s.unmeasured_why,
+        ));
+        if self.ctx.peer.is_none() {
+            v.push(Property::known(
+                "cross-mount delays",
+                Reliance::Relied,
+                Found::Unmeasured(self.delays_unmeasured()),
+            ));
         }
+        v
     }
 
-    if ctx.peer.is_none() {
-        let relied: Vec<&str> = delays(reads_fresh(scheme, fs.remote, cfg.local))
+    fn afterwards(&self) -> Vec<Property<Dir>> {
+        vec![
+            Property::known("profile", Reliance::Relied, self.profile_line())
+                .said_as(Problem::First),
+        ]
+    }
+
+    fn probe(&mut self, properties: Vec<Property<Dir>>) -> Answers {
+        let within = self.ctx.bound * 2 + Duration::from_secs(10);
+        verify::at_once(self, properties, within, "the filesystem hangs?")
+    }
+
+    fn clean_up(&mut self) -> Vec<String> {
+        self.ctx.sweep_bounded()
+    }
+
+    fn accepts(&mut self, r: &mut Report) -> String {
+        let s = &*self.site;
+        let worst = r.measured.iter().copied().max();
+        let name = s.scheme.name();
+        let counts_cache = self.counts_cache();
+        let mut accepts = format!("backend {name} keeps SPEC §6 here");
+        if counts_cache && matches!(s.fs.client, Some(Err(_))) {
+            accepts = format!(
+                "backend {name} cannot keep SPEC §6 here with any stale_after until the mount's client caches change (see profile)"
+            );
+        } else if counts_cache {
+            accepts.push_str(&format!(
+                "; it accepts stale_after above {} ({})",
+                fmt_duration(s.limit),
+                s.limit_how
+            ));
+            match worst {
+                Some(w) => accepts.push_str(&format!(
+                    "; records showed through the peer within {}",
+                    figure(w)
+                )),
+                None => accepts.push_str(&format!(
+                    "; cross-mount delays unmeasured ({}): that cache time is taken on trust",
+                    s.unmeasured_why
+                )),
+            }
+        } else if s.scheme.heartbeats() && !s.cfg.local {
+            accepts.push_str(&format!(
+                "; any stale_after (now {}): no cache to outwait",
+                fmt_duration(s.stale_after)
+            ));
+        }
+        if s.fs.remote && s.cfg.local {
+            accepts
+                .push_str(" only with every contender on this host and this mount (local = true)");
+        }
+        r.problems.extend(self.what_to_set(worst));
+        accepts
+    }
+}
+
+impl Dir {
+    /// The `cross-mount delays` line without a usable peer: which delays are taken on trust.
+    fn delays_unmeasured(&self) -> String {
+        let s = &*self.site;
+        let why = &s.unmeasured_why;
+        let relied: Vec<&str> = delays(reads_fresh(s.scheme, s.fs.remote, s.cfg.local))
             .iter()
             .filter(|d| d.2)
             .map(|d| d.0)
             .collect();
-        let detail = if relied.is_empty() {
-            format!("{unmeasured_why} (none relied on here)")
+        if relied.is_empty() {
+            format!("{why} (none relied on here)")
         } else {
             format!(
-                "{unmeasured_why}: the {} relied on are taken to stay within the cache time {} ({limit_how})",
+                "{why}: the {} relied on are taken to stay within the cache time {} ({})",
                 relied.join(", "),
-                fmt_duration(limit)
+                fmt_duration(s.limit),
+                s.limit_how
             )
-        };
-        meta.push(("cross-mount delays", None));
-        results.push(Some(Err(format!("unmeasured: {detail}"))));
-    }
-    let mut worst: Option<Duration> = None;
-    for ((property, not_relied), r) in meta.into_iter().zip(results) {
-        let relied = not_relied.is_none();
-        let aside = |s: String, status: Status| match not_relied {
-            Some(why) if status != Status::Unmeasured => format!("{s} (not relied on: {why})"),
-            _ => s,
-        };
-        let (status, detail) = match r {
-            None => (
-                Status::Fail,
-                format!(
-                    "no answer within {} (the filesystem hangs?)",
-                    fmt_duration(bound * 2 + Duration::from_secs(10))
-                ),
-            ),
-            Some(Err(e)) if e == "unmeasured" => (Status::Unmeasured, unmeasured_why.clone()),
-            Some(Err(e)) if e.starts_with("unmeasured: ") => {
-                (Status::Unmeasured, e["unmeasured: ".len()..].to_string())
-            }
-            Some(Err(e)) => (Status::Fail, format!("could not probe: {e}")),
-            Some(Ok(Outcome::Holds(s))) => (Status::Ok, s),
-            Some(Ok(Outcome::Breaks(s))) => (Status::Fail, s),
-            Some(Ok(Outcome::Delay(Some(d)))) => {
-                if relied {
-                    worst = Some(worst.map_or(d, |w| w.max(d)));
-                }
-                // With room to spare: one run may not catch the cache at its longest.
-                let needs = suggest_cache_time(d);
-                if relied && needs > limit {
-                    (
-                        Status::Fail,
-                        format!(
-                            "{} (longest of {SAMPLES}): with room to spare that needs a cache time of {}, more than {} ({limit_how})",
-                            figure(d),
-                            fmt_duration(needs),
-                            fmt_duration(limit)
-                        ),
-                    )
-                } else if relied {
-                    (
-                        Status::Ok,
-                        format!(
-                            "{} (longest of {SAMPLES}; with room to spare within the cache time {}, {limit_how})",
-                            figure(d),
-                            fmt_duration(limit)
-                        ),
-                    )
-                } else {
-                    (Status::Ok, figure(d))
-                }
-            }
-            Some(Ok(Outcome::Delay(None))) => {
-                if relied {
-                    worst = Some(worst.map_or(bound, |w| w.max(bound)));
-                }
-                (
-                    Status::Fail,
-                    format!("not shown within {}", fmt_duration(bound)),
-                )
-            }
-        };
-        let status = match (status, relied) {
-            (Status::Unmeasured, _) => Status::Unmeasured,
-            (_, false) => Status::Info,
-            (s, true) => s,
-        };
-        if status == Status::Fail {
-            problems.push(format!("{property}: {detail}"));
         }
-        add(property, status, aside(detail, status));
     }
-
-    // locksmith's own rule for this profile here (the one place: lockdir::check).
-    let heartbeats = scheme.heartbeats();
-    let rule = check(
-        &fs,
-        if heartbeats { &parent } else { &cfg.path },
-        cfg,
-        if heartbeats {
-            stale_after
-        } else {
-            Duration::ZERO
-        },
-        heartbeats,
-    )
-    .and_then(|()| match scheme {
-        Scheme::Symlink => super::check_shared(&cfg.path, fs.remote, &fs.name, mode, cfg.local),
-        _ => Ok(()),
-    });
-    let rule_detail = match (&rule, scheme, fs.remote, cfg.local) {
-        (Err(e), ..) => e.message().to_string(),
-        (Ok(()), _, true, true) => "local = true: every contender runs on this host".into(),
-        (Ok(()), Scheme::Flock, ..) => "a local filesystem: the kernel's flock(2) decides".into(),
-        (Ok(()), _, false, _) => format!(
-            "stale_after {}: a local filesystem, no cache to outwait",
-            fmt_duration(stale_after)
-        ),
-        (Ok(()), _, true, false) => format!(
-            "stale_after {} > the cache time {} ({limit_how})",
-            fmt_duration(stale_after),
-            fmt_duration(limit)
-        ),
-    };
-    if rule.is_err() {
-        problems.insert(0, rule_detail.clone());
-    }
-    add(
-        "profile",
-        if rule.is_ok() {
-            Status::Ok
-        } else {
-            Status::Fail
-        },
-        rule_detail,
-    );
-
-    // Where the rule counts with a cache time, the stale_after it accepts.
-    let counts_cache = heartbeats && fs.remote && !cfg.local;
-    let mut accepts = format!("backend {} keeps SPEC §6 here", scheme.name());
-    if counts_cache && matches!(fs.client, Some(Err(_))) {
-        accepts = format!(
-            "backend {} cannot keep SPEC §6 here with any stale_after until the mount's client caches change (see profile)",
-            scheme.name()
-        );
-    } else if counts_cache {
-        accepts.push_str(&format!(
-            "; it accepts stale_after above {} ({limit_how})",
-            fmt_duration(limit)
-        ));
-        match worst {
-            Some(w) => accepts.push_str(&format!(
-                "; records showed through the peer within {}",
-                figure(w)
-            )),
-            None => accepts.push_str(&format!(
-                "; cross-mount delays unmeasured ({unmeasured_why}): that cache time is taken on trust"
-            )),
-        }
-    } else if heartbeats && !cfg.local {
-        accepts.push_str(&format!(
-            "; any stale_after (now {}): no cache to outwait",
-            fmt_duration(stale_after)
-        ));
-    }
-    if fs.remote && cfg.local {
-        accepts.push_str(" only with every contender on this host and this mount (local = true)");
-    }
-    // What to set, where a measured delay outgrew the cache time counted with.
-    if counts_cache
-        && let Some(w) = worst
-        && suggest_cache_time(w) > limit
-    {
-        let c = suggest_cache_time(w);
-        problems.push(format!(
-            "set cache_time = \"{}\" (the measured {} with room to spare) and stale_after above it",
-            fmt_duration(c),
-            figure(w)
-        ));
-    } else if counts_cache
-        && cfg.cache_time.is_none()
-        && rule.is_err()
-        && let Some(w) = worst
-    {
-        problems.push(format!(
-            "measured: records showed through the peer within {}, so cache_time = \"{}\" with stale_after above it would do",
-            figure(w),
-            fmt_duration(suggest_cache_time(w))
-        ));
-    }
-
-    let left = ctx.sweep_bounded();
-    Ok(Report {
-        header: format!(
-            "locksmith verify {}: backend {}, lock {}",
-            p.name,
-            scheme.name(),
-            cfg.path.display()
-        ),
-        lock: cfg.path.display().to_string(),
-        findings,
-        problems,
-        accepts,
-        left,
-    })
 }
 
 impl Ctx {

@@ -693,6 +693,15 @@ impl Fields {
         self.table.remove(key)
     }
 
+    /// A key that must be there, read by `read` (e.g. `Fields::string`).
+    pub fn required<T>(
+        &mut self,
+        key: &str,
+        read: impl FnOnce(&mut Self, &str) -> Result<Option<T>>,
+    ) -> Result<T> {
+        read(self, key)?.ok_or_else(|| self.error(&format!("missing required key `{key}`")))
+    }
+
     pub fn string(&mut self, key: &str) -> Result<Option<String>> {
         match self.take(key) {
             None => Ok(None),

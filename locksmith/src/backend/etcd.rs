@@ -87,9 +87,7 @@ pub static KEYS: &[KeyDoc] = &[
 /// on the command line has no profile: it must name its PREFIX). From an address with a
 /// user, the password defaults to `$LOCKSMITH_PASSWORD`.
 pub fn config(f: &mut Fields) -> Result<EtcdConfig> {
-    let endpoints = f
-        .strings("endpoints")?
-        .ok_or_else(|| f.error("missing required key `endpoints`"))?;
+    let endpoints = f.required("endpoints", Fields::strings)?;
     if endpoints.is_empty() {
         return Err(f.error("`endpoints` is empty"));
     }

@@ -98,9 +98,7 @@ impl FsConfig {
     /// `cache_time` where the backend judges liveness by heartbeats (`heartbeats`: mkdir,
     /// link, symlink).
     pub fn parse(f: &mut Fields, heartbeats: bool) -> Result<FsConfig> {
-        let path = f
-            .string("path")?
-            .ok_or_else(|| f.error("missing required key `path`"))?;
+        let path = f.required("path", Fields::string)?;
         if path.is_empty() {
             return Err(f.error("`path` is empty"));
         }

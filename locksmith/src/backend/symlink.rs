@@ -60,8 +60,8 @@
 //! `stale_after` above it.
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -368,23 +368,7 @@ impl Files {
             Err(Errno::ENOENT) => return Ok(None),
             Err(e) => return Err(Error::path("cannot open shared group", &shown, e.into())),
         };
-        let dup = openat(
-            &fd,
-            ".",
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            FileMode::empty(),
-        )
-        .map_err(|e| Error::path("cannot open shared group", &shown, e.into()))?;
-        let mut dir = Dir::from_fd(dup)
-            .map_err(|e| Error::path("cannot list shared group", &shown, e.into()))?;
-        let mut names = Vec::new();
-        for ent in dir.iter() {
-            let ent = ent.map_err(|e| Error::path("cannot list shared group", &shown, e.into()))?;
-            let n = ent.file_name().to_bytes();
-            if n != b"." && n != b".." {
-                names.push(OsStr::from_bytes(n).to_owned());
-            }
-        }
+        let names = names_in(fd.as_fd(), &shown, "shared group", |n| n != b"." && n != b"..")?;
         let mut out = Vec::new();
         for n in names {
             let Ok(st) = fstatat(&fd, n.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else {
@@ -410,27 +394,9 @@ impl Files {
     /// Names beginning with `prefix` in the parent directory.
     fn list_beside(&mut self, prefix: &OsStr) -> Result<Vec<OsString>> {
         let path = self.dir.path.clone();
-        let parent = self.fd()?;
-        // A description of our own: listing moves its offset.
-        let dup = openat(
-            parent,
-            ".",
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            FileMode::empty(),
-        )
-        .map_err(|e| Error::path("cannot list the directory of lock", &path, e.into()))?;
-        let mut dir = Dir::from_fd(dup)
-            .map_err(|e| Error::path("cannot list the directory of lock", &path, e.into()))?;
-        let mut out = Vec::new();
-        for ent in dir.iter() {
-            let ent =
-                ent.map_err(|e| Error::path("cannot list the directory of lock", &path, e.into()))?;
-            let n = ent.file_name().to_bytes();
-            if n.starts_with(prefix.as_bytes()) {
-                out.push(OsStr::from_bytes(n).to_owned());
-            }
-        }
-        Ok(out)
+        names_in(self.fd()?, &path, "the directory of lock", |n| {
+            n.starts_with(prefix.as_bytes())
+        })
     }
 
     /// While holding exclusively, no group can be current: remove groups left by readers
@@ -1107,3 +1073,29 @@ impl Files {
     }
 }
 
+/// The names in directory `dir` (shown as `shown`, the `what` of messages) that `keep`
+/// accepts, listed through a description of our own (listing moves its offset).
+fn names_in(
+    dir: BorrowedFd<'_>,
+    shown: &Path,
+    what: &str,
+    keep: impl Fn(&[u8]) -> bool,
+) -> Result<Vec<OsString>> {
+    let failed = |verb: &str, e: Errno| Error::path(&format!("cannot {verb} {what}"), shown, e.into());
+    let dup = openat(
+        dir,
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        FileMode::empty(),
+    )
+    .map_err(|e| failed("open", e))?;
+    let mut listing = Dir::from_fd(dup).map_err(|e| failed("list", e))?;
+    let mut out = Vec::new();
+    for ent in listing.iter() {
+        let n = ent.map_err(|e| failed("list", e))?.file_name().to_bytes().to_owned();
+        if keep(&n) {
+            out.push(OsString::from_vec(n));
+        }
+    }
+    Ok(out)
+}

@@ -626,22 +626,28 @@ fn dur_value() -> BoxedStrategy<(V, Duration)> {
 
 #[derive(Clone, Debug)]
 enum BackendSpec {
-    Fs {
-        backend: &'static str,
-        path: String,
-        file_mode: Option<(String, u32)>,
-        group: Option<u32>,
-        local: Option<bool>,
-    },
-    Ftp {
-        host: String,
-        port: Option<u16>,
-        user: String,
-        password: Password,
-        explicit_tls: Option<bool>,
-        ca_file: Option<String>,
-        path: String,
-    },
+    Fs(FsSpec),
+    Ftp(FtpSpec),
+}
+
+#[derive(Clone, Debug)]
+struct FsSpec {
+    backend: &'static str,
+    path: String,
+    file_mode: Option<(String, u32)>,
+    group: Option<u32>,
+    local: Option<bool>,
+}
+
+#[derive(Clone, Debug)]
+struct FtpSpec {
+    host: String,
+    port: Option<u16>,
+    user: String,
+    password: Password,
+    explicit_tls: Option<bool>,
+    ca_file: Option<String>,
+    path: String,
 }
 
 fn fs_backend() -> impl Strategy<Value = BackendSpec> {
@@ -664,13 +670,15 @@ fn fs_backend() -> impl Strategy<Value = BackendSpec> {
         prop::option::of(any::<u32>()),
         prop::option::of(any::<bool>()),
     )
-        .prop_map(|(backend, path, file_mode, group, local)| BackendSpec::Fs {
-            backend,
-            path,
-            file_mode,
-            group,
-            // flock takes `local` too: it admits a network or FUSE filesystem.
-            local,
+        .prop_map(|(backend, path, file_mode, group, local)| {
+            BackendSpec::Fs(FsSpec {
+                backend,
+                path,
+                file_mode,
+                group,
+                // flock takes `local` too: it admits a network or FUSE filesystem.
+                local,
+            })
         })
 }
 
@@ -693,15 +701,17 @@ fn ftp_backend() -> impl Strategy<Value = BackendSpec> {
         "/?[a-z_]{1,8}(/[a-z_-]{1,8}){0,2}",
     )
         .prop_map(
-            |(host, port, user, password, explicit_tls, ca_file, path)| BackendSpec::Ftp {
-                host,
-                port,
-                user,
-                password,
-                // A CA file needs TLS.
-                ca_file: ca_file.filter(|_| explicit_tls == Some(true)),
-                explicit_tls,
-                path,
+            |(host, port, user, password, explicit_tls, ca_file, path)| {
+                BackendSpec::Ftp(FtpSpec {
+                    host,
+                    port,
+                    user,
+                    password,
+                    // A CA file needs TLS.
+                    ca_file: ca_file.filter(|_| explicit_tls == Some(true)),
+                    explicit_tls,
+                    path,
+                })
             },
         )
 }
@@ -819,52 +829,38 @@ impl Spec {
         }
         let s = |x: &str| V::Str(x.to_owned());
         match &self.backend {
-            BackendSpec::Fs {
-                backend,
-                path,
-                file_mode,
-                group,
-                local,
-            } => {
-                profile.push(("backend", s(backend)));
-                profile.push(("path", s(path)));
-                if let Some((m, _)) = file_mode {
+            BackendSpec::Fs(f) => {
+                profile.push(("backend", s(f.backend)));
+                profile.push(("path", s(&f.path)));
+                if let Some((m, _)) = &f.file_mode {
                     profile.push(("file_mode", s(m)));
                 }
-                if let Some(g) = group {
+                if let Some(g) = f.group {
                     profile.push(("group", s(&g.to_string())));
                 }
-                if let Some(l) = local {
-                    profile.push(("local", V::Bool(*l)));
+                if let Some(l) = f.local {
+                    profile.push(("local", V::Bool(l)));
                 }
             }
-            BackendSpec::Ftp {
-                host,
-                port,
-                user,
-                password,
-                explicit_tls,
-                ca_file,
-                path,
-            } => {
+            BackendSpec::Ftp(f) => {
                 profile.push(("backend", s("ftp")));
-                profile.push(("host", s(host)));
-                if let Some(p) = port {
-                    profile.push(("port", V::Int(i64::from(*p))));
+                profile.push(("host", s(&f.host)));
+                if let Some(p) = f.port {
+                    profile.push(("port", V::Int(i64::from(p))));
                 }
-                profile.push(("user", s(user)));
-                match password {
+                profile.push(("user", s(&f.user)));
+                match &f.password {
                     Password::Env(v) => profile.push(("password_env", s(v))),
                     Password::File(p) => profile.push(("password_file", s(p.to_str().unwrap()))),
                     _ => {}
                 }
-                if let Some(e) = explicit_tls {
-                    profile.push(("tls", s(if *e { "explicit" } else { "none" })));
+                if let Some(e) = f.explicit_tls {
+                    profile.push(("tls", s(if e { "explicit" } else { "none" })));
                 }
-                if let Some(c) = ca_file {
+                if let Some(c) = &f.ca_file {
                     profile.push(("ca_file", s(c)));
                 }
-                profile.push(("path", s(path)));
+                profile.push(("path", s(&f.path)));
             }
         }
         let mut out = String::new();
@@ -904,49 +900,35 @@ impl Spec {
             shared: shared_from_profile || self.over_shared,
         };
         let backend = match &self.backend {
-            BackendSpec::Fs {
-                backend,
-                path,
-                file_mode,
-                group,
-                local,
-            } => {
+            BackendSpec::Fs(f) => {
                 let fs = FsConfig {
-                    path: anchor().join(path),
-                    file_mode: file_mode.as_ref().map(|(_, m)| *m),
-                    group: *group,
-                    local: local.unwrap_or(false),
+                    path: anchor().join(&f.path),
+                    file_mode: f.file_mode.as_ref().map(|(_, m)| *m),
+                    group: f.group,
+                    local: f.local.unwrap_or(false),
                     cache_time: None,
                 };
-                match *backend {
+                match f.backend {
                     "flock" => BackendConfig::Flock(fs),
                     "mkdir" => BackendConfig::Mkdir(fs),
                     _ => BackendConfig::Link(fs),
                 }
             }
-            BackendSpec::Ftp {
-                host,
-                port,
-                user,
-                password,
-                explicit_tls,
-                ca_file,
-                path,
-            } => BackendConfig::Ftp(FtpConfig {
-                host: host.clone(),
-                port: port.unwrap_or(21),
-                user: user.clone(),
-                password: match password {
+            BackendSpec::Ftp(f) => BackendConfig::Ftp(FtpConfig {
+                host: f.host.clone(),
+                port: f.port.unwrap_or(21),
+                user: f.user.clone(),
+                password: match &f.password {
                     Password::File(p) => Password::File(anchor().join(p)),
                     other => other.clone(),
                 },
-                tls: if *explicit_tls == Some(true) {
+                tls: if f.explicit_tls == Some(true) {
                     Tls::Explicit
                 } else {
                     Tls::None
                 },
-                ca_file: ca_file.as_ref().map(|c| anchor().join(c)),
-                path: path.clone(),
+                ca_file: f.ca_file.as_ref().map(|c| anchor().join(c)),
+                path: f.path.clone(),
             }),
         };
         for (v, floor) in [
@@ -1002,8 +984,8 @@ proptest! {
             (got, want) => prop_assert!(false, "got {got:?}, want {want:?}\n{text}"),
         }
         prop_assert_eq!(pf.backend_of(&spec.name), Some(match &spec.backend {
-            BackendSpec::Fs { backend, .. } => *backend,
-            BackendSpec::Ftp { .. } => "ftp",
+            BackendSpec::Fs(f) => f.backend,
+            BackendSpec::Ftp(_) => "ftp",
         }));
     }
 
@@ -1132,12 +1114,17 @@ impl AddressCase {
 
     fn address(&self) -> String {
         let p = |k| self.part(k).unwrap_or_default();
+        // `:PORT` and `USER@`, where given.
+        let port = self
+            .part("port")
+            .map(|p| format!(":{p}"))
+            .unwrap_or_default();
+        let user = self
+            .part("user")
+            .map(|u| format!("{}@", escape(&u)))
+            .unwrap_or_default();
         let mut text = match self.backend {
             "ftp" => {
-                let port = self
-                    .part("port")
-                    .map(|p| format!(":{p}"))
-                    .unwrap_or_default();
                 let path = p("path");
                 let path = match path.strip_prefix('/') {
                     Some(abs) => format!("%2F{}", escape(abs)),
@@ -1146,14 +1133,6 @@ impl AddressCase {
                 format!("ftp://{}@{}{port}/{path}", escape(&p("user")), p("host"))
             }
             "postgres" => {
-                let port = self
-                    .part("port")
-                    .map(|p| format!(":{p}"))
-                    .unwrap_or_default();
-                let user = self
-                    .part("user")
-                    .map(|u| format!("{}@", escape(&u)))
-                    .unwrap_or_default();
                 format!(
                     "postgres://{user}{}{port}/{}",
                     p("host"),
@@ -1161,10 +1140,6 @@ impl AddressCase {
                 )
             }
             "etcd" => {
-                let user = self
-                    .part("user")
-                    .map(|u| format!("{}@", escape(&u)))
-                    .unwrap_or_default();
                 format!(
                     "etcd://{user}{}/{}",
                     p("endpoints"),

@@ -2,7 +2,7 @@
 //! transaction, lease grant/revoke/keepalive, a watch, and authentication; and for
 //! `locksmith verify` a member's status and a deletion (a transaction).
 //!
-//! The message and client code in `pb/` is generated from `proto/etcd/*.proto` (the parts of
+//! The message and client code in `proto/etcd/generated/` is generated from `proto/etcd/*.proto` (the parts of
 //! etcd's `rpc.proto` and `kv.proto` used here) and checked in, so that building locksmith
 //! needs no `protoc` (issue 16: the etcd-client crate runs it in its build script). The test
 //! `generated_code_matches_the_protos` below regenerates it wherever `protoc` is found (CI
@@ -23,11 +23,11 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 pub mod pb {
     /// etcd's `mvccpb` package: keys and watch events.
     pub mod mvccpb {
-        include!("pb/mvccpb.rs");
+        include!("../../../proto/etcd/generated/mvccpb.rs");
     }
     /// etcd's `etcdserverpb` package: the requests, responses and service clients.
     pub mod etcdserverpb {
-        include!("pb/etcdserverpb.rs");
+        include!("../../../proto/etcd/generated/etcdserverpb.rs");
     }
 }
 
@@ -392,7 +392,7 @@ mod tests {
                 &[root.join("proto/etcd")],
             )
             .expect("protoc and tonic-prost-build");
-        let pb = root.join("src/backend/etcd/pb");
+        let pb = root.join("proto/etcd/generated");
         let regenerate = std::env::var_os("LOCKSMITH_REGENERATE").is_some();
         for f in ["mvccpb.rs", "etcdserverpb.rs"] {
             let fresh = std::fs::read_to_string(out.path().join(f)).expect("generated");
@@ -402,7 +402,7 @@ mod tests {
                     std::fs::write(pb.join(f), &fresh).expect("write");
                 } else {
                     panic!(
-                        "src/backend/etcd/pb/{f} differs from what proto/etcd/ generates: \
+                        "proto/etcd/generated/{f} differs from what proto/etcd/ generates: \
                          run this test with LOCKSMITH_REGENERATE=1"
                     );
                 }

@@ -68,9 +68,7 @@ pub static KEYS: &[KeyDoc] = &[
 /// for the host, else `anonymous`, and the password to `$LOCKSMITH_PASSWORD`, else the
 /// `.netrc` entry's (SPEC §3a).
 pub fn config(f: &mut Fields) -> Result<FtpConfig> {
-    let host = f
-        .string("host")?
-        .ok_or_else(|| f.error("missing required key `host`"))?;
+    let host = f.required("host", Fields::string)?;
     if host.is_empty() || host.contains(|c: char| c.is_whitespace() || c == '/') {
         return Err(f.error(&format!("`host` = {host:?} is not a host name or address")));
     }
@@ -125,9 +123,7 @@ pub fn config(f: &mut Fields) -> Result<FtpConfig> {
         None if tls == Tls::Implicit => 990,
         None => 21,
     };
-    let path = f
-        .string("path")?
-        .ok_or_else(|| f.error("missing required key `path`"))?;
+    let path = f.required("path", Fields::string)?;
     let bad = path.is_empty()
         || path.ends_with('/')
         || path.contains(['\r', '\n', '\0', '~'])

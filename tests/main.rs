@@ -11,6 +11,8 @@ mod hold;
 mod run;
 // Waiting: --wait 0, --wait D bounds, a waiter whose parent dies.
 mod waiting;
+// Several locks at once: all or none, one canonical order, one deadline, lost together.
+mod several;
 // The seed's counter race and an exclusivity checker, with a negative control.
 mod race;
 // locksmith itself killed: proof of death on this host, stale_after for another host.

@@ -21,11 +21,14 @@ use usage::{GENERATE, Opt, OptDoc};
 /// What to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
+    /// `more`: further LOCKs, taken with the first as one (SPEC §3b).
     Hold {
         profile: String,
+        more: Vec<String>,
     },
     Run {
         profile: String,
+        more: Vec<String>,
         cmd: Vec<OsString>,
     },
     Status {
@@ -149,6 +152,20 @@ fn flock_command(mut rest: Vec<OsString>) -> Result<Vec<OsString>> {
     }
 }
 
+/// A further LOCK of `run LOCK1 LOCK2 ... -- CMD`: a lock name, never an option (options come
+/// before the subcommand).
+fn lock_word(w: OsString) -> Result<String> {
+    let w = w
+        .into_string()
+        .map_err(|w| usage(format!("LOCK {w:?} is not UTF-8")))?;
+    if w.starts_with('-') || w.is_empty() {
+        return Err(usage(format!(
+            "`{w}` before `--` is not a LOCK (options come before the subcommand)"
+        )));
+    }
+    Ok(w)
+}
+
 /// Guesses, for an unparsable command line, whether it was meant for hold mode (whose
 /// errors go to stdout) or for another subcommand (stderr).
 pub fn looks_like_hold(args: &[OsString]) -> bool {
@@ -163,6 +180,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
     let (mut fd, mut unlock) = (None, false);
     let mut sub: Option<String> = None;
     let mut profile: Option<String> = None;
+    let mut more: Vec<String> = Vec::new();
     let (mut json, mut force, mut token) = (false, false, None);
     let mut peer: Option<PathBuf> = None;
     let mut cmd: Vec<OsString> = Vec::new();
@@ -203,12 +221,22 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
                     _ => {}
                 }
                 if profile.is_some() {
+                    // `hold LOCK1 LOCK2 ...` (SPEC §3b).
+                    if sub.as_deref() == Some("hold") {
+                        more.push(v);
+                        continue;
+                    }
                     return Err(usage(format!("unexpected argument `{v}`")));
                 }
                 profile = Some(v);
                 if sub.as_deref() == Some("run") {
                     cmd = p.raw_args().map_err(err)?.collect();
-                    if cmd.first().is_some_and(|a| a == "--") {
+                    // `run LOCK1 LOCK2 ... -- CMD`: the words before `--` are more LOCKs;
+                    // without `--`, every word after LOCK is CMD.
+                    if let Some(dash) = cmd.iter().position(|a| a == "--") {
+                        for w in cmd.drain(..dash) {
+                            more.push(lock_word(w)?);
+                        }
                         cmd.remove(0);
                     }
                     break;
@@ -368,12 +396,12 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
         return Err(usage(format!("missing PROFILE for `{sub}`")));
     };
     cli.command = match sub.as_str() {
-        "hold" => Command::Hold { profile },
+        "hold" => Command::Hold { profile, more },
         "run" => {
             if cmd.is_empty() {
                 return Err(usage("`run` needs a command after `--`"));
             }
-            Command::Run { profile, cmd }
+            Command::Run { profile, more, cmd }
         }
         "status" => Command::Status { profile, json },
         "break" => Command::Break {
@@ -400,15 +428,57 @@ mod tests {
         assert_eq!(
             p(&["phonestuff"]).unwrap().command,
             Command::Hold {
-                profile: "phonestuff".into()
+                profile: "phonestuff".into(),
+                more: Vec::new()
             }
         );
         assert_eq!(
             p(&["--wait", "0", "hold", "x"]).unwrap().command,
             Command::Hold {
-                profile: "x".into()
+                profile: "x".into(),
+                more: Vec::new()
             }
         );
+    }
+
+    /// SPEC §3b: `hold` and `run` take several LOCKs (`run`'s before `--`).
+    #[test]
+    fn several_locks() {
+        assert_eq!(
+            p(&["hold", "a", "b", "c"]).unwrap().command,
+            Command::Hold {
+                profile: "a".into(),
+                more: vec!["b".into(), "c".into()]
+            }
+        );
+        assert_eq!(
+            p(&["run", "a", "b", "--", "cmd", "--", "x"])
+                .unwrap()
+                .command,
+            Command::Run {
+                profile: "a".into(),
+                more: vec!["b".into()],
+                cmd: ["cmd", "--", "x"].map(OsString::from).to_vec()
+            }
+        );
+        // Without `--` the words after LOCK are CMD, as before.
+        assert_eq!(
+            p(&["run", "a", "b", "c"]).unwrap().command,
+            Command::Run {
+                profile: "a".into(),
+                more: Vec::new(),
+                cmd: ["b", "c"].map(OsString::from).to_vec()
+            }
+        );
+        assert_eq!(
+            p(&["run", "a", "-v", "--", "c"]).unwrap_err().kind(),
+            Kind::Usage
+        );
+        // The implicit form stays flock(1)'s `LOCK CMD`.
+        assert!(matches!(
+            p(&["a", "b"]).unwrap().command,
+            Command::Run { ref more, .. } if more.is_empty()
+        ));
     }
 
     #[test]
@@ -419,6 +489,7 @@ mod tests {
             c.command,
             Command::Run {
                 profile: "nightly".into(),
+                more: Vec::new(),
                 cmd: ["backup.sh", "-v", "--x"].map(OsString::from).to_vec()
             }
         );
@@ -429,7 +500,6 @@ mod tests {
     fn usage_errors() {
         assert_eq!(p(&[]).unwrap_err().kind(), Kind::Usage);
         assert_eq!(p(&["--bogus", "x"]).unwrap_err().kind(), Kind::Usage);
-        assert_eq!(p(&["hold", "a", "b"]).unwrap_err().kind(), Kind::Usage);
         assert_eq!(p(&["status", "a", "b"]).unwrap_err().kind(), Kind::Usage);
         assert_eq!(p(&["--wait", "soon", "x"]).unwrap_err().kind(), Kind::Usage);
         assert_eq!(p(&["--json", "x"]).unwrap_err().kind(), Kind::Usage);
@@ -446,6 +516,7 @@ mod tests {
     fn flock_forms() {
         let run = |lock: &str, cmd: &[&str]| Command::Run {
             profile: lock.into(),
+            more: Vec::new(),
             cmd: cmd.iter().map(OsString::from).collect(),
         };
         let c = p(&["/tmp/x.lock", "ls", "-l", "--wait"]).unwrap();
@@ -475,7 +546,8 @@ mod tests {
         assert_eq!(
             p(&["-n", "/tmp/x"]).unwrap().command,
             Command::Hold {
-                profile: "/tmp/x".into()
+                profile: "/tmp/x".into(),
+                more: Vec::new()
             }
         );
         assert_eq!(p(&["-E", "1", "/tmp/x"]).unwrap_err().kind(), Kind::Usage);

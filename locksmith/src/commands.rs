@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::backend::hold::Hold;
+use crate::backend::hold::{Hold, HoldSet, Wanted};
 use crate::backend::lock::{Break, BreakOutcome, Holder};
 use crate::backend::{self, Profile};
 use crate::cli::{Cli, Command};
@@ -25,8 +25,8 @@ use crate::watch::{Cause, Event, WatchOpts, Watcher};
 /// Runs the command; `Ok(code)` is the process exit code.
 pub fn dispatch(cli: &Cli) -> Result<i32> {
     match &cli.command {
-        Command::Hold { profile } => hold(cli, &load(cli, profile)?),
-        Command::Run { profile, cmd } => run(cli, &load(cli, profile)?, cmd),
+        Command::Hold { profile, more } => hold(cli, &load_set(cli, profile, more)?),
+        Command::Run { profile, more, cmd } => run(cli, &load_set(cli, profile, more)?, cmd),
         Command::Status { profile, json } => status(&load(cli, profile)?, *json),
         Command::Break {
             profile,
@@ -84,6 +84,82 @@ fn load(cli: &Cli, word: &str) -> Result<Profile> {
     Ok(p)
 }
 
+/// The locks of `hold`/`run` (SPEC §3b): each word loaded, the same lock named twice kept once
+/// (its first naming), in command-line order.
+fn load_set(cli: &Cli, first: &str, more: &[String]) -> Result<Vec<Profile>> {
+    let mut locks: Vec<Profile> = Vec::new();
+    for word in std::iter::once(first).chain(more.iter().map(String::as_str)) {
+        let p = load(cli, word)?;
+        if let Some(same) = locks.iter().find(|q| canonical(q) == canonical(&p)) {
+            debug!("{word} names the lock of {}: taken once", same.name);
+            continue;
+        }
+        locks.push(p);
+    }
+    Ok(locks)
+}
+
+/// A lock's canonical name: its backend, then the location it locks. Sets are taken in this
+/// order, so that two callers naming the same locks in different orders never deadlock.
+fn canonical(p: &Profile) -> (&'static str, String) {
+    (p.backend.name(), p.backend.location())
+}
+
+/// What [`HoldSet::acquire`] takes: `locks` in canonical order.
+fn wanted(locks: &[Profile]) -> Vec<Wanted<'_>> {
+    let mut wanted: Vec<Wanted<'_>> = locks
+        .iter()
+        .enumerate()
+        .map(|(given, p)| Wanted {
+            given,
+            name: &p.name,
+            common: p.common.clone(),
+            open: Box::new(move || backend::open(p)),
+        })
+        .collect();
+    wanted.sort_by_key(|w| canonical(&locks[w.given]));
+    wanted
+}
+
+/// The OK line of a set: one lock's line as before; for several, each field's values in
+/// command-line order, comma-separated (a lock without a token leaves its place empty), and
+/// `locks=N`.
+fn ok_line(locks: &[Profile], held: &HoldSet) -> OkLine {
+    let holds = held.as_given();
+    let each = |f: &dyn Fn(&Profile, &Hold) -> String| {
+        locks
+            .iter()
+            .zip(&holds)
+            .map(|(p, h)| f(p, h))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    OkLine {
+        profile: locks[0].name.clone(),
+        backend: each(&|_, h| h.backend().to_string()),
+        mode: each(&|p, _| mode_of(p).as_str().to_string()),
+        token: tokens(&holds),
+        prev_crashed: holds.iter().any(|h| h.grant().prev_crashed),
+        extra: if locks.len() > 1 {
+            vec![("locks", locks.len().to_string())]
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// The fencing tokens of a set in command-line order (`LOCKSMITH_TOKEN`, `token=`); `None`
+/// if no lock has one.
+fn tokens(holds: &[&Hold]) -> Option<String> {
+    holds.iter().any(|h| h.grant().token.is_some()).then(|| {
+        holds
+            .iter()
+            .map(|h| h.grant().token.map(|t| t.to_string()).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join(",")
+    })
+}
+
 fn mode_of(p: &Profile) -> Mode {
     if p.common.shared {
         Mode::Shared
@@ -93,22 +169,16 @@ fn mode_of(p: &Profile) -> Mode {
 }
 
 /// Hold mode (SPEC §4): OK on stdout, then sleep in `poll` until a release cause.
-fn hold(cli: &Cli, p: &Profile) -> Result<i32> {
+fn hold(cli: &Cli, locks: &[Profile]) -> Result<i32> {
+    let p = &locks[0];
     let mut watcher = Watcher::new(WatchOpts {
         stdout: true,
         stdin: cli.watch_stdin,
         parent: true,
     })?;
     // The lease runs from the winning attempt: heartbeat while the OK line waits for the pipe.
-    let mut held = Hold::acquire(|| backend::open(p), &p.name, &p.common, &mut watcher)?;
-    let line = OkLine {
-        profile: p.name.clone(),
-        backend: held.backend(),
-        mode: mode_of(p),
-        token: held.grant().token,
-        prev_crashed: held.grant().prev_crashed,
-        extra: Vec::new(),
-    };
+    let mut held = HoldSet::acquire(wanted(locks), &mut watcher)?;
+    let line = ok_line(locks, &held);
     // The OK line goes out only when the pipe can take it: a parent that does not read
     // must not hold us in write(2), deaf to signals (issue 15).
     let written = loop {
@@ -229,7 +299,15 @@ fn after_release(r: Result<()>, hold_mode: Option<&mut Watcher>) -> i32 {
 }
 
 /// Run mode: take the lock, run CMD, release when it ends; CMD never outlives the lock.
-fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
+fn run(cli: &Cli, locks: &[Profile], cmd: &[OsString]) -> Result<i32> {
+    let p = &locks[0];
+    if cli.no_fork && locks.len() > 1 {
+        return Err(err!(
+            Usage,
+            "-F/--no-fork holds one flock lock by the descriptor CMD inherits, not {} locks",
+            locks.len()
+        ));
+    }
     if cli.no_fork && p.backend.name() != "flock" {
         return Err(err!(
             Usage,
@@ -249,7 +327,7 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
     if cli.flock_form && cli.verbose == 0 {
         log::set_level(log::QUIET);
     }
-    let acquired = Hold::acquire(|| backend::open(p), &p.name, &p.common, &mut watcher);
+    let acquired = HoldSet::acquire(wanted(locks), &mut watcher);
     log::set_level(level);
     let flock_verbose = cli.as_flock.is_some_and(|f| f.verbose);
     let mut held = match acquired {
@@ -290,17 +368,18 @@ fn run(cli: &Cli, p: &Profile, cmd: &[OsString]) -> Result<i32> {
 
     let mut command = std::process::Command::new(&cmd[0]);
     command.args(&cmd[1..]).env("LOCKSMITH_PROFILE", &p.name);
-    match held.grant().token {
-        Some(t) => command.env("LOCKSMITH_TOKEN", t.to_string()),
+    let holds = held.as_given();
+    match tokens(&holds) {
+        Some(t) => command.env("LOCKSMITH_TOKEN", t),
         None => command.env_remove("LOCKSMITH_TOKEN"),
     };
-    if held.grant().prev_crashed {
+    if holds.iter().any(|h| h.grant().prev_crashed) {
         command.env("LOCKSMITH_PREV", "crashed");
     } else {
         command.env_remove("LOCKSMITH_PREV");
     }
     // The variable that holds the server password is locksmith's, not CMD's (issue 15).
-    if let Some(var) = password_env(p) {
+    for var in locks.iter().filter_map(password_env) {
         command.env_remove(var);
     }
     if cli.no_fork {

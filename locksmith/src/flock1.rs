@@ -530,6 +530,7 @@ fn address(o: &Opts, word: &OsStr, cmd: Vec<OsString>) -> i32 {
     };
     let mut cli = Cli::new(Command::Run {
         profile: lock.to_string(),
+        more: Vec::new(),
         cmd,
     });
     cli.wait = if o.nonblock {

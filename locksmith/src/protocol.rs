@@ -18,9 +18,10 @@ pub use crate::settings::Mode;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OkLine {
     pub profile: String,
-    pub backend: &'static str,
-    pub mode: Mode,
-    pub token: Option<u64>,
+    /// A set's values are comma-separated (SPEC §3b).
+    pub backend: String,
+    pub mode: String,
+    pub token: Option<String>,
     pub prev_crashed: bool,
     /// Further `key=value` pairs, in order.
     pub extra: Vec<(&'static str, String)>,
@@ -31,11 +32,9 @@ impl OkLine {
     pub fn render(&self) -> String {
         let mut line = format!(
             "OK {} backend={} mode={}",
-            self.profile,
-            self.backend,
-            self.mode.as_str()
+            self.profile, self.backend, self.mode
         );
-        if let Some(t) = self.token {
+        if let Some(t) = &self.token {
             line.push_str(&format!(" token={t}"));
         }
         if self.prev_crashed {
@@ -114,14 +113,14 @@ mod tests {
     fn ok_line_is_byte_exact() {
         let mut l = OkLine {
             profile: "counter".into(),
-            backend: "flock",
-            mode: Mode::Exclusive,
+            backend: "flock".into(),
+            mode: Mode::Exclusive.as_str().into(),
             token: None,
             prev_crashed: false,
             extra: vec![],
         };
         assert_eq!(l.render(), "OK counter backend=flock mode=exclusive\n");
-        l.token = Some(7);
+        l.token = Some("7".into());
         l.prev_crashed = true;
         l.extra.push(("since", "2026-11-22T05:00:00Z".into()));
         assert_eq!(

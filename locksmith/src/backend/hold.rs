@@ -11,7 +11,7 @@ use super::lock::{Backend, Grant, Held, Lease, NotReleased};
 use super::wait::{self, Backoff, Taken};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::info;
-use crate::settings::{Common, fmt_duration};
+use crate::settings::{Common, Wait, fmt_duration};
 use crate::sys;
 use crate::watch::Watcher;
 
@@ -110,6 +110,117 @@ impl Hold {
     /// the next holder's to break.
     pub fn abandon(self) {
         let _ = self.held.release();
+    }
+}
+
+/// One lock of a set to take: where it stands on the command line, its name as messages say
+/// it, its timings, and how to open it.
+pub struct Wanted<'a> {
+    pub given: usize,
+    pub name: &'a str,
+    pub common: Common,
+    pub open: Box<dyn Fn() -> Result<Box<dyn Backend>> + 'a>,
+}
+
+/// Several locks held as one (SPEC §3b): taken one after another in the order the caller
+/// gives (its canonical order, so that two sets never wait on each other in a circle), each
+/// held while the next is waited for, under one deadline; all or none; one lost is the set
+/// lost; given back in reverse order. A set of one is exactly [`Hold`].
+#[must_use = "dropping a HoldSet without release() leaves its locks to stale_after"]
+pub struct HoldSet {
+    /// In the order taken, each with its place on the command line.
+    holds: Vec<(usize, Hold)>,
+}
+
+impl HoldSet {
+    /// Takes every lock of `wanted`, in that order. Each lock's wait counts from the start of
+    /// the set: `--wait` is one deadline for all. If one cannot be taken, those taken are
+    /// given back (in reverse order) and its error is the set's.
+    pub fn acquire(wanted: Vec<Wanted<'_>>, watcher: &mut Watcher) -> Result<HoldSet> {
+        let start = Instant::now();
+        let mut set = HoldSet { holds: Vec::new() };
+        for w in wanted {
+            let mut common = w.common.clone();
+            if let Wait::For(d) = common.wait {
+                common.wait = Wait::For(d.saturating_sub(start.elapsed()));
+            }
+            match Hold::acquire(&w.open, w.name, &common, watcher) {
+                Ok(h) => set.holds.push((w.given, h)),
+                Err(e) => {
+                    if let Err(r) = set.release() {
+                        info!("giving back the locks taken: {r}");
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(set)
+    }
+
+    /// The held locks in command-line order.
+    pub fn as_given(&self) -> Vec<&Hold> {
+        let mut v: Vec<&(usize, Hold)> = self.holds.iter().collect();
+        v.sort_by_key(|(given, _)| *given);
+        v.into_iter().map(|(_, h)| h).collect()
+    }
+
+    /// Run mode: the descriptor CMD must inherit — a lone lock's; a set has none (CMD dies
+    /// with locksmith instead).
+    pub fn inherit_fd(&self) -> Option<BorrowedFd<'_>> {
+        match &self.holds[..] {
+            [(_, h)] => h.inherit_fd(),
+            _ => None,
+        }
+    }
+
+    /// How long until the next heartbeat of any lock is due; `None`: never.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.holds.iter().filter_map(|(_, h)| h.timeout()).min()
+    }
+
+    /// How long CMD gets between SIGTERM and SIGKILL once a lock is lost.
+    pub fn grace(&self) -> Duration {
+        self.holds
+            .iter()
+            .map(|(_, h)| h.grace())
+            .min()
+            .unwrap_or(Duration::from_secs(1))
+    }
+
+    /// The heartbeats due. `lost` runs once, when the first lock is declared lost: the set
+    /// is lost with it.
+    pub fn beat(&mut self, lost: impl FnOnce(&Error)) -> Result<()> {
+        let mut lost = Some(lost);
+        for (_, h) in &mut self.holds {
+            h.beat(|e| {
+                if let Some(f) = lost.take() {
+                    f(e)
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Frees every lock, the last taken first; the first failure is the set's (after trying
+    /// them all).
+    pub fn release(mut self) -> Result<()> {
+        let mut first = Ok(());
+        while let Some((_, h)) = self.holds.pop() {
+            if let Err(e) = h.release() {
+                info!("{e}");
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+
+    /// Gives every lock back once, without retrying (the set was lost).
+    pub fn abandon(mut self) {
+        while let Some((_, h)) = self.holds.pop() {
+            h.abandon();
+        }
     }
 }
 

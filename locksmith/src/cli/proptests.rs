@@ -136,9 +136,9 @@ fn check_usage(e: &Error, args: &[OsString]) -> Result<(), TestCaseError> {
 /// What every accepted command line satisfies.
 fn check_cli(cli: &Cli, args: &[OsString]) -> Result<(), TestCaseError> {
     let profile = match &cli.command {
-        Command::Hold { profile } | Command::Status { profile, .. } => Some(profile),
+        Command::Hold { profile, .. } | Command::Status { profile, .. } => Some(profile),
         Command::Break { profile, .. } | Command::Verify { profile, .. } => Some(profile),
-        Command::Run { profile, cmd } => {
+        Command::Run { profile, cmd, .. } => {
             prop_assert!(!cmd.is_empty());
             Some(profile)
         }
@@ -270,9 +270,10 @@ fn sub() -> impl Strategy<Value = Sub> {
         Just(Sub::Implicit),
         Just(Sub::Hold),
         (prop::collection::vec(cmd_word, 1..4), any::<bool>())
-            // Without `--`, a CMD that starts with `--` would lose it.
+            // Without `--`, a CMD that starts with `--` would lose it, and one with `--`
+            // further on would be more LOCKs before it (SPEC §3b).
             .prop_map(|(cmd, dashdash)| {
-                let dashdash = dashdash || cmd[0] == "--";
+                let dashdash = dashdash || cmd.iter().any(|w| w == "--");
                 Sub::Run(cmd, dashdash)
             }),
         any::<bool>().prop_map(Sub::Status),
@@ -450,8 +451,15 @@ fn line() -> impl Strategy<Value = Line> {
                     },
                     Some(_) => Command::Version,
                     None => match sub {
-                        Sub::Implicit | Sub::Hold => Command::Hold { profile },
-                        Sub::Run(cmd, _) => Command::Run { profile, cmd },
+                        Sub::Implicit | Sub::Hold => Command::Hold {
+                            profile,
+                            more: Vec::new(),
+                        },
+                        Sub::Run(cmd, _) => Command::Run {
+                            profile,
+                            more: Vec::new(),
+                            cmd,
+                        },
                         Sub::Status(json) => Command::Status { profile, json },
                         Sub::Break(force, token) => Command::Break {
                             profile,
@@ -465,9 +473,14 @@ fn line() -> impl Strategy<Value = Line> {
                         Sub::Profiles => Command::Profiles,
                         Sub::Flock(_, Some(c)) => Command::Run {
                             profile,
+                            more: Vec::new(),
                             cmd: vec![os("sh"), os("-c"), c],
                         },
-                        Sub::Flock(cmd, None) => Command::Run { profile, cmd },
+                        Sub::Flock(cmd, None) => Command::Run {
+                            profile,
+                            more: Vec::new(),
+                            cmd,
+                        },
                     },
                 };
                 let want = Cli {
@@ -596,10 +609,14 @@ impl Line {
                 "unicode"
             }
             Breakage::ExtraArgument => {
-                // (After an implicit hold's PROFILE a word is flock(1)'s CMD.)
+                // (After an implicit hold's PROFILE a word is flock(1)'s CMD; after an explicit
+                // hold's, another LOCK, SPEC §3b.)
                 if self.run
                     || self.implicit
-                    || matches!(sub, Command::Help { .. } | Command::Version)
+                    || matches!(
+                        sub,
+                        Command::Help { .. } | Command::Version | Command::Hold { .. }
+                    )
                 {
                     return None;
                 }

@@ -324,7 +324,13 @@ pub struct SubDoc {
 pub static SUBCOMMANDS: &[SubDoc] = &[
     SubDoc {
         name: "hold",
-        forms: &[("LOCK", "hold mode: print OK, hold until the pipe closes")],
+        forms: &[
+            ("LOCK", "hold mode: print OK, hold until the pipe closes"),
+            (
+                "hold LOCK LOCK...",
+                "the same for several locks at once, all or none",
+            ),
+        ],
         about: "hold mode: print OK, hold until the pipe closes",
         text: "Takes the lock and prints one line on stdout, `OK <lock> backend=... mode=...`,\n\
                or `ERROR <kind>: <message>` with a sysexits code. It then holds the lock and\n\
@@ -333,7 +339,12 @@ pub static SUBCOMMANDS: &[SubDoc] = &[
                end-of-file. If the lock is lost while held it prints `LOST <message>` and exits 74.\n\
                A parent opens it as a pipe: `open L, \"locksmith phonestuff |\"` in Perl,\n\
                `exec 9< <(locksmith phonestuff)` in bash; closing the pipe releases the lock.\n\
-               On a terminal it says how to release (Ctrl-C).",
+               On a terminal it says how to release (Ctrl-C).\n\
+               Several LOCKs (`hold A B ...`) are taken as one: in one canonical order (by backend,\n\
+               then location), so callers naming them in different orders never deadlock; one\n\
+               --wait deadline for all; OK only once all are held (else those taken are given back);\n\
+               one lost is all lost. The OK line lists each lock's backend, mode and token\n\
+               comma-separated in command-line order and adds `locks=N`.",
     },
     SubDoc {
         name: "run",
@@ -341,6 +352,10 @@ pub static SUBCOMMANDS: &[SubDoc] = &[
             (
                 "run LOCK -- CMD...",
                 "take the lock, run CMD, release when CMD ends",
+            ),
+            (
+                "run LOCK LOCK... -- CMD...",
+                "the same with several locks at once, all or none",
             ),
             ("LOCK CMD [ARGS...]", "the same, as flock(1) says it"),
             ("LOCK -c 'CMD ARGS'", "the same with `sh -c 'CMD ARGS'`"),
@@ -350,7 +365,9 @@ pub static SUBCOMMANDS: &[SubDoc] = &[
                third runs `sh -c 'CMD ARGS'`), and releases the lock when CMD ends. The exit\n\
                status and output are CMD's; locksmith's own failures are its exit codes (busy:\n\
                75, or -E N). CMD gets LOCKSMITH_TOKEN, the fencing token of this acquisition,\n\
-               in its environment, and is killed (SIGTERM, then SIGKILL) if the lock is lost.",
+               in its environment, and is killed (SIGTERM, then SIGKILL) if the lock is lost.\n\
+               With several LOCKs before `--`, CMD runs only once all are held (see hold);\n\
+               LOCKSMITH_TOKEN lists their tokens comma-separated in command-line order.",
     },
     SubDoc {
         name: "status",

@@ -1,0 +1,259 @@
+//! Several locks at once (SPEC §3b): `hold A B ...` and `run A B ... -- CMD` take every lock
+//! or none, in one canonical order (so callers naming them in different orders never
+//! deadlock), under one `--wait` deadline; one lost is the set lost; the OK line and
+//! `LOCKSMITH_TOKEN` list each lock in command-line order.
+
+use std::fs;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(20);
+
+/// Increments `D/count.X` for every lock X named in `$LOCKS`, each behind an O_EXCL marker
+/// (`D/inside.X`) that proves nobody else was in X's critical section at the same time.
+const CRITICAL: &str = r#"
+for x in $LOCKS; do
+  if ! (set -C; : > "$D/inside.$x") 2>/dev/null; then echo "$x" >> "$D/overlaps"; fi
+done
+for x in $LOCKS; do
+  n=$(cat "$D/count.$x")
+  i=0; while [ $i -lt 20 ]; do i=$((i+1)); done
+  echo $((n+1)) > "$D/count.$x"
+done
+for x in $LOCKS; do rm -f "$D/inside.$x"; done
+"#;
+
+/// Three sets racing: each worker takes `takes` (profiles) and increments `touches` (the
+/// counters it believes it holds). Returns the counts of a, b and c, and the overlaps seen.
+fn race(sb: &Sandbox, workers: &[(&[&str], &str)], increments: usize) -> ([usize; 3], usize) {
+    let d = sb.join("several");
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir(&d).unwrap();
+    for x in ["a", "b", "c"] {
+        fs::write(d.join(format!("count.{x}")), "0\n").unwrap();
+    }
+    let threads: Vec<_> = workers
+        .iter()
+        .map(|(takes, touches)| {
+            let mut args: Vec<&str> = vec!["--wait", "60s", "run"];
+            args.extend(takes.iter());
+            args.extend(["--", "sh", "-c", CRITICAL]);
+            let mut c: Command = sb.cmd(args);
+            c.env("D", &d).env("LOCKS", touches);
+            let what = format!("{takes:?}");
+            std::thread::spawn(move || {
+                for k in 0..increments {
+                    let o = c.output().unwrap();
+                    assert!(
+                        o.status.success(),
+                        "{what}, increment {k}: exit {}: {}",
+                        code(o.status),
+                        stderr(&o)
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a worker failed");
+    }
+    let count = |x: &str| {
+        fs::read_to_string(d.join(format!("count.{x}")))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let overlaps = fs::read_to_string(d.join("overlaps")).map_or(0, |s| s.lines().count());
+    ([count("a"), count("b"), count("c")], overlaps)
+}
+
+/// Profiles a (mkdir), b (flock) and c (symlink): a set mixes backends.
+fn sandbox() -> Sandbox {
+    Sandbox::new(
+        r#"
+[profile.a]
+backend = "mkdir"
+path = "{dir}/a.lock"
+
+[profile.b]
+backend = "flock"
+path = "{dir}/b.lock"
+
+[profile.c]
+backend = "symlink"
+path = "{dir}/c.lock"
+
+[profile.fast]
+backend = "mkdir"
+path = "{dir}/fast.lock"
+poll = "20ms"
+max_poll = "100ms"
+keepalive = "200ms"
+stale_after = "1500ms"
+"#,
+    )
+}
+
+/// Whether `lock` is free now (`status` exits 0 for a free lock).
+fn free(sb: &Sandbox, lock: &str) -> bool {
+    code(sb.output(["status", lock]).status) == 0
+}
+
+#[test]
+fn sets_named_in_any_order_never_deadlock_and_count_exactly() {
+    let sb = sandbox();
+    const M: usize = 60;
+    // Negative control: a worker that holds only a but counts b too (a CMD run with a
+    // subset held) must show: b's count comes out short or two sections overlap.
+    let (counts, overlaps) = race(
+        &sb,
+        &[(&["a", "b"], "a b"), (&["b"], "a b"), (&["a"], "a b")],
+        M,
+    );
+    assert!(
+        counts != [3 * M, 3 * M, 0] || overlaps > 0,
+        "the harness shows no race with a subset held ({counts:?}, overlaps {overlaps}): it would prove nothing"
+    );
+    let (counts, overlaps) = race(
+        &sb,
+        &[
+            (&["a", "b"], "a b"),
+            (&["b", "a"], "a b"),
+            (&["b", "c", "a"], "a b c"),
+        ],
+        M,
+    );
+    assert_eq!(overlaps, 0, "two holders of one lock at once");
+    assert_eq!(counts, [3 * M, 3 * M, M]);
+    for x in ["a", "b", "c"] {
+        assert!(free(&sb, x), "{x} left held");
+    }
+}
+
+#[test]
+fn all_or_nothing_when_one_is_busy() {
+    let sb = sandbox();
+    let holder = sb.hold(["c"]);
+    holder.ok();
+    let marker = sb.join("ran");
+    let touch = format!("touch {}", marker.display());
+    // c comes last in the canonical order (by backend name: flock b, mkdir a, symlink c): b
+    // and a are taken first, then given back.
+    let o = sb.output([
+        "--wait", "0", "run", "a", "b", "c", "--", "sh", "-c", &touch,
+    ]);
+    assert_eq!(code(o.status), 75, "{}", stderr(&o));
+    assert!(!marker.exists(), "CMD ran with a subset held");
+    assert!(free(&sb, "a") && free(&sb, "b"), "a subset left held");
+    let mut h = sb.hold(["--wait", "0", "hold", "a", "c"]);
+    let line = h.line.clone().unwrap_or_default();
+    assert!(line.starts_with("ERROR busy:"), "{line:?}");
+    assert_eq!(code(h.wait_exit(T)), 75);
+    assert!(free(&sb, "a"), "hold left a held after failing on c");
+}
+
+#[test]
+fn one_deadline_for_the_whole_set() {
+    let sb = sandbox();
+    // a (mkdir) is taken after b (flock): b is held for 1.5 s, a all along. With one
+    // deadline of 2 s the set gives up about 2 s after it began — not 2 s after b came free.
+    let mut hb = sb.hold(["b"]);
+    hb.ok();
+    let ha = sb.hold(["a"]);
+    ha.ok();
+    let began = Instant::now();
+    let mut set = sb.spawn_hold(["--wait", "2s", "hold", "a", "b"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    hb.close_stdout();
+    assert_eq!(code(hb.wait_exit(T)), 0);
+    assert_eq!(code(set.wait_exit(T)), 75);
+    let took = began.elapsed();
+    assert!(
+        took < Duration::from_millis(3200),
+        "gave up after {took:?}: the deadline restarted for the second lock"
+    );
+    assert!(free(&sb, "b"), "b left held after the set gave up");
+    drop(ha);
+}
+
+#[test]
+fn ok_line_environment_and_the_same_lock_twice() {
+    let sb = sandbox();
+    let mut h = sb.hold(["hold", "a", "b"]);
+    assert_eq!(
+        h.ok().trim_end(),
+        "OK a backend=mkdir,flock mode=exclusive,exclusive token=1,1 locks=2"
+    );
+    assert!(!free(&sb, "a") && !free(&sb, "b"));
+    h.close_stdout();
+    assert_eq!(code(h.wait_exit(T)), 0);
+    assert!(free(&sb, "a") && free(&sb, "b"), "release frees every lock");
+    // Command-line order, not the order taken; a lock without tokens leaves its place empty
+    // (none here: flock and mkdir both keep them).
+    let o = sb.output([
+        "run",
+        "b",
+        "a",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKSMITH_PROFILE $LOCKSMITH_TOKEN",
+    ]);
+    assert_eq!(stdout(&o), "b 2,2\n", "{}", stderr(&o));
+    // The same lock named twice, once as a profile and once as an address: taken once.
+    let addr = format!("mkdir:{}", sb.join("a.lock").display());
+    let mut h = sb.hold(["hold", "a", &addr, "a"]);
+    assert_eq!(
+        h.ok().trim_end(),
+        "OK a backend=mkdir mode=exclusive token=3"
+    );
+    h.close_stdout();
+    assert_eq!(code(h.wait_exit(T)), 0);
+}
+
+#[test]
+fn losing_one_lock_is_losing_the_set() {
+    let sb = sandbox();
+    let mut h = sb.hold(["hold", "fast", "b"]);
+    h.ok();
+    // The mkdir lock removed from outside: its next heartbeat finds it gone.
+    fs::remove_dir_all(sb.join("fast.lock")).unwrap();
+    let lost = h.read_line(T).unwrap_or_default();
+    assert!(lost.starts_with("LOST "), "{lost:?}");
+    assert_eq!(code(h.wait_exit(T)), 74);
+    assert!(free(&sb, "b"), "the rest of a lost set is given back");
+    // Run mode: CMD is stopped and the exit is 74.
+    let marker = sb.join("survived");
+    let script = format!(
+        "rm -rf {}; sleep 5; touch {}",
+        sb.join("fast.lock").display(),
+        marker.display()
+    );
+    let began = Instant::now();
+    let o = sb.output(["run", "fast", "b", "--", "sh", "-c", &script]);
+    assert_eq!(code(o.status), 74, "{}", stderr(&o));
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "CMD was not stopped"
+    );
+    assert!(!marker.exists());
+    assert!(free(&sb, "b"));
+}
+
+#[test]
+fn bad_sets_are_usage_errors() {
+    let sb = sandbox();
+    let o = sb.output(["run", "a", "-v", "--", "true"]);
+    assert_eq!(code(o.status), 64, "{}", stderr(&o));
+    let o = sb.output(["-F", "run", "b", "a", "--", "true"]);
+    assert_eq!(code(o.status), 64, "{}", stderr(&o));
+    let o = sb.output(["status", "a", "b"]);
+    assert_eq!(code(o.status), 64, "{}", stderr(&o));
+    // An unknown profile among the set: its error, nothing taken.
+    let o = sb.output(["run", "a", "nosuch", "--", "true"]);
+    assert_eq!(code(o.status), 78, "{}", stderr(&o));
+    assert!(free(&sb, "a"));
+}

@@ -1,0 +1,144 @@
+//! The file backends' settings (`path`, `file_mode`, `group`, `local`, `cache_time`): one
+//! reader for a profile section and an address.
+
+use crate::error::{Result, shown};
+use crate::settings::{Fields, KeyDoc, MAX_NAME, MAX_PATH, parse_duration};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Settings of the filesystem backends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsConfig {
+    /// Absolute path of the lock (file for flock, directory for mkdir).
+    pub path: PathBuf,
+    /// Mode for files and directories locksmith creates (directories get `x` where `r` is).
+    pub file_mode: Option<u32>,
+    /// Group for files and directories locksmith creates.
+    pub group: Option<u32>,
+    /// Every contender is on this host: no heartbeat, staleness by proof of death alone
+    /// (and, for flock, a network or FUSE filesystem is accepted).
+    pub local: bool,
+    /// How late the mount may show another host's changes, as the user states it (network
+    /// and FUSE filesystems; `stale_after` must exceed it).
+    pub cache_time: Option<Duration>,
+}
+
+/// The keys of every file backend ([`FsConfig::parse`]).
+pub static FS_KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        key: "path",
+        example: "\"/var/lock/myapp/x.lock\"",
+        doc: "the lock (required); relative paths are resolved against the profiles file's directory; its directory must exist",
+    },
+    KeyDoc {
+        key: "file_mode",
+        example: "\"0660\"",
+        doc: "permission bits of the files locksmith creates, so that a group can share the lock (no setuid, setgid or sticky bits)",
+    },
+    KeyDoc {
+        key: "group",
+        example: "\"staff\"",
+        doc: "the group of the files locksmith creates (a group name or number of this host)",
+    },
+    KeyDoc {
+        key: "local",
+        example: "true",
+        doc: "the lock's filesystem is used from this host only: allows flock on a network or FUSE mount, whose locks other hosts do not see [default: false]",
+    },
+];
+
+/// The key of the file backends that heartbeat (mkdir, link, symlink).
+pub static HEARTBEAT_KEYS: &[KeyDoc] = &[KeyDoc {
+    key: "cache_time",
+    example: "\"1s\"",
+    doc: "how long the mount may serve stale attributes (NFS actimeo, sshfs cache_timeout): stale_after must exceed it [default: read from the mount where it says, else a conservative guess]",
+}];
+
+impl FsConfig {
+    /// The keys of the filesystem backends: `path`, `file_mode`, `group`, `local`, and
+    /// `cache_time` where the backend judges liveness by heartbeats (`heartbeats`: mkdir,
+    /// link, symlink).
+    pub fn parse(f: &mut Fields, heartbeats: bool) -> Result<FsConfig> {
+        let path = f.required("path", Fields::string)?;
+        if path.is_empty() {
+            return Err(f.error("`path` is empty"));
+        }
+        if path.contains('\0') {
+            return Err(f.error(&format!(
+                "`path` {} contains a NUL byte",
+                shown(Path::new(&path))
+            )));
+        }
+        let path = f.anchor(path);
+        let too_long = path.as_os_str().len() > MAX_PATH || path.iter().any(|c| c.len() > MAX_NAME);
+        if too_long {
+            return Err(f.error(&format!(
+                "`path` {} is {} bytes long: a path is at most {MAX_PATH} bytes, a name in it at most {MAX_NAME}",
+                shown(&path),
+                path.as_os_str().len()
+            )));
+        }
+        if path.file_name().is_none() {
+            return Err(f.error(&format!(
+                "`path` {} does not name a file or directory",
+                shown(&path)
+            )));
+        }
+        let file_mode = match f.string("file_mode")? {
+            None => None,
+            Some(s) => Some(match u32::from_str_radix(s.trim_start_matches("0o"), 8) {
+                Ok(m) if m <= 0o777 => m,
+                // Root would create a setuid (or setgid, or sticky) file (issue 15).
+                Ok(m) if m <= 0o7777 => {
+                    return Err(f.error(&format!(
+                            "`file_mode` = \"{s}\" sets setuid, setgid or sticky bits; give permission bits only, at most \"0777\""
+                        )));
+                }
+                _ => {
+                    return Err(f.error(&format!(
+                        "`file_mode` = \"{s}\" is not an octal mode like \"0660\""
+                    )));
+                }
+            }),
+        };
+        let group = match f.string("group")? {
+            None => None,
+            Some(g) => Some(resolve_group(&g).ok_or_else(|| {
+                f.error(&format!("`group` = \"{g}\": no such group on this host"))
+            })?),
+        };
+        let local = f.bool("local")?.unwrap_or(false);
+        if !heartbeats && f.has("cache_time") {
+            return Err(f.error(
+                "`cache_time` applies to backends mkdir, link and symlink (flock has no heartbeat)",
+            ));
+        }
+        let cache_time = match heartbeats
+            .then(|| f.string("cache_time"))
+            .transpose()?
+            .flatten()
+        {
+            Some(s) => {
+                Some(parse_duration(&s).map_err(|m| f.error(&format!("`cache_time`: {m}")))?)
+            }
+            None => None,
+        };
+        Ok(FsConfig {
+            path,
+            file_mode,
+            group,
+            local,
+            cache_time,
+        })
+    }
+}
+
+fn resolve_group(g: &str) -> Option<u32> {
+    if let Ok(gid) = g.parse::<u32>() {
+        return Some(gid);
+    }
+    nix::unistd::Group::from_name(g)
+        .ok()
+        .flatten()
+        .map(|gr| gr.gid.as_raw())
+}

@@ -1,0 +1,251 @@
+//! A lock's directory, opened once: every later call is relative to it (`*at`), on the
+//! filesystem [`super::fs`] detected.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, openat};
+use nix::sys::stat::{FileStat, Mode as FileMode, fstat};
+
+use super::config::FsConfig;
+use super::fs::{Fs, check, check_dir_mode, detect};
+use super::record::{reach_server, read_record};
+use crate::backend::faults::{self, Stall};
+use crate::backend::owner::State;
+use crate::error::{Error, Result, err};
+
+/// A lock's directory, opened once.
+pub struct LockDir {
+    /// The lock itself, for messages.
+    pub path: PathBuf,
+    pub parent: PathBuf,
+    pub name: OsString,
+    cfg: FsConfig,
+    stale_after: Duration,
+    fd: Option<OwnedFd>,
+    fs: Option<Fs>,
+}
+
+impl LockDir {
+    /// How long after making the lock a locker may still write into it by a name it looked
+    /// up: a waiter may break a lock that showed no change for `stale_after` (half a
+    /// `stale_after` of margin for a waiter that saw it late and a slow clock).
+    pub fn making_budget(&self) -> Duration {
+        self.stale_after / 2
+    }
+
+    pub fn new(cfg: &FsConfig, stale_after: Duration) -> LockDir {
+        LockDir {
+            path: cfg.path.clone(),
+            parent: cfg
+                .path
+                .parent()
+                .map_or_else(|| PathBuf::from("/"), PathBuf::from),
+            name: cfg.path.file_name().map(OsString::from).unwrap_or_default(),
+            cfg: cfg.clone(),
+            stale_after,
+            fd: None,
+            fs: None,
+        }
+    }
+
+    /// The parent directory: opened, its mode and filesystem checked, on first use.
+    pub fn fd(&mut self) -> Result<BorrowedFd<'_>> {
+        if self.fd.is_none() {
+            let fd = nix::fcntl::open(
+                &self.parent,
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                FileMode::empty(),
+            )
+            .map_err(|e| Error::path("cannot open the directory of lock", &self.path, e.into()))?;
+            let st = fstat(&fd).map_err(|e| {
+                Error::path("cannot stat the directory of lock", &self.path, e.into())
+            })?;
+            check_dir_mode(st.st_mode, &self.parent)?;
+            let fs = detect(fd.as_fd());
+            check(&fs, &self.parent, &self.cfg, self.stale_after, true)?;
+            self.fs = Some(fs);
+            self.fd = Some(fd);
+        }
+        Ok(self.fd.as_ref().expect("opened above").as_fd())
+    }
+
+    /// The parent directory ([`fd`](Self::fd)) and whether it is on a network or FUSE
+    /// filesystem.
+    pub fn fd_remote(&mut self) -> Result<(BorrowedFd<'_>, bool)> {
+        self.fd()?;
+        let remote = self.remote();
+        Ok((self.fd.as_ref().expect("opened above").as_fd(), remote))
+    }
+
+    /// Whether the lock is on a network or FUSE filesystem (known once [`fd`](Self::fd) ran).
+    pub fn remote(&self) -> bool {
+        self.fs.as_ref().is_some_and(|f| f.remote)
+    }
+
+    /// The filesystem's name for messages (known once [`fd`](Self::fd) ran).
+    pub fn fs_name(&self) -> &str {
+        self.fs.as_ref().map_or("", |f| f.name.as_str())
+    }
+
+    /// `.NAME<suffix>`: a name beside the lock.
+    pub fn beside(&self, suffix: &str) -> OsString {
+        let mut n = OsString::from(".");
+        n.push(&self.name);
+        n.push(suffix);
+        n
+    }
+
+    /// The waiters' queue beside the lock (`.NAME.queue`, see `wake.rs`); `None` on a
+    /// network or FUSE filesystem (known once [`fd`](Self::fd) ran), where every waiter polls.
+    pub fn queue(&self) -> Option<crate::backend::wake::QueueAt> {
+        (!self.remote()).then(|| crate::backend::wake::QueueAt {
+            path: self.shown(self.beside(".queue")),
+            mode: self.cfg.file_mode,
+            group: self.cfg.group,
+        })
+    }
+
+    /// A name relative to the parent, for messages.
+    pub fn shown(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.parent.join(name)
+    }
+
+    /// The state beside the lock (`.NAME.state`, see [`state`]), `None` if no token was
+    /// issued yet. Read fresh on a network filesystem.
+    pub fn read_state(&mut self) -> Result<Option<State>> {
+        self.with_state(super::state::read)
+    }
+
+    /// Issues exactly `token`, holding the lock ([`super::state::issue_exactly`]): `Ok(None)` when
+    /// the state moved past it.
+    pub fn issue_token_exactly(&mut self, token: u64) -> Result<Option<bool>> {
+        let issued = self.with_state(|at| super::state::issue_exactly(at, token))?;
+        // A holder that stalls just after taking its token, before it can use it: the
+        // process's first token.
+        if issued.is_some() {
+            faults::stall(Stall::Taken);
+        }
+        Ok(issued)
+    }
+
+    /// Marks our acquisition's state clean, still holding the lock ([`super::state::mark_clean`]).
+    pub fn mark_clean(&mut self, token: u64) -> Result<()> {
+        self.with_state(|at| super::state::mark_clean(at, token))
+    }
+
+    fn with_state<T>(
+        &mut self,
+        f: impl FnOnce(&super::state::StateAt<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let name = self.beside(".state");
+        let shown = self.shown(&name);
+        self.fd()?;
+        let (remote, mode, group) = (self.remote(), self.cfg.file_mode, self.cfg.group);
+        f(&super::state::StateAt {
+            dir: self.fd()?,
+            name: &name,
+            shown: &shown,
+            remote,
+            mode,
+            group,
+        })
+    }
+
+    /// The content of the regular file `name` beside the lock, read fresh ([`read_record`]).
+    pub fn read_file(&mut self, name: &OsStr) -> Result<Option<(Vec<u8>, FileStat)>> {
+        let shown = self.shown(name);
+        read_record(self.fd()?, name, &shown)
+    }
+
+    /// Creates the regular file `name` (in `at`, else the parent) with `text`, mode and group
+    /// per profile; `Ok(None)` if the name exists (or a racing create made the server answer
+    /// EPERM/ENOENT, as sshfs does). On a write failure nothing is left.
+    pub fn create_file(
+        &mut self,
+        at: Option<BorrowedFd<'_>>,
+        name: &OsStr,
+        text: &str,
+    ) -> Result<Option<File>> {
+        let shown = self.shown(name);
+        let (mode, group) = (self.cfg.file_mode, self.cfg.group);
+        let (parent, remote) = self.fd_remote()?;
+        let dir = at.unwrap_or(parent);
+        let flags = OFlag::O_RDWR
+            | OFlag::O_CREAT
+            | OFlag::O_EXCL
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_CLOEXEC;
+        let fd = match openat(
+            dir,
+            name,
+            flags,
+            FileMode::from_bits_truncate(mode.unwrap_or(0o644)),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::EEXIST) => return Ok(None),
+            Err(e) => return Err(Error::path("cannot create", &shown, e.into())),
+        };
+        let file = File::from(fd);
+        let r = (|| -> Result<()> {
+            file.write_all_at(text.as_bytes(), 0)
+                .and_then(|()| reach_server(&file, remote))
+                .map_err(|e| Error::path("cannot write", &shown, e))?;
+            if let Some(m) = mode {
+                nix::sys::stat::fchmod(&file, FileMode::from_bits_truncate(m))
+                    .map_err(|e| Error::path("cannot chmod", &shown, e.into()))?;
+            }
+            if let Some(g) = group {
+                nix::unistd::fchown(&file, None, Some(nix::unistd::Gid::from_raw(g)))
+                    .map_err(|e| Error::path("cannot chgrp", &shown, e.into()))?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            let _ = nix::unistd::unlinkat(dir, name, nix::unistd::UnlinkatFlags::NoRemoveDir);
+            return Err(e);
+        }
+        Ok(Some(file))
+    }
+
+    /// Publishes the heartbeat record `text` as the regular file `name` (in `at`, else the
+    /// parent), replacing what is there: written under the unique name `tmp`, then renamed
+    /// over `name` (a network filesystem may answer EEXIST for `name` itself from its cache of
+    /// an earlier one). Nothing is left on failure.
+    pub fn publish(
+        &mut self,
+        at: Option<BorrowedFd<'_>>,
+        tmp: &OsStr,
+        name: &OsStr,
+        text: &str,
+    ) -> Result<()> {
+        let shown = self.shown(name);
+        if self.create_file(at, tmp, text)?.is_none() {
+            return Err(err!(
+                Io,
+                "cannot write heartbeat record {}: {} is in the way",
+                shown.display(),
+                self.shown(tmp).display()
+            ));
+        }
+        let dir = match at {
+            Some(d) => d,
+            None => self.fd()?,
+        };
+        if let Err(e) = nix::fcntl::renameat(dir, tmp, dir, name) {
+            let _ = nix::unistd::unlinkat(dir, tmp, nix::unistd::UnlinkatFlags::NoRemoveDir);
+            return Err(Error::path(
+                "cannot write heartbeat record",
+                &shown,
+                e.into(),
+            ));
+        }
+        Ok(())
+    }
+}

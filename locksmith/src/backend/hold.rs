@@ -11,7 +11,7 @@ use super::lock::{Backend, Grant, Held, Lease, NotReleased};
 use super::wait::{self, Backoff, Taken};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::info;
-use crate::settings::{Common, Wait, fmt_duration};
+use crate::settings::{Common, fmt_duration};
 use crate::sys;
 use crate::watch::Watcher;
 
@@ -25,12 +25,13 @@ pub struct Hold {
 }
 
 impl Hold {
-    /// Waits for the lock by the one waiting policy ([`wait::acquire`]) and holds it; the
-    /// lease runs from the winning attempt. `open` opens the backend (see [`wait::acquire`]).
+    /// Waits for the lock by the one waiting policy ([`wait::acquire`]: `open`, the wait
+    /// counted from `began`) and holds it; the lease runs from the winning attempt.
     pub fn acquire(
         open: impl Fn() -> Result<Box<dyn Backend>>,
         profile: &str,
         common: &Common,
+        began: Instant,
         watcher: &mut Watcher,
     ) -> Result<Hold> {
         let mut backend = "";
@@ -42,6 +43,7 @@ impl Hold {
             },
             profile,
             common,
+            began,
             watcher,
         )?;
         let beat = Heartbeat::new(held.as_ref(), common, since);
@@ -137,14 +139,10 @@ impl HoldSet {
     /// the set: `--wait` is one deadline for all. If one cannot be taken, those taken are
     /// given back (in reverse order) and its error is the set's.
     pub fn acquire(wanted: Vec<Wanted<'_>>, watcher: &mut Watcher) -> Result<HoldSet> {
-        let start = Instant::now();
+        let began = Instant::now();
         let mut set = HoldSet { holds: Vec::new() };
         for w in wanted {
-            let mut common = w.common.clone();
-            if let Wait::For(d) = common.wait {
-                common.wait = Wait::For(d.saturating_sub(start.elapsed()));
-            }
-            match Hold::acquire(&w.open, w.name, &common, watcher) {
+            match Hold::acquire(&w.open, w.name, &w.common, began, watcher) {
                 Ok(h) => set.holds.push((w.given, h)),
                 Err(e) => {
                     if let Err(r) = set.release() {

@@ -50,16 +50,18 @@ impl Backoff {
 /// network filesystem stalled between creating the lock and writing its records, say) gives
 /// it back and tries again: a waiter may already have judged it silent for `stale_after`
 /// and broken in, and nothing done after that moment proves otherwise. `open` opens the
-/// backend: once, and again after such a give-back.
+/// backend: once, and again after such a give-back. The wait counts from `began` (for several
+/// locks, when the set began: one deadline for all).
 pub fn acquire(
     mut open: impl FnMut() -> Result<Box<dyn Backend>>,
     profile: &str,
     common: &Common,
+    began: Instant,
     watcher: &mut Watcher,
 ) -> Result<Taken> {
     let deadline = match common.wait {
         Wait::Forever => None,
-        Wait::For(d) => Some(Instant::now() + d),
+        Wait::For(d) => Some(began + d),
     };
     let mut lock = open()?;
     let mut backoff = Backoff::new(common);

@@ -235,6 +235,34 @@ fn etcd_hold_busy_release_tokens_and_nothing_left() {
     assert_eq!(code(o.status), 0, "{}", stdout(&o));
 }
 
+/// SPEC §3b: an etcd lock and a file lock taken as one; the OK line lists both in
+/// command-line order, and the release frees both.
+#[test]
+fn etcd_in_a_set_with_a_file_lock() {
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    let m = format!("mkdir:{}", sb.join("m.lock").display());
+    let mut h = sb.hold(["hold", "e", &m]);
+    let t = h
+        .ok()
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("token="))
+        .and_then(|t| t.split(',').next())
+        .unwrap_or_default()
+        .to_string();
+    assert!(t.parse::<u64>().is_ok(), "{}", h.ok());
+    assert_eq!(
+        h.ok(),
+        format!("OK e backend=etcd,mkdir mode=exclusive,exclusive token={t},1 locks=2\n")
+    );
+    let o = sb.output(["--wait", "0", "run", &m, "--", "true"]);
+    assert_eq!(code(o.status), 75, "{}", stderr(&o));
+    h.close_stdout();
+    assert_eq!(code(h.wait_exit(T)), 0);
+    assert_eq!(code(sb.output(["status", &m]).status), 0, "mkdir left held");
+    eventually(T, "the etcd key released", || e.keys("/t/e/").is_empty());
+}
+
 #[test]
 fn etcd_parent_sigkill_releases_at_once() {
     let Some(e) = Etcd::start() else { return };

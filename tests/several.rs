@@ -257,3 +257,21 @@ fn bad_sets_are_usage_errors() {
     assert_eq!(code(o.status), 78, "{}", stderr(&o));
     assert!(free(&sb, "a"));
 }
+
+#[test]
+fn an_unreachable_server_in_a_set_is_its_error_and_nothing_is_held() {
+    let sb = sandbox();
+    // flock (b) comes before ftp in the canonical order: it is taken, then given back.
+    let ftp = format!("ftp://127.0.0.1:{}/locks/x", free_port());
+    let marker = sb.join("ran");
+    let touch = format!("touch {}", marker.display());
+    let o = sb.output(["--wait", "0", "run", &ftp, "b", "--", "sh", "-c", &touch]);
+    assert_eq!(code(o.status), 69, "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("ERROR unavailable: "),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!marker.exists(), "CMD ran with a subset held");
+    assert!(free(&sb, "b"), "b left held");
+}

@@ -592,6 +592,13 @@ fn local_rows(
             run: Box::new(move |_| c.cycle_locksmith(b)),
         });
     }
+    // Several locks at once (SPEC §3b): what each more lock costs.
+    for set in [&["f", "m"][..], &LOCAL[..]] {
+        cycle_tools.push(Tool {
+            name: format!("locksmith run {} -- true (several locks)", set.join(" ")),
+            run: Box::new(move |_| c.cycle_locksmith_set(set)),
+        });
+    }
     if proc::on_path("lockfile-create").is_some() && proc::on_path("lockfile-remove").is_some() {
         cycle_tools.push(Tool {
             name: "lockfile-create; true; lockfile-remove".into(),

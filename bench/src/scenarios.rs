@@ -217,8 +217,16 @@ impl Ctx {
     // ---- 1. full cycle ---------------------------------------------------------------------
 
     pub fn cycle_locksmith(&self, profile: &str) -> Result<Duration> {
-        let mut c = self.locksmith_cmd(&["--wait", "10s", "run", profile, "--", "true"]);
-        self.cycle(&format!("locksmith run {profile}"), &mut c)
+        self.cycle_locksmith_set(&[profile])
+    }
+
+    /// The same with several locks at once (SPEC §3b): `run P1 P2 ... -- true`.
+    pub fn cycle_locksmith_set(&self, profiles: &[&str]) -> Result<Duration> {
+        let mut args = vec!["--wait", "10s", "run"];
+        args.extend_from_slice(profiles);
+        args.extend(["--", "true"]);
+        let mut c = self.locksmith_cmd(&args);
+        self.cycle(&format!("locksmith run {}", profiles.join(" ")), &mut c)
     }
 
     /// The seed's counter race: `n` contenders × `k` read-modify-write increments of a

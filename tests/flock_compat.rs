@@ -972,3 +972,97 @@ fn flock_forms_are_quiet_run_keeps_its_messages() {
         assert_eq!(code(said.wait_exit(T)), 0);
     }
 }
+
+/// The names in `d`, sorted.
+fn names(d: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Issue 25 finding 12: flock(1) leaves nothing but the lock file — exclusive, shared,
+/// contended (a waiter), `-F` — and so does locksmith in flock(1)'s forms.
+#[test]
+fn nothing_but_the_file_is_left_beside_it() {
+    for f in flocks() {
+        let d = sandbox();
+        let o = f.run(d.path(), &["lock", "true"]);
+        assert_eq!(code(o.status), 0, "{}", f.label);
+        let o = f.run(d.path(), &["-s", "lock", "true"]);
+        assert_eq!(code(o.status), 0, "{}", f.label);
+        let o = f.run(d.path(), &["-F", "lock", "true"]);
+        assert_eq!(code(o.status), 0, "{}", f.label);
+        // A writer that waits, and a reader that waits behind a holder.
+        let h = Holder::new(&f, d.path(), &[], "lock");
+        let o = f.run(d.path(), &["-w", "0.3", "lock", "true"]);
+        assert_eq!(code(o.status), 1, "{}", f.label);
+        let o = f.run(d.path(), &["-s", "-w", "0.3", "lock", "true"]);
+        assert_eq!(code(o.status), 1, "{}", f.label);
+        h.release();
+        assert_eq!(names(d.path()), ["lock"], "{}", f.label);
+    }
+    // The same as `locksmith LOCK CMD`.
+    let d = sandbox();
+    let mut c = Command::new(bin());
+    c.current_dir(d.path())
+        .args(["./lock", "true"])
+        .stdin(Stdio::null());
+    assert_eq!(code(output_within(c, T).status), 0);
+    assert_eq!(names(d.path()), ["lock"]);
+}
+
+/// `locksmith -F run` (the lock held by CMD's descriptor past locksmith's exec) issues no
+/// token, so the next holder is not told the previous one crashed; an uncontended reader
+/// makes no writer-preference gate.
+#[test]
+fn no_fork_leaves_no_unclean_state_and_readers_no_gate() {
+    let d = sandbox();
+    let profiles = d.path().join("profiles.toml");
+    std::fs::write(
+        &profiles,
+        format!(
+            "[profile.f]\nbackend = \"flock\"\npath = \"{}/f.lock\"\n",
+            d.path().display()
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.current_dir(d.path())
+            .env_remove("LOCKSMITH_PROFILES")
+            .arg("--profiles")
+            .arg(&profiles)
+            .args(args)
+            .stdin(Stdio::null());
+        output_within(c, T)
+    };
+    let o = run(&[
+        "-F",
+        "run",
+        "f",
+        "--",
+        "sh",
+        "-c",
+        "echo ${LOCKSMITH_TOKEN-none}",
+    ]);
+    assert_eq!(stdout(&o), "none\n", "{}", stderr(&o));
+    let o = run(&[
+        "run",
+        "f",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKSMITH_TOKEN ${LOCKSMITH_PREV-clean}",
+    ]);
+    assert_eq!(stdout(&o), "1 clean\n", "{}", stderr(&o));
+    let o = run(&["--shared", "run", "f", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert!(
+        !d.path().join(".f.lock.gate").exists(),
+        "{:?}",
+        names(d.path())
+    );
+}

@@ -85,11 +85,17 @@ fn load(cli: &Cli, word: &str) -> Result<Profile> {
 }
 
 /// The locks of `hold`/`run` (SPEC §3b): each word loaded, the same lock named twice kept once
-/// (its first naming), in command-line order.
+/// (its first naming), in command-line order. flock(1)'s forms and `-F` leave nothing beside
+/// a flock lock's file: no token state (`-F`'s CMD outlives us, so its release could never be
+/// marked clean), no gate.
 fn load_set(cli: &Cli, first: &str, more: &[String]) -> Result<Vec<Profile>> {
     let mut locks: Vec<Profile> = Vec::new();
     for word in std::iter::once(first).chain(more.iter().map(String::as_str)) {
-        let p = load(cli, word)?;
+        let mut p = load(cli, word)?;
+        // A plain path in flock(1)'s forms is flock(1)'s lock; an explicit `flock:` address
+        // or a profile keeps locksmith's tokens.
+        let plain_path = word.contains('/') && !word.starts_with("flock:");
+        p.common.flock1 = cli.no_fork || (cli.flock_form && plain_path);
         if let Some(same) = locks.iter().find(|q| canonical(q) == canonical(&p)) {
             debug!("{word} names the lock of {}: taken once", same.name);
             continue;

@@ -137,6 +137,25 @@ pub fn open_regular(path: &Path, what: &str, flags: OFlag, mode: Mode) -> Result
     Ok((File::from(fd), st))
 }
 
+/// [`open_regular`] (without `O_CREAT`) of a file that may not be there yet: `None` if the
+/// open failed and nothing is at `path` (looked at after the failure, never before).
+pub fn open_regular_if_there(
+    path: &Path,
+    what: &str,
+    flags: OFlag,
+    mode: Mode,
+) -> Result<Option<(File, FileStat)>> {
+    match open_regular(path, what, flags, mode) {
+        Err(_)
+            if std::fs::symlink_metadata(path)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
+        {
+            Ok(None)
+        }
+        r => r.map(Some),
+    }
+}
+
 /// Reads a regular file opened with [`open_regular`], at most `cap` bytes; a file over the
 /// cap (by its size or by what it yields) is a config error.
 pub fn read_capped(

@@ -47,6 +47,10 @@ pub struct Common {
     pub keepalive: Duration,
     pub stale_after: Duration,
     pub shared: bool,
+    /// flock(1)'s forms (and `-F`): the lock is the file alone, as flock(1) leaves it — no
+    /// fencing-token state, no writer-preference gate beside it (issue 25, finding 12). Not a
+    /// profile key: the command line's form says it.
+    pub flock1: bool,
 }
 
 impl Common {
@@ -59,6 +63,7 @@ impl Common {
             keepalive: Duration::from_secs(5),
             stale_after: Duration::from_secs(60),
             shared: false,
+            flock1: false,
         }
     }
 

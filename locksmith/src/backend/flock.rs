@@ -51,7 +51,7 @@ use crate::error::{Error, Result};
 use crate::host;
 use crate::log::{debug, info};
 use crate::protocol::Mode;
-use crate::settings::{Fields, KeyDoc};
+use crate::settings::{Common, Fields, KeyDoc};
 use crate::watch::Watcher;
 
 /// The keys of `backend = "flock"`: the file backends' keys ([`FsConfig::parse`]).
@@ -63,8 +63,10 @@ pub struct Flock {
     cfg: FsConfig,
     mode: Mode,
     file: Option<File>,
-    /// The writer-preference gate; `None` where it cannot be opened.
-    gate: Option<Option<File>>,
+    /// The writer-preference gate, once opened.
+    gate: Option<File>,
+    /// flock(1)'s forms: nothing beside the file (no token state, no gate).
+    flock1: bool,
     /// A thread blocked in flock(2) on a duplicate descriptor: whether it holds the lock.
     waiter: Option<Blocking<bool>>,
 }
@@ -79,13 +81,14 @@ pub struct FlockHeld {
 }
 
 impl Flock {
-    pub fn new(cfg: FsConfig, mode: Mode) -> Flock {
+    pub fn new(cfg: FsConfig, common: &Common) -> Flock {
         Flock {
             cfg,
-            mode,
+            mode: common.mode(),
             file: None,
             gate: None,
             waiter: None,
+            flock1: common.flock1,
         }
     }
 
@@ -93,8 +96,12 @@ impl Flock {
     /// Exclusive holders take the next token (written while holding, so serialised among
     /// locksmith users); shared ones report the current write epoch. Only locksmith keeps
     /// the state: flock(1) users on the same file neither see nor advance it. In a directory
-    /// we cannot write, there are no tokens (flock itself does not need the directory).
+    /// we cannot write, there are no tokens (flock itself does not need the directory); in
+    /// flock(1)'s forms, none either: nothing is kept beside the file (issue 25, finding 12).
     fn grant(&self) -> Result<Grant> {
+        if self.flock1 {
+            return Ok(Grant::default());
+        }
         let shared = self.mode == Mode::Shared;
         let Some(r) = with_state(&self.cfg, |at| {
             if shared {
@@ -164,40 +171,51 @@ impl Flock {
         Ok(self.file.as_ref().expect("opened above"))
     }
 
-    /// The gate beside the lock file (opened once; `None` if it cannot be). Something other
-    /// than a regular file at the gate's name (a planted FIFO, a directory) is refused as it
-    /// would be at the lock file's: a config error naming it.
-    fn gate(&mut self) -> Result<Option<&File>> {
-        if self.gate.is_none() {
-            let path = (|| {
-                let mut name = OsString::from(".");
-                name.push(self.cfg.path.file_name()?);
-                name.push(".gate");
-                Some(self.cfg.path.parent()?.join(name))
-            })();
-            let opened = match path {
-                None => None,
-                Some(path) => {
-                    let mode = FileMode::from_bits_truncate(self.cfg.file_mode.unwrap_or(0o666));
-                    let flags = OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW;
-                    match crate::files::open_regular(&path, "writer-preference gate", flags, mode) {
-                        Ok((file, _)) => {
-                            if let Ok(md) = file.metadata() {
-                                self.fix_owner(&file, &md);
-                            }
-                            Some(file)
-                        }
-                        Err(e) if e.kind() == crate::error::Kind::Config => return Err(e),
-                        Err(e) => {
-                            debug!("no writer preference: {e}");
-                            None
-                        }
-                    }
-                }
-            };
-            self.gate = Some(opened);
+    /// The gate beside the lock file, made only by a writer that waits (`create`): a
+    /// reader passes it only where a writer made it, so an uncontended lock leaves nothing
+    /// beside its file. `None`: no gate (none yet, it cannot be opened, or flock(1)'s forms).
+    /// Something other than a regular file at the gate's name (a planted FIFO, a directory)
+    /// is refused as it would be at the lock file's: a config error naming it.
+    fn gate(&mut self, create: bool) -> Result<Option<&File>> {
+        if self.gate.is_none() && !self.flock1 {
+            self.gate = self.open_gate(create)?;
         }
-        Ok(self.gate.as_ref().and_then(Option::as_ref))
+        Ok(self.gate.as_ref())
+    }
+
+    fn open_gate(&self, create: bool) -> Result<Option<File>> {
+        let Some(path) = (|| {
+            let mut name = OsString::from(".");
+            name.push(self.cfg.path.file_name()?);
+            name.push(".gate");
+            Some(self.cfg.path.parent()?.join(name))
+        })() else {
+            return Ok(None);
+        };
+        let mode = FileMode::from_bits_truncate(self.cfg.file_mode.unwrap_or(0o666));
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW;
+        let what = "writer-preference gate";
+        let opened = if create {
+            crate::files::open_regular(&path, what, flags | OFlag::O_CREAT, mode).map(Some)
+        } else {
+            crate::files::open_regular_if_there(&path, what, flags, mode)
+        };
+        match opened {
+            Ok(None) => Ok(None),
+            Ok(Some((file, _))) => {
+                if let Ok(md) = file.metadata() {
+                    self.fix_owner(&file, &md);
+                }
+                Ok(Some(file))
+            }
+            Err(e) if e.kind() == crate::error::Kind::Config => Err(e),
+            Err(e) => {
+                if create {
+                    debug!("no writer preference: {e}");
+                }
+                Ok(None)
+            }
+        }
     }
 
     /// Applies `file_mode` and `group` to a file we own (best effort: a file made by
@@ -248,7 +266,7 @@ impl Backend for Flock {
         let path = self.cfg.path.clone();
         self.file()?;
         // Readers pass the gate (a waiting writer holds it); writers trying go straight in.
-        let gate = if shared { self.gate()? } else { None };
+        let gate = if shared { self.gate(false)? } else { None };
         if let Some(g) = gate {
             match g.try_lock_shared() {
                 Ok(()) => {}
@@ -265,7 +283,7 @@ impl Backend for Flock {
         } else {
             file.try_lock()
         };
-        if let Some(Some(g)) = &self.gate {
+        if let Some(g) = &self.gate {
             let _ = g.unlock();
         }
         match r {
@@ -289,7 +307,7 @@ impl Backend for Flock {
             .file()?
             .try_clone()
             .map_err(|e| Error::path("cannot duplicate descriptor of", &path, e))?;
-        let gate = self.gate()?.and_then(|g| g.try_clone().ok());
+        let gate = self.gate(!shared)?.and_then(|g| g.try_clone().ok());
         let waiter = Blocking::spawn("flock-wait", Some(64 * 1024), move || {
             // Same open file description as the main descriptor: when this returns Ok the
             // main descriptor holds the lock too. A writer holds the gate while it waits (new
@@ -425,7 +443,7 @@ impl Registered for Flock {
         super::address::path_keys(a)
     }
     fn open(cfg: &FsConfig, lock: &Named) -> Box<dyn Backend> {
-        Box::new(Flock::new(cfg.clone(), lock.common.mode()))
+        Box::new(Flock::new(cfg.clone(), &lock.common))
     }
     fn verify(cfg: &FsConfig, lock: &Named, peer: Option<&Path>) -> crate::error::Result<Report> {
         super::lockdir::probe::verify(lock, Scheme::Flock, cfg, peer)

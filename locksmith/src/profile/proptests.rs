@@ -898,6 +898,7 @@ impl Spec {
             keepalive: effective(keepalive, builtin.keepalive),
             stale_after: effective(stale_after, builtin.stale_after),
             shared: shared_from_profile || self.over_shared,
+            flock1: false,
         };
         let backend = match &self.backend {
             BackendSpec::Fs(f) => {

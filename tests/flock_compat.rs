@@ -1066,3 +1066,34 @@ fn no_fork_leaves_no_unclean_state_and_readers_no_gate() {
         names(d.path())
     );
 }
+
+/// flock(1)'s man-page example `flock /tmp -c cat` under the name `locksmith`: a directory
+/// is locked as flock(1) locks it (issue 25), with locksmith's exit codes.
+#[test]
+fn locksmith_locks_a_directory_as_flock_does() {
+    let f = ours();
+    let d = sandbox();
+    std::fs::create_dir(d.path().join("dir")).unwrap();
+    let locksmith = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.current_dir(d.path()).args(args).stdin(Stdio::null());
+        output_within(c, T)
+    };
+    let o = locksmith(&["./dir", "-c", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    let h = Holder::new(&f, d.path(), &[], "dir");
+    let o = locksmith(&["-n", "./dir", "true"]);
+    assert_eq!(
+        code(o.status),
+        75,
+        "the same lock as flock(1)'s: {}",
+        stderr(&o)
+    );
+    h.release();
+    let o = locksmith(&["-n", "./dir", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert_eq!(names(d.path()), ["dir"]);
+    // Outside flock(1)'s forms a directory is still not a flock lock file.
+    let o = locksmith(&["run", "./dir", "--", "true"]);
+    assert_eq!(code(o.status), 78, "{}", stderr(&o));
+}

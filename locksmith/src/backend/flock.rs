@@ -153,12 +153,30 @@ impl Flock {
             let mode = FileMode::from_bits_truncate(self.cfg.file_mode.unwrap_or(0o666));
             // Non-blocking open, kind checked on the descriptor: a FIFO planted at the path
             // must not hold us in open(2) (issue 15).
-            let (file, _) = crate::files::open_regular(
+            let opened = crate::files::open_regular(
                 path,
                 "lock file",
                 OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW,
                 mode,
-            )?;
+            );
+            let file = match opened {
+                Ok((file, _)) => file,
+                // flock(1)'s forms lock a directory as flock(1) does: opened read-only.
+                Err(_) if self.flock1 && fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) => {
+                    File::from(
+                        nix::fcntl::open(
+                            path,
+                            OFlag::O_RDONLY
+                                | OFlag::O_DIRECTORY
+                                | OFlag::O_NOFOLLOW
+                                | OFlag::O_CLOEXEC,
+                            FileMode::empty(),
+                        )
+                        .map_err(|e| Error::path("cannot open lock directory", path, e.into()))?,
+                    )
+                }
+                Err(e) => return Err(e),
+            };
             // flock(2) on a network or FUSE filesystem may exclude only this host's processes.
             let fs = super::lockdir::detect(file.as_fd());
             super::lockdir::check(&fs, path, &self.cfg, Duration::ZERO, false)?;

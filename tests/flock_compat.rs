@@ -184,10 +184,11 @@ fn verbose_says_what_flock_says() {
         let o = f.run(d.path(), &["--verbose", "lock", "echo", "hi"]);
         assert_eq!(code(o.status), 0, "{}", f.label);
         let out = stdout(&o);
-        let mut lines: Vec<&str> = out.lines().collect();
-        lines.sort();
+        // Into a pipe flock(1)'s stdio buffer reaches it only at exit: after CMD's output.
+        let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 3, "{}: {out}", f.label);
-        assert_eq!(lines[0], "flock: executing echo", "{}", f.label);
+        assert_eq!(lines[0], "hi", "{}: {out}", f.label);
+        assert_eq!(lines[2], "flock: executing echo", "{}", f.label);
         let took = lines[1]
             .strip_prefix("flock: getting lock took ")
             .and_then(|t| t.strip_suffix(" seconds"))
@@ -198,8 +199,10 @@ fn verbose_says_what_flock_says() {
             "{}: {took}",
             f.label
         );
-        assert_eq!(lines[2], "hi", "{}", f.label);
         assert_eq!(stderr(&o), "", "{}", f.label);
+        // -F: the buffer goes with the process image at exec.
+        let o = f.run(d.path(), &["--verbose", "-F", "lock", "echo", "hi"]);
+        assert_eq!(stdout(&o), "hi\n", "{}", f.label);
     }
 }
 

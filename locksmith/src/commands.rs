@@ -360,15 +360,10 @@ fn run(cli: &Cli, locks: &[Profile], cmd: &[OsString]) -> Result<i32> {
         }
         Err(e) => return Err(e),
     };
-    if flock_verbose {
-        let took = began.elapsed();
-        let _ = protocol::report(&format!(
-            "flock: getting lock took {}.{:06} seconds\nflock: executing {}\n",
-            took.as_secs(),
-            took.subsec_micros(),
-            cmd[0].to_string_lossy()
-        ));
-    }
+    // flock(1)'s --verbose lines: at once on a terminal, else once CMD has ended.
+    let later = flock_verbose
+        .then(|| crate::flock1::verbose_lines(began.elapsed(), &cmd[0]))
+        .flatten();
     // From here CMD's life decides, as with flock(1), not the caller's.
     watcher.forget_parent();
 
@@ -395,6 +390,9 @@ fn run(cli: &Cli, locks: &[Profile], cmd: &[OsString]) -> Result<i32> {
                 .map_err(|e| Error::io("preparing the command", e))?;
         }
         let e = std::os::unix::process::CommandExt::exec(&mut command);
+        if let Some(text) = &later {
+            let _ = protocol::report(text);
+        }
         return Ok(cannot_run(cli, &cmd[0], &e));
     }
     // An interactive CMD keeps the terminal; otherwise it gets a process group of its own,
@@ -410,6 +408,9 @@ fn run(cli: &Cli, locks: &[Profile], cmd: &[OsString]) -> Result<i32> {
         Ok(c) => c,
         Err(e) => {
             let _ = held.release();
+            if let Some(text) = &later {
+                let _ = protocol::report(text);
+            }
             return Ok(cannot_run(cli, &cmd[0], &e));
         }
     };
@@ -450,6 +451,9 @@ fn run(cli: &Cli, locks: &[Profile], cmd: &[OsString]) -> Result<i32> {
         }
     };
     let code = exit_code(status);
+    if let Some(text) = &later {
+        let _ = protocol::report(text);
+    }
     match held.release() {
         Ok(()) => Ok(code),
         Err(e) => {

@@ -362,7 +362,7 @@ fn run(cli: &Cli, locks: &[Profile], cmd: &[OsString]) -> Result<i32> {
     };
     // flock(1)'s --verbose lines: at once on a terminal, else once CMD has ended.
     let later = flock_verbose
-        .then(|| crate::flock1::verbose_lines(began.elapsed(), &cmd[0]))
+        .then(|| protocol::flock_verbose(began.elapsed(), &cmd[0]))
         .flatten();
     // From here CMD's life decides, as with flock(1), not the caller's.
     watcher.forget_parent();

@@ -461,31 +461,12 @@ fn file(o: &Opts, path: &OsStr, cmd: Vec<OsString>) -> i32 {
     run(o, fd, began, cmd)
 }
 
-/// `--verbose`'s two lines, as flock(1) prints them: through stdio, so on a terminal at
-/// once, and into a pipe or a file only when flock exits — after the command's own output,
-/// and never after `-F` (the buffer goes with the process image at exec). Returns the lines
-/// still to print once the command has ended.
-pub fn verbose_lines(took: std::time::Duration, cmd: &OsStr) -> Option<String> {
-    let text = format!(
-        "flock: getting lock took {}.{:06} seconds\nflock: executing {}\n",
-        took.as_secs(),
-        took.subsec_micros(),
-        cmd.to_string_lossy()
-    );
-    if crate::protocol::stdout_is_terminal() {
-        let _ = crate::protocol::report(&text);
-        None
-    } else {
-        Some(text)
-    }
-}
-
 /// Runs the command with the lock held by `fd`: forked (the command inherits `fd` unless
 /// `-o`), or `-F` exec'd in our place. The command's status, or 128+N for signal N.
 fn run(o: &Opts, fd: OwnedFd, began: Instant, cmd: Vec<OsString>) -> i32 {
     let later = o
         .verbose
-        .then(|| verbose_lines(began.elapsed(), &cmd[0]))
+        .then(|| crate::protocol::flock_verbose(began.elapsed(), &cmd[0]))
         .flatten();
     let said_later = || {
         if let Some(text) = &later {

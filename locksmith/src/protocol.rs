@@ -87,6 +87,25 @@ pub fn report(text: &str) -> io::Result<()> {
     write_stdout(text)
 }
 
+/// `--verbose`'s two lines, as flock(1) prints them: through stdio, so on a terminal at
+/// once, and into a pipe or a file only when flock exits — after the command's own output,
+/// and never after `-F` (the buffer goes with the process image at exec). Returns the lines
+/// still to print once the command has ended.
+pub fn flock_verbose(took: std::time::Duration, cmd: &std::ffi::OsStr) -> Option<String> {
+    let text = format!(
+        "flock: getting lock took {}.{:06} seconds\nflock: executing {}\n",
+        took.as_secs(),
+        took.subsec_micros(),
+        cmd.to_string_lossy()
+    );
+    if stdout_is_terminal() {
+        let _ = report(&text);
+        None
+    } else {
+        Some(text)
+    }
+}
+
 /// The stdout handle, for `watch.rs` to poll (never to write).
 pub fn stdout_for_polling() -> io::Stdout {
     io::stdout()

@@ -84,6 +84,10 @@ const READER_GRACE: Duration = Duration::from_secs(1);
 pub struct NetLock {
     child: Child,
     ok: OkLine,
+    /// The names given, in order, duplicates included (one for a single lock).
+    tags: Vec<String>,
+    /// For each of `tags`, its lock's index in `ok.locks()`.
+    slots: Vec<usize>,
     watch: Arc<Watch>,
     released: bool,
 }
@@ -108,6 +112,8 @@ pub struct NetLock {
 #[derive(Clone, Debug)]
 pub struct Builder {
     tag: String,
+    /// More locks to take with `tag`, as one set ([`Builder::also`]).
+    also: Vec<String>,
     profiles: Option<PathBuf>,
     wait: Wait,
     shared: bool,
@@ -153,6 +159,7 @@ impl NetLock {
     pub fn builder(tag: &str) -> Builder {
         Builder {
             tag: tag.to_owned(),
+            also: Vec::new(),
             profiles: None,
             wait: Wait::Profile,
             shared: false,
@@ -174,8 +181,47 @@ impl NetLock {
     /// The fencing token of this acquisition (`token=` on the `OK` line), if the backend
     /// keeps one. Each exclusive acquisition of a lock gets a larger token than every
     /// earlier one; a shared one reports the last exclusive token.
+    ///
+    /// **For several locks ([`Builder::also`]) this is always `None`**, even when every
+    /// lock has a token: each lock has its own token sequence, and one lock's token handed
+    /// to the server of another would fence the wrong writer. Use
+    /// [`tokens`](NetLock::tokens) there.
     pub fn token(&self) -> Option<u64> {
         self.ok.token()
+    }
+
+    /// The fencing token of each lock, in the order the locks were named
+    /// ([`NetLock::builder`]'s, then each [`Builder::also`]'s), `None` where that lock's
+    /// backend keeps none. One entry per name given: a name given twice gets its lock's
+    /// token twice. For a single lock, `vec![lock.token()]`.
+    ///
+    /// ```no_run
+    /// let locks = netlock::NetLock::builder("mkdir:/srv/locks/db")
+    ///     .also("/var/lock/cache.lock")
+    ///     .lock()?;
+    /// if let [Some(db), Some(cache)] = locks.tokens()[..] {
+    ///     println!("db token {db}, cache token {cache}");
+    /// }
+    /// # Ok::<(), netlock::Error>(())
+    /// ```
+    pub fn tokens(&self) -> Vec<Option<u64>> {
+        self.per_name(|l| l.token)
+    }
+
+    /// The backend holding each lock (`flock`, `mkdir`, ...), in the order the locks were
+    /// named, one entry per name given (see [`tokens`](NetLock::tokens)).
+    pub fn backends(&self) -> Vec<&str> {
+        self.per_name(|l| l.backend.as_str())
+    }
+
+    /// The names (profiles or lock addresses) this guard was made for, as given and in
+    /// order: one for a single lock, more after [`Builder::also`].
+    pub fn tags(&self) -> &[String] {
+        &self.tags
+    }
+
+    fn per_name<'a, T>(&'a self, f: impl Fn(&'a protocol::Held) -> T) -> Vec<T> {
+        self.slots.iter().map(|&i| f(&self.ok.locks()[i])).collect()
     }
 
     /// Whether the lock is still held, without blocking.
@@ -208,24 +254,28 @@ impl NetLock {
         Ok(())
     }
 
-    /// The profile name, as the helper echoed it on the `OK` line.
+    /// The profile name, as the helper echoed it on the `OK` line; for several locks, the
+    /// first one named.
     pub fn profile(&self) -> &str {
         self.ok.profile()
     }
 
-    /// The backend holding the lock (`backend=`: `flock`, `mkdir`, `ftp`, ...).
+    /// The backend holding the lock (`backend=`: `flock`, `mkdir`, `ftp`, ...). For several
+    /// locks, `backend=` as the helper wrote it, comma-separated (`mkdir,flock`); see
+    /// [`backends`](NetLock::backends).
     pub fn backend(&self) -> &str {
         self.ok.backend()
     }
 
-    /// Whether this is a shared (reader) lock (`mode=shared`).
+    /// Whether this is a shared (reader) lock (`mode=shared`); for several locks, whether
+    /// every one of them is.
     pub fn is_shared(&self) -> bool {
         self.ok.shared()
     }
 
     /// Whether the previous acquisition of this lock did not end in a clean release
     /// (`prev=crashed`): a holder was killed, a machine lost, or the lock broken. Data the
-    /// previous holder was writing may be half-written.
+    /// previous holder was writing may be half-written. For several locks: of any of them.
     pub fn prev_crashed(&self) -> bool {
         self.ok.prev_crashed()
     }
@@ -311,17 +361,55 @@ impl Drop for NetLock {
 
 impl fmt::Debug for NetLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NetLock")
-            .field("profile", &self.profile())
+        let mut d = f.debug_struct("NetLock");
+        d.field("profile", &self.profile())
             .field("backend", &self.backend())
-            .field("token", &self.token())
-            .field("helper_pid", &self.helper_pid())
+            .field("token", &self.token());
+        if self.tags.len() > 1 {
+            d.field("tags", &self.tags).field("tokens", &self.tokens());
+        }
+        d.field("helper_pid", &self.helper_pid())
             .field("held", &self.is_held())
             .finish()
     }
 }
 
 impl Builder {
+    /// Also take the lock `tag` (a profile name or a lock address), together with the
+    /// others, as one set (SPEC §3b): the guard is returned only once every lock is held,
+    /// and releasing it releases them all.
+    ///
+    /// ```no_run
+    /// let locks = netlock::NetLock::builder("mkdir:/srv/locks/db")
+    ///     .also("/var/lock/cache.lock")
+    ///     .also("deploy")
+    ///     .lock()?; // all three held, or an error and none held
+    /// println!("tokens: {:?}", locks.tokens());
+    /// locks.unlock()?; // all three released
+    /// # Ok::<(), netlock::Error>(())
+    /// ```
+    ///
+    /// - Any mix of backends, profiles and addresses. The helper takes them in one
+    ///   canonical order (holding each while waiting for the next), so two programs naming
+    ///   the same locks in different orders never deadlock.
+    /// - All or nothing: if one is busy when the wait runs out (one deadline for the whole
+    ///   set) or fails, those already taken are given back and the error is that lock's
+    ///   ([`Busy`](ErrorKind::Busy), so [`try_lock`](Builder::try_lock) gives `Ok(None)`).
+    /// - Losing any one is losing the set: [`is_held`](NetLock::is_held) turns false.
+    /// - [`wait`](Builder::wait), [`shared`](Builder::shared) and the profiles file apply to
+    ///   every lock; an address's own `?wait=`, `?shared=` or a profile's keys override them
+    ///   for that lock.
+    /// - The same name given twice is taken once. Two *different* names for one lock (a
+    ///   profile and its address) are refused with a [`Usage`](ErrorKind::Usage) error,
+    ///   after releasing: the helper takes that lock once, and which token belongs to which
+    ///   name could not be told.
+    /// - [`NetLock::token`] is `None` for a set; [`NetLock::tokens`] and
+    ///   [`NetLock::backends`] give one entry per name, in the order named.
+    pub fn also(mut self, tag: &str) -> Builder {
+        self.also.push(tag.to_owned());
+        self
+    }
+
     /// The profiles file (`--profiles FILE`). Default: the helper's own lookup
     /// (`$LOCKSMITH_PROFILES`, then `~/.config/locksmith/profiles.toml`, then
     /// `/etc/locksmith/profiles.toml`).
@@ -387,9 +475,27 @@ impl Builder {
 /// Spawns the helper and reads its first line: `OK` makes a guard, anything else an error
 /// after the helper has been reaped.
 fn acquire(builder: &Builder, wait: Wait) -> Result<NetLock, Error> {
-    spawn::check_tag(&builder.tag)?;
+    let given: Vec<&str> = std::iter::once(&builder.tag)
+        .chain(&builder.also)
+        .map(String::as_str)
+        .collect();
+    for tag in &given {
+        spawn::check_tag(tag)?;
+    }
+    // Each name once, in the order first given; `slots[i]` is given[i]'s place among them,
+    // which is its lock's place on the OK line.
+    let mut sent: Vec<&str> = Vec::new();
+    let slots: Vec<usize> = given
+        .iter()
+        .map(|tag| {
+            sent.iter().position(|s| s == tag).unwrap_or_else(|| {
+                sent.push(tag);
+                sent.len() - 1
+            })
+        })
+        .collect();
     let request = Request {
-        tag: &builder.tag,
+        tags: &sent,
         profiles: builder.profiles.as_deref(),
         wait,
         shared: builder.shared,
@@ -405,7 +511,13 @@ fn acquire(builder: &Builder, wait: Wait) -> Result<NetLock, Error> {
         Ok(Some(line)) => match protocol::parse(&line) {
             // An address comes back with its spaces written %20 (SPEC §3a).
             Ok(Line::Ok(ok)) if ok.profile() == protocol::shown_tag(&builder.tag) => {
-                return NetLock::hold(child, reader, ok);
+                let (held, names) = (ok.locks().len(), sent.len());
+                let tags = given.iter().map(|&t| t.to_owned()).collect();
+                let lock = NetLock::hold(child, reader, ok, tags, slots)?;
+                if held == names {
+                    return Ok(lock);
+                }
+                return Err(names_merged(lock, names, held));
             }
             Ok(Line::Ok(ok)) => Error::new(
                 ErrorKind::Protocol,
@@ -448,6 +560,22 @@ fn acquire(builder: &Builder, wait: Wait) -> Result<NetLock, Error> {
     };
     drop(reader);
     Err(abandon(child, failure))
+}
+
+/// The error for a set in which the helper took fewer locks than the different names given
+/// (two names for one lock, which it takes once): which token belongs to which name cannot
+/// be told, so the set is released and refused.
+fn names_merged(lock: NetLock, names: usize, held: usize) -> Error {
+    let message = format!(
+        "{names} different lock names were given but the helper took {held} locks ({:?}): \
+         some of the names are the same lock (a profile and its address?), and which token \
+         is whose cannot be told; name each lock once",
+        lock.status_line()
+    );
+    match lock.unlock() {
+        Ok(()) => Error::new(ErrorKind::Usage, format!("{message}; released")),
+        Err(e) => Error::new(ErrorKind::Usage, format!("{message}; releasing: {e}")),
+    }
 }
 
 /// The error for a helper whose stdout ended without a status line.
@@ -515,6 +643,8 @@ impl NetLock {
         mut child: Child,
         reader: BufReader<ChildStdout>,
         ok: OkLine,
+        tags: Vec<String>,
+        slots: Vec<usize>,
     ) -> Result<NetLock, Error> {
         let watch = Arc::new(Watch::default());
         let theirs = Arc::clone(&watch);
@@ -527,6 +657,8 @@ impl NetLock {
             Ok(_) => Ok(NetLock {
                 child,
                 ok,
+                tags,
+                slots,
                 watch,
                 released: false,
             }),
@@ -644,9 +776,21 @@ mod tests {
     const FAKE: &str = r#"#!/bin/sh
 # Fake locksmith: behaves according to the tag (the last argument).
 for a in "$@"; do tag=$a; done
+# The first lock named (the word after `hold`): the OK line's profile field for a set.
+first=; after=
+for a in "$@"; do
+  if [ -n "$after" ] && [ -z "$first" ]; then first=$a; fi
+  [ "$a" = hold ] && after=1
+done
 dir=$(dirname "$0")
 printf '%s\n' "$@" > "$dir/$tag.args"
 case $tag in
+pair*)    echo "OK $first backend=fake,other mode=exclusive,shared token=5, locks=2"
+          cat >/dev/null
+          touch "$dir/$tag.released" ;;
+merged*)  echo "OK $first backend=fake mode=exclusive token=3"
+          cat >/dev/null
+          touch "$dir/$tag.released" ;;
 busy*)    echo "ERROR busy: held by host=h pid=1 ppid=0"; exit 75 ;;
 config*)  echo "ERROR config: no profile named $tag"; exit 78 ;;
 odd*)     echo "ERROR strange: what"; exit 78 ;;
@@ -887,6 +1031,65 @@ esac
         assert_eq!(err.kind(), ErrorKind::Lost);
         assert_eq!(err.exit_code(), Some(74));
         assert!(err.message().contains("while releasing"), "{err}");
+    }
+
+    #[test]
+    fn several_locks_in_the_order_named() {
+        let lock = builder("set1").also("pair1").lock().unwrap();
+        let args = fs::read_to_string(sidecar("pair1", "args")).unwrap();
+        assert_eq!(args, "--watch-stdin\nhold\nset1\npair1\n");
+        assert_eq!(lock.tags(), ["set1", "pair1"]);
+        assert_eq!(lock.tokens(), [Some(5), None]);
+        assert_eq!(lock.backends(), ["fake", "other"]);
+        assert_eq!(lock.backend(), "fake,other");
+        assert_eq!(lock.profile(), "set1");
+        // One token cannot stand for the set.
+        assert_eq!(lock.token(), None);
+        assert!(!lock.is_shared(), "one of the two is exclusive");
+        assert!(format!("{lock:?}").contains("tokens: [Some(5), None]"));
+        lock.unlock().unwrap();
+        assert!(sidecar("pair1", "released").exists());
+    }
+
+    #[test]
+    fn the_same_name_twice_is_sent_once_and_reported_twice() {
+        let lock = builder("set2")
+            .also("pair2")
+            .also("set2")
+            .try_lock()
+            .unwrap()
+            .unwrap();
+        let args = fs::read_to_string(sidecar("pair2", "args")).unwrap();
+        assert_eq!(args, "--watch-stdin\n--wait\n0\nhold\nset2\npair2\n");
+        assert_eq!(lock.tags(), ["set2", "pair2", "set2"]);
+        assert_eq!(lock.tokens(), [Some(5), None, Some(5)]);
+        assert_eq!(lock.backends(), ["fake", "other", "fake"]);
+        lock.unlock().unwrap();
+
+        // Only one name, given twice: a single lock.
+        let lock = builder("okay6").also("okay6").lock().unwrap();
+        let args = fs::read_to_string(sidecar("okay6", "args")).unwrap();
+        assert_eq!(args, "--watch-stdin\nhold\nokay6\n");
+        assert_eq!(lock.tokens(), [Some(42), Some(42)]);
+        assert_eq!(lock.token(), Some(42));
+        lock.unlock().unwrap();
+    }
+
+    #[test]
+    fn two_names_for_one_lock_are_refused_and_released() {
+        let err = builder("set3").also("merged1").lock().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Usage);
+        assert!(err.message().contains("name each lock once"), "{err}");
+        assert!(err.message().ends_with("; released"), "{err}");
+        assert!(sidecar("merged1", "released").exists());
+    }
+
+    #[test]
+    fn every_name_of_a_set_is_checked_before_spawning() {
+        let _ = fake();
+        let err = builder("okay7").also("-v").lock().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Usage);
+        assert!(!sidecar("-v", "args").exists());
     }
 
     #[test]

@@ -37,6 +37,16 @@
 //! # Ok::<(), netlock::Error>(())
 //! ```
 //!
+//! Several locks at once, all held or none ([`Builder::also`]):
+//!
+//! ```no_run
+//! let locks = netlock::NetLock::builder("mkdir:/srv/locks/db")
+//!     .also("/var/lock/cache.lock")
+//!     .lock()?;
+//! println!("fencing tokens, in the order named: {:?}", locks.tokens());
+//! # Ok::<(), netlock::Error>(())
+//! ```
+//!
 //! Errors keep the helper's classification ([`ErrorKind`]: busy, config, unavailable,
 //! denied, lost, ...) and its message; `try_*` calls return `Ok(None)` rather than a busy
 //! error.
@@ -50,10 +60,13 @@
 //!
 //! # How it works
 //!
-//! The guard runs `locksmith --watch-stdin [--profiles FILE] [--wait D] [--shared] hold TAG`
+//! The guard runs
+//! `locksmith --watch-stdin [--profiles FILE] [--wait D] [--shared] hold TAG [TAG...]`
 //! with stdin and stdout on pipes it keeps and stderr inherited (the helper's waiting
 //! message and logs appear on this process's stderr). The helper writes one line:
-//! `OK <profile> backend=<name> mode=<exclusive|shared> [token=<n>] [prev=crashed] ...`, or
+//! `OK <profile> backend=<name> mode=<exclusive|shared> [token=<n>] [prev=crashed] ...`
+//! (for several locks, `backend=`, `mode=` and `token=` hold one comma-separated value per
+//! lock, and `locks=N` follows), or
 //! `ERROR <kind>: <message>` and exits with a sysexits code (64 usage, 69 unavailable, 74
 //! lost/io, 75 busy, 77 denied, 78 config). While held it writes nothing more, except
 //! `LOST <reason>` if the lock is lost (then it exits 74). The guard releases by closing the

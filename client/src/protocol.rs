@@ -8,6 +8,10 @@
 //! OK <profile> key=value ...      <profile>: the first word, always (a name, or a lock
 //!                                 address such as `mkdir:/x?stale_after=30s`, `=` and all);
 //!                                 backend= required; token= a u64; mode= exclusive|shared
+//!                                 With locks=N (several locks, SPEC §3b): backend=, mode=
+//!                                 and token= hold N comma-separated values, one per lock
+//!                                 in the order named; a token may be empty (that lock
+//!                                 keeps none); <profile> is the first lock named
 //! ERROR <kind>: <message>         kind: usage unavailable lost io busy denied config
 //! LOST [<reason>]                 only after OK
 //! ```
@@ -47,7 +51,16 @@ pub(crate) struct OkLine {
     profile: String,
     /// `key=value` pairs in the order the helper wrote them.
     fields: Vec<(String, String)>,
-    token: Option<u64>,
+    /// One entry per lock held (`locks=N`, else 1), in the order the locks were named.
+    locks: Vec<Held>,
+}
+
+/// What the `OK` line says about one lock of the set.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub(crate) backend: String,
+    pub(crate) shared: bool,
+    pub(crate) token: Option<u64>,
 }
 
 impl OkLine {
@@ -66,17 +79,28 @@ impl OkLine {
             .map(|(_, v)| v.as_str())
     }
 
-    /// `backend=`; [`parse`] guarantees it is present.
+    /// `backend=` as written (comma-separated for several locks); [`parse`] guarantees it is
+    /// present.
     pub(crate) fn backend(&self) -> &str {
         self.get("backend").unwrap_or_default()
     }
 
-    pub(crate) fn token(&self) -> Option<u64> {
-        self.token
+    /// The locks held, one entry each (at least one), in the order they were named.
+    pub(crate) fn locks(&self) -> &[Held] {
+        &self.locks
     }
 
+    /// The token of a single lock; `None` for several (see [`OkLine::locks`]).
+    pub(crate) fn token(&self) -> Option<u64> {
+        match self.locks.as_slice() {
+            [one] => one.token,
+            _ => None,
+        }
+    }
+
+    /// Whether every lock held is shared (`mode=shared`).
     pub(crate) fn shared(&self) -> bool {
-        self.get("mode") == Some("shared")
+        self.locks.iter().all(|l| l.shared)
     }
 
     pub(crate) fn prev_crashed(&self) -> bool {
@@ -204,27 +228,85 @@ fn parse_ok(line: &str, rest: &str) -> Result<Line, String> {
         }
         fields.push((key.to_owned(), value.to_owned()));
     }
-    let get = |key: &str| fields.iter().find(|(k, _)| k == key).map(|(_, v)| v);
-    match get("backend") {
-        Some(b) if !b.is_empty() => {}
-        _ => return Err("OK without backend=".into()),
-    }
-    match get("mode").map(String::as_str) {
-        None | Some("exclusive" | "shared") => {}
-        Some(other) => return Err(format!("mode={other} is neither exclusive nor shared")),
-    }
-    let token = match get("token") {
-        None => None,
-        Some(t) => Some(
-            t.parse::<u64>()
-                .map_err(|_| format!("token={t} is not an unsigned 64-bit integer"))?,
-        ),
+    let get = |key: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     };
+    // One lock unless `locks=N` says more (SPEC §3b); then each of backend=, mode= and
+    // token= has N comma-separated values.
+    let n = match get("locks") {
+        None => None,
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if n >= 1 && v.bytes().all(|b| b.is_ascii_digit()) => Some(n),
+            _ => return Err(format!("locks={v} is not a positive integer")),
+        },
+    };
+    let each = |key: &str, value: &str| -> Result<Vec<String>, String> {
+        let parts: Vec<String> = match n {
+            None => vec![value.to_owned()],
+            Some(_) => value.split(',').map(str::to_owned).collect(),
+        };
+        match n {
+            Some(n) if parts.len() != n => Err(format!(
+                "{key}={value} has {} values for locks={n}",
+                parts.len()
+            )),
+            _ => Ok(parts),
+        }
+    };
+    let backends = match get("backend") {
+        Some(b) if !b.is_empty() => each("backend", b)?,
+        _ => return Err("OK without backend=".into()),
+    };
+    if backends.iter().any(String::is_empty) {
+        return Err("backend= with an empty value".into());
+    }
+    let count = backends.len();
+    let modes = match get("mode") {
+        None => vec![String::from("exclusive"); count],
+        Some(m) => each("mode", m)?,
+    };
+    if let Some(other) = modes
+        .iter()
+        .find(|m| !matches!(m.as_str(), "exclusive" | "shared"))
+    {
+        return Err(format!("mode={other} is neither exclusive nor shared"));
+    }
+    let tokens = match get("token") {
+        None => vec![None; count],
+        Some(t) => {
+            let parts = each("token", t)?;
+            let mut tokens = Vec::with_capacity(count);
+            for part in parts {
+                // Several locks: a lock without a token leaves its place empty.
+                if part.is_empty() && n.is_some() {
+                    tokens.push(None);
+                    continue;
+                }
+                tokens.push(Some(part.parse::<u64>().map_err(|_| {
+                    format!("token={t} is not an unsigned 64-bit integer")
+                })?));
+            }
+            tokens
+        }
+    };
+    let locks = backends
+        .into_iter()
+        .zip(modes)
+        .zip(tokens)
+        .map(|((backend, mode), token)| Held {
+            backend,
+            shared: mode == "shared",
+            token,
+        })
+        .collect();
     Ok(Line::Ok(OkLine {
         raw: line.to_owned(),
         profile,
         fields,
-        token,
+        locks,
     }))
 }
 
@@ -354,6 +436,61 @@ mod tests {
         assert!(protocol_error("OK demo backend=flock token=-1").contains("token=-1"));
         protocol_error("OK demo backend=flock token=18446744073709551616");
         protocol_error("OK demo backend=flock token=");
+    }
+
+    /// SPEC §3b: several locks' values are comma-separated in the order named, a lock
+    /// without a token leaves its place empty, and `locks=N` counts them.
+    #[test]
+    fn ok_for_several_locks() {
+        let ok1 = ok(
+            "OK a backend=mkdir,flock,etcd mode=exclusive,shared,exclusive \
+                      token=4,9, prev=crashed locks=3",
+        );
+        assert_eq!(ok1.profile(), "a");
+        let held: Vec<_> = ok1
+            .locks()
+            .iter()
+            .map(|l| (l.backend.as_str(), l.shared, l.token))
+            .collect();
+        assert_eq!(
+            held,
+            [
+                ("mkdir", false, Some(4)),
+                ("flock", true, Some(9)),
+                ("etcd", false, None)
+            ]
+        );
+        // One token for the set would be some lock's, not the set's.
+        assert_eq!(ok1.token(), None);
+        assert!(!ok1.shared());
+        assert!(ok1.prev_crashed());
+        assert_eq!(ok1.backend(), "mkdir,flock,etcd");
+        // No token= at all: no lock keeps one. No mode=: all exclusive.
+        let ok2 = ok("OK /tmp/x backend=flock,flock locks=2");
+        assert_eq!(ok2.locks().len(), 2);
+        assert!(ok2.locks().iter().all(|l| l.token.is_none() && !l.shared));
+        let ok3 = ok("OK r backend=flock,flock mode=shared,shared token=,7 locks=2");
+        assert!(ok3.shared());
+        assert_eq!(ok3.locks()[1].token, Some(7));
+        // A single lock's line is unchanged.
+        let one = ok("OK a backend=mkdir mode=exclusive token=4");
+        assert_eq!(one.locks().len(), 1);
+        assert_eq!(one.token(), Some(4));
+    }
+
+    #[test]
+    fn ok_for_several_locks_rejects_what_does_not_add_up() {
+        protocol_error("OK a backend=mkdir,flock mode=exclusive,exclusive token=1,2");
+        protocol_error("OK a backend=mkdir token=4,9");
+        protocol_error("OK a backend=mkdir,flock token=1,2,3 locks=2");
+        protocol_error("OK a backend=mkdir,flock mode=exclusive locks=2");
+        protocol_error("OK a backend=mkdir, locks=2");
+        protocol_error("OK a backend=mkdir,flock mode=exclusive,sideways locks=2");
+        protocol_error("OK a backend=mkdir,flock token=1,x locks=2");
+        protocol_error("OK a backend=mkdir,flock token=1,-2 locks=2");
+        for bad in ["0", "-2", "+2", "two", ""] {
+            protocol_error(&format!("OK a backend=mkdir,flock locks={bad}"));
+        }
     }
 
     #[test]

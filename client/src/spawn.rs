@@ -45,15 +45,16 @@ impl Wait {
 
 /// What to ask the helper for.
 pub(crate) struct Request<'a> {
-    pub(crate) tag: &'a str,
+    /// The locks, each once, in the order named (SPEC §3b for more than one).
+    pub(crate) tags: &'a [&'a str],
     pub(crate) profiles: Option<&'a Path>,
     pub(crate) wait: Wait,
     pub(crate) shared: bool,
 }
 
 impl Request<'_> {
-    /// `--watch-stdin [--profiles FILE] [--wait D] [--shared] hold TAG`: options first,
-    /// as the helper wants them before the subcommand.
+    /// `--watch-stdin [--profiles FILE] [--wait D] [--shared] hold TAG [TAG...]`: options
+    /// first, as the helper wants them before the subcommand.
     pub(crate) fn args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec!["--watch-stdin".into()];
         if let Some(profiles) = self.profiles {
@@ -68,7 +69,7 @@ impl Request<'_> {
             args.push("--shared".into());
         }
         args.push("hold".into());
-        args.push(self.tag.into());
+        args.extend(self.tags.iter().map(OsString::from));
         args
     }
 }
@@ -355,7 +356,7 @@ mod tests {
     #[test]
     fn args_minimal() {
         let r = Request {
-            tag: "demo",
+            tags: &["demo"],
             profiles: None,
             wait: Wait::Profile,
             shared: false,
@@ -366,7 +367,7 @@ mod tests {
     #[test]
     fn args_full() {
         let r = Request {
-            tag: "demo",
+            tags: &["demo", "mkdir:/srv/x?stale_after=30s"],
             profiles: Some(Path::new("/etc/p.toml")),
             wait: Wait::For(Duration::from_millis(1500)),
             shared: true,
@@ -381,7 +382,8 @@ mod tests {
                 "1500ms",
                 "--shared",
                 "hold",
-                "demo"
+                "demo",
+                "mkdir:/srv/x?stale_after=30s"
             ]
         );
     }

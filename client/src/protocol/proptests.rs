@@ -10,7 +10,7 @@
 //! `=`, `:` and `%20` in it (SPEC §3a, issue 25: the first word after `OK` is always the
 //! profile field).
 //!
-//! Bounded pass: 512 cases for each of the 8 properties (4,096 inputs, about 1.5 s in a debug
+//! Bounded pass: 512 cases for each of the 9 properties (4,608 inputs, about 1.5 s in a debug
 //! build). Failures are not persisted (`failure_persistence: None`): nothing is written to
 //! the tree.
 
@@ -104,6 +104,7 @@ fn field_value() -> impl Strategy<Value = &'static str> {
         3 => select(vec![
             "flock", "mkdir", "exclusive", "shared", "sideways", "crashed", "0", "7", "-1", "+1",
             "18446744073709551615", "18446744073709551616", "1.5", "=", "x=y", "é",
+            "2", "flock,mkdir", "4,9", "4,", ",", "exclusive,shared",
         ]),
         1 => Just(""),
     ]
@@ -112,7 +113,7 @@ fn field_value() -> impl Strategy<Value = &'static str> {
 /// A field of an `OK` line: real keys and values, near misses, junk.
 fn field() -> impl Strategy<Value = String> {
     let key = select(vec![
-        "backend", "mode", "token", "prev", "since", "host", "", "x", "é",
+        "backend", "mode", "token", "prev", "since", "host", "", "x", "é", "locks",
     ]);
     prop_oneof![
         6 => (key, select(vec!["=", "=", "=", "==", ""]), field_value())
@@ -235,11 +236,26 @@ fn check_parse(line: &str) -> Result<(), TestCaseError> {
                 ok.get("mode"),
                 None | Some("exclusive" | "shared")
             ));
-            prop_assert_eq!(
-                ok.token(),
-                ok.get("token").map(|t| t.parse::<u64>().unwrap())
-            );
-            prop_assert_eq!(ok.shared(), ok.get("mode") == Some("shared"));
+            match ok.get("locks") {
+                // One lock: the line as it always was.
+                None => {
+                    prop_assert_eq!(ok.locks().len(), 1);
+                    prop_assert_eq!(
+                        ok.token(),
+                        ok.get("token").map(|t| t.parse::<u64>().unwrap())
+                    );
+                    prop_assert_eq!(ok.shared(), ok.get("mode") == Some("shared"));
+                }
+                // Several (SPEC §3b): N values each, and no single token for the set.
+                Some(n) => {
+                    let n: usize = n.parse().unwrap();
+                    prop_assert_eq!(ok.locks().len(), n);
+                    prop_assert_eq!(ok.backend().split(',').count(), n);
+                    if n > 1 {
+                        prop_assert_eq!(ok.token(), None);
+                    }
+                }
+            }
             for (i, (k, v)) in ok.fields.iter().enumerate() {
                 prop_assert!(!k.is_empty() && !k.contains('='));
                 prop_assert!(ok.fields[..i].iter().all(|(k2, _)| k2 != k), "{} twice", k);
@@ -438,6 +454,9 @@ fn address() -> impl Strategy<Value = String> {
         .prop_map(|(scheme, parts, query)| format!("{scheme}{}{query}", parts.concat()))
 }
 
+/// One lock of a generated set: backend, shared, token.
+type SetLock = (String, bool, Option<u64>);
+
 #[derive(Clone, Debug)]
 struct OkSpec {
     profile: String,
@@ -471,7 +490,9 @@ fn ok_spec() -> impl Strategy<Value = OkSpec> {
                 prev_crashed,
                 extra: extra
                     .into_iter()
-                    .filter(|(k, _)| !["backend", "mode", "token", "prev"].contains(&k.as_str()))
+                    .filter(|(k, _)| {
+                        !["backend", "mode", "token", "prev", "locks"].contains(&k.as_str())
+                    })
                     .collect(),
                 seps,
                 trailing,
@@ -568,6 +589,42 @@ proptest! {
         prop_assert_eq!(ok.backend(), "mkdir");
         prop_assert_eq!(ok.token(), Some(token));
         prop_assert_eq!(ok.fields.len(), 3);
+    }
+
+    /// Several locks (SPEC §3b), as the helper writes them: each lock's backend, mode and
+    /// token come back in order, an empty token place as `None`, and no single token.
+    #[test]
+    fn ok_lines_for_several_locks_round_trip(
+        profile in prop_oneof![1 => "[A-Za-z0-9._-]{1,64}", 1 => address()],
+        locks in prop::collection::vec(
+            ("[a-z]{1,8}", any::<bool>(), prop::option::of(any::<u64>())),
+            2..6,
+        ),
+    ) {
+        let join = |f: &dyn Fn(&SetLock) -> String| {
+            locks.iter().map(f).collect::<Vec<_>>().join(",")
+        };
+        let mut line = format!(
+            "OK {profile} backend={} mode={}",
+            join(&|l| l.0.clone()),
+            join(&|l| if l.1 { "shared" } else { "exclusive" }.to_owned()),
+        );
+        if locks.iter().any(|l| l.2.is_some()) {
+            line.push_str(&format!(" token={}", join(&|l| l.2.map(|t| t.to_string()).unwrap_or_default())));
+        }
+        line.push_str(&format!(" locks={}", locks.len()));
+        let Ok(Line::Ok(ok)) = parse(&line) else {
+            return Err(TestCaseError::fail(format!("{line:?} parsed as {:?}", parse(&line))));
+        };
+        prop_assert_eq!(ok.profile(), profile.as_str());
+        let got: Vec<SetLock> = ok
+            .locks()
+            .iter()
+            .map(|l| (l.backend.clone(), l.shared, l.token))
+            .collect();
+        prop_assert_eq!(&got, &locks);
+        prop_assert_eq!(ok.token(), None);
+        prop_assert_eq!(ok.shared(), locks.iter().all(|l| l.1));
     }
 
     /// `ERROR <kind>: <message>` yields the kind (a known word, or none for an unknown one)

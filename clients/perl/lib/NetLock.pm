@@ -122,23 +122,43 @@ sub _check_tag {
     return $tag;
 }
 
+# `--watch-stdin [--profiles FILE] [--wait D] [--shared] hold TAG [TAG...]`; $tags is one
+# tag or an array reference of them.
 sub _helper_args {
-    my ($tag, $opts, $wait) = @_;
+    my ($tags, $opts, $wait) = @_;
     my @args = ('--watch-stdin');
     push @args, '--profiles', "$opts->{profiles}" if defined $opts->{profiles};
     push @args, '--wait',     $wait               if defined $wait;
     push @args, '--shared' if $opts->{shared};
-    push @args, 'hold', $tag;
+    push @args, 'hold', ref $tags eq 'ARRAY' ? @$tags : $tags;
     return @args;
 }
 
 sub _acquire {
-    my ($class, $tag, $opts, $wait) = @_;
-    _check_tag($tag);
+    my ($class, $tags, $opts, $wait) = @_;
+    # One tag, or an array reference of several (SPEC 3b).
+    my @given = ref $tags eq 'ARRAY' ? @$tags : ($tags);
+    NetLock::Error::Usage->throw(
+        message => 'no lock tag given: expected a profile name such as "phonestuff"')
+      unless @given;
+    _check_tag($_) for @given;
+    # Each name once, in the order first given; $slots[i] is $given[i]'s place among them,
+    # which is its lock's place on the OK line.
+    my (@sent, %place, @slots);
+    for my $t (@given) {
+        if (!exists $place{$t}) {
+            $place{$t} = scalar @sent;
+            push @sent, $t;
+        }
+        push @slots, $place{$t};
+    }
+    my $tag = $given[0];
     my ($path, $origin) = _find_helper($opts->{helper});
     my $shown = "`$path` ($origin)";
     my $self = bless {
         tag       => $tag,
+        tags      => \@given,
+        slots     => \@slots,
         shown     => $shown,
         owner_pid => $$,
         released  => 0,
@@ -148,7 +168,7 @@ sub _acquire {
     }, ref($class) || $class;
     # Until the OK line, DESTROY must not act: _abandon cleans up instead.
     $self->{released} = 1;
-    @{$self}{qw(pid to_child from_child)} = _spawn($path, $shown, _helper_args($tag, $opts, $wait));
+    @{$self}{qw(pid to_child from_child)} = _spawn($path, $shown, _helper_args(\@sent, $opts, $wait));
 
     my ($line, $parsed);
     my $read_ok = eval {
@@ -171,6 +191,7 @@ sub _acquire {
             $self->{released} = 0;
             _set_nonblocking($self->{from_child});
             Scalar::Util::weaken($LIVE{ Scalar::Util::refaddr($self) } = $self);
+            $self->_names_merged(scalar @sent) if @{ $parsed->{locks} } != @sent;
             return $self;
         }
         $self->_abandon;
@@ -202,6 +223,19 @@ sub _acquire {
       :                 'was killed by a signal without writing a status line';
     (NetLock::Error::class_for_code($code) // 'NetLock::Error::Protocol')
       ->throw(message => "helper $shown $how (see its stderr)", exit_code => $code);
+}
+
+# A set in which the helper took fewer locks than the different names given (two names for
+# one lock, which it takes once): which token is whose cannot be told, so it is released and
+# refused with a usage error.
+sub _names_merged {
+    my ($self, $names) = @_;
+    my $held    = @{ $self->{ok}{locks} };
+    my $message = "$names different lock names were given but the helper took $held locks "
+      . "(\"$self->{ok}{raw}\"): some of the names are the same lock (a profile and its "
+      . 'address?), and which token is whose cannot be told; name each lock once';
+    my $err = eval { $self->unlock; 1 } ? undef : $@;
+    NetLock::Error::Usage->throw(message => $err ? "$message; releasing: $err" : "$message; released");
 }
 
 # ---------------------------------------------------------------------------------------
@@ -483,25 +517,57 @@ sub _parse_line {
             $map{$key} = $value;
             push @fields, [ $key, $value ];
         }
-        $bad->('OK without backend=') unless defined $map{backend} && length $map{backend};
-        $bad->("mode=$map{mode} is neither exclusive nor shared")
-          if defined $map{mode} && $map{mode} !~ /^(?:exclusive|shared)\z/;
-        my $token;
-        if (defined $map{token}) {
-            my $t = $map{token};
-            (my $digits = $t) =~ s/^0+(?=[0-9])//;
-            $bad->("token=$t is not an unsigned 64-bit integer")
-              unless $t =~ /^[0-9]+\z/
-              && (length $digits < 20 || (length $digits == 20 && $digits le U64_MAX));
-            $token = $digits;
+        # One lock unless locks=N says more (SPEC 3b); then each of backend=, mode= and
+        # token= has N comma-separated values.
+        my $n;
+        if (defined $map{locks}) {
+            $bad->("locks=$map{locks} is not a positive integer")
+              unless $map{locks} =~ /^[0-9]+\z/ && $map{locks} =~ /[1-9]/;
+            $n = $map{locks} + 0;
         }
+        my $each = sub {
+            my ($key) = @_;
+            my $value = $map{$key};
+            return ($value) unless defined $n;
+            my @parts = split /,/, $value, -1;
+            $bad->("$key=$value has " . @parts . " values for locks=$n") unless @parts == $n;
+            return @parts;
+        };
+        $bad->('OK without backend=') unless defined $map{backend} && length $map{backend};
+        my @backends = $each->('backend');
+        $bad->('backend= with an empty value') if grep { !length } @backends;
+        my @modes = defined $map{mode} ? $each->('mode') : ('exclusive') x @backends;
+        for my $mode (@modes) {
+            $bad->("mode=$mode is neither exclusive nor shared")
+              unless $mode =~ /^(?:exclusive|shared)\z/;
+        }
+        my @tokens = (undef) x @backends;
+        if (defined $map{token}) {
+            my $t     = $map{token};
+            my @parts = $each->('token');
+            for my $i (0 .. $#parts) {
+                my $part = $parts[$i];
+                # Several locks: a lock without a token leaves its place empty.
+                next if $part eq '' && defined $n;
+                (my $digits = $part) =~ s/^0+(?=[0-9])//;
+                $bad->("token=$t is not an unsigned 64-bit integer")
+                  unless $part =~ /^[0-9]+\z/
+                  && (length $digits < 20 || (length $digits == 20 && $digits le U64_MAX));
+                $tokens[$i] = $digits;
+            }
+        }
+        my @locks = map {
+            { backend => $backends[$_], shared => $modes[$_] eq 'shared' ? 1 : 0, token => $tokens[$_] }
+        } 0 .. $#backends;
         return {
             type    => 'OK',
             raw     => $line,
             profile => $profile,
             fields  => \@fields,
             map     => \%map,
-            token   => $token
+            locks   => \@locks,
+            # One token for a set would be some lock's, not the set's.
+            token => @locks == 1 ? $locks[0]{token} : undef,
         };
     }
     if ($first eq 'ERROR') {
@@ -564,7 +630,12 @@ sub token        { $_[0]{ok}{token} }
 sub prev_crashed { ($_[0]{ok}{map}{prev} // '') eq 'crashed' ? 1 : 0 }
 sub profile      { $_[0]{ok}{profile} }
 sub backend      { $_[0]{ok}{map}{backend} }
-sub is_shared    { ($_[0]{ok}{map}{mode} // '') eq 'shared' ? 1 : 0 }
+sub is_shared    { (grep { !$_->{shared} } @{ $_[0]{ok}{locks} }) ? 0 : 1 }
+
+# One entry per name given, in that order (see the POD).
+sub tags     { @{ $_[0]{tags} } }
+sub tokens   { my ($self) = @_; map { $self->{ok}{locks}[$_]{token} } @{ $self->{slots} } }
+sub backends { my ($self) = @_; map { $self->{ok}{locks}[$_]{backend} } @{ $self->{slots} } }
 sub field        { $_[0]{ok}{map}{ $_[1] } }
 sub status_line  { $_[0]{ok}{raw} }
 sub helper_pid   { $_[0]{pid} }
@@ -783,6 +854,11 @@ NetLock - crash-safe locks held by a locksmith helper process
     my $nightly = NetLock->try_new('nightly', profiles => '/etc/myapp/locks.toml')
       or exit 0;
 
+    # Several locks at once: all held, or none (and the error of the one that failed)
+    my $set = NetLock->new([ 'mkdir:/srv/locks/db', '/var/lock/cache.lock' ], wait => 30);
+    my ($db_token, $cache_token) = $set->tokens;    # in the order named
+    $set->unlock;                                    # releases them all
+
     # Waiting a while, and telling errors apart
     my $deploy = eval { NetLock->new('deploy', { wait => 30 }) };
     if (!$deploy) {
@@ -801,7 +877,7 @@ means is written in the profiles file the helper reads, so no password travels o
 command line.
 
 How it works: C<new> runs
-C<locksmith --watch-stdin [--profiles FILE] [--wait D] [--shared] hold TAG> with its stdin
+C<locksmith --watch-stdin [--profiles FILE] [--wait D] [--shared] hold TAG [TAG...]> with its stdin
 and stdout on pipes this object keeps, and its stderr inherited (the helper's waiting
 message and logs appear on your stderr). It reads one line: C<OK E<lt>profileE<gt>
 backend=... [token=N] [prev=crashed] ...>, or C<ERROR E<lt>kindE<gt>: E<lt>messageE<gt>>
@@ -823,6 +899,9 @@ Takes the lock named by C<$tag> (a profile name) and returns the object. Blocks 
 helper answers: as long as the profile's C<wait> says unless C<wait> is given (built-in
 default: forever). Dies with a L</ERRORS> object on failure: C<NetLock::Error::Busy> when
 the wait ran out, C<::Config>, C<::Unavailable>, C<::Denied>, C<::Usage>, C<::Spawn>, ...
+
+C<$tag> may also be an array reference of several names (profiles or lock addresses, any
+mix of backends): see L</SEVERAL LOCKS>.
 
 Options:
 
@@ -921,6 +1000,59 @@ C<try_new> call it. Returns how many locks it dropped.
 The profile as the helper echoed it, the backend (C<flock>, C<mkdir>, C<ftp>, ...),
 whether the lock is shared (C<mode=shared>), any C<key=value> field of the OK line
 (C<< $lock->field('since') >>), the whole OK line, and the helper's process id.
+
+=head2 tokens, backends, tags
+
+    my @tokens = $set->tokens;     # (4, 9, undef): in the order named
+
+For a lock made from several names (L</SEVERAL LOCKS>), one entry per name given, in that
+order: each lock's fencing token (undef where its backend keeps none), its backend, and the
+names themselves. A name given twice appears twice. For a single lock, one entry each. They
+return lists: in scalar context you get the count.
+
+=head1 SEVERAL LOCKS
+
+    my $set = NetLock->new([ 'db', 'mkdir:/srv/locks/cache' ], %options);
+    my $set = NetLock->try_new([ 'db', 'cache' ]) or print "one of them is busy\n";
+
+An array reference of names takes every lock as one set (SPEC 3b, C<locksmith hold A B ...>,
+one helper): C<new> returns only once all are held, and C<unlock> or destruction releases
+them all.
+
+=over 4
+
+=item *
+
+All or nothing: if one lock is busy when the wait runs out (one C<wait> for the whole set)
+or fails, the locks already taken are given back first, and C<new> dies with that lock's
+error (C<NetLock::Error::Busy>: C<try_new> returns undef). Losing any one while held is
+losing the set: C<is_held> turns false.
+
+=item *
+
+The helper takes the locks in one canonical order, holding each while it waits for the
+next, so two programs naming the same locks in different orders never deadlock.
+
+=item *
+
+C<wait>, C<shared> and C<profiles> apply to every lock; an address's own C<?wait=> or a
+profile's keys override them for that lock.
+
+=item *
+
+B<C<token> is undef for a set>, even when every lock has one: each lock has its own token
+sequence, and one lock's token handed to another's server would fence the wrong writer. Use
+C<tokens>. C<backend> is C<backend=> as written, comma-separated (C<mkdir,flock>);
+C<profile> is the first name; C<is_shared> is true only if every lock is shared;
+C<prev_crashed> if any lock's previous holder crashed.
+
+=item *
+
+The same name given twice is taken once. Two I<different> names for one lock (a profile and
+its address) die with C<NetLock::Error::Usage>, after releasing: the helper takes that lock
+once, and which token belongs to which name could not be told.
+
+=back
 
 =head1 ERRORS
 

@@ -94,7 +94,7 @@ subtest 'OK lines naming a lock address with a query' => sub {
         my $token = (undef, '0', '1', '18446744073709551615', 1 + int rand 1e15)[ int rand 5 ];
         push @fields, [ token => "$token" ] if defined $token;
         push @fields, [ prev => 'crashed' ] if rand() < 0.3;
-        for my $key (grep { rand() < 0.3 } qw(since host slot slots locks note)) {
+        for my $key (grep { rand() < 0.3 } qw(since host slot slots note)) {
             push @fields, [ $key => ('', '2025-01-01T00:00:00Z', '3', 'a=b', 'x?y', '%20', ':')[ int rand 7 ] ];
         }
         my $sep  = sub { (' ', ' ', ' ', '  ', "\t", " \t")[ int rand 6 ] };
@@ -113,6 +113,64 @@ subtest 'OK lines naming a lock address with a query' => sub {
         push @failed, "case $i: $line: $why" if defined $why;
     }
     is(scalar @failed, 0, "$cases random OK lines (seed $seed) round-trip")
+      or diag(join "\n", grep { defined } @failed[ 0 .. 4 ]);
+};
+
+subtest 'OK lines for several locks' => sub {
+    # SPEC 3b: values comma-separated in the order named, an empty token place for a lock
+    # without one, locks=N.
+    my $ok = NetLock::_parse_line(
+        'OK a backend=mkdir,flock,etcd mode=exclusive,shared,exclusive token=4,9, prev=crashed locks=3');
+    is($ok->{profile}, 'a');
+    is_deeply($ok->{locks}, [
+        { backend => 'mkdir', shared => 0, token => 4 },
+        { backend => 'flock', shared => 1, token => 9 },
+        { backend => 'etcd',  shared => 0, token => undef },
+    ], 'each lock in the order named');
+    ok(!defined $ok->{token}, 'one token cannot stand for a set');
+    $ok = NetLock::_parse_line('OK /tmp/x backend=flock,flock locks=2');
+    is_deeply([ map { [ $_->{shared}, $_->{token} ] } @{ $ok->{locks} } ], [ [ 0, undef ], [ 0, undef ] ]);
+    $ok = NetLock::_parse_line('OK a backend=mkdir mode=exclusive token=4');
+    is_deeply([ scalar @{ $ok->{locks} }, $ok->{token} ], [ 1, 4 ], 'a single lock\'s line unchanged');
+    for my $line (
+        'OK a backend=mkdir,flock mode=exclusive,exclusive token=1,2',
+        'OK a backend=mkdir token=4,9',
+        'OK a backend=mkdir token=',
+        'OK a backend=mkdir,flock token=1,2,3 locks=2',
+        'OK a backend=mkdir,flock mode=exclusive locks=2',
+        'OK a backend=mkdir, locks=2',
+        'OK a backend=mkdir,flock mode=exclusive,sideways locks=2',
+        'OK a backend=mkdir,flock token=1,x locks=2',
+        'OK a backend=mkdir,flock locks=0',
+        'OK a backend=mkdir,flock locks=two',
+        'OK a backend=mkdir,flock locks=',
+      )
+    {
+        dies_with(sub { NetLock::_parse_line($line) }, 'NetLock::Error::Protocol', $line);
+    }
+    # Randomized round trip, as the helper writes them.
+    srand($ENV{NETLOCK_TEST_SEED} // 25);
+    my @failed;
+    for my $i (1 .. ($ENV{NETLOCK_TEST_CASES} // 3000) / 3) {
+        my $profile = random_address();
+        my @locks   = map {
+            {
+                backend => (qw(flock mkdir postgres etcd))[ int rand 4 ],
+                shared  => rand() < 0.3 ? 1 : 0,
+                token   => (undef, '0', '1', '18446744073709551615', 1 + int rand 1e15)[ int rand 5 ],
+            }
+        } 1 .. 2 + int rand 4;
+        my $line = "OK $profile backend=" . join(',', map { $_->{backend} } @locks) . ' mode='
+          . join(',', map { $_->{shared} ? 'shared' : 'exclusive' } @locks);
+        $line .= ' token=' . join(',', map { $_->{token} // '' } @locks)
+          if grep { defined $_->{token} } @locks;
+        $line .= ' locks=' . @locks;
+        my $ok   = eval { NetLock::_parse_line($line) };
+        my $flat = sub { join ';', map { join ',', $_->{backend}, $_->{shared}, $_->{token} // 'undef' } @{ $_[0] } };
+        push @failed, "case $i: $line: " . ($ok ? $flat->($ok->{locks}) : "died: $@")
+          unless $ok && $flat->($ok->{locks}) eq $flat->(\@locks) && !defined $ok->{token};
+    }
+    is(scalar @failed, 0, 'random OK lines for several locks round-trip')
       or diag(join "\n", grep { defined } @failed[ 0 .. 4 ]);
 };
 
@@ -300,6 +358,37 @@ subtest 'the guard against a fake helper' => sub {
     is($e->exit_code, 74) if $e;
     like($e->message, qr/while releasing/) if $e;
     ok($lock->lost, 'a failed release is a loss');
+
+    # Several locks: one helper, every name on its command line (each once).
+    $lock = NetLock->new([ 'set1', 'pair1' ], %h);
+    is(read_file("$dir/pair1.args"), join('', map {"$_\n"} qw(--watch-stdin hold set1 pair1)),
+        'a set on one command line');
+    is_deeply([ $lock->tags ],     [ 'set1', 'pair1' ]);
+    is_deeply([ $lock->tokens ],   [ 5, undef ], 'tokens in the order named');
+    is_deeply([ $lock->backends ], [ 'fake', 'other' ]);
+    is($lock->backend, 'fake,other');
+    is($lock->profile, 'set1');
+    ok(!defined $lock->token, 'one token cannot stand for a set');
+    is($lock->is_shared, 0, 'one of the two is exclusive');
+    is($lock->unlock, 1);
+    ok(-e "$dir/pair1.released", 'released');
+    $lock = NetLock->try_new([ 'set2', 'pair2', 'set2' ], %h);
+    is(read_file("$dir/pair2.args"), join('', map {"$_\n"} qw(--watch-stdin --wait 0 hold set2 pair2)),
+        'the same name twice is sent once');
+    is_deeply([ $lock->tokens ],   [ 5, undef, 5 ], 'and reported in each place it was given');
+    is_deeply([ $lock->backends ], [ 'fake', 'other', 'fake' ]);
+    $lock->unlock;
+    $lock = NetLock->new([ 'okay6', 'okay6' ], %h);
+    is(read_file("$dir/okay6.args"), join('', map {"$_\n"} qw(--watch-stdin hold okay6)));
+    is_deeply([ $lock->token, $lock->tokens ], [ 42, 42, 42 ], 'one name twice: a single lock');
+    $lock->unlock;
+    $e = dies_with(sub { NetLock->new([ 'set3', 'merged1' ], %h) }, 'NetLock::Error::Usage',
+        'two names for one lock');
+    like($e->message, qr/name each lock once; released$/) if $e;
+    ok(-e "$dir/merged1.released", 'released before dying');
+    dies_with(sub { NetLock->new([ 'okay7', '-v' ], %h) }, 'NetLock::Error::Usage', 'a bad name in a set');
+    ok(!-e "$dir/-v.args", 'refused before spawning');
+    dies_with(sub { NetLock->new([], %h) }, 'NetLock::Error::Usage', 'an empty set');
 
     my @warnings;
     {

@@ -8,6 +8,7 @@ use FindBin;
 use lib "$FindBin::Bin/../lib", "$FindBin::Bin/lib";
 
 use Test::More;
+use POSIX ();
 use Time::HiRes ();
 
 use NetLock;
@@ -199,6 +200,123 @@ subtest 'tokens increase, prev_crashed stays false after clean releases' => sub 
     }
     ok($m[0] < $m[1] && $m[1] < $m[2], "mkdir tokens strictly increase: @m");
     ok($f[0] < $f[1], "flock tokens strictly increase: @f");
+};
+
+# -- several locks at once (SPEC 3b) ---------------------------------------------------
+
+# Whether $lock is free now: `locksmith status LOCK` exits 0 for a free lock, 1 for a held one.
+sub free {
+    my ($lock) = @_;
+    my $pid = fork // die "fork: $!";
+    if (!$pid) {
+        open STDIN,  '<', '/dev/null';
+        open STDOUT, '>', '/dev/null';
+        exec $helper, '--profiles', $profiles, 'status', $lock or POSIX::_exit(127);
+    }
+    waitpid $pid, 0;
+    my $code = $? >> 8;
+    die "status $lock: exit $code" unless $code == 0 || $code == 1;
+    return $code == 0;
+}
+
+# An mkdir: address and a plain path (a flock file), two backends, fresh for each subtest.
+sub two_locks { my ($name) = @_; ("mkdir:$dir/$name-m", "$dir/$name-f.lock") }
+
+subtest 'several locks: held together, released by unlock and by destruction' => sub {
+    my ($M, $F) = two_locks('s1');
+    my $set = NetLock->new([ $M, $F ], wait => 20);
+    is_deeply([ $set->tags ],     [ $M, $F ]);
+    is_deeply([ $set->backends ], [ 'mkdir', 'flock' ]);
+    is_deeply([ $set->tokens ],   [ 1, 1 ], 'a token for each') or diag($set->status_line);
+    ok(!defined $set->token, 'one token cannot stand for the set');
+    is($set->profile, $M, 'the profile is the first lock named');
+    ok($set->is_held, 'held');
+    ok(-d "$dir/s1-m", 'the mkdir lock exists while held');
+    ok(!free($M) && !free($F), 'both held');
+    ok(!defined NetLock->try_new($F), 'try_new of one of them: undef');
+    is($set->unlock, 1, 'unlock');
+    ok(free($M) && free($F), 'every lock is gone when unlock returns');
+    {
+        my $scoped = NetLock->new([ 'm', $F ], %P);    # a profile and an address
+        is_deeply([ $scoped->backends ], [ 'mkdir', 'flock' ]);
+        ok(!free('m') && !free($F), 'both held');
+        undef $scoped;
+    }
+    ok(free('m') && free($F), 'destruction released every lock');
+    no_children();
+};
+
+subtest 'several locks: tokens in the order named' => sub {
+    my ($M, $F) = two_locks('s2');
+    for my $expected (1, 2) {    # $M alone twice: the two locks' tokens differ from here on
+        my $one = NetLock->new($M, wait => 20);
+        is_deeply([ $one->token, $one->tokens ], [ $expected, $expected ]);
+        $one->unlock;
+    }
+    my $set = NetLock->new([ $M, $F ], wait => 20);
+    is_deeply([ $set->tokens ], [ 3, 1 ], "$M then $F") or diag($set->status_line);
+    $set->unlock;
+    $set = NetLock->new([ $F, $M ], wait => 20);
+    is_deeply([ $set->tokens ],   [ 2, 4 ], "$F then $M") or diag($set->status_line);
+    is_deeply([ $set->backends ], [ 'flock', 'mkdir' ]);
+    $set->unlock;
+    no_children();
+};
+
+subtest 'several locks: the same lock twice' => sub {
+    my ($M, $F) = two_locks('s3');
+    my $set = NetLock->new([ $M, $F, $M ], wait => 20);
+    is_deeply([ $set->tokens ],   [ 1, 1, 1 ], 'taken once, its token in both places')
+      or diag($set->status_line);
+    is_deeply([ $set->backends ], [ 'mkdir', 'flock', 'mkdir' ]);
+    is($set->field('locks'), 2);
+    $set->unlock;
+    $set = NetLock->new([ $F, $F ], wait => 20);
+    ok(!defined $set->field('locks'), 'one name twice: a single lock') or diag($set->status_line);
+    is_deeply([ $set->token, $set->tokens ], [ 2, 2, 2 ]);
+    $set->unlock;
+    my $err = dies_with(sub { NetLock->new([ $F, $M, "flock:$F" ], wait => 20) },
+        'NetLock::Error::Usage', 'two names for one lock');
+    like($err->message, qr/name each lock once/) if $err;
+    ok(free($M) && free($F), 'a refused set left nothing held');
+    no_children();
+};
+
+subtest 'several locks: one busy is a busy set, and nothing is held' => sub {
+    my ($M, $F) = two_locks('s4');
+    my $z = "mkdir:$dir/s4-z";
+    for my $busy ($M, $F) {
+        my $holder = NetLock->new($busy, wait => 20);
+        ok(!defined NetLock->try_new([ $z, $M, $F ]), "$busy held: try_new of the set is undef");
+        my $err = dies_with(sub { NetLock->new([ $M, $F, $z ], wait => 0.2) },
+            'NetLock::Error::Busy', "$busy held: new of the set dies busy");
+        is($err->exit_code, 75) if $err;
+        ok($holder->is_held, 'the holder was not disturbed');
+        ok(free($_), "$_ left free after the set failed on $busy") for grep { $_ ne $busy } $M, $F, $z;
+        $holder->unlock;
+    }
+    my $set = NetLock->try_new([ $M, $F, $z ]);
+    ok($set, 'the set is free once the holder let go');
+    $set->unlock if $set;
+    no_children();
+};
+
+subtest 'several locks: addresses with queries and spaces' => sub {
+    my ($M, $F) = two_locks('s5');
+    my $q      = "mkdir:$dir/s5-q?stale_after=30s";
+    my $spaced = "mkdir:$dir/s5 b?stale_after=30s&poll=50ms";
+    for my $pair ([ $q, $F ], [ $spaced, $q ], [ $F, $spaced ]) {
+        my ($first, $second) = @$pair;
+        (my $shown = $first) =~ s/ /%20/g;
+        my $set = eval { NetLock->new([ $first, $second ], wait => 20) };
+        ok($set, "$first + $second: taken") or diag($@), next;
+        is($set->profile, $shown);
+        is(scalar(grep { defined && /^[0-9]+$/ } $set->tokens), 2, 'a token for each');
+        ok(!free($first) && !free($second), 'both held');
+        $set->unlock;
+        ok(free($first) && free($second), 'both released');
+    }
+    no_children();
 };
 
 subtest 'the helper found on $PATH' => sub {

@@ -21,13 +21,17 @@ the helper reads, so no password travels on a command line.
     with l:
         run_job()
 
+Several locks at once: name them all (``netlock.lock("db", "cache")``); the
+:class:`Lock` holds every one or none, and :attr:`Lock.tokens` gives each lock's token in
+the order named.
+
 Errors keep the helper's classification: :class:`Busy`, :class:`Config`,
 :class:`Unavailable`, :class:`Denied`, :class:`Lost`, :class:`Usage`, :class:`Io`, and the
 client's own :class:`SpawnError` and :class:`ProtocolError`, all subclasses of
 :class:`Error` with ``.kind``, ``.message`` and ``.exit_code``.
 
 How it works: ``lock()`` runs ``locksmith --watch-stdin [--profiles FILE] [--wait D]
-[--shared] hold TAG`` with stdin and stdout on pipes it keeps and stderr inherited, and
+[--shared] hold TAG [TAG...]`` with stdin and stdout on pipes it keeps and stderr inherited, and
 reads one line: ``OK <profile> backend=... [token=N] [prev=crashed] ...`` or ``ERROR
 <kind>: <message>`` (then the helper exits with a sysexits code: 64 usage, 69 unavailable,
 74 lost/io, 75 busy, 77 denied, 78 config). While held, the helper writes nothing more,

@@ -7,10 +7,10 @@ import sys
 import threading
 import time
 import weakref
-from typing import Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from . import _errors, _protocol, _spawn
-from ._errors import Error, Io, Lost, ProtocolError, SpawnError
+from ._errors import Error, Io, Lost, ProtocolError, SpawnError, Usage
 from ._spawn import WaitArg
 
 # How long a helper that failed, or broke the protocol, gets to exit after we close its
@@ -39,7 +39,8 @@ class Lock:
 
     Made by :func:`lock` or :func:`try_lock`. Held from the moment one of those returns
     until :meth:`unlock`, the end of a ``with`` block, or garbage collection, unless the
-    helper reports it lost on the way (:attr:`lost`).
+    helper reports it lost on the way (:attr:`lost`). One object may hold several locks
+    (``lock("a", "b")``): they are then held, lost and released together.
 
     The helper is a child process whose stdin and stdout are pipes this object owns (stderr
     is inherited: the helper's waiting message and logs appear on ours). Releasing closes
@@ -65,10 +66,22 @@ class Lock:
       its exit status would be lost.
     """
 
-    def __init__(self, proc: subprocess.Popen, reader: _protocol.LineReader, ok: _protocol.OkLine, helper: str):
+    def __init__(
+        self,
+        proc: subprocess.Popen,
+        reader: _protocol.LineReader,
+        ok: _protocol.OkLine,
+        helper: str,
+        tags: Sequence[str] = (),
+        slots: Sequence[int] = (0,),
+    ):
         self._proc = proc
         self._reader = reader
         self._ok = ok
+        # The names given, in order, duplicates included; slots[i]: tags[i]'s lock's place
+        # in ok.locks.
+        self._tags = list(tags) or [ok.profile]
+        self._slots = list(slots)
         self._helper = helper
         self._problem: Optional[Error] = None
         self._released = False
@@ -86,8 +99,29 @@ class Lock:
     def token(self) -> Optional[int]:
         """The fencing token of this acquisition (``token=`` on the ``OK`` line), or ``None``
         if the backend keeps none. Each exclusive acquisition of a lock gets a larger token
-        than every earlier one; a shared one reports the last exclusive token."""
+        than every earlier one; a shared one reports the last exclusive token.
+
+        **Always None for several locks**, even when each has a token: every lock has its
+        own sequence, and one lock's token handed to another's server would fence the wrong
+        writer. Use :attr:`tokens` there."""
         return self._ok.token
+
+    @property
+    def tokens(self) -> List[Optional[int]]:
+        """The fencing token of each lock, in the order the locks were named, ``None`` where
+        that lock's backend keeps none: one entry per name given (a name given twice gets
+        its lock's token twice). For a single lock, ``[lock.token]``."""
+        return [self._ok.locks[i].token for i in self._slots]
+
+    @property
+    def backends(self) -> List[str]:
+        """The backend holding each lock, in the order named (see :attr:`tokens`)."""
+        return [self._ok.locks[i].backend for i in self._slots]
+
+    @property
+    def tags(self) -> List[str]:
+        """The names (profiles or lock addresses) given, in order: one for a single lock."""
+        return list(self._tags)
 
     @property
     def prev_crashed(self) -> bool:
@@ -97,18 +131,21 @@ class Lock:
 
     @property
     def profile(self) -> str:
-        """The profile (or lock address) as the helper echoed it on the ``OK`` line."""
+        """The profile (or lock address) as the helper echoed it on the ``OK`` line; for
+        several locks, the first one named."""
         return self._ok.profile
 
     @property
     def backend(self) -> str:
-        """The backend holding the lock: ``flock``, ``mkdir``, ``ftp``, ..."""
+        """The backend holding the lock: ``flock``, ``mkdir``, ``ftp``, ... For several
+        locks, ``backend=`` as written, comma-separated (``mkdir,flock``): see :attr:`backends`."""
         return self._ok.get("backend") or ""
 
     @property
     def shared(self) -> bool:
-        """Whether this is a shared (reader) lock (``mode=shared``)."""
-        return self._ok.get("mode") == "shared"
+        """Whether this is a shared (reader) lock (``mode=shared``); for several locks,
+        whether every one is."""
+        return all(held.shared for held in self._ok.locks)
 
     @property
     def status_line(self) -> str:
@@ -227,6 +264,11 @@ class Lock:
 
     def __repr__(self) -> str:
         state = "released" if self._released else "held"
+        if len(self._tags) > 1:
+            return (
+                f"<netlock.Lock {self._tags!r} backends={self.backends} tokens={self.tokens} "
+                f"helper_pid={self._proc.pid} {state}>"
+            )
         return (
             f"<netlock.Lock {self._ok.profile!r} backend={self.backend} token={self.token} "
             f"helper_pid={self._proc.pid} {state}>"
@@ -384,10 +426,22 @@ def _abandon(proc: subprocess.Popen) -> Tuple[Optional[int], bool]:
     return (code if code >= 0 else None), killed
 
 
-def _acquire(tag, profiles, wait: Optional[str], shared: bool, helper) -> Lock:
-    _spawn.check_tag(tag)
+def _acquire(tags: Sequence[str], profiles, wait: Optional[str], shared: bool, helper) -> Lock:
+    if not tags:
+        raise Usage("no lock tag given: expected a profile name such as 'phonestuff'")
+    for t in tags:
+        _spawn.check_tag(t)
+    # Each name once, in the order first given; slots[i] is tags[i]'s place among them,
+    # which is its lock's place on the OK line.
+    sent: List[str] = []
+    slots = []
+    for t in tags:
+        if t not in sent:
+            sent.append(t)
+        slots.append(sent.index(t))
+    tag = tags[0]
     path, origin = _spawn.find_helper(helper)
-    args = _spawn.helper_args(tag, profiles, wait, shared)
+    args = _spawn.helper_args(sent, profiles, wait, shared)
     shown = f"`{path}` ({origin})"
     try:
         proc = subprocess.Popen(
@@ -413,7 +467,10 @@ def _acquire(tag, profiles, wait: Optional[str], shared: bool, helper) -> Lock:
         raise
     if isinstance(parsed, _protocol.OkLine):
         if parsed.profile in (tag, tag.replace(" ", "%20")):
-            return Lock(proc, reader, parsed, shown)
+            lk = Lock(proc, reader, parsed, shown, tags, slots)
+            if len(parsed.locks) != len(sent):
+                _names_merged(lk, len(sent), len(parsed.locks))
+            return lk
         _abandon(proc)
         raise ProtocolError(
             f"helper {shown} answered for profile {parsed.profile!r} instead of {tag!r}: {line!r}"
@@ -438,8 +495,25 @@ def _acquire(tag, profiles, wait: Optional[str], shared: bool, helper) -> Lock:
     raise cls(f"helper {shown} {how} (see its stderr)", code)
 
 
-def lock(tag: str, *, profiles=None, wait: WaitArg = None, shared: bool = False, helper=None) -> Lock:
-    """Takes the lock named by ``tag`` (a profile name) and returns the :class:`Lock`.
+def _names_merged(lk: Lock, names: int, held: int) -> None:
+    """Releases a set in which the helper took fewer locks than the different names given
+    (two names for one lock, which it takes once) and raises :class:`Usage`: which token
+    belongs to which name cannot be told."""
+    message = (
+        f"{names} different lock names were given but the helper took {held} locks "
+        f"({lk.status_line!r}): some of the names are the same lock (a profile and its "
+        "address?), and which token is whose cannot be told; name each lock once"
+    )
+    try:
+        lk.unlock()
+    except Error as err:
+        raise Usage(f"{message}; releasing: {err}") from None
+    raise Usage(f"{message}; released")
+
+
+def lock(tag: str, *more: str, profiles=None, wait: WaitArg = None, shared: bool = False, helper=None) -> Lock:
+    """Takes the lock named by ``tag`` (a profile name or a lock address) and returns the
+    :class:`Lock`; with more names (``lock("a", "b", "c")``), takes them all as one set.
 
     Blocks until the helper answers: by default as long as the profile's ``wait`` says
     (built-in: forever). Options:
@@ -455,17 +529,38 @@ def lock(tag: str, *, profiles=None, wait: WaitArg = None, shared: bool = False,
     Raises the :class:`Error` subclass of the helper's kind: :class:`Busy`,
     :class:`Config`, :class:`Unavailable`, :class:`Denied`, :class:`Usage`, ...;
     :class:`SpawnError` if it could not be started.
+
+    Several locks (SPEC section 3b): the :class:`Lock` is returned only once every one is
+    held, and releasing it releases them all.
+
+    - Any mix of backends, profiles and addresses; the helper takes them in one canonical
+      order (holding each while waiting for the next), so two programs naming the same
+      locks in different orders never deadlock.
+    - All or nothing: if one is busy when the wait runs out (one deadline for the whole
+      set) or fails, those already taken are given back and that lock's error is raised
+      (:class:`Busy`: :func:`try_lock` returns ``None``).
+    - Losing any one is losing the set (:attr:`Lock.lost`).
+    - ``wait``, ``shared`` and ``profiles`` apply to every lock; an address's own ``?wait=``
+      or a profile's keys override them for that lock.
+    - The same name given twice is taken once. Two *different* names for one lock (a
+      profile and its address) raise :class:`Usage` after releasing: the helper takes that
+      lock once, and which token belongs to which name could not be told.
+    - :attr:`Lock.token` is ``None`` for a set; :attr:`Lock.tokens` and
+      :attr:`Lock.backends` have one entry per name, in the order named.
     """
-    return _acquire(tag, profiles, _spawn.wait_arg(wait), bool(shared), helper)
+    return _acquire((tag,) + more, profiles, _spawn.wait_arg(wait), bool(shared), helper)
 
 
-def try_lock(tag: str, *, profiles=None, wait: WaitArg = 0, shared: bool = False, helper=None) -> Optional[Lock]:
-    """Like :func:`lock`, but returns ``None`` when the lock is busy.
+def try_lock(
+    tag: str, *more: str, profiles=None, wait: WaitArg = 0, shared: bool = False, helper=None
+) -> Optional[Lock]:
+    """Like :func:`lock`, but returns ``None`` when the lock is busy (for several locks:
+    when one of them is; none is held then).
 
     Tries once by default (``wait=0``); with ``wait`` set, waits that long first. Other
     failures still raise.
     """
     try:
-        return lock(tag, profiles=profiles, wait=wait, shared=shared, helper=helper)
+        return lock(tag, *more, profiles=profiles, wait=wait, shared=shared, helper=helper)
     except _errors.Busy:
         return None

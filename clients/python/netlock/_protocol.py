@@ -7,6 +7,10 @@ Grammar accepted (fields are separated by ASCII whitespace, so a stray trailing 
                                    address such as ``mkdir:/x?stale_after=30s``, ``=`` and all);
                                    backend= required; token= an unsigned 64-bit integer;
                                    mode= exclusive | shared
+                                   With locks=N (several locks, SPEC section 3b): backend=,
+                                   mode= and token= hold N comma-separated values, one per
+                                   lock in the order named; a token may be empty (that lock
+                                   keeps none); <profile> is the first lock named
     ERROR <kind>: <message>        kind: usage unavailable lost io busy denied config
     LOST [<reason>]                only after OK
 
@@ -28,16 +32,32 @@ _WS = re.compile(r"[ \t\n\r\f\v]+")
 _U64_MAX = 2**64 - 1
 
 
+class Held:
+    """What the ``OK`` line says about one lock of the set."""
+
+    __slots__ = ("backend", "shared", "token")
+
+    def __init__(self, backend: str, shared: bool, token: Optional[int]):
+        self.backend = backend
+        self.shared = shared
+        self.token = token
+
+    def __repr__(self) -> str:
+        return f"Held({self.backend!r}, shared={self.shared}, token={self.token})"
+
+
 class OkLine:
-    """The fields of an ``OK`` line."""
+    """The fields of an ``OK`` line. ``locks`` has one :class:`Held` per lock (``locks=N``,
+    else one), in the order named; ``token`` is the single lock's, ``None`` for several."""
 
-    __slots__ = ("raw", "profile", "fields", "token")
+    __slots__ = ("raw", "profile", "fields", "locks", "token")
 
-    def __init__(self, raw: str, profile: str, fields: List[Tuple[str, str]], token: Optional[int]):
+    def __init__(self, raw: str, profile: str, fields: List[Tuple[str, str]], locks: List[Held]):
         self.raw = raw
         self.profile = profile
         self.fields = fields
-        self.token = token
+        self.locks = locks
+        self.token = locks[0].token if len(locks) == 1 else None
 
     def get(self, key: str) -> Optional[str]:
         for k, v in self.fields:
@@ -115,18 +135,44 @@ def _parse_ok(line: str, rest: str) -> OkLine:
             raise ValueError(f"`{key}=` appears twice")
         seen[key] = value
         fields.append((key, value))
+    # One lock unless locks=N says more (SPEC section 3b); then each of backend=, mode= and
+    # token= has N comma-separated values.
+    n = None
+    if "locks" in seen:
+        v = seen["locks"]
+        if not (v.isascii() and v.isdigit()) or int(v) < 1:
+            raise ValueError(f"locks={v} is not a positive integer")
+        n = int(v)
+
+    def each(key: str) -> List[str]:
+        value = seen[key]
+        if n is None:
+            return [value]
+        parts = value.split(",")
+        if len(parts) != n:
+            raise ValueError(f"{key}={value} has {len(parts)} values for locks={n}")
+        return parts
+
     if not seen.get("backend"):
         raise ValueError("OK without backend=")
-    mode = seen.get("mode")
-    if mode not in (None, "exclusive", "shared"):
-        raise ValueError(f"mode={mode} is neither exclusive nor shared")
-    token = None
+    backends = each("backend")
+    if not all(backends):
+        raise ValueError("backend= with an empty value")
+    modes = each("mode") if "mode" in seen else ["exclusive"] * len(backends)
+    for mode in modes:
+        if mode not in ("exclusive", "shared"):
+            raise ValueError(f"mode={mode} is neither exclusive nor shared")
+    tokens: List[Optional[int]] = [None] * len(backends)
     if "token" in seen:
         t = seen["token"]
-        if not (t.isascii() and t.isdigit()) or int(t) > _U64_MAX:
-            raise ValueError(f"token={t} is not an unsigned 64-bit integer")
-        token = int(t)
-    return OkLine(line, profile, fields, token)
+        for i, part in enumerate(each("token")):
+            if part == "" and n is not None:
+                continue  # several locks: a lock without a token leaves its place empty
+            if not (part.isascii() and part.isdigit()) or int(part) > _U64_MAX:
+                raise ValueError(f"token={t} is not an unsigned 64-bit integer")
+            tokens[i] = int(part)
+    locks = [Held(b, m == "shared", tk) for b, m, tk in zip(backends, modes, tokens)]
+    return OkLine(line, profile, fields, locks)
 
 
 class LineReader:

@@ -68,8 +68,8 @@ def wait_arg(wait: WaitArg) -> Optional[str]:
     return f"{millis}ms"
 
 
-def helper_args(tag: str, profiles, wait: Optional[str], shared: bool) -> List[str]:
-    """``--watch-stdin [--profiles FILE] [--wait D] [--shared] hold TAG``."""
+def helper_args(tags: Union[str, List[str]], profiles, wait: Optional[str], shared: bool) -> List[str]:
+    """``--watch-stdin [--profiles FILE] [--wait D] [--shared] hold TAG [TAG...]``."""
     args = ["--watch-stdin"]
     if profiles is not None:
         args += ["--profiles", os.fspath(profiles)]
@@ -77,7 +77,8 @@ def helper_args(tag: str, profiles, wait: Optional[str], shared: bool) -> List[s
         args += ["--wait", wait]
     if shared:
         args.append("--shared")
-    args += ["hold", tag]
+    args.append("hold")
+    args += [tags] if isinstance(tags, str) else tags
     return args
 
 

@@ -100,11 +100,11 @@ class Sandbox:
     def path(self, name: str) -> Path:
         return self.dir / name
 
-    def lock(self, tag: str, **kw) -> "netlock.Lock":
-        return netlock.lock(tag, profiles=self.profiles, **kw)
+    def lock(self, tag: str, *more: str, **kw) -> "netlock.Lock":
+        return netlock.lock(tag, *more, profiles=self.profiles, **kw)
 
-    def try_lock(self, tag: str, **kw):
-        return netlock.try_lock(tag, profiles=self.profiles, **kw)
+    def try_lock(self, tag: str, *more: str, **kw):
+        return netlock.try_lock(tag, *more, profiles=self.profiles, **kw)
 
     def cleanup(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)

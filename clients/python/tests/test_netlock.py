@@ -125,6 +125,110 @@ class NetlockTest(unittest.TestCase):
         self.assertFalse(lk.prev_crashed, "the exit was a clean release")
         lk.unlock()
 
+    # -- several locks at once (SPEC 3b) ------------------------------------------------
+
+    def free(self, lock: str) -> bool:
+        """Whether ``lock`` is free now: ``locksmith status LOCK`` exits 0 for a free lock."""
+        out = subprocess.run(
+            [os.environ["LOCKSMITH_BIN"], "--profiles", str(self.sb.profiles), "status", lock],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+        self.assertIn(out.returncode, (0, 1), f"status {lock}: {out.stderr}")
+        return out.returncode == 0
+
+    def two_locks(self):
+        """An mkdir: address and a plain path (a flock file): two backends."""
+        return f"mkdir:{self.sb.dir}/m2", f"{self.sb.dir}/f2.lock"
+
+    def test_several_locks_held_together_and_released(self):
+        m, f = self.two_locks()
+        lk = netlock.lock(m, f, wait=20)
+        self.assertEqual(lk.tags, [m, f])
+        self.assertEqual(lk.backends, ["mkdir", "flock"])
+        self.assertEqual(lk.tokens, [1, 1], lk.status_line)
+        self.assertIsNone(lk.token, "one token cannot stand for the set")
+        self.assertEqual(lk.profile, m)
+        self.assertTrue(lk.held)
+        self.assertTrue(self.sb.path("m2").is_dir())
+        self.assertFalse(self.free(m) or self.free(f), "both held")
+        self.assertIsNone(netlock.try_lock(f), "a second holder got a held lock")
+        self.assertTrue(lk.unlock())
+        self.assertTrue(self.free(m) and self.free(f), "unlock returned before every lock was gone")
+        # The end of a with block, and a profile in the set.
+        with self.sb.lock("m", f) as lk:
+            self.assertEqual(lk.backends, ["mkdir", "flock"])
+            self.assertFalse(self.free("m") or self.free(f))
+        self.assertTrue(self.free("m") and self.free(f), "the with block left a lock held")
+        # Garbage collection.
+        lk = netlock.lock(f, m, wait=20)
+        del lk
+        self.assertTrue(self.free(m) and self.free(f), "del left a lock held")
+        support.assert_no_children(self)
+
+    def test_several_locks_tokens_in_the_order_named(self):
+        m, f = self.two_locks()
+        for expected in (1, 2):  # m alone twice: the two locks' tokens differ from here on
+            with netlock.lock(m, wait=20) as one:
+                self.assertEqual((one.token, one.tokens), (expected, [expected]))
+        with netlock.lock(m, f, wait=20) as lk:
+            self.assertEqual(lk.tokens, [3, 1], lk.status_line)
+        with netlock.lock(f, m, wait=20) as lk:
+            self.assertEqual((lk.tokens, lk.backends), ([2, 4], ["flock", "mkdir"]), lk.status_line)
+        support.assert_no_children(self)
+
+    def test_several_locks_the_same_lock_twice(self):
+        m, f = self.two_locks()
+        with netlock.lock(m, f, m, wait=20) as lk:
+            self.assertEqual(lk.tokens, [1, 1, 1])
+            self.assertEqual(lk.backends, ["mkdir", "flock", "mkdir"])
+            self.assertEqual(lk.field("locks"), "2")
+        with netlock.lock(f, f, wait=20) as lk:
+            self.assertIsNone(lk.field("locks"), lk.status_line)
+            self.assertEqual((lk.tokens, lk.token), ([2, 2], 2))
+        # Two names for one lock (a path and its flock: address): refused, nothing held.
+        with self.assertRaisesRegex(netlock.Usage, "name each lock once"):
+            netlock.lock(f, m, f"flock:{f}", wait=20)
+        self.assertTrue(self.free(m) and self.free(f), "a refused set left a lock held")
+        support.assert_no_children(self)
+
+    def test_several_locks_one_busy_is_busy_and_nothing_held(self):
+        m, f = self.two_locks()
+        z = f"mkdir:{self.sb.dir}/z2"
+        for busy in (m, f):
+            with self.subTest(busy=busy):
+                holder = netlock.lock(busy, wait=20)
+                self.assertIsNone(netlock.try_lock(z, m, f), f"{busy} is held: the set must be busy")
+                with self.assertRaises(netlock.Busy) as c:
+                    netlock.lock(m, f, z, wait=0.2)
+                self.assertEqual(c.exception.exit_code, 75)
+                self.assertTrue(holder.held, "the holder was disturbed")
+                for other in (m, f, z):
+                    if other != busy:
+                        self.assertTrue(self.free(other), f"{other} left held after the set failed on {busy}")
+                holder.unlock()
+        lk = netlock.try_lock(m, f, z)
+        self.assertIsNotNone(lk, "the set was not free once the holder let go")
+        lk.unlock()
+        support.assert_no_children(self)
+
+    def test_several_locks_addresses_with_queries_and_spaces(self):
+        q = f"mkdir:{self.sb.dir}/q?stale_after=30s"
+        spaced = f"mkdir:{self.sb.dir}/a b?stale_after=30s&poll=50ms"
+        _, f = self.two_locks()
+        for first, second in ((q, f), (spaced, q), (f, spaced)):
+            with self.subTest(first=first, second=second):
+                lk = netlock.lock(first, second, wait=20)
+                self.assertEqual(lk.profile, first.replace(" ", "%20"))
+                self.assertTrue(all(isinstance(t, int) for t in lk.tokens), lk.status_line)
+                self.assertFalse(self.free(first) or self.free(second))
+                lk.unlock()
+                self.assertTrue(self.free(first) and self.free(second))
+        support.assert_no_children(self)
+
     # -- busy, waiting, errors --------------------------------------------------------
 
     def test_try_lock_returns_none_when_busy(self):

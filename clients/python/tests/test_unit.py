@@ -20,9 +20,21 @@ from netlock import _protocol, _spawn
 FAKE = r"""#!/bin/sh
 # Fake locksmith: behaves according to the tag (the last argument).
 for a in "$@"; do tag=$a; done
+# The first lock named (the word after `hold`): the OK line's profile field for a set.
+first=; after=
+for a in "$@"; do
+  if [ -n "$after" ] && [ -z "$first" ]; then first=$a; fi
+  [ "$a" = hold ] && after=1
+done
 dir=$(dirname "$0")
 printf '%s\n' "$@" > "$dir/$tag.args"
 case $tag in
+pair*)    echo "OK $first backend=fake,other mode=exclusive,shared token=5, locks=2"
+          cat >/dev/null
+          touch "$dir/$tag.released" ;;
+merged*)  echo "OK $first backend=fake mode=exclusive token=3"
+          cat >/dev/null
+          touch "$dir/$tag.released" ;;
 busy*)    echo "ERROR busy: held by host=h pid=1 ppid=0"; exit 75 ;;
 odd*)     echo "ERROR strange: what"; exit 78 ;;
 quiet*)   exit 69 ;;
@@ -101,6 +113,38 @@ class ParseTest(unittest.TestCase):
             with self.assertRaises(netlock.ProtocolError, msg=line):
                 _protocol.parse(line)
 
+    def test_ok_for_several_locks(self):
+        # SPEC 3b: values comma-separated in the order named, an empty token place for a lock
+        # without one, locks=N.
+        ok = _protocol.parse(
+            "OK a backend=mkdir,flock,etcd mode=exclusive,shared,exclusive token=4,9, prev=crashed locks=3"
+        )
+        self.assertEqual(ok.profile, "a")
+        self.assertEqual(
+            [(h.backend, h.shared, h.token) for h in ok.locks],
+            [("mkdir", False, 4), ("flock", True, 9), ("etcd", False, None)],
+        )
+        self.assertIsNone(ok.token, "one token cannot stand for a set")
+        ok = _protocol.parse("OK /tmp/x backend=flock,flock locks=2")
+        self.assertEqual([(h.shared, h.token) for h in ok.locks], [(False, None), (False, None)])
+        one = _protocol.parse("OK a backend=mkdir mode=exclusive token=4")
+        self.assertEqual((len(one.locks), one.token), (1, 4))
+        for line in [
+            "OK a backend=mkdir,flock mode=exclusive,exclusive token=1,2",
+            "OK a backend=mkdir token=4,9",
+            "OK a backend=mkdir token=",
+            "OK a backend=mkdir,flock token=1,2,3 locks=2",
+            "OK a backend=mkdir,flock mode=exclusive locks=2",
+            "OK a backend=mkdir, locks=2",
+            "OK a backend=mkdir,flock mode=exclusive,sideways locks=2",
+            "OK a backend=mkdir,flock token=1,x locks=2",
+            "OK a backend=mkdir,flock locks=0",
+            "OK a backend=mkdir,flock locks=two",
+            "OK a backend=mkdir,flock locks=",
+        ]:
+            with self.assertRaises(netlock.ProtocolError, msg=line):
+                _protocol.parse(line)
+
     def test_ok_profile_is_the_first_word_even_for_an_address_with_a_query(self):
         # Issue 25: for a lock address the profile field is the address as given (spaces
         # written %20), `?k=v` and all: it is the profile, not a missing one.
@@ -133,7 +177,7 @@ class ParseTest(unittest.TestCase):
                 fields.append(("token", str(token)))
             if rnd.random() < 0.3:
                 fields.append(("prev", "crashed"))
-            for key in rnd.sample(["since", "host", "slot", "slots", "locks", "note"], rnd.randrange(3)):
+            for key in rnd.sample(["since", "host", "slot", "slots", "note"], rnd.randrange(3)):
                 fields.append((key, rnd.choice(["", "2025-01-01T00:00:00Z", "3", "a=b", "x?y", "%20", ":"])))
             seps = [rnd.choice([" ", " ", " ", "  ", "\t", " \t"]) for _ in range(len(fields) + 1)]
             line = "OK" + seps[0] + profile
@@ -147,6 +191,34 @@ class ParseTest(unittest.TestCase):
                 self.assertEqual(ok.profile, profile)
                 self.assertEqual(ok.fields, fields)
                 self.assertEqual(ok.token, token)
+
+    def test_ok_lines_for_several_locks_round_trip_randomized(self):
+        # Several locks as the helper writes them (SPEC 3b): each lock's backend, mode and
+        # token come back in order, an empty token place as None.
+        seed = int(os.environ.get("NETLOCK_TEST_SEED", "25"))
+        rnd = random.Random(seed)
+        for i in range(int(os.environ.get("NETLOCK_TEST_CASES", "3000")) // 3):
+            profile = random_address(rnd) if rnd.random() < 0.7 else random_name(rnd)
+            n = rnd.randint(2, 5)
+            locks = [
+                (
+                    rnd.choice(["flock", "mkdir", "postgres", "etcd"]),
+                    rnd.random() < 0.3,
+                    rnd.choice([None, 0, 1, rnd.randrange(2**64), 2**64 - 1]),
+                )
+                for _ in range(n)
+            ]
+            line = f"OK {profile} backend={','.join(b for b, _, _ in locks)} mode=" + ",".join(
+                "shared" if s else "exclusive" for _, s, _ in locks
+            )
+            if any(t is not None for _, _, t in locks):
+                line += " token=" + ",".join("" if t is None else str(t) for _, _, t in locks)
+            line += f" locks={n}"
+            with self.subTest(case=i, seed=seed, line=line):
+                ok = _protocol.parse(line)
+                self.assertEqual(ok.profile, profile)
+                self.assertEqual([(h.backend, h.shared, h.token) for h in ok.locks], locks)
+                self.assertIsNone(ok.token)
 
     def test_error_lines(self):
         for word, cls in [
@@ -366,6 +438,39 @@ class FakeHelperTest(unittest.TestCase):
         self.assertFalse(lk.unlock(), "a second unlock is a no-op")
         self.assertFalse(lk.held)
         self.assertFalse(lk.lost, "a clean unlock is not a loss")
+        support.assert_no_children(self)
+
+    def test_several_locks(self):
+        lk = netlock.lock("set1", "pair1", helper=self.fake)
+        self.assertEqual((self.dir / "pair1.args").read_text(), "--watch-stdin\nhold\nset1\npair1\n")
+        self.assertEqual(lk.tags, ["set1", "pair1"])
+        self.assertEqual(lk.tokens, [5, None])
+        self.assertEqual(lk.backends, ["fake", "other"])
+        self.assertEqual((lk.backend, lk.profile), ("fake,other", "set1"))
+        self.assertIsNone(lk.token, "one token cannot stand for a set")
+        self.assertFalse(lk.shared, "one of the two is exclusive")
+        self.assertIn("tokens=[5, None]", repr(lk))
+        self.assertTrue(lk.unlock())
+        self.assertTrue((self.dir / "pair1.released").exists())
+        # The same name twice: sent once, reported in each place it was given.
+        lk = netlock.try_lock("set2", "pair2", "set2", helper=self.fake)
+        self.assertEqual(
+            (self.dir / "pair2.args").read_text(), "--watch-stdin\n--wait\n0\nhold\nset2\npair2\n"
+        )
+        self.assertEqual(lk.tokens, [5, None, 5])
+        self.assertEqual(lk.backends, ["fake", "other", "fake"])
+        lk.unlock()
+        lk = netlock.lock("okay6", "okay6", helper=self.fake)
+        self.assertEqual((self.dir / "okay6.args").read_text(), "--watch-stdin\nhold\nokay6\n")
+        self.assertEqual((lk.tokens, lk.token), ([42, 42], 42))
+        lk.unlock()
+        # Two names for one lock: which token is whose cannot be told.
+        with self.assertRaisesRegex(netlock.Usage, "name each lock once; released$"):
+            netlock.lock("set3", "merged1", helper=self.fake)
+        self.assertTrue((self.dir / "merged1.released").exists())
+        with self.assertRaises(netlock.Usage):
+            netlock.lock("okay7", "-v", helper=self.fake)
+        self.assertFalse((self.dir / "-v.args").exists(), "spawned with a bad name in the set")
         support.assert_no_children(self)
 
     def test_error_kinds(self):

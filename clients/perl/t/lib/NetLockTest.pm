@@ -134,9 +134,21 @@ sub fake_helper {
     write_file($path, <<'SH');
 #!/bin/sh
 for a in "$@"; do tag=$a; done
+# The first lock named (the word after `hold`): the OK line's profile field for a set.
+first=; after=
+for a in "$@"; do
+  if [ -n "$after" ] && [ -z "$first" ]; then first=$a; fi
+  [ "$a" = hold ] && after=1
+done
 dir=$(dirname "$0")
 printf '%s\n' "$@" > "$dir/$tag.args"
 case $tag in
+pair*)    echo "OK $first backend=fake,other mode=exclusive,shared token=5, locks=2"
+          cat >/dev/null
+          touch "$dir/$tag.released" ;;
+merged*)  echo "OK $first backend=fake mode=exclusive token=3"
+          cat >/dev/null
+          touch "$dir/$tag.released" ;;
 busy*)    echo "ERROR busy: held by host=h pid=1 ppid=0"; exit 75 ;;
 odd*)     echo "ERROR strange: what"; exit 78 ;;
 quiet*)   exit 69 ;;

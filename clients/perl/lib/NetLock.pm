@@ -185,8 +185,7 @@ sub _acquire {
         die $err;
     }
     if ($parsed && $parsed->{type} eq 'OK') {
-        (my $spaced = $tag) =~ s/ /%20/g;
-        if ($parsed->{profile} eq $tag || $parsed->{profile} eq $spaced) {
+        if ($parsed->{profile} eq $tag || $parsed->{profile} eq _shown_tag($tag)) {
             $self->{ok}       = $parsed;
             $self->{released} = 0;
             _set_nonblocking($self->{from_child});
@@ -223,6 +222,23 @@ sub _acquire {
       :                 'was killed by a signal without writing a status line';
     (NetLock::Error::class_for_code($code) // 'NetLock::Error::Protocol')
       ->throw(message => "helper $shown $how (see its stderr)", exit_code => $code);
+}
+
+# The OK line's profile field for $tag, as the helper writes it (SPEC 3a): each whitespace
+# or control character written %XX per UTF-8 byte (a space is %20), so that it stays one
+# word. In bytes, as the line is read; a tag that is not UTF-8 is compared as given.
+sub _shown_tag {
+    my ($tag) = @_;
+    utf8::encode($tag) if utf8::is_utf8($tag);
+    my $chars = $tag;
+    return $tag unless utf8::decode($chars);
+    $chars =~ s{([\p{White_Space}\p{Cc}])}{
+        my $c = $1;
+        utf8::encode($c);
+        join '', map { sprintf '%%%02X', $_ } unpack 'C*', $c;
+    }ge;
+    utf8::encode($chars) if utf8::is_utf8($chars);
+    return $chars;
 }
 
 # A set in which the helper took fewer locks than the different names given (two names for

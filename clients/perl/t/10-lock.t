@@ -44,10 +44,13 @@ subtest 'hold and unlock (flock)' => sub {
 
 subtest 'a lock address with a query: held and released' => sub {
     # Issue 25: the OK line's profile field is then the address, `?k=v` and all (spaces
-    # written %20); it used to be refused as "OK without a profile name".
-    for my $name ('x', 'a b') {
+    # and every other whitespace character written %XX per UTF-8 byte); it used to be
+    # refused as "OK without a profile name".
+    for my $name ('x', 'a b', "a\xc2\xa0b\xe2\x80\x83c") {
         my $address = "mkdir:$dir/$name?stale_after=30s";
         (my $shown = $address) =~ s/ /%20/g;
+        $shown =~ s/\xc2\xa0/%C2%A0/g;
+        $shown =~ s/\xe2\x80\x83/%E2%80%83/g;
         my $lock = eval { NetLock->new($address, wait => 20) };
         ok($lock, "$address: taken") or diag($@), next;
         is($lock->profile, $shown, 'the profile is the address as the helper shows it');

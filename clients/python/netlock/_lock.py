@@ -466,7 +466,7 @@ def _acquire(tags: Sequence[str], profiles, wait: Optional[str], shared: bool, h
             err.exit_code = code
         raise
     if isinstance(parsed, _protocol.OkLine):
-        if parsed.profile in (tag, tag.replace(" ", "%20")):
+        if parsed.profile in (tag, _protocol.shown_tag(tag)):
             lk = Lock(proc, reader, parsed, shown, tags, slots)
             if len(parsed.locks) != len(sent):
                 _names_merged(lk, len(sent), len(parsed.locks))

@@ -19,6 +19,7 @@ Anything else is a ``ProtocolError``.
 
 import os
 import re
+import unicodedata
 from typing import Dict, List, Optional, Tuple
 
 from . import _errors
@@ -84,6 +85,26 @@ class LostLine:
 
     def __init__(self, reason: str):
         self.reason = reason
+
+
+# Unicode's White_Space property, as Rust's `char::is_whitespace` (the helper's rule).
+_WHITE_SPACE = frozenset(
+    "\t\n\x0b\x0c\r \x85\xa0\u1680"
+    + "".join(chr(c) for c in range(0x2000, 0x200B))
+    + "\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def shown_tag(tag: str) -> str:
+    """The OK line's profile field for ``tag``, as the helper writes it (SPEC 3a): each
+    whitespace or control character written ``%XX`` per UTF-8 byte (a space is ``%20``), so
+    that it stays one word."""
+    return "".join(
+        "".join(f"%{b:02X}" for b in c.encode("utf-8"))
+        if c in _WHITE_SPACE or unicodedata.category(c) == "Cc"
+        else c
+        for c in tag
+    )
 
 
 def parse(line: str):

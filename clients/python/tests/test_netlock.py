@@ -56,13 +56,15 @@ class NetlockTest(unittest.TestCase):
 
     def test_address_with_a_query_is_held_and_released(self):
         # Issue 25: the OK line's profile field is then the address, `?k=v` and all (spaces
-        # written %20); it used to be refused as "OK without a profile name".
-        for name in ["x", "a b"]:
+        # and every other whitespace character written %XX per UTF-8 byte); it used to be
+        # refused as "OK without a profile name".
+        for name in ["x", "a b", "a\u00a0b\u2003c"]:
             address = f"mkdir:{self.sb.dir}/{name}?stale_after=30s"
+            shown = address.replace(" ", "%20").replace("\u00a0", "%C2%A0").replace("\u2003", "%E2%80%83")
             lock_dir = self.sb.path(name)
             with self.subTest(address=address):
                 lk = netlock.lock(address, wait=20)
-                self.assertEqual((lk.profile, lk.backend), (address.replace(" ", "%20"), "mkdir"))
+                self.assertEqual((lk.profile, lk.backend), (shown, "mkdir"))
                 self.assertIsInstance(lk.token, int)
                 self.assertTrue(lk.held)
                 self.assertTrue(lock_dir.is_dir(), "the mkdir lock directory exists while held")

@@ -86,6 +86,24 @@ fn wrong_kind(what: &str, path: &Path, mode: u32, uid: u32) -> Error {
 /// - <https://man7.org/linux/man-pages/man2/open.2.html> (`O_NONBLOCK` on FIFOs)
 /// - <https://man7.org/linux/man-pages/man7/fifo.7.html>
 pub fn open_regular(path: &Path, what: &str, flags: OFlag, mode: Mode) -> Result<(File, FileStat)> {
+    open_regular_if_there(path, what, flags, mode)?.ok_or_else(|| {
+        err!(
+            Config,
+            "cannot open {what} {}: {}",
+            crate::error::shown(path),
+            std::io::Error::from(Errno::ENOENT)
+        )
+    })
+}
+
+/// [`open_regular`] of a file that may not be there yet: `None` when the open (without
+/// `O_CREAT`) says nothing is at `path` — the open's answer, not a look before or after it.
+pub fn open_regular_if_there(
+    path: &Path,
+    what: &str,
+    flags: OFlag,
+    mode: Mode,
+) -> Result<Option<(File, FileStat)>> {
     let flags = flags | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
     let fd: OwnedFd = match open(path, flags, mode) {
         Ok(fd) => fd,
@@ -115,6 +133,7 @@ pub fn open_regular(path: &Path, what: &str, flags: OFlag, mode: Mode) -> Result
         Err(e) if flags.contains(OFlag::O_CREAT) => {
             return Err(Error::path(&format!("cannot open {what}"), path, e.into()));
         }
+        Err(Errno::ENOENT) => return Ok(None),
         // A file the user configured (profiles, password, CA): any failure is config.
         Err(e) => {
             return Err(err!(
@@ -134,26 +153,7 @@ pub fn open_regular(path: &Path, what: &str, flags: OFlag, mode: Mode) -> Result
     );
     fcntl(fd.as_fd(), F_SETFL(fl - OFlag::O_NONBLOCK))
         .map_err(|e| Error::path("fcntl", path, e.into()))?;
-    Ok((File::from(fd), st))
-}
-
-/// [`open_regular`] (without `O_CREAT`) of a file that may not be there yet: `None` if the
-/// open failed and nothing is at `path` (looked at after the failure, never before).
-pub fn open_regular_if_there(
-    path: &Path,
-    what: &str,
-    flags: OFlag,
-    mode: Mode,
-) -> Result<Option<(File, FileStat)>> {
-    match open_regular(path, what, flags, mode) {
-        Err(_)
-            if std::fs::symlink_metadata(path)
-                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) =>
-        {
-            Ok(None)
-        }
-        r => r.map(Some),
-    }
+    Ok(Some((File::from(fd), st)))
 }
 
 /// Reads a regular file opened with [`open_regular`], at most `cap` bytes; a file over the

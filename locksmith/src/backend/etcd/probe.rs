@@ -195,6 +195,9 @@ impl Site {
     fn revoke_and_watch(&mut self) -> Result<Found> {
         let e = &mut self.e;
         let (l1, at) = (self.l1, self.at);
+        // The other key's lease may be as short as stale_after: renewed, it outlives a slow
+        // step (a loaded machine) and stays the one key left.
+        keep_alive(e, self.l2)?;
         let c = e.client()?;
         let watch_key = self.k1.clone();
         let rt_limit = e.timeout;
@@ -260,6 +263,7 @@ impl Site {
                 async move { c.put_and_delete_if_leased(&k, lease, &st, "clean 0").await }
             }
         };
+        keep_alive(&mut self.e, self.l2)?;
         let wrong = call(&mut self.e, "release transaction", guarded(self.l1))?.succeeded;
         let right = call(&mut self.e, "release transaction", guarded(self.l2))?.succeeded;
         let (after, _) = keys(&mut self.e, &format!("{}w/", self.queue))?;

@@ -70,33 +70,6 @@ fn race(sb: &Sandbox, workers: &[(&[&str], &str)], increments: usize) -> ([usize
     ([count("a"), count("b"), count("c")], overlaps)
 }
 
-/// Profiles a (mkdir), b (flock) and c (symlink): a set mixes backends.
-fn sandbox() -> Sandbox {
-    Sandbox::new(
-        r#"
-[profile.a]
-backend = "mkdir"
-path = "{dir}/a.lock"
-
-[profile.b]
-backend = "flock"
-path = "{dir}/b.lock"
-
-[profile.c]
-backend = "symlink"
-path = "{dir}/c.lock"
-
-[profile.fast]
-backend = "mkdir"
-path = "{dir}/fast.lock"
-poll = "20ms"
-max_poll = "100ms"
-keepalive = "200ms"
-stale_after = "1500ms"
-"#,
-    )
-}
-
 /// Whether `lock` is free now (`status` exits 0 for a free lock).
 fn free(sb: &Sandbox, lock: &str) -> bool {
     code(sb.output(["status", lock]).status) == 0
@@ -104,13 +77,13 @@ fn free(sb: &Sandbox, lock: &str) -> bool {
 
 #[test]
 fn sets_named_in_any_order_never_deadlock_and_count_exactly() {
-    let sb = sandbox();
+    let sb = Sandbox::standard();
     const M: usize = 60;
     // Negative control: a worker that holds only a but counts b too (a CMD run with a
     // subset held) must show: b's count comes out short or two sections overlap.
     let (counts, overlaps) = race(
         &sb,
-        &[(&["a", "b"], "a b"), (&["b"], "a b"), (&["a"], "a b")],
+        &[(&["m", "f"], "a b"), (&["f"], "a b"), (&["m"], "a b")],
         M,
     );
     assert!(
@@ -120,52 +93,52 @@ fn sets_named_in_any_order_never_deadlock_and_count_exactly() {
     let (counts, overlaps) = race(
         &sb,
         &[
-            (&["a", "b"], "a b"),
-            (&["b", "a"], "a b"),
-            (&["b", "c", "a"], "a b c"),
+            (&["m", "f"], "a b"),
+            (&["f", "m"], "a b"),
+            (&["f", "s", "m"], "a b c"),
         ],
         M,
     );
     assert_eq!(overlaps, 0, "two holders of one lock at once");
     assert_eq!(counts, [3 * M, 3 * M, M]);
-    for x in ["a", "b", "c"] {
+    for x in ["m", "f", "s"] {
         assert!(free(&sb, x), "{x} left held");
     }
 }
 
 #[test]
 fn all_or_nothing_when_one_is_busy() {
-    let sb = sandbox();
-    let holder = sb.hold(["c"]);
+    let sb = Sandbox::standard();
+    let holder = sb.hold(["s"]);
     holder.ok();
     let marker = sb.join("ran");
     let touch = format!("touch {}", marker.display());
-    // c comes last in the canonical order (by backend name: flock b, mkdir a, symlink c): b
-    // and a are taken first, then given back.
+    // s comes last in the canonical order (by backend name: flock f, mkdir m, symlink s): f
+    // and m are taken first, then given back.
     let o = sb.output([
-        "--wait", "0", "run", "a", "b", "c", "--", "sh", "-c", &touch,
+        "--wait", "0", "run", "m", "f", "s", "--", "sh", "-c", &touch,
     ]);
     assert_eq!(code(o.status), 75, "{}", stderr(&o));
     assert!(!marker.exists(), "CMD ran with a subset held");
-    assert!(free(&sb, "a") && free(&sb, "b"), "a subset left held");
-    let mut h = sb.hold(["--wait", "0", "hold", "a", "c"]);
+    assert!(free(&sb, "m") && free(&sb, "f"), "a subset left held");
+    let mut h = sb.hold(["--wait", "0", "hold", "m", "s"]);
     let line = h.line.clone().unwrap_or_default();
     assert!(line.starts_with("ERROR busy:"), "{line:?}");
     assert_eq!(code(h.wait_exit(T)), 75);
-    assert!(free(&sb, "a"), "hold left a held after failing on c");
+    assert!(free(&sb, "m"), "hold left m held after failing on s");
 }
 
 #[test]
 fn one_deadline_for_the_whole_set() {
-    let sb = sandbox();
-    // a (mkdir) is taken after b (flock): b is held for 1.5 s, a all along. With one
-    // deadline of 2 s the set gives up about 2 s after it began — not 2 s after b came free.
-    let mut hb = sb.hold(["b"]);
+    let sb = Sandbox::standard();
+    // m (mkdir) is taken after f (flock): f is held for 1.5 s, m all along. With one
+    // deadline of 2 s the set gives up about 2 s after it began — not 2 s after f came free.
+    let mut hb = sb.hold(["f"]);
     hb.ok();
-    let ha = sb.hold(["a"]);
+    let ha = sb.hold(["m"]);
     ha.ok();
     let began = Instant::now();
-    let mut set = sb.spawn_hold(["--wait", "2s", "hold", "a", "b"]);
+    let mut set = sb.spawn_hold(["--wait", "2s", "hold", "m", "f"]);
     std::thread::sleep(Duration::from_millis(1500));
     hb.close_stdout();
     assert_eq!(code(hb.wait_exit(T)), 0);
@@ -175,40 +148,40 @@ fn one_deadline_for_the_whole_set() {
         took < Duration::from_millis(3200),
         "gave up after {took:?}: the deadline restarted for the second lock"
     );
-    assert!(free(&sb, "b"), "b left held after the set gave up");
+    assert!(free(&sb, "f"), "f left held after the set gave up");
     drop(ha);
 }
 
 #[test]
 fn ok_line_environment_and_the_same_lock_twice() {
-    let sb = sandbox();
-    let mut h = sb.hold(["hold", "a", "b"]);
+    let sb = Sandbox::standard();
+    let mut h = sb.hold(["hold", "m", "f"]);
     assert_eq!(
         h.ok().trim_end(),
-        "OK a backend=mkdir,flock mode=exclusive,exclusive token=1,1 locks=2"
+        "OK m backend=mkdir,flock mode=exclusive,exclusive token=1,1 locks=2"
     );
-    assert!(!free(&sb, "a") && !free(&sb, "b"));
+    assert!(!free(&sb, "m") && !free(&sb, "f"));
     h.close_stdout();
     assert_eq!(code(h.wait_exit(T)), 0);
-    assert!(free(&sb, "a") && free(&sb, "b"), "release frees every lock");
+    assert!(free(&sb, "m") && free(&sb, "f"), "release frees every lock");
     // Command-line order, not the order taken; a lock without tokens leaves its place empty
     // (none here: flock and mkdir both keep them).
     let o = sb.output([
         "run",
-        "b",
-        "a",
+        "f",
+        "m",
         "--",
         "sh",
         "-c",
         "echo $LOCKSMITH_PROFILE $LOCKSMITH_TOKEN",
     ]);
-    assert_eq!(stdout(&o), "b 2,2\n", "{}", stderr(&o));
+    assert_eq!(stdout(&o), "f 2,2\n", "{}", stderr(&o));
     // The same lock named twice, once as a profile and once as an address: taken once.
-    let addr = format!("mkdir:{}", sb.join("a.lock").display());
-    let mut h = sb.hold(["hold", "a", &addr, "a"]);
+    let addr = format!("mkdir:{}", sb.join("m.lock").display());
+    let mut h = sb.hold(["hold", "m", &addr, "m"]);
     assert_eq!(
         h.ok().trim_end(),
-        "OK a backend=mkdir mode=exclusive token=3"
+        "OK m backend=mkdir mode=exclusive token=3"
     );
     h.close_stdout();
     assert_eq!(code(h.wait_exit(T)), 0);
@@ -216,15 +189,15 @@ fn ok_line_environment_and_the_same_lock_twice() {
 
 #[test]
 fn losing_one_lock_is_losing_the_set() {
-    let sb = sandbox();
-    let mut h = sb.hold(["hold", "fast", "b"]);
+    let sb = Sandbox::standard();
+    let mut h = sb.hold(["hold", "fast", "f"]);
     h.ok();
     // The mkdir lock removed from outside: its next heartbeat finds it gone.
     fs::remove_dir_all(sb.join("fast.lock")).unwrap();
     let lost = h.read_line(T).unwrap_or_default();
     assert!(lost.starts_with("LOST "), "{lost:?}");
     assert_eq!(code(h.wait_exit(T)), 74);
-    assert!(free(&sb, "b"), "the rest of a lost set is given back");
+    assert!(free(&sb, "f"), "the rest of a lost set is given back");
     // Run mode: CMD is stopped and the exit is 74.
     let marker = sb.join("survived");
     let script = format!(
@@ -233,39 +206,39 @@ fn losing_one_lock_is_losing_the_set() {
         marker.display()
     );
     let began = Instant::now();
-    let o = sb.output(["run", "fast", "b", "--", "sh", "-c", &script]);
+    let o = sb.output(["run", "fast", "f", "--", "sh", "-c", &script]);
     assert_eq!(code(o.status), 74, "{}", stderr(&o));
     assert!(
         began.elapsed() < Duration::from_secs(5),
         "CMD was not stopped"
     );
     assert!(!marker.exists());
-    assert!(free(&sb, "b"));
+    assert!(free(&sb, "f"));
 }
 
 #[test]
 fn bad_sets_are_usage_errors() {
-    let sb = sandbox();
-    let o = sb.output(["run", "a", "-v", "--", "true"]);
+    let sb = Sandbox::standard();
+    let o = sb.output(["run", "m", "-v", "--", "true"]);
     assert_eq!(code(o.status), 64, "{}", stderr(&o));
-    let o = sb.output(["-F", "run", "b", "a", "--", "true"]);
+    let o = sb.output(["-F", "run", "f", "m", "--", "true"]);
     assert_eq!(code(o.status), 64, "{}", stderr(&o));
-    let o = sb.output(["status", "a", "b"]);
+    let o = sb.output(["status", "m", "f"]);
     assert_eq!(code(o.status), 64, "{}", stderr(&o));
     // An unknown profile among the set: its error, nothing taken.
-    let o = sb.output(["run", "a", "nosuch", "--", "true"]);
+    let o = sb.output(["run", "m", "nosuch", "--", "true"]);
     assert_eq!(code(o.status), 78, "{}", stderr(&o));
-    assert!(free(&sb, "a"));
+    assert!(free(&sb, "m"));
 }
 
 #[test]
 fn an_unreachable_server_in_a_set_is_its_error_and_nothing_is_held() {
-    let sb = sandbox();
+    let sb = Sandbox::standard();
     // flock (b) comes before ftp in the canonical order: it is taken, then given back.
     let ftp = format!("ftp://127.0.0.1:{}/locks/x", free_port());
     let marker = sb.join("ran");
     let touch = format!("touch {}", marker.display());
-    let o = sb.output(["--wait", "0", "run", &ftp, "b", "--", "sh", "-c", &touch]);
+    let o = sb.output(["--wait", "0", "run", &ftp, "f", "--", "sh", "-c", &touch]);
     assert_eq!(code(o.status), 69, "{}", stderr(&o));
     assert!(
         stderr(&o).starts_with("ERROR unavailable: "),
@@ -273,5 +246,5 @@ fn an_unreachable_server_in_a_set_is_its_error_and_nothing_is_held() {
         stderr(&o)
     );
     assert!(!marker.exists(), "CMD ran with a subset held");
-    assert!(free(&sb, "b"), "b left held");
+    assert!(free(&sb, "f"), "f left held");
 }

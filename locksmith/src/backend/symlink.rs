@@ -583,6 +583,7 @@ impl Holders for Files {
                 record: Some(parsed),
                 sign: sign(seen),
                 mode: Mode::Exclusive,
+                age: None,
             }])),
             Target::Group(g, seen) => {
                 let Some((_, members)) = self.members(&g)? else {
@@ -591,6 +592,7 @@ impl Holders for Files {
                         record: None,
                         sign: sign(seen),
                         mode: Mode::Shared,
+                        age: None,
                     }]));
                 };
                 let list = members
@@ -600,6 +602,7 @@ impl Holders for Files {
                         record: Some(m.parsed),
                         sign: sign(m.seen),
                         mode: Mode::Shared,
+                        age: None,
                     })
                     .collect();
                 self.looked_at_group = Some(g);

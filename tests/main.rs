@@ -47,6 +47,8 @@ mod ftp_shared;
 mod postgres;
 // backend = "etcd" against a throwaway etcd member.
 mod etcd;
+// backend = "s3" against a throwaway SeaweedFS server (and verify against s3s-fs).
+mod s3;
 // mkdir, link, symlink and flock on a real network filesystem: sshfs mounted twice, contenders
 // on both mounts and in another pid namespace (issue 12).
 mod netfs;

@@ -803,6 +803,17 @@ impl Backend for S3 {
     }
 }
 
+impl S3 {
+    fn not_ours(&self) -> Error {
+        err!(
+            Lost,
+            "lock {} ({}) was no longer ours at release (broken as stale, or by `break`); its object was left alone",
+            self.site.shown(),
+            self.site.server()
+        )
+    }
+}
+
 impl Beats for S3 {
     fn period(&self) -> Duration {
         self.heartbeat
@@ -833,7 +844,20 @@ impl Beats for S3 {
     fn free(&mut self) -> Result<()> {
         let limit = self.site.timeout;
         self.site.held = false;
+        let Some(mine) = self.mine.clone() else {
+            return Err(self.not_ours());
+        };
         if let (Some(t), Some(etag)) = (self.token, self.state_etag.clone()) {
+            // Still ours? A holder whose object was broken (paused past stale_after, or
+            // `break --force`) must leave the state dirty: its successor says prev=crashed.
+            let r = self
+                .site
+                .call("HEAD", &mine.key, &[], Cond::Is(&mine.etag), &[], limit)?;
+            if matches!(r.status, 404 | 412) {
+                self.mine = None;
+                self.token = None;
+                return Err(self.not_ours());
+            }
             // The clean mark first, and only over our own dirty mark: a successor's state
             // is never touched.
             let key = self.site.state_key();
@@ -851,9 +875,6 @@ impl Beats for S3 {
             }
             self.token = None;
         }
-        let Some(mine) = self.mine.clone() else {
-            return Ok(());
-        };
         let r = self
             .site
             .call("DELETE", &mine.key, &[], Cond::Is(&mine.etag), &[], limit)?;
@@ -864,12 +885,7 @@ impl Beats for S3 {
             }
             404 | 412 => {
                 self.mine = None;
-                Err(err!(
-                    Lost,
-                    "lock {} ({}) was no longer ours at release (a waiter judged it stale and took it); its object was left alone",
-                    self.site.shown(),
-                    self.site.server()
-                ))
+                Err(self.not_ours())
             }
             _ => Err(self.site.odd("DELETE", &mine.key, &r)),
         }

@@ -29,6 +29,18 @@ pub struct Creds {
     pub from: String,
 }
 
+impl Creds {
+    /// Credentials given as they are (the tests' fixture, which makes its bucket).
+    pub fn new(access_key: &str, secret: &str) -> Creds {
+        Creds {
+            access_key: access_key.into(),
+            secret: Hidden(secret.into()),
+            token: None,
+            from: "given".into(),
+        }
+    }
+}
+
 /// `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` (/ `AWS_SESSION_TOKEN`) from the
 /// environment, else the `AWS_PROFILE` (default `default`) section of
 /// `AWS_SHARED_CREDENTIALS_FILE` or `~/.aws/credentials`. None found: a config error saying

@@ -420,6 +420,7 @@ mod tests {
             "/var/lock/x.lock",
             "mkdir:/srv/locks/x",
             "ftp://host/locks/x",
+            "s3://locks/deploy/prod?endpoint=http://127.0.0.1:8333",
         ] {
             check_tag(good).unwrap();
         }

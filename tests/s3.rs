@@ -622,3 +622,49 @@ fn s3_verify_refuses_s3s_fs() {
     assert!(text.contains("exclusive create"), "{text}");
     assert!(text.contains("FAIL"), "{text}");
 }
+
+/// https: the server's certificate verified against `ca_file` (or the system CAs): another
+/// CA, or none given, is refused (69) with the hint; the right one takes the lock.
+#[test]
+fn s3_tls_verifies_the_server_certificate() {
+    let Some(pki) = TestPki::new() else { return };
+    let Some(sw) = NotStarted::or_skip(Seaweed::start_tls(&pki.leaf, &pki.key)) else {
+        return;
+    };
+    let client = Client::new(
+        Some(&sw.endpoint()),
+        BUCKET,
+        "us-east-1",
+        None,
+        Creds::new(Seaweed::ACCESS, Seaweed::SECRET),
+    )
+    .unwrap();
+    eventually(T, "SeaweedFS creates the bucket", || {
+        client
+            .call("PUT", "", &[], Cond::None, &[], Duration::from_secs(2))
+            .is_ok_and(|r| r.ok())
+    });
+    let https = format!("https://127.0.0.1:{}", sw.https_port.unwrap());
+    let sb = Sandbox::new("");
+    let run = |ca: Option<&std::path::Path>| {
+        let mut address = format!("s3://{BUCKET}/t/tls?endpoint={https}");
+        if let Some(ca) = ca {
+            address.push_str(&format!("&ca_file={}", ca.display()));
+        }
+        let mut c = sb.cmd(["--wait", "0", "run", &address, "--", "true"]);
+        creds(&mut c);
+        output_within(c, T)
+    };
+    eventually(T, "the https port answers", || {
+        std::net::TcpStream::connect(("127.0.0.1", sw.https_port.unwrap())).is_ok()
+    });
+    let o = run(Some(&pki.ca));
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    for ca in [Some(pki.other_ca.as_path()), None] {
+        let o = run(ca);
+        assert_eq!(code(o.status), 69, "{ca:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("certificate"), "{}", stderr(&o));
+    }
+    let o = run(None);
+    assert!(stderr(&o).contains("ca_file"), "{}", stderr(&o));
+}

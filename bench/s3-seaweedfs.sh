@@ -3,7 +3,8 @@
 # assert: spawn → OK, handoff (holder's pipe closed → waiter holds), crash release (the
 # holder's parent SIGKILLed) and takeover after the holding helper itself is SIGKILLed (same
 # host: proof of death). Medians (min–max) over RUNS runs (default 20). The bucket is made
-# with curl's SigV4 (test credentials only).
+# with curl's SigV4 (test credentials only). BENCH_TSV=FILE also writes the samples as TSV
+# (for locksmith-bench --s3).
 #
 #   bench/s3-seaweedfs.sh [path/to/locksmith]     (default: target/release/locksmith)
 set -euo pipefail
@@ -44,7 +45,7 @@ for _ in $(seq 100); do
 done
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret
 python3 - "$BIN" "s3://bench/lock?endpoint=$ep" "$RUNS" <<'PY'
-import statistics, subprocess, sys, time
+import os, statistics, subprocess, sys, time
 BIN, ADDR, RUNS = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
 def spawn(*a):
@@ -89,4 +90,10 @@ row("locksmith s3: spawn → OK", ok)
 row("locksmith s3: handoff (pipe closed → waiter holds)", hand)
 row("locksmith s3: crash (parent SIGKILLed → waiter holds)", crash)
 row("locksmith s3: helper SIGKILLed → waiter holds (same host: proof of death)", killed)
+out = os.environ.get("BENCH_TSV")
+if out:
+    with open(out, "w") as fh:
+        for metric, v in [("spawn → OK", ok), ("handoff", hand), ("crash: parent SIGKILL → waiter holds", crash),
+                          ("helper SIGKILLed → waiter holds (proof of death)", killed)]:
+            fh.write(f"s3: {metric}\tlocksmith s3\tms\t{','.join(f'{x * 1000:.4f}' for x in v)}\n")
 PY

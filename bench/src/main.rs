@@ -66,6 +66,8 @@ Options:
                      `postgres` beside flock(1); needs root and the postgres user)
   --etcd             the etcd section: bench/etcd-vs-etcdctl.sh (a private etcd member;
                      `etcdctl lock` beside locksmith's etcd backend)
+  --s3               the s3 section: bench/s3-seaweedfs.sh (a private SeaweedFS `weed mini`;
+                     spawn -> OK, handoff, crash release, helper SIGKILLed)
   --sshfs            also the network-filesystem section: a directory served by OpenSSH's
                      sftp-server behind socat on 127.0.0.1, mounted twice with sshfs (two
                      mounts, own caches each: two hosts). mkdir/link/symlink (cache_time 1s)
@@ -90,6 +92,7 @@ struct Args {
     ftp: bool,
     pg: bool,
     etcd: bool,
+    s3: bool,
     sshfs: bool,
     sshfs_only: bool,
 }
@@ -104,6 +107,7 @@ fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
     let mut ftp = false;
     let mut pg = false;
     let mut etcd = false;
+    let mut s3 = false;
     let mut sshfs = false;
     let mut sshfs_only = false;
     while let Some(a) = it.next() {
@@ -136,6 +140,7 @@ fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
             "--ftp" => ftp = true,
             "--pg" => pg = true,
             "--etcd" => etcd = true,
+            "--s3" => s3 = true,
             "--sshfs" => sshfs = true,
             "--sshfs-only" => (sshfs, sshfs_only) = (true, true),
             "--slow-runs" => {
@@ -163,6 +168,7 @@ fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
         ftp,
         pg,
         etcd,
+        s3,
         sshfs,
         sshfs_only,
         runs: runs.unwrap_or(if quick { 10 } else { 30 }),
@@ -471,6 +477,12 @@ fn bench(args: &Args) -> Result<()> {
         match etcd_rows(&locksmith, args) {
             Ok(r) => table.extend(r),
             Err(e) => net_notes.push(format!("etcd section failed: {e}")),
+        }
+    }
+    if args.s3 {
+        match s3_rows(&locksmith, args) {
+            Ok(r) => table.extend(r),
+            Err(e) => net_notes.push(format!("s3 section failed: {e}")),
         }
     }
 
@@ -1080,6 +1092,15 @@ fn etcd_rows(locksmith: &Path, args: &Args) -> Result<Vec<Row>> {
         .env("RUNS", args.runs.min(20).to_string())
         .env("SLOW_RUNS", args.slow_runs.max(1).to_string());
     script_rows("etcd", "etcd-vs-etcdctl.sh", c)
+}
+
+/// Runs `bench/s3-seaweedfs.sh` (a private SeaweedFS) and reads its samples back.
+fn s3_rows(locksmith: &Path, args: &Args) -> Result<Vec<Row>> {
+    let mut c = Command::new("bash");
+    c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("s3-seaweedfs.sh"))
+        .arg(locksmith)
+        .env("RUNS", args.runs.min(20).to_string());
+    script_rows("s3", "s3-seaweedfs.sh", c)
 }
 
 /// Runs a section's script with `BENCH_TSV` set and turns its TSV (metric, tool, unit,

@@ -13,6 +13,8 @@ mod run;
 mod waiting;
 // Several locks at once: all or none, one canonical order, one deadline, lost together.
 mod several;
+// Semaphores: --slots N (SPEC §3b).
+mod slots;
 // The seed's counter race and an exclusivity checker, with a negative control.
 mod race;
 // locksmith itself killed: proof of death on this host, stale_after for another host.

@@ -47,6 +47,8 @@ pub struct Common {
     pub keepalive: Duration,
     pub stale_after: Duration,
     pub shared: bool,
+    /// Holders admitted at once (SPEC §3b, `slots`): 1 is the mutex of §6.
+    pub slots: u32,
     /// flock(1)'s forms (and `-F`): the lock is the file alone, as flock(1) leaves it — no
     /// fencing-token state, no writer-preference gate beside it (issue 25, finding 12). Not a
     /// profile key: the command line's form says it.
@@ -63,6 +65,7 @@ impl Common {
             keepalive: Duration::from_secs(5),
             stale_after: Duration::from_secs(60),
             shared: false,
+            slots: 1,
             flock1: false,
         }
     }
@@ -120,6 +123,21 @@ impl Common {
 pub struct Overrides {
     pub wait: Option<Wait>,
     pub shared: bool,
+    /// `--slots N`.
+    pub slots: Option<u32>,
+}
+
+/// The most slots a lock may have (SPEC §3b).
+pub const MAX_SLOTS: u32 = 1024;
+
+/// A `slots` value: 1 to [`MAX_SLOTS`].
+pub fn parse_slots(s: &str) -> std::result::Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(n) if (1..=MAX_SLOTS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "\"{s}\" is not a number of slots from 1 to {MAX_SLOTS}"
+        )),
+    }
 }
 
 /// The shortest `poll` accepted: below it a waiter would spin.
@@ -616,6 +634,11 @@ pub static COMMON_KEYS: &[KeyDoc] = &[
         example: "true",
         doc: "take a shared (reader) lock where the backend can (flock, symlink, ftp, etcd, postgres) [default: false]",
     },
+    KeyDoc {
+        key: "slots",
+        example: "2",
+        doc: "a semaphore: up to this many holders at once, each in its own slot (1 to 1024); every contender of one lock must say the same (flock, mkdir, link, symlink) [default: 1]",
+    },
 ];
 
 /// Where a password may come from (at most one of them; read by [`Fields::password`]).
@@ -766,6 +789,24 @@ impl Fields {
             Ok(p) if p > 0 => Ok(Some(p)),
             _ => Err(self.error(&format!("`{key}` = {n} is not from 1 to 65535"))),
         }
+    }
+
+    /// A number of slots, 1 to [`MAX_SLOTS`] (SPEC §3b).
+    pub fn slots(&mut self, key: &str) -> Result<Option<u32>> {
+        let text = match self.take(key) {
+            None => return Ok(None),
+            Some(Value::Integer(n)) => n.to_string(),
+            Some(Value::String(s)) if self.origin.address.is_some() => s,
+            Some(other) => {
+                return Err(self.error(&format!(
+                    "`{key}` must be an integer, not {}",
+                    other.type_str()
+                )));
+            }
+        };
+        parse_slots(&text)
+            .map(Some)
+            .map_err(|m| self.error(&format!("`{key}`: {m}")))
     }
 
     /// A list of strings (a single string is a list of one).

@@ -608,6 +608,7 @@ impl Etcd {
             return Grant {
                 token: epoch,
                 prev_crashed: false,
+                ..Grant::default()
             };
         }
         let token = self.rev;
@@ -625,6 +626,7 @@ impl Etcd {
         Grant {
             token: Some(token as u64),
             prev_crashed: dirty,
+            ..Grant::default()
         }
     }
 

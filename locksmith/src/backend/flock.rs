@@ -67,6 +67,10 @@ pub struct Flock {
     gate: Option<File>,
     /// flock(1)'s forms: nothing beside the file (no token state, no gate).
     flock1: bool,
+    /// The lock's number of slots (SPEC §3b), recorded with each token.
+    slots: u32,
+    /// What to ask before issuing over another recorded number of slots.
+    agree: Option<super::lock::Agree>,
     /// A thread blocked in flock(2) on a duplicate descriptor: whether it holds the lock.
     waiter: Option<Blocking<bool>>,
 }
@@ -75,6 +79,7 @@ pub struct Flock {
 /// acquisition, to mark its clean release.
 pub struct FlockHeld {
     cfg: FsConfig,
+    slots: u32,
     file: File,
     token: Option<u64>,
     grant: Grant,
@@ -89,6 +94,8 @@ impl Flock {
             gate: None,
             waiter: None,
             flock1: common.flock1,
+            slots: common.slots,
+            agree: None,
         }
     }
 
@@ -103,19 +110,22 @@ impl Flock {
             return Ok(Grant::default());
         }
         let shared = self.mode == Mode::Shared;
-        let Some(r) = with_state(&self.cfg, |at| {
+        let Some(r) = with_state(&self.cfg, self.slots, self.agree.as_ref(), |at| {
             if shared {
-                state::read(at).map(|s| (s.map(|s| s.token), false))
+                state::read(at).map(|s| Grant {
+                    token: s.map(|s| s.token),
+                    ..Grant::default()
+                })
             } else {
-                state::issue(at).map(|(token, crashed)| (Some(token), crashed))
+                state::issue(at).map(|i| Grant {
+                    token: Some(i.token),
+                    prev_crashed: i.prev_crashed,
+                    ..Grant::default()
+                })
             }
         }) else {
             return Ok(Grant::default());
         };
-        let r = r.map(|(token, prev_crashed)| Grant {
-            token,
-            prev_crashed,
-        });
         match r {
             // Something planted there: said as the other backends say it, never a token
             // silently dropped (issue 15).
@@ -136,6 +146,7 @@ impl Flock {
         Ok(Attempt::Acquired(Box::new(FlockHeld {
             token: (self.mode == Mode::Exclusive).then_some(grant.token).flatten(),
             cfg: self.cfg,
+            slots: self.slots,
             file,
             grant,
         })))
@@ -350,6 +361,10 @@ impl Backend for Flock {
         Ok(WaitHint { poll: false })
     }
 
+    fn agree_on_slots(&mut self, agree: super::lock::Agree) {
+        self.agree = Some(agree);
+    }
+
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.waiter.iter().map(Blocking::fd).collect()
     }
@@ -376,7 +391,7 @@ impl Held for FlockHeld {
     fn release(self: Box<Self>) -> std::result::Result<(), NotReleased<Box<dyn Held>>> {
         // Still holding: say this acquisition ended cleanly, then close.
         if let Some(token) = self.token
-            && let Some(Err(e)) = with_state(&self.cfg, |at| state::mark_clean(at, token))
+            && let Some(Err(e)) = with_state(&self.cfg, self.slots, None, |at| state::mark_clean(at, token))
         {
             info!("{e}; the next holder will see prev=crashed");
         }
@@ -390,10 +405,15 @@ impl Held for FlockHeld {
 
 /// `f` on the state record beside the semaphore file (`.NAME.state`, as for mkdir); `None`
 /// if its directory cannot be opened.
-fn with_state<T>(cfg: &FsConfig, f: impl FnOnce(&StateAt<'_>) -> Result<T>) -> Option<Result<T>> {
+fn with_state<T>(
+    cfg: &FsConfig,
+    slots: u32,
+    agree: Option<&super::lock::Agree>,
+    f: impl FnOnce(&StateAt<'_>) -> Result<T>,
+) -> Option<Result<T>> {
     let dir = cfg.path.parent()?;
     let mut name = OsString::from(".");
-    name.push(cfg.path.file_name()?);
+    name.push(cfg.token_name());
     name.push(".state");
     let fd: OwnedFd = nix::fcntl::open(
         dir,
@@ -408,6 +428,8 @@ fn with_state<T>(cfg: &FsConfig, f: impl FnOnce(&StateAt<'_>) -> Result<T>) -> O
         remote: false,
         mode: cfg.file_mode,
         group: cfg.group,
+        slots,
+        agree,
     }))
 }
 
@@ -444,6 +466,7 @@ fn proc_locks_holders(dev: u64, ino: u64) -> Vec<Holder> {
                 }),
                 alive: Some(true),
                 foreign: None,
+                slot: None,
             })
         })
         .collect()
@@ -454,8 +477,12 @@ impl Registered for Flock {
     const KEYS: &'static [&'static [KeyDoc]] = &[super::lockdir::FS_KEYS];
     const SHARED: bool = true;
     const ON_FILES: bool = true;
+    const SLOTS: bool = true;
     fn parse(f: &mut Fields) -> crate::error::Result<FsConfig> {
         config(f)
+    }
+    fn slot(cfg: &FsConfig, k: u32) -> FsConfig {
+        cfg.slot(k)
     }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address::path_keys(a)

@@ -650,7 +650,7 @@ impl Scheme for Files {
     fn new(cfg: &FsConfig, lock: &Named) -> Files {
         Files {
             profile: lock.name.to_string(),
-            dir: LockDir::new(cfg, lock.common.stale_after),
+            dir: LockDir::new(cfg, &lock.common),
             file_mode: cfg.file_mode,
             group: cfg.group,
             // A test switch: behave as on NFS (no RENAME_NOREPLACE), so the tests cover the
@@ -663,6 +663,10 @@ impl Scheme for Files {
         &self.dir
     }
 
+    fn dir_mut(&mut self) -> &mut LockDir {
+        &mut self.dir
+    }
+
     /// Holding the name: take exactly the fencing token our records name, marking the state
     /// "not cleanly released" until our release says otherwise. If the state moved past it
     /// (someone took and released the lock since we read it, or we stalled here and were
@@ -673,7 +677,7 @@ impl Scheme for Files {
         };
         let token = rec.token.unwrap_or(0);
         let issued = self.dir.issue_token_exactly(token);
-        if let Ok(Some(prev_crashed)) = issued {
+        if let Ok(Some(super::lockdir::state::Issued { prev_crashed, .. })) = issued {
             trace!("took the name: nonce {} token {token}", rec.nonce);
             let token = rec.token;
             return Ok(Take::Held((rec, 0), token, prev_crashed));

@@ -566,6 +566,7 @@ impl Postgres {
                 Ok(row) => Some(Grant {
                     token: row.map(|r| r.get::<_, i64>(0) as u64),
                     prev_crashed: false,
+                    ..Grant::default()
                 }),
                 Err(e) => {
                     debug!("no fencing token: {e}");
@@ -593,6 +594,7 @@ impl Postgres {
                     return Some(Grant {
                         token: Some(token as u64),
                         prev_crashed: clean == Some(false),
+                        ..Grant::default()
                     });
                 }
                 Err(e)
@@ -703,6 +705,7 @@ impl Postgres {
                                 app.clone().unwrap_or_default()
                             )
                         }),
+                        slot: None,
                     },
                 )
             })

@@ -729,10 +729,10 @@ impl Files {
         let mut prev = false;
         // Ok(true): overtaken.
         let r = (|| -> Result<bool> {
-            let Some(prev_crashed) = self.dir.issue_token_exactly(rec.token.unwrap_or(0))? else {
+            let Some(issued) = self.dir.issue_token_exactly(rec.token.unwrap_or(0))? else {
                 return Ok(true);
             };
-            prev = prev_crashed;
+            prev = issued.prev_crashed;
             if self.remote() && !self.local && !self.publish_beat_record(&rec, &target)? {
                 return Ok(true);
             }
@@ -902,7 +902,7 @@ impl Scheme for Files {
         Files {
             profile: lock.name.to_string(),
             mode: lock.common.mode(),
-            dir: LockDir::new(cfg, lock.common.stale_after),
+            dir: LockDir::new(cfg, &lock.common),
             local: cfg.local,
             file_mode: cfg.file_mode,
             group: cfg.group,
@@ -916,6 +916,10 @@ impl Scheme for Files {
 
     fn dir(&self) -> &LockDir {
         &self.dir
+    }
+
+    fn dir_mut(&mut self) -> &mut LockDir {
+        &mut self.dir
     }
 
     fn take(&mut self) -> Result<Take<Held>> {

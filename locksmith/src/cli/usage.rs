@@ -43,6 +43,7 @@ pub enum Opt {
     Nonblock,
     Shared,
     Exclusive,
+    Slots,
     WatchStdin,
     ConflictExit,
     Quiet,
@@ -162,6 +163,15 @@ pub static OPTIONS: &[OptDoc] = &[
         value: Value::None,
         scope: Scope::Global,
         help: "take an exclusive lock [default]",
+    },
+    OptDoc {
+        opt: Opt::Slots,
+        shorts: &[],
+        longs: &["slots"],
+        value: Value::Text("N"),
+        scope: Scope::Global,
+        help: "a semaphore: up to N holders at once, each in its own slot (1 to 1024)\n\
+               [default: 1, the profile's `slots`]",
     },
     OptDoc {
         opt: Opt::WatchStdin,

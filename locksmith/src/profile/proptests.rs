@@ -520,7 +520,11 @@ fn parse_and_resolve(text: &str, extra_names: &[String]) -> Result<(), TestCaseE
     for name in names.iter().chain(extra_names) {
         let _ = pf.backend_of(name);
         for shared in [false, true] {
-            let overrides = Overrides { wait: None, shared };
+            let overrides = Overrides {
+                wait: None,
+                shared,
+                slots: None,
+            };
             match pf.profile(name, &overrides) {
                 Ok(p) => {
                     check_profile(&p, name)?;
@@ -898,11 +902,13 @@ impl Spec {
             keepalive: effective(keepalive, builtin.keepalive),
             stale_after: effective(stale_after, builtin.stale_after),
             shared: shared_from_profile || self.over_shared,
+            slots: 1,
             flock1: false,
         };
         let backend = match &self.backend {
             BackendSpec::Fs(f) => {
                 let fs = FsConfig {
+                    slot_of: None,
                     path: anchor().join(&f.path),
                     file_mode: f.file_mode.as_ref().map(|(_, m)| *m),
                     group: f.group,
@@ -975,7 +981,7 @@ proptest! {
         let text = spec.render();
         let pf = ProfilesFile::parse(&file(), &text)
             .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
-        let overrides = Overrides { wait: spec.over_wait, shared: spec.over_shared };
+        let overrides = Overrides { wait: spec.over_wait, shared: spec.over_shared, slots: None };
         match (pf.profile(&spec.name, &overrides), spec.expected()) {
             (Ok(got), Ok(want)) => prop_assert_eq!(got, want, "\n{}", text),
             (Err(e), Err((kind, word))) => {
@@ -1307,7 +1313,7 @@ proptest! {
         use crate::backend;
         let text = case.profile();
         let address = case.address();
-        let overrides = Overrides { wait: None, shared: over_shared };
+        let overrides = Overrides { wait: None, shared: over_shared, slots: None };
         let pf = ProfilesFile::parse(&file(), &text)
             .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
         let by_profile = pf.profile("x", &overrides);

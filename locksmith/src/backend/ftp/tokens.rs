@@ -60,7 +60,7 @@ impl Session {
         for _ in 0..4 {
             match self.read_state()? {
                 Some((name, st)) => {
-                    let next = state_name(st.token + 1, false);
+                    let next = state_name(State::one(st.token + 1, false));
                     let (from, to) = (format!("{dir}/{name}"), format!("{dir}/{next}"));
                     match self.cmd("RNFR/RNTO", |c| c.rename(from.as_str(), to.as_str()))? {
                         Ok(()) => return Ok((st.token + 1, !st.clean)),
@@ -74,7 +74,7 @@ impl Session {
                     // listing alone (a server's hiccup) must never restart the tokens at 1.
                     let made = self.cmd("MKD", |c| c.mkdir(dir.as_str()))?.is_ok();
                     if made || self.entries(&dir)?.is_empty() && self.is_dir(&dir)? {
-                        let first = format!("{dir}/{}", state_name(1, false));
+                        let first = format!("{dir}/{}", state_name(State::one(1, false)));
                         if self.cmd("MKD", |c| c.mkdir(first.as_str()))?.is_ok() {
                             return Ok((1, false));
                         }
@@ -94,8 +94,8 @@ impl Session {
     pub(super) fn mark_clean(&mut self, token: u64) {
         let dir = self.state_dir();
         let (from, to) = (
-            format!("{dir}/{}", state_name(token, false)),
-            format!("{dir}/{}", state_name(token, true)),
+            format!("{dir}/{}", state_name(State::one(token, false))),
+            format!("{dir}/{}", state_name(State::one(token, true))),
         );
         match self.cmd("RNFR/RNTO", |c| c.rename(from.as_str(), to.as_str())) {
             Ok(Ok(())) => {}

@@ -21,6 +21,9 @@ pub struct FsConfig {
     /// How late the mount may show another host's changes, as the user states it (network
     /// and FUSE filesystems; `stale_after` must exceed it).
     pub cache_time: Option<Duration>,
+    /// A slot of a lock with several (SPEC §3b): the lock's own name, whose token state
+    /// (`.NAME.state`) every slot issues from. `None`: the lock itself.
+    pub slot_of: Option<std::ffi::OsString>,
 }
 
 /// The keys of every file backend ([`FsConfig::parse`]).
@@ -129,7 +132,28 @@ impl FsConfig {
             group,
             local,
             cache_time,
+            slot_of: None,
         })
+    }
+
+    /// Slot `k` of the lock (SPEC §3b, docs/LAYOUT.md): its own lock `NAME.slot-K` beside
+    /// the lock's name, issuing tokens from the lock's state.
+    pub fn slot(&self, k: u32) -> FsConfig {
+        let name = self.path.file_name().unwrap_or_default();
+        let mut own = name.to_os_string();
+        own.push(format!(".slot-{k}"));
+        FsConfig {
+            path: self.path.with_file_name(own),
+            slot_of: Some(name.to_os_string()),
+            ..self.clone()
+        }
+    }
+
+    /// The name whose `.NAME.state` issues this lock's tokens.
+    pub fn token_name(&self) -> &std::ffi::OsStr {
+        self.slot_of
+            .as_deref()
+            .unwrap_or_else(|| self.path.file_name().unwrap_or_default())
     }
 }
 

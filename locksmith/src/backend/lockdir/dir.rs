@@ -15,7 +15,9 @@ use nix::sys::stat::{FileStat, Mode as FileMode, fstat};
 use super::config::FsConfig;
 use super::fs::{Fs, check, check_dir_mode, detect};
 use super::record::{reach_server, read_record};
+use super::state::Issued;
 use crate::backend::faults::{self, Stall};
+use crate::backend::lock::Agree;
 use crate::backend::owner::State;
 use crate::error::{Error, Result, err};
 
@@ -27,6 +29,10 @@ pub struct LockDir {
     pub name: OsString,
     cfg: FsConfig,
     stale_after: Duration,
+    /// The lock's number of slots (SPEC §3b), recorded with each token.
+    slots: u32,
+    /// What to ask before issuing over another recorded number of slots (SPEC §3b).
+    agree: Option<Agree>,
     fd: Option<OwnedFd>,
     fs: Option<Fs>,
 }
@@ -39,7 +45,8 @@ impl LockDir {
         self.stale_after / 2
     }
 
-    pub fn new(cfg: &FsConfig, stale_after: Duration) -> LockDir {
+    pub fn new(cfg: &FsConfig, common: &crate::settings::Common) -> LockDir {
+        let (stale_after, slots) = (common.stale_after, common.slots);
         LockDir {
             path: cfg.path.clone(),
             parent: cfg
@@ -49,6 +56,8 @@ impl LockDir {
             name: cfg.path.file_name().map(OsString::from).unwrap_or_default(),
             cfg: cfg.clone(),
             stale_after,
+            slots,
+            agree: None,
             fd: None,
             fs: None,
         }
@@ -124,7 +133,7 @@ impl LockDir {
 
     /// Issues exactly `token`, holding the lock ([`super::state::issue_exactly`]): `Ok(None)` when
     /// the state moved past it.
-    pub fn issue_token_exactly(&mut self, token: u64) -> Result<Option<bool>> {
+    pub fn issue_token_exactly(&mut self, token: u64) -> Result<Option<Issued>> {
         let issued = self.with_state(|at| super::state::issue_exactly(at, token))?;
         // A holder that stalls just after taking its token, before it can use it: the
         // process's first token.
@@ -132,6 +141,11 @@ impl LockDir {
             faults::stall(Stall::Taken);
         }
         Ok(issued)
+    }
+
+    /// What to ask before issuing over another recorded number of slots (SPEC §3b).
+    pub fn agree_on_slots(&mut self, agree: Agree) {
+        self.agree = Some(agree);
     }
 
     /// Marks our acquisition's state clean, still holding the lock ([`super::state::mark_clean`]).
@@ -143,10 +157,18 @@ impl LockDir {
         &mut self,
         f: impl FnOnce(&super::state::StateAt<'_>) -> Result<T>,
     ) -> Result<T> {
-        let name = self.beside(".state");
+        let mut name = OsString::from(".");
+        name.push(self.cfg.token_name());
+        name.push(".state");
         let shown = self.shown(&name);
         self.fd()?;
-        let (remote, mode, group) = (self.remote(), self.cfg.file_mode, self.cfg.group);
+        let (remote, mode, group, slots) = (
+            self.remote(),
+            self.cfg.file_mode,
+            self.cfg.group,
+            self.slots,
+        );
+        let agree = self.agree.clone();
         f(&super::state::StateAt {
             dir: self.fd()?,
             name: &name,
@@ -154,6 +176,8 @@ impl LockDir {
             remote,
             mode,
             group,
+            slots,
+            agree: agree.as_ref(),
         })
     }
 

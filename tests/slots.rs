@@ -14,7 +14,7 @@ use crate::support::*;
 const FILE_BACKENDS: [&str; 4] = ["flock", "mkdir", "link", "symlink"];
 
 /// The `key=value` field of an OK line.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.trim_end()
         .split(' ')
         .find_map(|w| w.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
@@ -86,7 +86,7 @@ rmdir "$D/in.$LOCKSMITH_SLOT"
 "#;
 
 /// `workers` loops of `rounds` runs each on a lock of `n` slots.
-fn race(
+pub fn race(
     sb: &Sandbox,
     lock: &str,
     n: u32,

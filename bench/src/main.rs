@@ -810,6 +810,27 @@ fn local_rows(
         table.extend(rows(&metric, &race_tools, s, 0));
     }
 
+    // ---- 4c'. semaphores (SPEC §3b): time per grant, 8 contenders, 3 slots against 1 ------
+    {
+        let n = 8;
+        let mut slot_tools: Vec<Tool<'_>> = Vec::new();
+        for b in LOCAL {
+            for slots in [1u32, 3] {
+                slot_tools.push(Tool {
+                    name: format!("locksmith --slots {slots} run {b} -- true (n={n})"),
+                    run: Box::new(move |_| c.slots(b, slots, n, per)),
+                });
+            }
+        }
+        let metric = format!("semaphore, {n} contenders: time per grant");
+        let s = alternate(&metric, race_runs, &mut slot_tools)?;
+        let mut r = rows(&metric, &slot_tools, s, 0);
+        for row in &mut r {
+            row.ratio = Ratio::None;
+        }
+        table.extend(r);
+    }
+
     // ---- 4d. the herd (issue 15): n waiters on one lock, until the last one has held ------
     // Runs per size: a thousand waiters take seconds per tool and run.
     let largest = 1000;

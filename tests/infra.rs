@@ -173,3 +173,163 @@ fn descriptor_pressure_leaves_nothing_behind() {
         }
     }
 }
+
+/// A private size-limited tmpfs (root only): a disk that can be filled and remounted
+/// read-only under a lock. Unmounted when dropped.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// `None` (a SKIP outside CI) where this process may not mount.
+    fn new() -> Option<Tmpfs> {
+        let dir = tempfile::Builder::new()
+            .prefix("locksmith-tmpfs-")
+            .tempdir()
+            .unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=512k,nr_inodes=200,mode=0755"])
+            .arg("locksmith-test")
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            missing("cannot mount a tmpfs here", "needs root and mount(8)");
+            return None;
+        }
+        Some(Tmpfs { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Fills the filesystem: blocks and inodes.
+    fn fill(&self) {
+        let _ = fs::write(self.path().join("filler"), vec![0u8; 1024 * 1024]);
+        for i in 0.. {
+            if fs::File::create(self.path().join(format!("f{i}"))).is_err() {
+                break;
+            }
+        }
+    }
+
+    fn remount(&self, opt: &str) {
+        let ok = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,{opt}")])
+            .arg(self.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mount -o remount,{opt} failed");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.path())
+            .status();
+    }
+}
+
+/// Item 4: on a full disk and on a read-only one, a waiter on a held lock waits — on every
+/// lock-directory backend alike — and gives up as a waiter does (75) when its `--wait` ends;
+/// the holder keeps its lock and releases it. On main, the symlink waiter exited 74 at once
+/// ("cannot mark a waiting writer") where mkdir and link waiters waited.
+#[test]
+fn waiters_on_a_full_or_read_only_disk_wait_on_every_backend() {
+    for fault in ["full", "ro"] {
+        let Some(fs) = Tmpfs::new() else { return };
+        let sb = Sandbox::new("");
+        let mut holders = Vec::new();
+        let addrs: Vec<String> = ["mkdir", "link", "symlink"]
+            .iter()
+            .map(|s| format!("{s}:{}/{s}.lock", fs.path().display()))
+            .collect();
+        for a in &addrs {
+            let h = sb.hold(["--wait", "0", a]);
+            h.ok();
+            holders.push(h);
+        }
+        match fault {
+            "full" => fs.fill(),
+            _ => fs.remount("ro"),
+        }
+        for a in &addrs {
+            let o = sb.output(["--wait", "500ms", "run", a, "--", "true"]);
+            assert_eq!(
+                code(o.status),
+                75,
+                "{fault}: a waiter on {a}: {}",
+                stderr(&o)
+            );
+        }
+        for (mut h, a) in holders.into_iter().zip(&addrs) {
+            assert!(h.exited().is_none(), "{fault}: the holder of {a} ended");
+            if fault == "ro" {
+                // Its release cannot remove anything: that is the holder's own report.
+                drop(h);
+                continue;
+            }
+            h.close_stdout();
+            assert!(h.wait_exit(T).success(), "{fault}: release of {a}");
+        }
+        if fault == "ro" {
+            fs.remount("rw");
+        }
+    }
+}
+
+/// Item 4: a name too long for what a backend keeps beside the lock is refused up front as
+/// a config error (78 from a profile), nothing made; flock still locks such a name (as
+/// flock(1) does) and says on stderr that this acquisition has no fencing token. On main,
+/// mkdir, link and symlink exited 74 (ENAMETOOLONG half-way; mkdir left its lock directory
+/// behind at 233 bytes) and flock dropped `token=` silently.
+#[test]
+fn names_too_long_for_the_state_are_config_errors_and_flock_says_it_has_no_token() {
+    let sb = Sandbox::new("");
+    for len in [232, 240, 249, 255] {
+        let name = "n".repeat(len);
+        let path = sb.join(&name);
+        let mut toml = String::new();
+        for b in ["mkdir", "link", "symlink", "flock"] {
+            toml += &format!(
+                "[profile.{b}]\nbackend = \"{b}\"\npath = \"{}\"\n",
+                path.display()
+            );
+        }
+        sb.write_profiles(&toml);
+        for b in ["mkdir", "link", "symlink"] {
+            let o = sb.output(["--wait", "0", "run", b, "--", "true"]);
+            let err = stderr(&o);
+            assert_eq!(code(o.status), 78, "{b} {len}: {err}");
+            assert!(err.starts_with("ERROR config: "), "{b} {len}: {err}");
+            assert!(err.contains("at most 231 bytes"), "{b} {len}: {err}");
+            assert_eq!(sb.listing(), ["profiles.toml"], "{b} {len}: left behind");
+        }
+        let mut h = sb.hold(["--wait", "0", "flock"]);
+        assert!(!h.ok().contains("token="), "{}", h.ok());
+        h.wait_stderr("no fencing token this time", T);
+        h.close_stdout();
+        assert!(h.wait_exit(T).success());
+        fs::remove_file(&path).unwrap();
+    }
+    // Under the limit, every backend takes it with a token.
+    let name = "n".repeat(231);
+    let path = sb.join(&name);
+    let mut toml = String::new();
+    for b in ["mkdir", "link", "symlink", "flock"] {
+        toml += &format!(
+            "[profile.{b}]\nbackend = \"{b}\"\npath = \"{}\"\n",
+            path.display()
+        );
+    }
+    sb.write_profiles(&toml);
+    for b in ["mkdir", "link", "symlink", "flock"] {
+        let h = sb.hold(["--wait", "0", b]);
+        assert!(h.ok().contains(" token=1"), "{b}: {}", h.ok());
+        drop(h);
+        let _ = fs::remove_dir_all(sb.join(&format!(".{name}.state")));
+    }
+}

@@ -103,6 +103,23 @@ impl Flock {
             return Ok(Grant::default());
         }
         let shared = self.mode == Mode::Shared;
+        let no_token = |why: &dyn std::fmt::Display| {
+            info!(
+                "lock {}: no fencing token this time ({why}); the OK line carries no token=",
+                self.cfg.path.display()
+            );
+            Ok(Grant::default())
+        };
+        // The state's names beside the file must fit in a name; flock(2) itself takes any
+        // name, as flock(1) does (issue 28).
+        let name_len = self.cfg.path.file_name().map_or(0, |n| n.len());
+        if name_len > super::lockdir::MAX_LOCK_NAME {
+            return no_token(&format_args!(
+                "its name is {name_len} bytes long: the token state beside it needs names {} bytes longer, and a name is at most {}",
+                super::lockdir::BESIDE,
+                crate::settings::MAX_NAME
+            ));
+        }
         let Some(r) = with_state(&self.cfg, |at| {
             if shared {
                 state::read(at).map(|s| (s.map(|s| s.token), false))
@@ -110,7 +127,7 @@ impl Flock {
                 state::issue(at).map(|(token, crashed)| (Some(token), crashed))
             }
         }) else {
-            return Ok(Grant::default());
+            return no_token(&"it names no directory");
         };
         let r = r.map(|(token, prev_crashed)| Grant {
             token,
@@ -120,10 +137,8 @@ impl Flock {
             // Something planted there: said as the other backends say it, never a token
             // silently dropped (issue 15).
             Err(e) if e.kind() == crate::error::Kind::Config => Err(e),
-            Err(e) => {
-                debug!("no fencing token: {e}");
-                Ok(Grant::default())
-            }
+            // Never silently (issue 28): a directory we may not write, descriptor pressure.
+            Err(e) => no_token(&e.message()),
             ok => ok,
         }
     }
@@ -389,18 +404,26 @@ impl Held for FlockHeld {
 }
 
 /// `f` on the state record beside the semaphore file (`.NAME.state`, as for mkdir); `None`
-/// if its directory cannot be opened.
+/// if the path names no directory.
 fn with_state<T>(cfg: &FsConfig, f: impl FnOnce(&StateAt<'_>) -> Result<T>) -> Option<Result<T>> {
     let dir = cfg.path.parent()?;
     let mut name = OsString::from(".");
     name.push(cfg.path.file_name()?);
     name.push(".state");
-    let fd: OwnedFd = nix::fcntl::open(
+    let fd: OwnedFd = match nix::fcntl::open(
         dir,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         FileMode::empty(),
-    )
-    .ok()?;
+    ) {
+        Ok(fd) => fd,
+        Err(e) => {
+            return Some(Err(Error::path(
+                "cannot open the directory of",
+                &dir.join(&name),
+                e.into(),
+            )));
+        }
+    };
     Some(f(&StateAt {
         dir: fd.as_fd(),
         name: &name,

@@ -333,3 +333,131 @@ fn names_too_long_for_the_state_are_config_errors_and_flock_says_it_has_no_token
         let _ = fs::remove_dir_all(sb.join(&format!(".{name}.state")));
     }
 }
+
+/// What a cleaner (systemd-tmpfiles on /tmp) does to an old lock: removes the file and the
+/// token state beside it.
+fn clean_away(path: &Path) {
+    fs::remove_file(path).unwrap();
+    let state = path.with_file_name(format!(
+        ".{}.state",
+        path.file_name().unwrap().to_string_lossy()
+    ));
+    let _ = fs::remove_dir_all(state);
+}
+
+/// Item 1, hold mode: a cleaner removes the flock file (and its state) under its holder.
+/// The holder says LOST and exits 74 at once; while nothing happens it has no wake-up; the
+/// next holder's token is greater than the lost holder's though the state was removed. On
+/// main the holder never noticed (no LOST line) and the next token was 1 again.
+#[test]
+fn a_cleaner_removing_a_held_flock_file_makes_its_holder_lost() {
+    let sb = Sandbox::new("");
+    let path = sb.join("tmp.lock");
+    let addr = format!("flock:{}", path.display());
+    let mut h = sb.hold(["--wait", "0", &addr]);
+    let first = token_of(h.ok());
+    // Idle: no wake-up while nothing happens.
+    let pid = h.pid() as u32;
+    std::thread::sleep(Duration::from_millis(300)); // start-up activity ends (as the bench)
+    let before = testkit::proc::switches(pid).unwrap().total();
+    std::thread::sleep(Duration::from_secs(1));
+    let idle = testkit::proc::switches(pid).unwrap().total() - before;
+    assert_eq!(idle, 0, "context switches in 1 s of holding");
+
+    let removed = std::time::Instant::now();
+    clean_away(&path);
+    let lost = h.read_line(Duration::from_secs(2));
+    let took = removed.elapsed();
+    let lost = lost.unwrap_or_else(|| panic!("no LOST line within 2 s: {}", h.stderr_text()));
+    assert!(
+        lost.starts_with("LOST ") && lost.contains("removed"),
+        "{lost:?}"
+    );
+    assert_eq!(code(h.wait_exit(T)), 74);
+    eprintln!("flock holder LOST {took:?} after its file was removed");
+
+    let next = sb.hold(["--wait", "0", &addr]);
+    let second = token_of(next.ok());
+    assert!(
+        second > first,
+        "token {second} after {first}: the state was cleaned away"
+    );
+}
+
+/// Item 1, run mode: CMD is stopped before locksmith exits 74, as the other backends do.
+#[test]
+fn a_cleaner_removing_a_held_flock_file_stops_the_command() {
+    let sb = Sandbox::new("");
+    let path = sb.join("run.lock");
+    let pidfile = sb.join("cmd.pid");
+    let addr = format!("flock:{}", path.display());
+    let mut c = sb.cmd([
+        "run",
+        &addr,
+        "--",
+        "sh",
+        "-c",
+        &format!("echo $$ > {}; exec sleep 30", pidfile.display()),
+    ]);
+    c.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut run = Held::spawn(c);
+    eventually(T, "the command to start", || {
+        fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let cmd: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    clean_away(&path);
+    let status = run.wait_exit(Duration::from_secs(5));
+    assert_eq!(code(status), 74, "{}", run.stderr_text());
+    assert!(
+        run.stderr_text().contains("ERROR lost: "),
+        "{}",
+        run.stderr_text()
+    );
+    assert!(!alive(cmd), "the command outlived its lock");
+}
+
+/// Item 1: flock(1)'s forms stay exactly flock(1): invoked as `flock`, a removed file does not
+/// end the command, as util-linux's flock(1) does not notice either.
+#[test]
+fn flock1_forms_ignore_a_cleaner_as_flock1_does() {
+    let sb = Sandbox::new("");
+    let link = sb.join("flock");
+    std::os::unix::fs::symlink(bin(), &link).unwrap();
+    let mut tools = vec![link.clone()];
+    match on_path("flock") {
+        Some(real) => tools.push(real),
+        None => missing(
+            "util-linux's flock(1) is not installed",
+            ".ci/run installs util-linux",
+        ),
+    }
+    for tool in tools {
+        let path = sb.join("f1.lock");
+        let (started, done) = (sb.join("started"), sb.join("done"));
+        let _ = fs::remove_file(&done);
+        let mut c = std::process::Command::new(&tool);
+        c.arg(&path)
+            .arg("sh")
+            .arg("-c")
+            .arg(format!(
+                "touch {}; sleep 1; touch {}",
+                started.display(),
+                done.display()
+            ))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut run = Held::spawn(c);
+        eventually(T, "the command to start", || started.exists());
+        fs::remove_file(&path).unwrap();
+        let status = run.wait_exit(T);
+        assert_eq!(code(status), 0, "{}: {}", tool.display(), run.stderr_text());
+        assert!(done.exists(), "{}: the command was stopped", tool.display());
+        fs::remove_file(&started).unwrap();
+    }
+}

@@ -34,6 +34,7 @@ use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
 use nix::fcntl::OFlag;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nix::sys::stat::Mode as FileMode;
 
 use super::address::Address;
@@ -78,6 +79,62 @@ pub struct FlockHeld {
     file: File,
     token: Option<u64>,
     grant: Grant,
+    /// Watching the held file for a cleaner (not in flock(1)'s forms).
+    watch: Option<Watch>,
+    /// Declared lost: the state beside the path is no longer ours to mark.
+    lost: bool,
+}
+
+/// The held file watched with inotify (`IN_ATTRIB`: its link count changed, as an unlink
+/// does; `IN_MOVE_SELF`; `IN_DELETE_SELF`): a cleaner (systemd-tmpfiles on /tmp) that
+/// removes a held lock file lets the next locker create a new file at the path and lock it
+/// at once (issue 28). The kernel wakes us only when the file changes: no wake-up while idle.
+struct Watch {
+    inotify: Inotify,
+    dev: u64,
+    ino: u64,
+}
+
+impl Watch {
+    /// Watches `file`, opened at `path`. `Ok(None)`: no inotify here (said at verbose
+    /// level; the lock works as flock(1)'s does). `Err`: the path no longer names `file`.
+    fn new(path: &Path, file: &File) -> std::result::Result<Option<Watch>, ()> {
+        let Ok(md) = file.metadata() else {
+            return Ok(None);
+        };
+        let inotify = match Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK) {
+            Ok(i) => i,
+            Err(e) => {
+                debug!("not watching {} for removal: inotify: {e}", path.display());
+                return Ok(None);
+            }
+        };
+        let flags = AddWatchFlags::IN_ATTRIB
+            | AddWatchFlags::IN_MOVE_SELF
+            | AddWatchFlags::IN_DELETE_SELF
+            | AddWatchFlags::IN_DONT_FOLLOW;
+        if let Err(e) = inotify.add_watch(path, flags) {
+            debug!("not watching {} for removal: inotify: {e}", path.display());
+            return Ok(None);
+        }
+        let w = Watch {
+            inotify,
+            dev: md.dev(),
+            ino: md.ino(),
+        };
+        // Removed between our open and the watch: the path is someone else's now.
+        if w.gone(path) { Err(()) } else { Ok(Some(w)) }
+    }
+
+    /// Whether `path` no longer names the watched file (events read and dropped first).
+    /// A path that cannot be looked at now (no descriptor left) still counts as ours.
+    fn gone(&self, path: &Path) -> bool {
+        while self.inotify.read_events().is_ok_and(|ev| !ev.is_empty()) {}
+        match fs::symlink_metadata(path) {
+            Ok(md) => md.dev() != self.dev || md.ino() != self.ino,
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        }
+    }
 }
 
 impl Flock {
@@ -124,7 +181,7 @@ impl Flock {
             if shared {
                 state::read(at).map(|s| (s.map(|s| s.token), false))
             } else {
-                state::issue(at).map(|(token, crashed)| (Some(token), crashed))
+                state::issue(at, token_floor()).map(|(token, crashed)| (Some(token), crashed))
             }
         }) else {
             return no_token(&"it names no directory");
@@ -144,8 +201,26 @@ impl Flock {
     }
 
     /// Holding: the locked descriptor with its grant, or (dropped) the lock let go again if
-    /// its state cannot be used.
+    /// its state cannot be used. Outside flock(1)'s forms the file is watched for removal; a
+    /// file removed before that (a cleaner, between our open and our lock) is let go and the
+    /// path tried again: its lock is not the path's lock.
     fn acquired(mut self) -> Result<Attempt> {
+        let watch = if self.flock1 {
+            None
+        } else {
+            let file = self.file.as_ref().expect("locked, so opened");
+            match Watch::new(&self.cfg.path, file) {
+                Ok(w) => w,
+                Err(()) => {
+                    debug!(
+                        "{} was removed as we locked it: trying the new one",
+                        self.cfg.path.display()
+                    );
+                    self.file = None;
+                    return Box::new(self).try_acquire();
+                }
+            }
+        };
         let grant = self.grant()?;
         let file = self.file.take().expect("locked, so opened");
         Ok(Attempt::Acquired(Box::new(FlockHeld {
@@ -153,6 +228,8 @@ impl Flock {
             cfg: self.cfg,
             file,
             grant,
+            watch,
+            lost: false,
         })))
     }
 
@@ -391,6 +468,7 @@ impl Held for FlockHeld {
     fn release(self: Box<Self>) -> std::result::Result<(), NotReleased<Box<dyn Held>>> {
         // Still holding: say this acquisition ended cleanly, then close.
         if let Some(token) = self.token
+            && !self.lost
             && let Some(Err(e)) = with_state(&self.cfg, |at| state::mark_clean(at, token))
         {
             info!("{e}; the next holder will see prev=crashed");
@@ -401,6 +479,38 @@ impl Held for FlockHeld {
     fn inherit_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.file.as_fd())
     }
+
+    fn alarm(&self) -> Option<BorrowedFd<'_>> {
+        self.watch.as_ref().map(|w| w.inotify.as_fd())
+    }
+
+    /// The held file still at its path, or LOST: another locker may lock a new file there.
+    fn check(&mut self) -> Result<()> {
+        let Some(w) = &self.watch else {
+            return Ok(());
+        };
+        if !w.gone(&self.cfg.path) {
+            return Ok(());
+        }
+        self.lost = true;
+        Err(crate::error::err!(
+            Lost,
+            "lock file {} was removed or replaced while held (a cleaner such as systemd-tmpfiles?): another locker can lock a new file at that path",
+            self.cfg.path.display()
+        ))
+    }
+}
+
+/// Where a missing token state starts: the microseconds since the Unix epoch. The state
+/// beside a flock file goes when a cleaner (systemd-tmpfiles on /tmp) removes it, and with it
+/// every memory of the tokens issued; the clock is what survives. No acquisition takes less
+/// than a microsecond, so a state started again later starts above every token the lost one
+/// issued — as long as the wall clock has not been set back by more than that time (the
+/// documented limit; issue 28). 0 for a clock before 1970.
+fn token_floor() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
 }
 
 /// `f` on the state record beside the semaphore file (`.NAME.state`, as for mkdir); `None`

@@ -230,10 +230,11 @@ pub fn read(at: &StateAt<'_>) -> Result<Option<State>> {
 }
 
 /// Issues the next token, holding the lock: the state moved from TOKEN to TOKEN+1, marked
-/// not clean until our release. Returns the token and whether the acquisition before it
-/// ended uncleanly. A state that keeps moving while we hold the lock (we were broken and
-/// others took it) is an error: we are not the holder.
-pub fn issue(at: &StateAt<'_>) -> Result<(u64, bool)> {
+/// not clean until our release; a missing state starts at `floor` (the first token is
+/// `floor + 1`). Returns the token and whether the acquisition before it ended uncleanly. A
+/// state that keeps moving while we hold the lock (we were broken and others took it) is an
+/// error: we are not the holder.
+pub fn issue(at: &StateAt<'_>, floor: u64) -> Result<(u64, bool)> {
     let mut pause = Duration::from_millis(2);
     for round in 0..8 {
         if round > 0 {
@@ -249,7 +250,7 @@ pub fn issue(at: &StateAt<'_>) -> Result<(u64, bool)> {
             }
             Found::Nothing => {
                 let first = State {
-                    token: 0,
+                    token: floor,
                     clean: true,
                 };
                 if !at.start(first)? {

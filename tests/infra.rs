@@ -364,6 +364,18 @@ fn a_cleaner_removing_a_held_flock_file_makes_its_holder_lost() {
     let idle = testkit::proc::switches(pid).unwrap().total() - before;
     assert_eq!(idle, 0, "context switches in 1 s of holding");
 
+    // Other names coming and going in the same directory are not the lock's.
+    let other = sb.join("other");
+    fs::write(&other, "x").unwrap();
+    fs::rename(&other, sb.join("other2")).unwrap();
+    fs::remove_file(sb.join("other2")).unwrap();
+    assert_eq!(
+        h.read_line(Duration::from_millis(300)),
+        None,
+        "LOST for another name"
+    );
+    assert!(h.exited().is_none());
+
     let removed = std::time::Instant::now();
     clean_away(&path);
     let lost = h.read_line(Duration::from_secs(2));

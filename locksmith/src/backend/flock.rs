@@ -30,11 +30,12 @@ use std::path::Path;
 use std::ffi::OsString;
 use std::fs::{self, File, TryLockError};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use nix::fcntl::OFlag;
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nix::sys::stat::Mode as FileMode;
 
 use super::address::Address;
@@ -85,51 +86,59 @@ pub struct FlockHeld {
     lost: bool,
 }
 
-/// The held file watched with inotify (`IN_ATTRIB`: its link count changed, as an unlink
-/// does; `IN_MOVE_SELF`; `IN_DELETE_SELF`): a cleaner (systemd-tmpfiles on /tmp) that
-/// removes a held lock file lets the next locker create a new file at the path and lock it
-/// at once (issue 28). The kernel wakes us only when the file changes: no wake-up while idle.
+/// The held file's directory watched (dnotify: `SIGIO` when a name in it is removed or
+/// renamed): a cleaner (systemd-tmpfiles on /tmp) that removes a held lock file lets the next
+/// locker create a new file at the path and lock it at once (issue 28). The kernel wakes us
+/// only when a name in that directory goes: no wake-up while nothing happens there.
 struct Watch {
-    inotify: Inotify,
+    /// The directory, opened for its notifications (closing it ends them).
+    _dir: OwnedFd,
+    /// Readable after a `SIGIO`.
+    signals: UnixStream,
     dev: u64,
     ino: u64,
 }
 
 impl Watch {
-    /// Watches `file`, opened at `path`. `Ok(None)`: no inotify here (said at verbose
-    /// level; the lock works as flock(1)'s does). `Err`: the path no longer names `file`.
+    /// Watches `file`, opened at `path`. `Ok(None)`: no watch here (said at verbose level;
+    /// the lock works as flock(1)'s does). `Err`: the path no longer names `file`.
     fn new(path: &Path, file: &File) -> std::result::Result<Option<Watch>, ()> {
-        let Ok(md) = file.metadata() else {
+        let (Ok(md), Some(dir)) = (file.metadata(), path.parent()) else {
             return Ok(None);
         };
-        let inotify = match Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK) {
-            Ok(i) => i,
+        let made = (|| -> std::io::Result<Watch> {
+            let dir = nix::fcntl::open(
+                dir,
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                FileMode::empty(),
+            )?;
+            let (signals, tx) = UnixStream::pair()?;
+            signals.set_nonblocking(true)?;
+            signal_hook::low_level::pipe::register(libc::SIGIO, tx)?;
+            crate::sys::dir_notify(dir.as_fd())?;
+            Ok(Watch {
+                _dir: dir,
+                signals,
+                dev: md.dev(),
+                ino: md.ino(),
+            })
+        })();
+        let w = match made {
+            Ok(w) => w,
             Err(e) => {
-                debug!("not watching {} for removal: inotify: {e}", path.display());
+                debug!("not watching {} for removal: {e}", path.display());
                 return Ok(None);
             }
-        };
-        let flags = AddWatchFlags::IN_ATTRIB
-            | AddWatchFlags::IN_MOVE_SELF
-            | AddWatchFlags::IN_DELETE_SELF
-            | AddWatchFlags::IN_DONT_FOLLOW;
-        if let Err(e) = inotify.add_watch(path, flags) {
-            debug!("not watching {} for removal: inotify: {e}", path.display());
-            return Ok(None);
-        }
-        let w = Watch {
-            inotify,
-            dev: md.dev(),
-            ino: md.ino(),
         };
         // Removed between our open and the watch: the path is someone else's now.
         if w.gone(path) { Err(()) } else { Ok(Some(w)) }
     }
 
-    /// Whether `path` no longer names the watched file (events read and dropped first).
+    /// Whether `path` no longer names the watched file (signals read and dropped first).
     /// A path that cannot be looked at now (no descriptor left) still counts as ours.
     fn gone(&self, path: &Path) -> bool {
-        while self.inotify.read_events().is_ok_and(|ev| !ev.is_empty()) {}
+        let mut buf = [0u8; 64];
+        while (&self.signals).read(&mut buf).is_ok_and(|n| n > 0) {}
         match fs::symlink_metadata(path) {
             Ok(md) => md.dev() != self.dev || md.ino() != self.ino,
             Err(e) => e.kind() == std::io::ErrorKind::NotFound,
@@ -481,7 +490,7 @@ impl Held for FlockHeld {
     }
 
     fn alarm(&self) -> Option<BorrowedFd<'_>> {
-        self.watch.as_ref().map(|w| w.inotify.as_fd())
+        self.watch.as_ref().map(|w| w.signals.as_fd())
     }
 
     /// The held file still at its path, or LOST: another locker may lock a new file there.

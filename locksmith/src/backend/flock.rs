@@ -100,8 +100,8 @@ struct Watch {
 }
 
 impl Watch {
-    /// Watches `file`, opened at `path`. `Ok(None)`: no watch here (said at verbose level;
-    /// the lock works as flock(1)'s does). `Err`: the path no longer names `file`.
+    /// Watches `file`, opened at `path`. `Ok(None)`: no watch here (said on stderr; the lock
+    /// works as flock(1)'s does). `Err`: the path no longer names `file`.
     fn new(path: &Path, file: &File) -> std::result::Result<Option<Watch>, ()> {
         let (Ok(md), Some(dir)) = (file.metadata(), path.parent()) else {
             return Ok(None);
@@ -126,7 +126,10 @@ impl Watch {
         let w = match made {
             Ok(w) => w,
             Err(e) => {
-                debug!("not watching {} for removal: {e}", path.display());
+                info!(
+                    "not watching {} for removal by a cleaner ({e}): a removed lock file would go unnoticed, as with flock(1)",
+                    path.display()
+                );
                 return Ok(None);
             }
         };

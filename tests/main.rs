@@ -68,3 +68,5 @@ mod addresses;
 // Issue 25: locksmith under the name `flock` against util-linux's flock(1), form by form, and
 // util-linux's own flock test script; flock(1)'s long options under locksmith's own name.
 mod flock_compat;
+// Issue 28: long paths, descriptor pressure, full and read-only disks, cleaners under a holder.
+mod infra;

@@ -262,7 +262,7 @@ fn hold(cli: &Cli, locks: &[Profile]) -> Result<i32> {
     }
     debug!("holding lock `{}`", p.name);
     loop {
-        match watcher.wait(&[], held.timeout())? {
+        match watcher.wait(&held.alarms(), held.timeout())? {
             Event::Release(cause) => {
                 debug!("releasing lock `{}`: {cause}", p.name);
                 return Ok(after_release(held.release(), Some(&mut watcher)));
@@ -447,7 +447,11 @@ fn run(cli: &Cli, locks: &[Profile], cmd: &[OsString]) -> Result<i32> {
     let target = Pid::from_raw(if own_group { -pid } else { pid });
     let pidfd = sys::pidfd_open(pid).ok();
     let status = loop {
-        let fds: Vec<_> = pidfd.iter().map(|f| f.as_fd()).collect();
+        let fds: Vec<_> = pidfd
+            .iter()
+            .map(|f| f.as_fd())
+            .chain(held.alarms())
+            .collect();
         let mut timeout = held.timeout();
         if pidfd.is_none() {
             timeout = Some(timeout.map_or(Duration::from_millis(100), |t| {

@@ -230,7 +230,9 @@ subtest 'several locks: held together, released by unlock and by destruction' =>
     my $set = NetLock->new([ $M, $F ], wait => 20);
     is_deeply([ $set->tags ],     [ $M, $F ]);
     is_deeply([ $set->backends ], [ 'mkdir', 'flock' ]);
-    is_deeply([ $set->tokens ],   [ 1, 1 ], 'a token for each') or diag($set->status_line);
+    # flock's first token is the clock's floor (issue 28: its state may be cleaned away).
+    my @t = $set->tokens;
+    ok(@t == 2 && $t[0] == 1 && $t[1] > 1, 'a token for each') or diag($set->status_line);
     ok(!defined $set->token, 'one token cannot stand for the set');
     is($set->profile, $M, 'the profile is the first lock named');
     ok($set->is_held, 'held');
@@ -257,10 +259,11 @@ subtest 'several locks: tokens in the order named' => sub {
         $one->unlock;
     }
     my $set = NetLock->new([ $M, $F ], wait => 20);
-    is_deeply([ $set->tokens ], [ 3, 1 ], "$M then $F") or diag($set->status_line);
+    my $first_f = ($set->tokens)[1];    # flock's first token: the clock's floor (issue 28)
+    is(($set->tokens)[0], 3, "$M then $F") or diag($set->status_line);
     $set->unlock;
     $set = NetLock->new([ $F, $M ], wait => 20);
-    is_deeply([ $set->tokens ],   [ 2, 4 ], "$F then $M") or diag($set->status_line);
+    is_deeply([ $set->tokens ],   [ $first_f + 1, 4 ], "$F then $M") or diag($set->status_line);
     is_deeply([ $set->backends ], [ 'flock', 'mkdir' ]);
     $set->unlock;
     no_children();
@@ -269,14 +272,15 @@ subtest 'several locks: tokens in the order named' => sub {
 subtest 'several locks: the same lock twice' => sub {
     my ($M, $F) = two_locks('s3');
     my $set = NetLock->new([ $M, $F, $M ], wait => 20);
-    is_deeply([ $set->tokens ],   [ 1, 1, 1 ], 'taken once, its token in both places')
+    my $first_f = ($set->tokens)[1];    # flock's first token: the clock's floor (issue 28)
+    is_deeply([ $set->tokens ],   [ 1, $first_f, 1 ], 'taken once, its token in both places')
       or diag($set->status_line);
     is_deeply([ $set->backends ], [ 'mkdir', 'flock', 'mkdir' ]);
     is($set->field('locks'), 2);
     $set->unlock;
     $set = NetLock->new([ $F, $F ], wait => 20);
     ok(!defined $set->field('locks'), 'one name twice: a single lock') or diag($set->status_line);
-    is_deeply([ $set->token, $set->tokens ], [ 2, 2, 2 ]);
+    is_deeply([ $set->token, $set->tokens ], [ ($first_f + 1) x 3 ]);
     $set->unlock;
     my $err = dies_with(sub { NetLock->new([ $F, $M, "flock:$F" ], wait => 20) },
         'NetLock::Error::Usage', 'two names for one lock');

@@ -269,6 +269,19 @@ pub trait Held: Send {
     fn inherit_fd(&self) -> Option<BorrowedFd<'_>> {
         None
     }
+
+    /// A descriptor that becomes readable when something may have taken the lock from under
+    /// its holder (flock: a cleaner removing the lock file); the holder then runs
+    /// [`check`](Held::check). `None`: nothing to watch. No wake-up while nothing happens.
+    fn alarm(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+
+    /// After the [`alarm`](Held::alarm): whether the lock is still ours. `Kind::Lost`: it
+    /// is not.
+    fn check(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A release that failed: why, and the held value again if trying once more is worthwhile

@@ -20,6 +20,12 @@ use crate::host;
 /// The record format this build writes and understands.
 pub const VERSION: u32 = 1;
 
+/// The most of the `profile` field a record carries, in bytes: the field is for display, and
+/// a whole lock address (up to 4,095 bytes of path, more once escaped) would make the record
+/// longer than a symbolic link's target may be (`PATH_MAX`, mkdir and symlink) or than a
+/// reader takes (link; issue 28). A longer one keeps its two ends around `...`.
+pub const PROFILE_SHOWN: usize = 1024;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
     pub host: String,
@@ -77,7 +83,7 @@ impl Record {
             clean(&self.boot_id),
             clean(&self.pidns),
             self.since,
-            self.profile,
+            shown_profile(&self.profile),
             self.nonce
         )
     }
@@ -172,6 +178,24 @@ impl Parsed {
     }
 }
 
+/// The `profile` field as a record carries it: at most [`PROFILE_SHOWN`] bytes, a longer one
+/// cut in the middle (at character boundaries) with `...`.
+fn shown_profile(p: &str) -> std::borrow::Cow<'_, str> {
+    if p.len() <= PROFILE_SHOWN {
+        return p.into();
+    }
+    let half = (PROFILE_SHOWN - 3) / 2;
+    let mut head = half;
+    while !p.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = p.len() - half;
+    while !p.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!("{}...{}", &p[..head], &p[tail..]).into()
+}
+
 fn clean(s: &str) -> String {
     s.chars()
         .map(|c| {
@@ -201,6 +225,28 @@ mod tests {
         assert_eq!(Record::parse(&r.render()), Parsed::V1(r.clone()));
         assert_eq!(r.alive(), Some(true));
         assert!(r.same_host());
+    }
+
+    #[test]
+    fn long_profiles_are_cut_in_the_middle() {
+        let long = format!("link:/{}/é{}/x.lock", "a".repeat(3000), "b".repeat(2000));
+        let r = Record::ours(&long);
+        let text = r.render();
+        let Parsed::V1(back) = Record::parse(&text) else {
+            panic!("not parsed: {text}");
+        };
+        assert!(
+            back.profile.len() <= PROFILE_SHOWN,
+            "{}",
+            back.profile.len()
+        );
+        assert!(back.profile.starts_with("link:/aaa") && back.profile.ends_with("bb/x.lock"));
+        assert!(back.profile.contains("..."));
+        assert_eq!(back.nonce, r.nonce);
+        // A record of the longest profile stays a valid symbolic link target.
+        assert!(r.render_beat(0).len() < 2048, "{}", r.render_beat(0).len());
+        let short = Record::ours("demo");
+        assert!(short.render().contains(" profile=demo "));
     }
 
     #[test]

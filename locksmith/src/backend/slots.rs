@@ -251,4 +251,12 @@ impl Held for SlotHeld {
     fn inherit_fd(&self) -> Option<BorrowedFd<'_>> {
         self.held.inherit_fd()
     }
+
+    fn alarm(&self) -> Option<BorrowedFd<'_>> {
+        self.held.alarm()
+    }
+
+    fn check(&mut self) -> Result<()> {
+        self.held.check()
+    }
 }

@@ -111,6 +111,8 @@ pub struct Files {
     marker: Option<OsString>,
     /// What we saw of other writers' markers, and since when.
     markers_seen: Observations,
+    /// Our marker could not be made (said once): we wait without writer preference.
+    unmarked: bool,
 }
 
 /// What we hold.
@@ -911,6 +913,7 @@ impl Scheme for Files {
             looked_at_group: None,
             marker: None,
             markers_seen: Observations::new(lock.common.stale_after),
+            unmarked: false,
         }
     }
 
@@ -932,7 +935,19 @@ impl Scheme for Files {
     /// A waiting writer leaves (or refreshes) its marker so readers stop joining.
     fn contended(&mut self) -> Result<()> {
         match self.mode {
-            Mode::Exclusive => self.mark_waiting(),
+            Mode::Exclusive => match self.mark_waiting() {
+                // A full, read-only or unwritable directory: wait without writer preference,
+                // as mkdir and link waiters wait (issue 28: this waiter exited 74). Something
+                // planted at the marker's name is still refused.
+                Err(e) if e.kind() != Kind::Config => {
+                    if !self.unmarked {
+                        self.unmarked = true;
+                        info!("{e}; waiting without writer preference (readers may keep arriving)");
+                    }
+                    Ok(())
+                }
+                r => r,
+            },
             Mode::Shared => Ok(()),
         }
     }

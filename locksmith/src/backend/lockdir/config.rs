@@ -57,6 +57,15 @@ pub static HEARTBEAT_KEYS: &[KeyDoc] = &[KeyDoc {
     doc: "how long the mount may serve stale attributes (NFS actimeo, sshfs cache_timeout): stale_after must exceed it [default: read from the mount where it says, else a conservative guess]",
 }];
 
+/// How much longer than the lock's own name the longest name the file backends make beside
+/// it is: `.NAME.state.<nonce>` (the token state being made; flock's too), one more than
+/// `.NAME.beat.<nonce>` and `.NAME.<nonce>.tomb`.
+pub const BESIDE: usize = 24;
+/// The longest lock name those backends take: every name they make beside it fits in
+/// `NAME_MAX` (issue 28: a longer one failed half-way with ENAMETOOLONG, and mkdir could not
+/// even give back the lock it had made).
+pub const MAX_LOCK_NAME: usize = MAX_NAME - BESIDE;
+
 impl FsConfig {
     /// The keys of the filesystem backends: `path`, `file_mode`, `group`, `local`, and
     /// `cache_time` where the backend judges liveness by heartbeats (`heartbeats`: mkdir,
@@ -84,6 +93,15 @@ impl FsConfig {
         if path.file_name().is_none() {
             return Err(f.error(&format!(
                 "`path` {} does not name a file or directory",
+                shown(&path)
+            )));
+        }
+        let name_len = path.file_name().map_or(0, |n| n.len());
+        if heartbeats && name_len > MAX_LOCK_NAME {
+            return Err(f.error(&format!(
+                "`path` {}: its last name is {name_len} bytes long; this backend keeps names \
+                 beside the lock {BESIDE} bytes longer (`.NAME.state.<nonce>`), and a name is at \
+                 most {MAX_NAME} bytes: use a name of at most {MAX_LOCK_NAME} bytes",
                 shown(&path)
             )));
         }

@@ -125,6 +125,15 @@ impl LockDir {
         self.parent.join(name)
     }
 
+    /// `name` in `at` (a directory opened beside the lock, with its name there), else in the
+    /// parent, for messages: the path where the call was made (issue 28).
+    pub fn shown_in(&self, at: Option<(BorrowedFd<'_>, &OsStr)>, name: &OsStr) -> PathBuf {
+        match at {
+            Some((_, sub)) => self.shown(sub).join(name),
+            None => self.shown(name),
+        }
+    }
+
     /// The state beside the lock (`.NAME.state`, see [`state`]), `None` if no token was
     /// issued yet. Read fresh on a network filesystem.
     pub fn read_state(&mut self) -> Result<Option<State>> {
@@ -187,19 +196,20 @@ impl LockDir {
         read_record(self.fd()?, name, &shown)
     }
 
-    /// Creates the regular file `name` (in `at`, else the parent) with `text`, mode and group
+    /// Creates the regular file `name` (in `at`: a directory beside the lock and its name there;
+    /// else the parent) with `text`, mode and group
     /// per profile; `Ok(None)` if the name exists (or a racing create made the server answer
     /// EPERM/ENOENT, as sshfs does). On a write failure nothing is left.
     pub fn create_file(
         &mut self,
-        at: Option<BorrowedFd<'_>>,
+        at: Option<(BorrowedFd<'_>, &OsStr)>,
         name: &OsStr,
         text: &str,
     ) -> Result<Option<File>> {
-        let shown = self.shown(name);
+        let shown = self.shown_in(at, name);
         let (mode, group) = (self.cfg.file_mode, self.cfg.group);
         let (parent, remote) = self.fd_remote()?;
-        let dir = at.unwrap_or(parent);
+        let dir = at.map_or(parent, |(d, _)| d);
         let flags = OFlag::O_RDWR
             | OFlag::O_CREAT
             | OFlag::O_EXCL
@@ -244,22 +254,22 @@ impl LockDir {
     /// an earlier one). Nothing is left on failure.
     pub fn publish(
         &mut self,
-        at: Option<BorrowedFd<'_>>,
+        at: Option<(BorrowedFd<'_>, &OsStr)>,
         tmp: &OsStr,
         name: &OsStr,
         text: &str,
     ) -> Result<()> {
-        let shown = self.shown(name);
+        let shown = self.shown_in(at, name);
         if self.create_file(at, tmp, text)?.is_none() {
             return Err(err!(
                 Io,
                 "cannot write heartbeat record {}: {} is in the way",
                 shown.display(),
-                self.shown(tmp).display()
+                self.shown_in(at, tmp).display()
             ));
         }
         let dir = match at {
-            Some(d) => d,
+            Some((d, _)) => d,
             None => self.fd()?,
         };
         if let Err(e) = nix::fcntl::renameat(dir, tmp, dir, name) {

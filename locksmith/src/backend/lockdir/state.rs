@@ -280,11 +280,12 @@ const FIRST: State = State {
 };
 
 /// Issues the next token, holding the lock: the state moved from TOKEN to TOKEN+1, marked
-/// not clean until our release. A state that keeps moving while we hold the lock (we were
-/// broken and others took it) is an error: we are not the holder — unless the lock has
-/// several slots, whose holders all issue from this one state, and a move only means
-/// another slot's holder issued first (each failed rename is someone else's success).
-pub fn issue(at: &StateAt<'_>) -> Result<Issued> {
+/// not clean until our release; a missing state starts at `floor` (the first token is
+/// `floor + 1`). A state that keeps moving while we hold the lock (we were broken and others
+/// took it) is an error: we are not the holder — unless the lock has several slots, whose
+/// holders all issue from this one state, and a move only means another slot's holder
+/// issued first (each failed rename is someone else's success).
+pub fn issue(at: &StateAt<'_>, floor: u64) -> Result<Issued> {
     let rounds = if at.slots > 1 { 200 } else { 8 };
     let mut pause = Duration::from_millis(2);
     for round in 0..rounds {
@@ -297,6 +298,7 @@ pub fn issue(at: &StateAt<'_>) -> Result<Issued> {
                 pause *= 2;
             }
         }
+        let mut fresh = false;
         let from = match at.find()? {
             Found::Dir(Some(st)) => st,
             // Empty: read again (a config error if it stays so).
@@ -305,14 +307,19 @@ pub fn issue(at: &StateAt<'_>) -> Result<Issued> {
                 continue;
             }
             Found::Nothing => {
-                if !at.start(FIRST)? {
+                let first = State {
+                    token: floor,
+                    ..FIRST
+                };
+                if !at.start(first)? {
                     continue;
                 }
-                FIRST
+                fresh = true;
+                first
             }
         };
         // A state just started records nothing: ours stands.
-        if from != FIRST {
+        if !fresh {
             at.agree(from)?;
         }
         // find refuses u64::MAX: no overflow here.

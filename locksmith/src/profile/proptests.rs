@@ -922,6 +922,7 @@ impl Spec {
                 }
             }
             BackendSpec::Ftp(f) => BackendConfig::Ftp(FtpConfig {
+                slot_of: None,
                 host: f.host.clone(),
                 port: f.port.unwrap_or(21),
                 user: f.user.clone(),

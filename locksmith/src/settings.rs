@@ -424,6 +424,8 @@ pub struct Env {
     pub locksmith_password: bool,
     /// `$PGPASSWORD` is set (libpq's convention).
     pub pgpassword: bool,
+    /// `$REDISCLI_AUTH` is set (redis-cli's convention).
+    pub rediscli_auth: bool,
     /// `$PGPASSFILE` (libpq's convention), else `~/.pgpass`.
     pub pgpassfile: Option<PathBuf>,
 }
@@ -437,6 +439,7 @@ impl Env {
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
             locksmith_password: var("LOCKSMITH_PASSWORD").is_some(),
             pgpassword: var("PGPASSWORD").is_some(),
+            rediscli_auth: var("REDISCLI_AUTH").is_some(),
             pgpassfile: var("PGPASSFILE").map(PathBuf::from),
         }
     }
@@ -765,6 +768,32 @@ impl Fields {
         match u16::try_from(n) {
             Ok(p) if p > 0 => Ok(Some(p)),
             _ => Err(self.error(&format!("`{key}` = {n} is not from 1 to 65535"))),
+        }
+    }
+
+    /// A whole number from `min` to `max` (an address gives it as text).
+    pub fn number(&mut self, key: &str, min: i64, max: i64) -> Result<Option<i64>> {
+        let n = match self.take(key) {
+            None => return Ok(None),
+            Some(Value::Integer(n)) => n,
+            Some(Value::String(s)) if self.origin.address.is_some() => {
+                s.parse::<i64>().map_err(|_| {
+                    self.error(&format!(
+                        "`{key}` = {s:?} is not a number from {min} to {max}"
+                    ))
+                })?
+            }
+            Some(other) => {
+                return Err(self.error(&format!(
+                    "`{key}` must be an integer, not {}",
+                    other.type_str()
+                )));
+            }
+        };
+        if (min..=max).contains(&n) {
+            Ok(Some(n))
+        } else {
+            Err(self.error(&format!("`{key}` = {n} is not from {min} to {max}")))
         }
     }
 

@@ -215,7 +215,7 @@ impl Address {
 pub fn refuse_password() -> String {
     "an address never carries a password (it would show in `ps` and in logs): give \
      ?password_env=VARIABLE or ?password_file=PATH, or set $LOCKSMITH_PASSWORD, or use \
-     ~/.netrc (ftp) or ~/.pgpass / $PGPASSWORD (postgres)"
+     ~/.netrc (ftp), ~/.pgpass / $PGPASSWORD (postgres) or $REDISCLI_AUTH (redis)"
         .to_string()
 }
 

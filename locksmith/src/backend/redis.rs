@@ -367,6 +367,15 @@ impl Redis {
     /// An error reply, of the kind its code says.
     fn refused(&self, what: &str, reply: &str) -> Error {
         let code = reply.split_whitespace().next().unwrap_or("");
+        if code == "NOAUTH" || reply.contains("unauthenticated") {
+            let asked = if self.cfg.password == Password::None {
+                ": the server asks for a password and none was given (password_env or \
+                 password_file; an address: also $LOCKSMITH_PASSWORD or $REDISCLI_AUTH)"
+            } else {
+                ""
+            };
+            return err!(Denied, "{what} ({}): {reply}{asked}", self.server());
+        }
         let kind = match code {
             "WRONGPASS" | "NOAUTH" | "NOPERM" => Kind::Denied,
             _ if reply.contains("AUTH") || reply.contains("password") => Kind::Denied,

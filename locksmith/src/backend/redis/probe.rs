@@ -156,6 +156,11 @@ impl Site {
             .map(|(_, v)| v.as_str())
     }
 
+    /// A replica: it refuses writes, so the probes that take a lock are skipped.
+    fn replica(&self) -> bool {
+        matches!(field(&self.info, "role"), Some("slave" | "replica"))
+    }
+
     /// A replica cannot take a lock; a primary with replicas can lose one on failover.
     fn role(&self) -> Found {
         let role = field(&self.info, "role").unwrap_or("unknown");
@@ -218,6 +223,9 @@ impl Site {
 
     /// The backend's own scripts: one holder at a time, the next one in after a release.
     fn exclusive(&mut self) -> Result<Found> {
+        if self.replica() {
+            return Ok(Found::Skipped);
+        }
         let mut steps = Vec::new();
         steps.push(matches!(self.a.attempt()?, Tried::Took(_)));
         steps.push(matches!(self.b.attempt()?, Tried::Busy(_)));
@@ -248,6 +256,9 @@ impl Site {
 
     /// The key of a holder that stops heartbeating expires, on the server's clock.
     fn expiry(&mut self) -> Result<Found> {
+        if self.replica() {
+            return Ok(Found::Skipped);
+        }
         let key = format!("{}.expiry", self.a.cfg.key);
         let ms = 300u64;
         cmd(&mut self.a, &["SET", &key, "x", "NX", "PX", &ms.to_string()])?;
@@ -333,6 +344,9 @@ impl Site {
 
     /// The probe lock's token counter and state are the probe's own: deleted.
     fn clean(&mut self) -> Vec<String> {
+        if self.replica() {
+            return Vec::new();
+        }
         let keys = self.a.keys();
         let mut argv = vec!["DEL"];
         argv.extend(keys.iter().map(String::as_str));

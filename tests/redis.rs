@@ -116,8 +116,9 @@ fn redis_hold_is_visible_busy_released_at_once_and_tokens_increase() {
     });
 }
 
-/// A waiter gets the lock as soon as the holder's pipe closes; an address is the same lock
-/// as a profile with the same settings.
+/// A waiter gets the lock as soon as the holder's pipe closes (the release publishes on
+/// `KEY.released`, its waiters subscribe); an address is the same lock as a profile with the
+/// same settings.
 #[test]
 fn redis_handoff_and_address_is_the_same_lock() {
     let Some(r) = start() else { return };
@@ -129,8 +130,14 @@ fn redis_handoff_and_address_is_the_same_lock() {
     assert_eq!(code(o.status), 75, "{}", stdout(&o));
     let mut w = sb.spawn_hold(["--wait", "20s", &address]);
     w.wait_stderr("waiting for lock", T);
+    // Long enough for the backoff to reach max_poll (4 s): only the release's message can
+    // wake the waiter in time.
+    std::thread::sleep(Duration::from_secs(3));
+    let t0 = Instant::now();
     drop(a);
     let line = w.read_line(T).expect("the waiter got nothing");
+    let took = w.line_at.unwrap() - t0;
+    assert!(took < Duration::from_millis(300), "handoff took {took:?}");
     assert_eq!(
         line,
         format!(
@@ -525,10 +532,16 @@ fn redis_auth_password_acl_user_and_wrong_password() {
         assert_eq!(stdout(&o).lines().count(), 1);
         assert!(!stdout(&o).contains("nope-nope"), "{}", stdout(&o));
     }
-    // An ACL user, limited to keys t:*: its lock works; another key is denied (77).
+    // An ACL user, limited to keys t:* and no pub/sub channel (Redis 7's default): its lock
+    // works (its waiters poll); another key is denied (77).
     let a = sb.hold(["acl"]);
     a.ok();
+    let mut w = sb.spawn_hold(["--wait", "10s", "acl"]);
+    w.wait_stderr("waiting for lock", T);
     drop(a);
+    let line = w.read_line(T).expect("the ACL user's waiter got nothing");
+    assert!(line.starts_with("OK acl "), "{line}");
+    drop(w);
     let o = sb.output(["--wait", "0", "aclother"]);
     assert_eq!(code(o.status), 77, "{}", stdout(&o));
     // Addresses: $REDISCLI_AUTH as redis-cli reads it, $LOCKSMITH_PASSWORD, ?password_env=.

@@ -42,7 +42,7 @@ use super::lock::{
     Attempt, Backend, Beats, Break, BreakOutcome, Grant, Holder, Named, Tried, WaitHint,
 };
 use super::owner::{Parsed, Record};
-use super::wake::Wakeups;
+use super::wake::{Blocking, Wakeups};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
@@ -237,27 +237,45 @@ if redis.call('PTTL', KEYS[2]) < px then redis.call('PEXPIRE', KEYS[2], px) end
 return 1
 ";
 
-/// Frees the lock if the value is still ours: 1, else 0. ARGV: mode, our value, our token.
+/// Frees the lock if the value is still ours: 1, else 0, and tells the waiters (a user whose
+/// ACL forbids the channel frees it all the same: its waiters poll). ARGV: mode, our value,
+/// our token.
 const RELEASE: &str = r"
 if ARGV[1] == 'w' then
   if redis.call('GET', KEYS[1]) == ARGV[2] then
     redis.call('DEL', KEYS[1])
     redis.call('SET', KEYS[4], 'clean ' .. ARGV[3])
+    redis.pcall('PUBLISH', KEYS[1] .. '.released', '1')
     return 1
   end
   return 0
 end
-return redis.call('ZREM', KEYS[2], ARGV[2])
+local n = redis.call('ZREM', KEYS[2], ARGV[2])
+if n == 1 then redis.pcall('PUBLISH', KEYS[1] .. '.released', '1') end
+return n
 ";
 
 /// Removes one holder (a dead one, or `break`), only if it still holds: 1, else 0.
 /// ARGV: its value (the key's value or a reader's member).
 const REMOVE: &str = r"
+local n = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  return 1
+  n = 1
+else
+  n = redis.call('ZREM', KEYS[2], ARGV[1])
 end
-return redis.call('ZREM', KEYS[2], ARGV[1])
+if n == 1 then redis.pcall('PUBLISH', KEYS[1] .. '.released', '1') end
+return n
+";
+
+/// Whether the lock looks free to us now: `EXISTS` of what blocks a writer (the key, any
+/// reader) or a reader (the key, a waiting writer). ARGV: mode.
+const LOOKS_FREE: &str = r"
+if ARGV[1] == 'w' then
+  return redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 and 1 or 0
+end
+return redis.call('EXISTS', KEYS[1], KEYS[5]) == 0 and 1 or 0
 ";
 
 /// A waiting writer that gives up takes its mark away. ARGV: its nonce.
@@ -295,6 +313,18 @@ pub struct Redis {
     /// Whether we may have left a waiting writer's mark.
     marked: bool,
     wake: Wakeups,
+    /// While waiting: a thread blocked on a connection subscribed to `KEY.released`, which
+    /// every release publishes to (an expiry publishes nothing: the backoff timer finds it).
+    waiter: Option<Waiter>,
+    /// That connection between two waits.
+    subscribed: Option<Conn>,
+}
+
+/// A thread reading the next message of the subscribed connection (`None` back: it broke),
+/// and the socket, to end it.
+struct Waiter {
+    call: Blocking<Option<Conn>>,
+    sock: std::net::TcpStream,
 }
 
 /// What [`Redis::holders`] read: each holder's value and what it says.
@@ -321,6 +351,8 @@ impl Redis {
             token: None,
             marked: false,
             wake: Wakeups::default(),
+            waiter: None,
+            subscribed: None,
         }
     }
 
@@ -408,6 +440,15 @@ impl Redis {
     /// The connection, made (AUTH, SELECT) if there is none.
     fn conn(&mut self) -> Result<&mut Conn> {
         if self.conn.is_none() {
+            let c = self.connect()?;
+            self.conn = Some(c);
+        }
+        Ok(self.conn.as_mut().expect("connected above"))
+    }
+
+    /// A new connection: TLS, AUTH, SELECT.
+    fn connect(&mut self) -> Result<Conn> {
+        {
             let tls = self.tls_config()?;
             let deadline = Instant::now() + self.timeout;
             let mut c = match Conn::connect(&self.cfg.host, self.cfg.port, self.timeout, tls) {
@@ -439,9 +480,50 @@ impl Redis {
                     Err(e) => return Err(self.unreachable("cannot select the database", &e)),
                 }
             }
-            self.conn = Some(c);
+            Ok(c)
         }
-        Ok(self.conn.as_mut().expect("connected above"))
+    }
+
+    /// Starts (or restarts) the thread that wakes us on a release; `Err` only says why there
+    /// is none (we poll anyway).
+    fn start_waiter(&mut self) -> Result<()> {
+        let mut conn = match self.subscribed.take() {
+            Some(c) => c,
+            None => {
+                let mut c = self.connect()?;
+                let channel = format!("{}.released", self.cfg.key);
+                let deadline = Instant::now() + self.timeout;
+                c.send(&[b"SUBSCRIBE", channel.as_bytes()], deadline)
+                    .map_err(|e| Error::io("SUBSCRIBE", e))?;
+                match c.next().map_err(|e| Error::io("SUBSCRIBE", e))? {
+                    Value::Array(_) => {}
+                    other => return Err(err!(Io, "SUBSCRIBE answered {other:?}")),
+                }
+                c
+            }
+        };
+        // A release between our last try and the subscription published to nobody: look.
+        let mode = self.mode_arg();
+        let free_now = self.run("cannot read the lock", LOOKS_FREE, &[mode])?.int() == Some(1);
+        let sock = conn.socket().map_err(|e| Error::io("socket", e))?;
+        let call = Blocking::spawn("redis-wait", Some(256 * 1024), move || {
+            if free_now || conn.next().is_ok() {
+                Some(conn)
+            } else {
+                None
+            }
+        })
+        .map_err(|e| Error::io("cannot start the Redis waiter thread", e))?;
+        self.waiter = Some(Waiter { call, sock });
+        Ok(())
+    }
+
+    /// Ends the waiter thread and the subscription.
+    fn stop_waiting(&mut self) {
+        if let Some(w) = self.waiter.take() {
+            let _ = w.sock.shutdown(std::net::Shutdown::Both);
+        }
+        self.subscribed = None;
     }
 
     /// Runs `script` on the lock's keys with `args`, by `deadline`.
@@ -490,6 +572,10 @@ impl Redis {
 
     /// One try: the lock taken, or who holds it (dead holders on this host removed first).
     fn attempt(&mut self) -> Result<Tried> {
+        if self.waiter.as_ref().is_some_and(|w| w.call.returned()) {
+            let w = self.waiter.take().expect("checked above");
+            self.subscribed = w.call.join().flatten();
+        }
         let px = self.px.to_string();
         let mut seen = Vec::new();
         for _ in 0..3 {
@@ -498,6 +584,7 @@ impl Redis {
             let items = v.items();
             let text = |i: usize| items.get(i).and_then(Value::text).unwrap_or_default();
             if text(0) == "took" {
+                self.stop_waiting();
                 self.wake.forget_holder();
                 self.marked = false;
                 self.value = Some(text(1));
@@ -567,6 +654,7 @@ fn holder(value: &str, mode: Mode, epoch: Option<u64>) -> Holder {
 
 impl Drop for Redis {
     fn drop(&mut self) {
+        self.stop_waiting();
         // A waiting writer that gives up takes its mark away (else readers wait for it to
         // expire).
         if self.marked && self.value.is_none() && self.conn.is_some() {
@@ -590,11 +678,19 @@ impl Backend for Redis {
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
+        if self.waiter.is_none()
+            && let Err(e) = self.start_waiter()
+        {
+            debug!("no wake-up on release, polling only: {e}");
+        }
+        // Expiries publish nothing: the backoff timer stays on.
         Ok(WaitHint { poll: true })
     }
 
     fn wake_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
-        self.wake.fds()
+        let mut v = self.wake.fds();
+        v.extend(self.waiter.iter().map(|w| w.call.fd()));
+        v
     }
 
     fn status(&mut self) -> Result<Vec<Holder>> {

@@ -7,6 +7,7 @@
 //! ftp://[USER@]HOST[:PORT]/PATH              ftps:// explicit TLS, ?tls=implicit
 //! postgres://[USER@]HOST[:PORT]/DB?lock=NAME postgresql:// too
 //! etcd://HOST:PORT[,HOST:PORT...]/PREFIX     etcds:// https endpoints
+//! redis://[USER@]HOST[:PORT][/DB]?key=NAME   rediss:// TLS
 //! ```
 //!
 //! An address is only another way to write a backend's keys: its parts become keys (each

@@ -735,3 +735,62 @@ fn redis_verify_names_what_can_lose_a_lock() {
     let o = sb.output(["--wait", "0", &addr(&rep, "t:v")]);
     assert_eq!(code(o.status), 78, "{}", stdout(&o));
 }
+
+/// All three clients take a lock by a `redis://` address through the real helper: the Rust
+/// `netlock` crate, the Python package and the Perl module (clients/), each seeing the token
+/// and leaving nothing held after unlock.
+#[test]
+fn redis_addresses_through_the_three_clients() {
+    let Some(r) = start() else { return };
+    let sb = sandbox(&r);
+    let address = addr(&r, "t:c");
+    let lock = netlock::NetLock::builder(&address)
+        .helper(bin())
+        .lock()
+        .unwrap();
+    let t1 = lock.token().expect("a token");
+    assert!(r.cli(&["GET", "t:c"]).ends_with(&format!(" token={t1}")));
+    lock.unlock().unwrap();
+    assert_eq!(r.cli(&["EXISTS", "t:c"]), "0");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = "import sys, netlock\nl = netlock.lock(sys.argv[1])\nprint(l.token)\nl.unlock()\n"
+        .to_string();
+    let perl = "use NetLock; my $l = NetLock->new($ARGV[0]); print $l->token, \"\\n\"; $l->unlock;";
+    let runs: [(&str, Vec<String>); 2] = [
+        ("python3", vec!["-c".into(), python, address.clone()]),
+        (
+            "perl",
+            vec![
+                format!("-I{}", root.join("clients/perl/lib").display()),
+                "-e".into(),
+                perl.into(),
+                address.clone(),
+            ],
+        ),
+    ];
+    let mut last = t1;
+    for (prog, args) in runs {
+        if on_path(prog).is_none() {
+            missing(
+                &format!("`{prog}` not found"),
+                ".ci/run installs python3 and perl",
+            );
+            continue;
+        }
+        let o = std::process::Command::new(prog)
+            .args(&args)
+            .env("PYTHONPATH", root.join("clients/python"))
+            .env("LOCKSMITH_BIN", bin())
+            .current_dir(sb.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{prog}: {}", stderr(&o));
+        let t: u64 = stdout(&o)
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{prog}: {}", stdout(&o)));
+        assert!(t > last, "{prog}: token {t} after {last}");
+        last = t;
+        assert_eq!(r.cli(&["EXISTS", "t:c"]), "0", "{prog} left it held");
+    }
+}

@@ -346,6 +346,35 @@ fn redis_server_stopped_while_holding_is_lost_before_the_expiry() {
     assert!(took < Duration::from_millis(2000), "LOST after {took:?}");
 }
 
+/// A dropped connection is not a lost lock: the next heartbeat reconnects and finds the key
+/// still ours.
+#[test]
+fn redis_connection_killed_by_the_server_is_reconnected_not_lost() {
+    let Some(r) = start() else { return };
+    let sb = sandbox(&r);
+    let mut a = sb.hold(["rfast"]);
+    a.ok();
+    let value = r.cli(&["GET", "t:r"]);
+    for _ in 0..3 {
+        let killed: u32 = r
+            .cli(&["CLIENT", "KILL", "TYPE", "normal"])
+            .parse()
+            .unwrap();
+        assert!(killed >= 1, "no connection killed");
+        // Several heartbeats (every 300 ms) against stale_after 2 s.
+        assert!(
+            a.read_line(Duration::from_millis(700)).is_none(),
+            "lost after a dropped connection"
+        );
+    }
+    assert_eq!(r.cli(&["GET", "t:r"]), value);
+    let ttl: i64 = r.cli(&["PTTL", "t:r"]).parse().unwrap();
+    assert!(ttl > 1000, "not renewed: PTTL {ttl}");
+    a.close_stdout();
+    assert_eq!(code(a.wait_exit(T)), 0, "{}", a.stderr_text());
+    assert_eq!(r.cli(&["EXISTS", "t:r"]), "0");
+}
+
 #[test]
 fn redis_break_refuses_a_live_holder_and_force_deletes_it() {
     let Some(r) = start() else { return };

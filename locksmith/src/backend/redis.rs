@@ -46,7 +46,7 @@ use super::wake::{Blocking, Wakeups};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
 use crate::protocol::Mode;
-use crate::settings::{Fields, KeyDoc, Password, fmt_duration};
+use crate::settings::{Fields, KeyDoc, Password};
 use crate::watch::Watcher;
 
 pub mod probe;
@@ -439,19 +439,24 @@ impl Redis {
 
     /// The connection, made (AUTH, SELECT) if there is none.
     fn conn(&mut self) -> Result<&mut Conn> {
+        self.conn_by(Instant::now() + self.timeout)
+    }
+
+    /// [`Redis::conn`], a new connection made by `deadline`.
+    fn conn_by(&mut self, deadline: Instant) -> Result<&mut Conn> {
         if self.conn.is_none() {
-            let c = self.connect()?;
+            let c = self.connect(deadline)?;
             self.conn = Some(c);
         }
         Ok(self.conn.as_mut().expect("connected above"))
     }
 
-    /// A new connection: TLS, AUTH, SELECT.
-    fn connect(&mut self) -> Result<Conn> {
+    /// A new connection by `deadline`: TLS, AUTH, SELECT.
+    fn connect(&mut self, deadline: Instant) -> Result<Conn> {
         {
             let tls = self.tls_config()?;
-            let deadline = Instant::now() + self.timeout;
-            let mut c = match Conn::connect(&self.cfg.host, self.cfg.port, self.timeout, tls) {
+            let limit = deadline.saturating_duration_since(Instant::now());
+            let mut c = match Conn::connect(&self.cfg.host, self.cfg.port, limit, tls) {
                 Ok(c) => c,
                 Err(e) => {
                     return Err(self.unreachable("cannot connect", &e));
@@ -490,7 +495,7 @@ impl Redis {
         let mut conn = match self.subscribed.take() {
             Some(c) => c,
             None => {
-                let mut c = self.connect()?;
+                let mut c = self.connect(Instant::now() + self.timeout)?;
                 let channel = format!("{}.released", self.cfg.key);
                 let deadline = Instant::now() + self.timeout;
                 c.send(&[b"SUBSCRIBE", channel.as_bytes()], deadline)
@@ -532,7 +537,7 @@ impl Redis {
         let mut argv: Vec<&[u8]> = vec![b"EVAL", script.as_bytes(), b"5"];
         argv.extend(keys.iter().map(|k| k.as_bytes()));
         argv.extend(args.iter().map(|a| a.as_bytes()));
-        let r = self.conn()?.call(&argv, deadline);
+        let r = self.conn_by(deadline)?.call(&argv, deadline);
         match r {
             Ok(Value::Error(e)) => Err(self.refused(what, &e)),
             Ok(v) => Ok(v),
@@ -742,14 +747,9 @@ impl Beats for Redis {
                     "the key of lock `{key}` ({server}) has vanished or changed: it expired or was deleted; someone else may hold it now"
                 ))
             }
-            Err(e) => Err(Error::new(
-                Kind::Lost,
-                format!(
-                    "{}; giving the lock up before it can expire (within {})",
-                    e.message(),
-                    fmt_duration(deadline.saturating_duration_since(Instant::now()))
-                ),
-            )),
+            // Not confirmed (no answer, the connection broke, a refusal after reconnecting):
+            // the key may still be ours; tried again until the lease's point of no return.
+            Err(e) => Err(Error::new(Kind::Unavailable, e.message().to_string())),
         }
     }
 

@@ -85,6 +85,10 @@ impl Redis {
                     .args(["--tls-auth-clients", "no"]);
             }
         }
+        if o.net.is_some() {
+            // Not loopback: a private test subnet, where protected mode would refuse clients.
+            c.args(["--protected-mode", "no"]);
+        }
         let log = dir.path().join("redis.log");
         let child = c
             .args(["--bind", &host, "--save", "", "--daemonize", "no"])
@@ -109,12 +113,13 @@ impl Redis {
         };
         let t0 = Instant::now();
         loop {
-            if r.try_cli(&["PING"]).is_ok_and(|s| s.trim() == "PONG") {
+            let answer = r.try_cli(&["PING"]);
+            if answer.as_ref().is_ok_and(|s| s.trim() == "PONG") {
                 return Ok(r);
             }
             if t0.elapsed() > Duration::from_secs(20) {
                 return Err(NotStarted::Failed(format!(
-                    "redis-server did not answer PING in 20 s: {}",
+                    "redis-server did not answer PING in 20 s ({answer:?}): {}",
                     fs::read_to_string(&log).unwrap_or_default()
                 )));
             }

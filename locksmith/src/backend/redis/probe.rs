@@ -336,7 +336,7 @@ impl Site {
         offsets.sort_by(|a, b| a.total_cmp(b));
         let off = offsets[1];
         Ok(Found::Holds(format!(
-            "the server's clock is {:.1} ms {} ours (TIME); not relied on: only the server's clock times an expiry",
+            "the server's clock is {:.1} ms {} ours (TIME); agreement is not relied on (only the server's clock times an expiry), but Redis times expiries by its wall clock: a step forward of it (an NTP correction) ends every lock early",
             off.abs() * 1000.0,
             if off >= 0.0 { "ahead of" } else { "behind" }
         )))

@@ -242,6 +242,9 @@ fn a_password_in_an_address_is_refused_and_never_repeated() {
         "postgres://joe:hunter2@127.0.0.1/app?lock=x",
         "postgresql://127.0.0.1/app?lock=x&password=hunter2",
         "etcd://joe:hunter2@127.0.0.1:2379/locks/x",
+        "redis://:hunter2@127.0.0.1:6379/0?key=x",
+        "rediss://joe:hunter2@127.0.0.1?key=x",
+        "redis://127.0.0.1?key=x&password=hunter2",
         "mkdir:/tmp/x?password=hunter2",
     ] {
         for args in [

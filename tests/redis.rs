@@ -11,13 +11,13 @@ use testkit::redis::{Options, Redis};
 
 const T: Duration = Duration::from_secs(10);
 
-fn start() -> Option<Redis> {
+pub(crate) fn start() -> Option<Redis> {
     NotStarted::or_skip(Redis::start())
 }
 
 /// Profiles on lock key `t:r`: `r` (stale_after 60 s), `rfast` (stale_after 2 s, keepalive
 /// 300 ms, max_poll 100 ms), `rclosed` (nothing listens), `rdb3` (key `t:r` in database 3).
-fn sandbox(r: &Redis) -> Sandbox {
+pub(crate) fn sandbox(r: &Redis) -> Sandbox {
     let sb = Sandbox::new("");
     let common = format!(
         "backend = \"redis\"\nhost = \"{}\"\nport = {}\nkey = \"t:r\"\n",

@@ -823,3 +823,33 @@ fn redis_addresses_through_the_three_clients() {
         assert_eq!(r.cli(&["EXISTS", "t:c"]), "0", "{prog} left it held");
     }
 }
+
+/// SPEC §3b: a redis lock and a file lock taken as one; the OK line lists both in
+/// command-line order, and the release frees both.
+#[test]
+fn redis_in_a_set_with_a_file_lock() {
+    let Some(r) = start() else { return };
+    let sb = sandbox(&r);
+    let m = format!("mkdir:{}", sb.join("m.lock").display());
+    let mut h = sb.hold(["hold", "r", &m]);
+    let t = h
+        .ok()
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("token="))
+        .and_then(|t| t.split(',').next())
+        .unwrap_or_default()
+        .to_string();
+    assert!(t.parse::<u64>().is_ok(), "{}", h.ok());
+    assert_eq!(
+        h.ok(),
+        format!("OK r backend=redis,mkdir mode=exclusive,exclusive token={t},1 locks=2\n")
+    );
+    assert_eq!(r.cli(&["EXISTS", "t:r"]), "1");
+    // The file lock is held too, as part of the set.
+    let o = sb.output(["--wait", "0", "run", &m, "--", "true"]);
+    assert_eq!(code(o.status), 75, "{}", stderr(&o));
+    h.close_stdout();
+    assert_eq!(code(h.wait_exit(T)), 0);
+    assert_eq!(code(sb.output(["status", &m]).status), 0, "mkdir left held");
+    assert_eq!(r.cli(&["EXISTS", "t:r"]), "0", "the redis key left held");
+}

@@ -855,3 +855,25 @@ fn redis_in_a_set_with_a_file_lock() {
     assert_eq!(code(sb.output(["status", &m]).status), 0, "mkdir left held");
     assert_eq!(r.cli(&["EXISTS", "t:r"]), "0", "the redis key left held");
 }
+
+/// SPEC §6: LOST when the key vanishes (a restart without persistence, FLUSHALL, a cleaner) or
+/// changes (someone else's value), within a heartbeat; the other value is left alone.
+#[test]
+fn redis_key_vanished_or_changed_is_lost() {
+    let Some(r) = start() else { return };
+    let sb = sandbox(&r);
+    let mut a = sb.hold(["rfast"]);
+    a.ok();
+    r.cli(&["FLUSHALL"]);
+    let line = a.read_line(T).expect("a LOST line");
+    assert!(line.starts_with("LOST "), "{line}");
+    assert!(line.contains("vanished or changed"), "{line}");
+    assert_eq!(code(a.wait_exit(T)), 74);
+    let mut a = sb.hold(["rfast"]);
+    a.ok();
+    r.cli(&["SET", "t:r", "someone else"]);
+    let line = a.read_line(T).expect("a LOST line");
+    assert!(line.starts_with("LOST "), "{line}");
+    assert_eq!(code(a.wait_exit(T)), 74);
+    assert_eq!(r.cli(&["GET", "t:r"]), "someone else");
+}

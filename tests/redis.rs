@@ -737,6 +737,19 @@ fn redis_verify_names_what_can_lose_a_lock() {
     }
     // The probes left nothing.
     assert_eq!(r.cli(&["DBSIZE"]), "0");
+    // An eviction policy that may drop a held lock's key: 78, naming it.
+    r.cli(&["CONFIG", "SET", "maxmemory", "100mb"]);
+    r.cli(&["CONFIG", "SET", "maxmemory-policy", "volatile-lru"]);
+    let o = sb.output(["verify", &addr(&r, "t:v")]);
+    assert_eq!(code(o.status), 78, "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains("maxmemory-policy volatile-lru"),
+        "{}",
+        stderr(&o)
+    );
+    r.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    let o = sb.output(["verify", &addr(&r, "t:v")]);
+    assert_eq!(code(o.status), 0, "{}{}", stdout(&o), stderr(&o));
     // A replica of it: 78 on the replica (role), and on the primary (a replica can lose it).
     let Some(rep) = NotStarted::or_skip(Redis::start_with(Options {
         args: &[

@@ -15,8 +15,9 @@
 //!   could drop a held lock;
 //! - the scripts themselves: a second connection is refused while the first holds the probe
 //!   lock, and gets it once released; the key expires `stale_after` after the last heartbeat;
-//! - the heartbeat's round trip, and, for information, the server's clock against ours
-//!   (`TIME`): not relied on, since only the server's clock times an expiry.
+//! - the heartbeat's round trip; the server's clock against ours (`TIME`): the offset for
+//!   information (only the server's clock times an expiry), its rate against our monotonic
+//!   clock relied on (a server clock running fast expires keys under their holders).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -47,6 +48,32 @@ struct Site {
     info: String,
     /// `CONFIG GET` answers (`None`: the server refused CONFIG, e.g. an ACL without it).
     config: Option<Vec<(String, String)>>,
+    /// The server's clock when the session opened, and the moment of ours it stands for.
+    clock0: (Instant, f64),
+}
+
+/// One reading of the server's clock (`TIME`): its time in seconds, the moment of ours it
+/// stands for (the middle of the round trip), and how far it is ahead of our wall clock.
+struct Clock {
+    server: f64,
+    at: Instant,
+    offset: f64,
+}
+
+fn server_clock(r: &mut Redis) -> Result<Clock> {
+    let wall = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+    let (before, wall_before) = (Instant::now(), SystemTime::now());
+    let v = cmd(r, &["TIME"])?;
+    let (rtt, wall_after) = (before.elapsed(), SystemTime::now());
+    let items = v.items();
+    let secs = items.first().and_then(Value::int).unwrap_or(0);
+    let micros = items.get(1).and_then(Value::int).unwrap_or(0);
+    let server = secs as f64 + micros as f64 / 1e6;
+    Ok(Clock {
+        server,
+        at: before + rtt / 2,
+        offset: server - (wall(wall_before) + wall(wall_after)) / 2.0,
+    })
 }
 
 /// One command on `r`'s connection; an error reply is an `Err` of its kind.
@@ -136,6 +163,7 @@ impl Site {
         );
         let mut b = Redis::new(probe_cfg, p);
         b.conn()?;
+        let c0 = server_clock(&mut b)?;
         Ok(Site {
             p: p.clone(),
             cfg: cfg.clone(),
@@ -145,6 +173,7 @@ impl Site {
             connect,
             info,
             config,
+            clock0: (c0.at, c0.server),
         })
     }
 
@@ -319,27 +348,35 @@ impl Site {
         ))
     }
 
-    /// The server's clock against ours (`TIME`), for information.
+    /// The server's clock against ours (`TIME`): how far apart (information), and how fast
+    /// it ran since the connection was opened, against our monotonic clock. Redis times an
+    /// expiry by its clock while the holder times its lease by ours: a server clock that runs
+    /// fast (or is stepped forward) by more than the holder's margin — a heartbeat period and
+    /// a half of `stale_after` — expires keys before their holders give them up.
     fn clock(&mut self) -> Result<Found> {
-        let mut offsets = Vec::new();
-        for _ in 0..3 {
-            let before = SystemTime::now();
-            let v = cmd(&mut self.b, &["TIME"])?;
-            let after = SystemTime::now();
-            let items = v.items();
-            let secs = items.first().and_then(Value::int).unwrap_or(0);
-            let micros = items.get(1).and_then(Value::int).unwrap_or(0);
-            let server = secs as f64 + micros as f64 / 1e6;
-            let ours = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
-            offsets.push(server - (ours(before) + ours(after)) / 2.0);
-        }
-        offsets.sort_by(|a, b| a.total_cmp(b));
-        let off = offsets[1];
-        Ok(Found::Holds(format!(
-            "the server's clock is {:.1} ms {} ours (TIME); agreement is not relied on (only the server's clock times an expiry), but Redis times expiries by its wall clock: a step forward of it (an NTP correction) ends every lock early",
-            off.abs() * 1000.0,
-            if off >= 0.0 { "ahead of" } else { "behind" }
-        )))
+        let now = server_clock(&mut self.b)?;
+        let (at0, s0) = self.clock0;
+        let local = now.at.duration_since(at0).as_secs_f64();
+        let rate = if local > 0.0 {
+            (now.server - s0) / local
+        } else {
+            1.0
+        };
+        let period = self.p.common.heartbeat().as_secs_f64();
+        let margin = period * 1.5 / self.p.common.stale_after.as_secs_f64();
+        let detail = format!(
+            "the server's clock is {:.1} ms {} ours (TIME; agreement is not relied on) and ran at {:+.3}% of our monotonic clock's rate over {}; a holder gives its lock up {:.1}% of stale_after early, so a server clock faster than that (or stepped forward: Redis times expiries by its wall clock) would end locks under their holders",
+            now.offset.abs() * 1000.0,
+            if now.offset >= 0.0 { "ahead of" } else { "behind" },
+            (rate - 1.0) * 100.0,
+            figure(Duration::from_secs_f64(local)),
+            margin * 100.0
+        );
+        Ok(if rate - 1.0 < margin {
+            Found::Holds(detail)
+        } else {
+            Found::Breaks(detail)
+        })
     }
 
     /// The probe lock's token counter and state are the probe's own: deleted.
@@ -377,7 +414,7 @@ impl Probing for Site {
             Property::relied("exclusive", Site::exclusive),
             Property::relied("expiry", Site::expiry),
             Property::relied("heartbeat", Site::heartbeat),
-            Property::informs("server clock", Site::clock),
+            Property::relied("server clock", Site::clock),
             Property::stated(
                 "one server",
                 "no Redlock: the lock lives on this one server; fencing tokens (token=) guard the resource against a holder paused past stale_after",

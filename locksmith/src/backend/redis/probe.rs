@@ -48,15 +48,17 @@ struct Site {
     info: String,
     /// `CONFIG GET` answers (`None`: the server refused CONFIG, e.g. an ACL without it).
     config: Option<Vec<(String, String)>>,
-    /// The server's clock when the session opened, and the moment of ours it stands for.
-    clock0: (Instant, f64),
+    /// The server's clock when the session opened.
+    clock0: Clock,
 }
 
 /// One reading of the server's clock (`TIME`): its time in seconds, the moment of ours it
 /// stands for (the middle of the round trip), and how far it is ahead of our wall clock.
 struct Clock {
     server: f64,
-    at: Instant,
+    /// Our monotonic clock when the request was sent and when the answer came.
+    sent: Instant,
+    answered: Instant,
     offset: f64,
 }
 
@@ -64,14 +66,15 @@ fn server_clock(r: &mut Redis) -> Result<Clock> {
     let wall = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
     let (before, wall_before) = (Instant::now(), SystemTime::now());
     let v = cmd(r, &["TIME"])?;
-    let (rtt, wall_after) = (before.elapsed(), SystemTime::now());
+    let (answered, wall_after) = (Instant::now(), SystemTime::now());
     let items = v.items();
     let secs = items.first().and_then(Value::int).unwrap_or(0);
     let micros = items.get(1).and_then(Value::int).unwrap_or(0);
     let server = secs as f64 + micros as f64 / 1e6;
     Ok(Clock {
         server,
-        at: before + rtt / 2,
+        sent: before,
+        answered,
         offset: server - (wall(wall_before) + wall(wall_after)) / 2.0,
     })
 }
@@ -173,7 +176,7 @@ impl Site {
             connect,
             info,
             config,
-            clock0: (c0.at, c0.server),
+            clock0: c0,
         })
     }
 
@@ -355,13 +358,17 @@ impl Site {
     /// a half of `stale_after` — expires keys before their holders give them up.
     fn clock(&mut self) -> Result<Found> {
         let now = server_clock(&mut self.b)?;
-        let (at0, s0) = self.clock0;
-        let local = now.at.duration_since(at0).as_secs_f64();
-        let rate = if local > 0.0 {
-            (now.server - s0) / local
-        } else {
-            1.0
-        };
+        let c0 = &self.clock0;
+        let elapsed = now.server - c0.server;
+        // The server read its clock somewhere inside each round trip: the widest span of ours
+        // between the two readings gives the slowest rate the answers allow, the narrowest
+        // the fastest. Only a rate certainly too fast (the slowest allowed) fails: a loaded
+        // machine's slow round trips must not.
+        let widest = now.answered.duration_since(c0.sent).as_secs_f64();
+        let narrowest = now.sent.duration_since(c0.answered).as_secs_f64();
+        let local = (widest + narrowest) / 2.0;
+        let rate = if local > 0.0 { elapsed / local } else { 1.0 };
+        let slowest = if widest > 0.0 { elapsed / widest } else { 1.0 };
         let period = self.p.common.heartbeat().as_secs_f64();
         let margin = period * 1.5 / self.p.common.stale_after.as_secs_f64();
         let detail = format!(
@@ -372,7 +379,7 @@ impl Site {
             figure(Duration::from_secs_f64(local)),
             margin * 100.0
         );
-        Ok(if rate - 1.0 < margin {
+        Ok(if slowest - 1.0 < margin {
             Found::Holds(detail)
         } else {
             Found::Breaks(detail)

@@ -54,7 +54,21 @@ impl Redis {
         Redis::start_with(Options::default())
     }
 
+    /// As [`Redis::start`], as `o` says. A free port taken by someone else before the server
+    /// bound it: tried again on another.
     pub fn start_with(o: Options<'_>) -> Result<Redis, NotStarted> {
+        let mut tries = 0;
+        loop {
+            match Redis::start_once(&o) {
+                Err(NotStarted::Failed(why)) if why.contains("already in use") && tries < 3 => {
+                    tries += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn start_once(o: &Options<'_>) -> Result<Redis, NotStarted> {
         for tool in ["redis-server", "redis-cli"] {
             if on_path(tool).is_none() {
                 return Err(missing(&format!(
@@ -102,7 +116,7 @@ impl Redis {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| NotStarted::Failed(format!("cannot start redis-server: {e}")))?;
-        let r = Redis {
+        let mut r = Redis {
             child,
             dir,
             port,
@@ -117,9 +131,10 @@ impl Redis {
             if answer.as_ref().is_ok_and(|s| s.trim() == "PONG") {
                 return Ok(r);
             }
-            if t0.elapsed() > Duration::from_secs(20) {
+            let exited = r.child.try_wait().ok().flatten();
+            if exited.is_some() || t0.elapsed() > Duration::from_secs(20) {
                 return Err(NotStarted::Failed(format!(
-                    "redis-server did not answer PING in 20 s ({answer:?}): {}",
+                    "redis-server did not answer PING ({answer:?}; exit {exited:?}): {}",
                     fs::read_to_string(&log).unwrap_or_default()
                 )));
             }

@@ -890,3 +890,26 @@ fn redis_key_vanished_or_changed_is_lost() {
     assert_eq!(code(a.wait_exit(T)), 74);
     assert_eq!(r.cli(&["GET", "t:r"]), "someone else");
 }
+
+/// A Redis Cluster node is not a lock server: `verify` says so (78), and taking a lock there is
+/// 78 too, nothing taken.
+#[test]
+fn redis_cluster_node_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = dir.path().join("nodes.conf");
+    let nodes = nodes.to_str().unwrap();
+    let Some(r) = NotStarted::or_skip(Redis::start_with(Options {
+        args: &["--cluster-enabled", "yes", "--cluster-config-file", nodes],
+        ..Options::default()
+    })) else {
+        return;
+    };
+    let sb = Sandbox::new("");
+    let o = sb.output(["verify", &addr(&r, "t:c")]);
+    assert_eq!(code(o.status), 78, "{}", stdout(&o));
+    assert!(stderr(&o).contains("cluster_enabled"), "{}", stderr(&o));
+    let o = sb.output(["--wait", "0", &addr(&r, "t:c")]);
+    assert_eq!(code(o.status), 78, "{}", stdout(&o));
+    assert!(stdout(&o).starts_with("ERROR config: "), "{}", stdout(&o));
+    assert!(stdout(&o).contains("one server"), "{}", stdout(&o));
+}

@@ -108,6 +108,7 @@ impl Site {
         let info = [
             cmd(&mut a, &["INFO", "server"])?,
             cmd(&mut a, &["INFO", "replication"])?,
+            cmd(&mut a, &["INFO", "cluster"])?,
         ]
         .iter()
         .filter_map(Value::text)
@@ -188,13 +189,20 @@ impl Site {
             .map(|(_, v)| v.as_str())
     }
 
-    /// A replica: it refuses writes, so the probes that take a lock are skipped.
+    /// A replica (or a cluster node): it refuses the lock's writes, so the probes that take a
+    /// lock are skipped.
     fn replica(&self) -> bool {
         matches!(field(&self.info, "role"), Some("slave" | "replica"))
+            || field(&self.info, "cluster_enabled") == Some("1")
     }
 
     /// A replica cannot take a lock; a primary with replicas can lose one on failover.
     fn role(&self) -> Found {
+        if field(&self.info, "cluster_enabled") == Some("1") {
+            return Found::Breaks(
+                "a Redis Cluster node (cluster_enabled:1): the lock's keys live in different hash slots, and a cluster fails over by asynchronous replication; use one standalone server".into(),
+            );
+        }
         let role = field(&self.info, "role").unwrap_or("unknown");
         let replicas: u64 = field(&self.info, "connected_slaves")
             .and_then(|n| n.parse().ok())

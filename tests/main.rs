@@ -49,6 +49,8 @@ mod ftp_shared;
 mod postgres;
 // backend = "etcd" against a throwaway etcd member.
 mod etcd;
+// backend = "redis" against a throwaway redis-server.
+mod redis;
 // mkdir, link, symlink and flock on a real network filesystem: sshfs mounted twice, contenders
 // on both mounts and in another pid namespace (issue 12).
 mod netfs;

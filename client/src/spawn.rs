@@ -420,6 +420,8 @@ mod tests {
             "/var/lock/x.lock",
             "mkdir:/srv/locks/x",
             "ftp://host/locks/x",
+            "redis://locker@127.0.0.1:6379/2?key=locks:x",
+            "rediss://redis.example.com?key=x&ca_file=/etc/ca.pem",
         ] {
             check_tag(good).unwrap();
         }

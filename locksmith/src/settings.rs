@@ -442,6 +442,8 @@ pub struct Env {
     pub locksmith_password: bool,
     /// `$PGPASSWORD` is set (libpq's convention).
     pub pgpassword: bool,
+    /// `$REDISCLI_AUTH` is set (redis-cli's convention).
+    pub rediscli_auth: bool,
     /// `$PGPASSFILE` (libpq's convention), else `~/.pgpass`.
     pub pgpassfile: Option<PathBuf>,
 }
@@ -455,6 +457,7 @@ impl Env {
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
             locksmith_password: var("LOCKSMITH_PASSWORD").is_some(),
             pgpassword: var("PGPASSWORD").is_some(),
+            rediscli_auth: var("REDISCLI_AUTH").is_some(),
             pgpassfile: var("PGPASSFILE").map(PathBuf::from),
         }
     }
@@ -793,10 +796,21 @@ impl Fields {
 
     /// A number of slots, 1 to [`MAX_SLOTS`] (SPEC §3b).
     pub fn slots(&mut self, key: &str) -> Result<Option<u32>> {
-        let text = match self.take(key) {
+        Ok(self.number(key, 1, MAX_SLOTS.into())?.map(|n| n as u32))
+    }
+
+    /// A whole number from `min` to `max` (an address gives it as text).
+    pub fn number(&mut self, key: &str, min: i64, max: i64) -> Result<Option<i64>> {
+        let n = match self.take(key) {
             None => return Ok(None),
-            Some(Value::Integer(n)) => n.to_string(),
-            Some(Value::String(s)) if self.origin.address.is_some() => s,
+            Some(Value::Integer(n)) => n,
+            Some(Value::String(s)) if self.origin.address.is_some() => {
+                s.parse::<i64>().map_err(|_| {
+                    self.error(&format!(
+                        "`{key}` = {s:?} is not a number from {min} to {max}"
+                    ))
+                })?
+            }
             Some(other) => {
                 return Err(self.error(&format!(
                     "`{key}` must be an integer, not {}",
@@ -804,9 +818,11 @@ impl Fields {
                 )));
             }
         };
-        parse_slots(&text)
-            .map(Some)
-            .map_err(|m| self.error(&format!("`{key}`: {m}")))
+        if (min..=max).contains(&n) {
+            Ok(Some(n))
+        } else {
+            Err(self.error(&format!("`{key}` = {n} is not from {min} to {max}")))
+        }
     }
 
     /// A list of strings (a single string is a list of one).

@@ -169,6 +169,7 @@ backends! {
     #[cfg(feature = "ftp")] Ftp = ftp::Ftp, "ftp", ["ftp", "ftps"], "an FTP or FTPS MKD lock directory on a server (the seed's case); shared locks by marker files";
     #[cfg(feature = "postgres")] Postgres = postgres::Postgres, "postgres", ["postgres", "postgresql"], "a PostgreSQL advisory lock held by a session; fencing tokens in a small table";
     #[cfg(feature = "etcd")] Etcd = etcd::Etcd, "etcd", ["etcd", "etcds"], "an etcd lease-backed lock key under a prefix; shared locks";
+    #[cfg(feature = "redis")] Redis = redis::Redis, "redis", ["redis", "rediss"], "a key with an expiry on one Redis or Valkey server, set and renewed by compare-first scripts; fencing tokens by INCR; shared locks";
 }
 
 /// One backend as the two front doors see it: its name (`backend = "NAME"`), its address
@@ -430,12 +431,14 @@ mod tests {
         assert_eq!(scheme_of("ftps://h/p").unwrap(), Some("ftp"));
         assert_eq!(scheme_of("postgresql://h/db").unwrap(), Some("postgres"));
         assert_eq!(scheme_of("etcds://h:1/p").unwrap(), Some("etcd"));
+        assert_eq!(scheme_of("redis://h/2?key=k").unwrap(), Some("redis"));
+        assert_eq!(scheme_of("REDISS://h?key=k").unwrap(), Some("redis"));
         let e = scheme_of("nfs:x").unwrap_err();
         assert_eq!(e.kind(), Kind::Usage);
         assert!(e.message().contains("mkdir"), "{e}");
         // `SCHEME://` of an unknown scheme is a usage error, never a relative path (SPEC
         // §3a, issue 25); a `/` before any `scheme:` keeps a path a path.
-        for url in ["s3://b/k", "sftp://h/x", "file:///x", "redis://:pw@h/0"] {
+        for url in ["s3://b/k", "sftp://h/x", "file:///x"] {
             assert_eq!(scheme_of(url).unwrap_err().kind(), Kind::Usage, "{url}");
         }
         assert_eq!(scheme_of("./x:y").unwrap(), Some("flock"));
@@ -448,6 +451,7 @@ mod tests {
             "ftp" => "host = \"h\"\nuser = \"u\"\npath = \"p\"",
             "postgres" => "host = \"h\"",
             "etcd" => "endpoints = [\"h:1\"]",
+            "redis" => "host = \"h\"",
             _ => "path = \"/tmp/x\"",
         }
     }
@@ -494,6 +498,8 @@ mod tests {
                     ("etcd", "ca_file") => "\nendpoints = [\"https://h:1\"]",
                     ("etcd", "user") => "\npassword_env = \"X\"",
                     ("etcd", "password" | "password_env" | "password_file") => "\nuser = \"u\"",
+                    ("redis", "ca_file") => "\ntls = true",
+                    ("redis", "user") => "\npassword_env = \"X\"",
                     ("postgres", "url") => "",
                     _ => "",
                 };

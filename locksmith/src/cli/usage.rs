@@ -411,9 +411,10 @@ pub static SUBCOMMANDS: &[SubDoc] = &[
         text: "Probes, beside the lock and never the lock itself, what its backend relies on: for\n\
                flock, mkdir, link and symlink the filesystem (atomic create, link counts, record\n\
                updates, rename over an existing name, flock across mounts, how late a change\n\
-               shows through a second mount given with --peer); for ftp, postgres and etcd the\n\
-               server (atomic MKD and renames; advisory locks between sessions and how long the\n\
-               server keeps a cut-off holder; lease TTLs, keepalive and revoke). Prints one line\n\
+               shows through a second mount given with --peer); for ftp, postgres, etcd and redis\n\
+               the server (atomic MKD and renames; advisory locks between sessions and how long\n\
+               the server keeps a cut-off holder; lease TTLs, keepalive and revoke; durability,\n\
+               replicas and eviction). Prints one line\n\
                per property and a verdict with the stale_after it accepts. Exit 0 only if the\n\
                backend is safe there, 78 naming what to set, 69/77 as for taking the lock.",
     },
@@ -446,9 +447,11 @@ no profiles file:
   ftp://[USER@]HOST[:PORT]/PATH              ftps:// for explicit TLS, ?tls=implicit
   postgres://[USER@]HOST[:PORT]/DB?lock=NAME advisory lock NAME
   etcd://HOST:PORT[,HOST:PORT...]/PREFIX     etcds:// for https endpoints
+  redis://[USER@]HOST[:PORT][/DB]?key=NAME   the key NAME on one Redis server; rediss:// TLS
 Query parameters are the backend's profile keys: ?stale_after=30s&wait=0&shared=true.
 An address never holds a password: ?password_env=VAR or ?password_file=PATH, else
-$LOCKSMITH_PASSWORD, else ~/.netrc (ftp) or $PGPASSWORD / ~/.pgpass (postgres).
+$LOCKSMITH_PASSWORD, else ~/.netrc (ftp), $PGPASSWORD / ~/.pgpass (postgres) or
+$REDISCLI_AUTH (redis).
 ";
 
 /// Hold mode's protocol in short (help, man page).
@@ -482,11 +485,15 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     (
         "LOCKSMITH_PASSWORD",
-        "the password of an address that names none (ftp, postgres, and etcd with a user)",
+        "the password of an address that names none (ftp, postgres, redis, and etcd with a user)",
     ),
     (
         "PGPASSWORD",
         "a postgres address's password when neither password_env nor password_file says",
+    ),
+    (
+        "REDISCLI_AUTH",
+        "a redis address's password when neither password_env, password_file nor $LOCKSMITH_PASSWORD says (as redis-cli reads it)",
     ),
     (
         "HOME",

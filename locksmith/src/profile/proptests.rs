@@ -75,9 +75,11 @@ const REAL_KEYS: &[&str] = &[
     "endpoints",
     "prefix",
     "url",
+    "db",
+    "key",
 ];
 const BACKENDS: &[&str] = &[
-    "flock", "mkdir", "link", "ftp", "symlink", "etcd", "postgres", "", "FLOCK",
+    "flock", "mkdir", "link", "ftp", "symlink", "etcd", "postgres", "redis", "", "FLOCK",
 ];
 
 /// A TOML value, rendered by [`V::render`]; tables keep their keys unique.
@@ -1154,6 +1156,10 @@ impl AddressCase {
                     escape(p("prefix").trim_start_matches('/'))
                 )
             }
+            "redis" => {
+                let db = self.part("db").map(|d| format!("/{d}")).unwrap_or_default();
+                format!("redis://{user}{}{port}{db}", p("host"))
+            }
             fs => format!("{fs}:{}", escape(&p("path"))),
         };
         let query: Vec<String> = self
@@ -1278,8 +1284,31 @@ fn address_case() -> impl Strategy<Value = AddressCase> {
             parts.extend(user.map(|u| ("user", u)));
             ("etcd", parts, query)
         });
+    let redis = (
+        host.clone(),
+        prop::option::of((1i64..=65535).prop_map(V::Int)),
+        prop::option::of("[a-z]{1,8}".prop_map(V::Str)),
+        prop::option::of((0i64..=15).prop_map(V::Int)),
+        prop::collection::vec(
+            prop_oneof![
+                any::<bool>().prop_map(|b| ("tls", V::Bool(b))),
+                s(vec!["REDIS_PW"]).prop_map(|v| ("password_env", v)),
+                s(vec!["ca.pem"]).prop_map(|v| ("ca_file", v)),
+            ],
+            0..3,
+        ),
+        "[a-z][a-z:]{0,8}".prop_map(V::Str),
+    )
+        .prop_map(|(host, port, user, db, mut query, key)| {
+            let mut parts = vec![("host", host)];
+            parts.extend(port.map(|p| ("port", p)));
+            parts.extend(user.map(|u| ("user", u)));
+            parts.extend(db.map(|d| ("db", d)));
+            query.push(("key", key));
+            ("redis", parts, query)
+        });
     (
-        prop_oneof![4 => fs, 2 => ftp, 2 => postgres, 1 => etcd],
+        prop_oneof![4 => fs, 2 => ftp, 2 => postgres, 1 => etcd, 1 => redis],
         common,
     )
         .prop_map(|((backend, parts, mut query), common)| {

@@ -113,7 +113,7 @@ fn field_value() -> impl Strategy<Value = &'static str> {
 /// A field of an `OK` line: real keys and values, near misses, junk.
 fn field() -> impl Strategy<Value = String> {
     let key = select(vec![
-        "backend", "mode", "token", "prev", "since", "host", "", "x", "é", "locks",
+        "backend", "mode", "token", "prev", "since", "host", "", "x", "é", "locks", "slot", "slots",
     ]);
     prop_oneof![
         6 => (key, select(vec!["=", "=", "=", "==", ""]), field_value())
@@ -491,7 +491,8 @@ fn ok_spec() -> impl Strategy<Value = OkSpec> {
                 extra: extra
                     .into_iter()
                     .filter(|(k, _)| {
-                        !["backend", "mode", "token", "prev", "locks"].contains(&k.as_str())
+                        !["backend", "mode", "token", "prev", "locks", "slot", "slots"]
+                            .contains(&k.as_str())
                     })
                     .collect(),
                 seps,

@@ -584,6 +584,49 @@ class NetlockTest(unittest.TestCase):
     def test_counter_race_mkdir(self):
         self.counter_race("m")
 
+    def test_slots_race_flock(self):
+        self.slots_race(str(self.sb.path("sem-race")))
+
+    def test_slots_race_mkdir(self):
+        self.slots_race(f"mkdir:{self.sb.path('sem-race')}")
+
+    def slots_race(self, lock, procs=6, rounds=8, slots=2):
+        """procs processes each take a slot of a slots-slot semaphore rounds times and add 1 to
+        that slot's counter file (not atomically), marking the slot occupied with an O_EXCL
+        file meanwhile: no slot ever has two holders, and the counters add up to procs x rounds."""
+        base = self.sb.path("slot")
+        code = textwrap.dedent(
+            """
+            import os, sys, netlock
+            lock, base, rounds, slots = sys.argv[1:]
+            for _ in range(int(rounds)):
+                with netlock.lock(lock, slots=int(slots), wait=60) as l:
+                    assert l.slot is not None and 0 <= l.slot < int(slots), l.status_line
+                    marker = f"{base}-{l.slot}.held"
+                    os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))  # two in one slot: fails
+                    path = f"{base}-{l.slot}.count"
+                    value = int(open(path).read()) if os.path.exists(path) else 0
+                    with open(path, "w") as f:  # truncate, then write: not atomic
+                        f.write(str(value + 1))
+                    os.unlink(marker)
+            """
+        )
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-c", code, lock, str(base), str(rounds), str(slots)],
+                env=support.child_env(),
+            )
+            for _ in range(procs)
+        ]
+        for child in children:
+            child.wait(timeout=300)
+            self.assertEqual(child.returncode, 0, "a worker failed (see its stderr)")
+        counts = [int(p.read_text()) for p in sorted(self.sb.dir.glob("slot-*.count"))]
+        self.assertEqual(sum(counts), procs * rounds, counts)
+        self.assertLessEqual(len(counts), slots)
+        self.assertEqual(list(self.sb.dir.glob("slot-*.held")), [])
+        support.assert_no_children(self)
+
     def counter_race(self, tag, procs=4, rounds=100):
         """procs processes each add 1 to a counter file rounds times, under the lock."""
         counter = self.sb.path(f"counter-{tag}")

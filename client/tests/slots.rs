@@ -1,7 +1,8 @@
 //! `netlock` against the real `locksmith` helper with semaphore slots (issue 26 part 4,
 //! SPEC §3b): `Builder::slots(n)` runs `--slots N hold ...`, up to N guards hold one lock at
 //! once, each reports its own slot, the next one is busy until a slot is given back, and
-//! bad numbers are refused before anything is spawned.
+//! bad numbers are refused before anything is spawned; 6 holders racing on 2 slots never
+//! share a slot, and their 48 increments all land.
 //!
 //! The helper is found as in `several.rs` (`$LOCKSMITH_BIN`, else cargo's
 //! `target/<profile>/locksmith`).
@@ -199,4 +200,59 @@ fn slots_on_a_set_apply_to_every_lock() {
     assert_ne!(f[0], s[1], "a: two holders, two slots");
     assert_ne!(f[1], s[0], "b: two holders, two slots");
     assert!(busy(&helper, &a, 2) && busy(&helper, &b, 2));
+}
+
+/// 6 threads x 8 rounds, each guard its own helper process, on a 2-slot semaphore: each
+/// holder marks its slot occupied with an `O_EXCL` file (two holders in one slot would
+/// fail) and adds 1 to that slot's counter file, not atomically; the counters add up to
+/// exactly 48.
+fn race(helper: &Path, lock: &str, dir: &Path) {
+    const THREADS: usize = 6;
+    const ROUNDS: usize = 8;
+    std::thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| {
+                for _ in 0..ROUNDS {
+                    let guard = builder(helper, lock).slots(2).lock().unwrap();
+                    let k = guard.slot().expect("a 2-slot lock reports its slot");
+                    assert!(k < 2, "{}", guard.status_line());
+                    let marker = dir.join(format!("slot-{k}.held"));
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(&marker)
+                        .expect("two holders in one slot");
+                    let counter = dir.join(format!("slot-{k}.count"));
+                    let value: usize = std::fs::read_to_string(&counter)
+                        .map(|v| v.parse().unwrap())
+                        .unwrap_or(0);
+                    std::fs::write(&counter, (value + 1).to_string()).unwrap();
+                    std::fs::remove_file(&marker).unwrap();
+                    guard.unlock().unwrap();
+                }
+            });
+        }
+    });
+    let total: usize = (0..2)
+        .map(|k| {
+            std::fs::read_to_string(dir.join(format!("slot-{k}.count")))
+                .map(|v| v.parse::<usize>().unwrap())
+                .unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(total, THREADS * ROUNDS);
+}
+
+#[test]
+fn flock_race_of_six_holders_on_two_slots() {
+    let Some(helper) = helper() else { return };
+    let tmp = TempDir::new("slots-race-flock");
+    race(&helper, &format!("{}/sem", tmp.0.display()), &tmp.0);
+}
+
+#[test]
+fn mkdir_race_of_six_holders_on_two_slots() {
+    let Some(helper) = helper() else { return };
+    let tmp = TempDir::new("slots-race-mkdir");
+    race(&helper, &format!("mkdir:{}/sem", tmp.0.display()), &tmp.0);
 }

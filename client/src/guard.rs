@@ -509,9 +509,9 @@ impl Builder {
     /// - Every contender of one lock must ask for the same number: the helper refuses
     ///   another number while someone holds or waits with a [`Config`](ErrorKind::Config)
     ///   error naming both, taking nothing.
-    /// - The file backends (`flock`, `mkdir`, `link`, `symlink`) have slots; the others
-    ///   refuse `n` > 1 with a [`Usage`](ErrorKind::Usage) error, and so does
-    ///   [`shared`](Builder::shared) with `n` > 1 (a slot is exclusive).
+    /// - A backend without slots (the helper's README says which have them) refuses `n` > 1
+    ///   with a [`Usage`](ErrorKind::Usage) error, and so does [`shared`](Builder::shared)
+    ///   with `n` > 1 (a slot is exclusive).
     /// - For several locks ([`Builder::also`]) it applies to every one; an address's own
     ///   `?slots=` or a profile's `slots` overrides it for that lock.
     ///   [`NetLock::slots`] gives each lock's slot.

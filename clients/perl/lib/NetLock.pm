@@ -997,10 +997,10 @@ backend has no shared mode.
 
 A semaphore of N slots (C<--slots N>, a whole number from 1 to 1024; anything else dies with
 C<NetLock::Error::Usage> before anything is spawned): up to N holders at once, each in its
-own slot (L</"slot, slot_count">). Every holder of one lock must ask for the same N: another number while
-it is held dies with C<NetLock::Error::Config> and takes nothing. C<shared> with more than
-one slot, or a backend without slots (only C<flock>, C<mkdir>, C<link> and C<symlink> have
-them so far), dies with C<NetLock::Error::Usage>. C<< slots => 1 >> is the plain lock.
+own slot (L</"slot, slot_count">). Every holder of one lock must ask for the same N:
+another number while it is held dies with C<NetLock::Error::Config> and takes nothing.
+C<shared> with more than one slot, or a backend without slots (the helper's README says
+which have them), dies with C<NetLock::Error::Usage>. C<< slots => 1 >> is the plain lock.
 Default: the profile's or the address's (C<?slots=N>), else 1. Each slot is a whole lock:
 released on C<unlock> or process death, fencing tokens rising across slots.
 

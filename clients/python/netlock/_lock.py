@@ -564,9 +564,9 @@ def lock(
       else :class:`Usage` before anything is spawned): up to N holders at once, each in its
       own slot (:attr:`Lock.slot`, from 0). Every holder of one lock must ask for the same
       number (another one while it is held: :class:`Config`, nothing taken); ``shared``
-      with more than one slot, or a backend without slots (only ``flock``, ``mkdir``,
-      ``link`` and ``symlink`` have them so far), is :class:`Usage`. Default: the profile's
-      or address's (``?slots=N``), else 1.
+      with more than one slot, or a backend without slots (the helper's README says which
+      have them), is :class:`Usage`. Default: the profile's or address's (``?slots=N``),
+      else 1.
     - ``helper``: the ``locksmith`` binary; default ``$LOCKSMITH_BIN``, else ``locksmith``
       in a directory on ``$PATH`` that only root or you can write.
 

@@ -640,7 +640,7 @@ pub static COMMON_KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "slots",
         example: "2",
-        doc: "a semaphore: up to this many holders at once, each in its own slot (1 to 1024); every contender of one lock must say the same (not on redis and s3 yet) [default: 1]",
+        doc: "a semaphore: up to this many holders at once, each in its own slot (1 to 1024); every contender of one lock must say the same (not on s3 yet) [default: 1]",
     },
 ];
 

@@ -69,6 +69,20 @@ pub struct RedisConfig {
     pub ca_file: Option<PathBuf>,
     /// The lock's key (the others are named after it).
     pub key: String,
+    /// A slot of a lock with several (SPEC §3b): the lock's own key, whose token counter and
+    /// number of slots every slot uses. `None`: the lock itself.
+    pub slot_of: Option<String>,
+}
+
+impl RedisConfig {
+    /// Slot `k` of the lock: the key `KEY.slot-K` (docs/LAYOUT.md).
+    pub fn slot(&self, k: u32) -> RedisConfig {
+        RedisConfig {
+            key: format!("{}.slot-{k}", self.key),
+            slot_of: Some(self.key.clone()),
+            ..self.clone()
+        }
+    }
 }
 
 /// The keys [`config`] takes (besides the common and password keys).
@@ -163,6 +177,7 @@ pub fn config(f: &mut Fields) -> Result<RedisConfig> {
         tls,
         ca_file,
         key,
+        slot_of: None,
     })
 }
 
@@ -183,8 +198,11 @@ pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
 }
 
 /// Takes the lock: exclusive (`w`) or shared (`r`), in one step. KEYS: the lock, its readers,
-/// its token counter, its state, its waiting writer. ARGV: mode, owner record, stale_after in
-/// ms, our nonce. `{"took", value, prev state, token}` or `{"busy"}`.
+/// its token counter, its state, its waiting writer, the lock's number of slots (`"N
+/// VERSION"`, SPEC §3b). ARGV: mode, owner record, stale_after in ms, our nonce, our number of
+/// slots, the record we were told to take over (empty: only our own number). `{"took",
+/// value, prev state, token}`, `{"busy"}`, `{"ask", record}` (another number recorded: nothing
+/// taken) or `{"again"}` (the record changed since).
 const ACQUIRE: &str = r"
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
@@ -200,9 +218,17 @@ if ARGV[1] == 'w' then
     end
     return {'busy'}
   end
+  local rec = redis.call('GET', KEYS[6]) or '1 0'
+  local n, ver = string.match(rec, '^(%d+) (%d+)$')
+  if ARGV[6] == '' then
+    if n ~= ARGV[5] then return {'ask', rec} end
+  elseif rec ~= ARGV[6] then
+    return {'again'}
+  end
   local tok = redis.call('INCR', KEYS[3])
   local v = ARGV[2] .. ' token=' .. tok
   if not redis.call('SET', KEYS[1], v, 'NX', 'PX', px) then return {'busy'} end
+  redis.call('SET', KEYS[6], ARGV[5] .. ' ' .. (tonumber(ver or '0') + 1))
   local prev = redis.call('GET', KEYS[4]) or ''
   redis.call('SET', KEYS[4], 'dirty ' .. tok)
   if redis.call('GET', KEYS[5]) == ARGV[4] then redis.call('DEL', KEYS[5]) end
@@ -318,6 +344,10 @@ pub struct Redis {
     waiter: Option<Waiter>,
     /// That connection between two waits.
     subscribed: Option<Conn>,
+    /// The lock's number of slots (SPEC §3b), recorded with each exclusive grant.
+    slots: u32,
+    /// What to ask before granting over another recorded number of slots.
+    agree: Option<super::lock::Agree>,
 }
 
 /// A thread reading the next message of the subscribed connection (`None` back: it broke),
@@ -335,6 +365,8 @@ impl Redis {
         let mut rec = Record::ours(&lock.name);
         rec.token = None;
         Redis {
+            slots: lock.common.slots,
+            agree: None,
             cfg,
             mode: lock.common.mode(),
             px: lock.common.stale_after.as_millis().max(1) as u64,
@@ -361,14 +393,17 @@ impl Redis {
         format!("Redis at {s}://{}:{}/{}", self.cfg.host, self.cfg.port, self.cfg.db)
     }
 
-    fn keys(&self) -> [String; 5] {
+    fn keys(&self) -> [String; 6] {
         let k = &self.cfg.key;
+        // A slot's counter and number of slots are the lock's (SPEC §3b).
+        let lock = self.cfg.slot_of.as_ref().unwrap_or(k);
         [
             k.clone(),
             format!("{k}.readers"),
-            format!("{k}.token"),
+            format!("{lock}.token"),
             format!("{k}.state"),
             format!("{k}.writer"),
+            format!("{lock}.slots"),
         ]
     }
 
@@ -534,7 +569,7 @@ impl Redis {
     /// Runs `script` on the lock's keys with `args`, by `deadline`.
     fn eval(&mut self, what: &str, script: &str, args: &[&str], deadline: Instant) -> Result<Value> {
         let keys = self.keys();
-        let mut argv: Vec<&[u8]> = vec![b"EVAL", script.as_bytes(), b"5"];
+        let mut argv: Vec<&[u8]> = vec![b"EVAL", script.as_bytes(), b"6"];
         argv.extend(keys.iter().map(|k| k.as_bytes()));
         argv.extend(args.iter().map(|a| a.as_bytes()));
         let r = self.conn_by(deadline)?.call(&argv, deadline);
@@ -549,6 +584,16 @@ impl Redis {
     fn run(&mut self, what: &str, script: &str, args: &[&str]) -> Result<Value> {
         let deadline = Instant::now() + self.timeout;
         self.eval(what, script, args, deadline)
+    }
+
+    /// The lock's number of slots kept changing under us (SPEC §3b).
+    fn fail_slots(&self) -> Error {
+        err!(
+            Unavailable,
+            "cannot take lock {} ({}): its number of slots keeps changing",
+            self.cfg.key,
+            self.server()
+        )
     }
 
     /// The holders now: the writer, or the readers whose expiry has not passed.
@@ -582,12 +627,43 @@ impl Redis {
             self.subscribed = w.call.join().flatten();
         }
         let px = self.px.to_string();
+        let n = self.slots.max(1).to_string();
         let mut seen = Vec::new();
-        for _ in 0..3 {
+        // The record of another number of slots we asked the lock about and may take over.
+        let mut over = String::new();
+        let (mut tries, mut asked) = (0, 0);
+        while tries < 3 {
+            asked += 1;
+            if asked > 50 {
+                return Err(self.fail_slots());
+            }
             let (mode, record, nonce) = (self.mode_arg(), self.record.clone(), self.nonce.clone());
-            let v = self.run("cannot take the lock", ACQUIRE, &[mode, &record, &px, &nonce])?;
+            let args = [mode, record.as_str(), px.as_str(), nonce.as_str(), n.as_str(), over.as_str()];
+            let v = self.run("cannot take the lock", ACQUIRE, &args)?;
             let items = v.items();
             let text = |i: usize| items.get(i).and_then(Value::text).unwrap_or_default();
+            match text(0).as_str() {
+                "ask" => {
+                    let rec = text(1);
+                    let before = rec
+                        .split(' ')
+                        .next()
+                        .and_then(|m| m.parse::<u32>().ok())
+                        .unwrap_or(0);
+                    if let Some(agree) = &self.agree {
+                        agree(before)?;
+                    }
+                    over = rec;
+                    continue;
+                }
+                // The record moved on since we asked: ask again.
+                "again" => {
+                    over.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            tries += 1;
             if text(0) == "took" {
                 self.stop_waiting();
                 self.wake.forget_holder();
@@ -691,6 +767,10 @@ impl Backend for Redis {
         }
         // Expiries publish nothing: the backoff timer stays on.
         Ok(WaitHint { poll: true })
+    }
+
+    fn agree_on_slots(&mut self, agree: super::lock::Agree) {
+        self.agree = Some(agree);
     }
 
     fn wake_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {

@@ -454,8 +454,12 @@ impl Registered for Redis {
     type Config = RedisConfig;
     const KEYS: &'static [&'static [KeyDoc]] = &[super::KEYS, crate::settings::PASSWORD_KEYS];
     const SHARED: bool = true;
+    const SLOTS: bool = true;
     fn parse(f: &mut Fields) -> Result<RedisConfig> {
         super::config(f)
+    }
+    fn slot(cfg: &RedisConfig, k: u32) -> RedisConfig {
+        cfg.slot(k)
     }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address(a)

@@ -226,11 +226,11 @@ fn etcd_hold_busy_release_tokens_and_nothing_left() {
     assert_eq!(code(o.status), 0, "{}", stderr(&o));
     let t3: u64 = stdout(&o).trim().parse().unwrap();
     assert!(t3 > t2);
-    // Nothing stays under the prefix; only the state key beside it.
+    // Nothing stays under the prefix; only the state and the number of slots beside it.
     eventually(T, "nothing left under the prefix", || {
         e.keys("/t/e/").is_empty()
     });
-    assert_eq!(e.keys("/t/e"), "/t/e.state");
+    assert_eq!(e.keys("/t/e"), "/t/e.slots\n/t/e.state");
     let o = sb.output(["status", "e"]);
     assert_eq!(code(o.status), 0, "{}", stdout(&o));
 }
@@ -849,4 +849,68 @@ fn etcd_cluster_survives_the_leaders_death() {
     let line = w.read_line(T).expect("the waiter got nothing");
     assert!(token_of(&line) > t1, "{line}");
     assert!(!line.contains("prev=crashed"), "{line}");
+}
+
+/// Semaphores (SPEC §3b): three slots are three queues `PREFIX.slot-K/`; their tokens are the
+/// revisions of their grants, rising whatever the slot and shown by `status`; a race of five
+/// loops never has more than three inside; another number is refused (78).
+#[test]
+fn etcd_slots_admit_n_holders_with_rising_tokens_and_refuse_another_number() {
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    let held: Vec<Held> = (0..3).map(|_| sb.hold(["--slots", "3", "e"])).collect();
+    let mut slots: Vec<String> = held
+        .iter()
+        .map(|h| {
+            crate::slots::field(h.ok(), "slot")
+                .unwrap_or_else(|| panic!("{}", h.ok()))
+                .to_string()
+        })
+        .collect();
+    slots.sort();
+    assert_eq!(slots, ["0", "1", "2"]);
+    let mut tokens: Vec<u64> = held.iter().map(|h| token_of(h.ok())).collect();
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 3);
+    // status names each holder with the token of its OK line.
+    let o = sb.output(["--slots", "3", "status", "--json", "e"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut shown: Vec<u64> = v["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["token"].as_u64().unwrap())
+        .collect();
+    shown.sort();
+    assert_eq!(shown, tokens, "{}", stdout(&o));
+    let o = sb.output(["--slots", "3", "--wait", "0", "e"]);
+    assert_eq!(code(o.status), 75, "{}", stdout(&o));
+    for other in ["1", "4"] {
+        let o = sb.output(["--slots", other, "--wait", "0", "e"]);
+        assert_eq!(code(o.status), 78, "--slots {other}: {}", stdout(&o));
+        assert!(
+            stdout(&o).contains(&format!("asks for {other}")),
+            "{}",
+            stdout(&o)
+        );
+    }
+    let last = *tokens.last().unwrap();
+    drop(held);
+    eventually(T, "every slot free", || {
+        code(sb.output(["--slots", "3", "status", "e"]).status) == 0
+    });
+    let (inside, tokens, overlaps) = crate::slots::race(&sb, "e", 3, 5, 5);
+    assert_eq!(overlaps, 0, "two holders in one slot");
+    assert_eq!(inside.len(), 25);
+    assert!(inside.iter().all(|n| *n <= 3), "{inside:?}");
+    let mut sorted = tokens.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 25, "a token per grant: {tokens:?}");
+    assert!(sorted[0] > last);
+    // Once nobody holds, a lock of one slot again, its token above every slot's.
+    let one = sb.hold(["e"]);
+    assert!(one.ok().starts_with("OK e backend=etcd"), "{}", one.ok());
+    assert!(token_of(one.ok()) > *sorted.last().unwrap());
 }

@@ -1,7 +1,7 @@
 //! The soak (issue 5): for a set time, three contenders per backend take the lock in a loop
 //! — half through `run`, half as a bash parent holding the pipe — while a killer SIGKILLs
 //! random parents and random locksmiths, FTP servers restart and have their sessions cut, the
-//! etcd member stalls.
+//! etcd member and the Redis server stall.
 //! The backends take turns, each with its own lock, checker and counter.
 //!
 //! Per backend it reports acquisitions, kills, violations (two live holders inside at once:
@@ -218,6 +218,28 @@ fn soak_every_backend_with_kills_restarts_and_cuts() {
             })),
         });
     }
+    // redis: the server stalls for half a second now and then (SIGSTOP/SIGCONT): scripts and
+    // heartbeats in flight wait, the keys' expiries run on.
+    let redis = crate::redis::start();
+    if let Some(r) = &redis {
+        let pid = nix::unistd::Pid::from_raw(r.pid());
+        all.push(Target {
+            name: "redis",
+            sb: crate::redis::sandbox(r),
+            profile: "rfast",
+            stale_after: Duration::from_secs(2),
+            tolerated: &[3, 69, 74],
+            tokens: true,
+            kill_every: (100, 400),
+            chaos: Some(Box::new(move |_| {
+                use nix::sys::signal::{Signal, kill};
+                let _ = kill(pid, Signal::SIGSTOP);
+                std::thread::sleep(Duration::from_millis(500));
+                let _ = kill(pid, Signal::SIGCONT);
+                "stall"
+            })),
+        });
+    }
 
     // LOCKSMITH_SOAK_ONLY=ftp (a substring of the names below) soaks a subset.
     if let Ok(only) = std::env::var("LOCKSMITH_SOAK_ONLY") {
@@ -248,6 +270,7 @@ fn soak_every_backend_with_kills_restarts_and_cuts() {
     }
     drop(pg);
     drop(etcd);
+    drop(redis);
 }
 
 fn soak_one(mut t: Target, deadline: Instant) -> Report {

@@ -13,6 +13,8 @@ mod run;
 mod waiting;
 // Several locks at once: all or none, one canonical order, one deadline, lost together.
 mod several;
+// Semaphores: --slots N (SPEC §3b).
+mod slots;
 // The seed's counter race and an exclusivity checker, with a negative control.
 mod race;
 // locksmith itself killed: proof of death on this host, stale_after for another host.
@@ -49,6 +51,8 @@ mod postgres;
 mod etcd;
 // backend = "s3" against a throwaway SeaweedFS server (and verify against s3s-fs).
 mod s3;
+// backend = "redis" against a throwaway redis-server.
+mod redis;
 // mkdir, link, symlink and flock on a real network filesystem: sshfs mounted twice, contenders
 // on both mounts and in another pid namespace (issue 12).
 mod netfs;
@@ -68,3 +72,5 @@ mod addresses;
 // Issue 25: locksmith under the name `flock` against util-linux's flock(1), form by form, and
 // util-linux's own flock test script; flock(1)'s long options under locksmith's own name.
 mod flock_compat;
+// Issue 28: long paths, descriptor pressure, full and read-only disks, cleaners under a holder.
+mod infra;

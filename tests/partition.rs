@@ -8,7 +8,7 @@
 //! `stale_after` + `max_poll` + a heartbeat of the cut; tokens rise; after the heal a third
 //! contender on host `a` gets the lock at once and nothing of A is left on the server.
 //!
-//! Real servers (pure-ftpd, etcd, PostgreSQL, SeaweedFS) bound to the server namespace's address; root,
+//! Real servers (pure-ftpd, etcd, PostgreSQL, Redis, SeaweedFS) bound to the server namespace's address; root,
 //! `ip`/`bridge` (iproute2), `unshare` and `perl` are needed (a SKIP outside CI).
 
 use std::fs;
@@ -245,7 +245,8 @@ fn scenario(
 
 /// A's locksmith stopped for stale_after + 2 s. Where the server frees the lock
 /// (`server_frees`: postgres, whose kernel keeps a stopped process's connection alive), the
-/// waiter must not get in meanwhile; where waiters judge by silence (ftp, etcd), it must — but
+/// waiter must not get in meanwhile; where waiters judge by silence (ftp, etcd) or the server
+/// expires the holder's key (redis), it must — but
 /// not before SPEC §6's window opens.
 fn paused(name: &str, a_cmd: i32, b_stamp: &Path, server_frees: bool, t0: f64) {
     let stat = fs::read_to_string(format!("/proc/{a_cmd}/stat")).unwrap();
@@ -392,6 +393,27 @@ fn partition_etcd() {
             ))
         },
         |e| e.keys("/t/x/"),
+    );
+}
+
+#[test]
+fn partition_redis() {
+    both_cuts(
+        "redis",
+        |net| {
+            NotStarted::or_skip(testkit::redis::Redis::start_with(testkit::redis::Options {
+                net: Some(net),
+                ..Default::default()
+            }))
+        },
+        |r| {
+            Sandbox::new(&format!(
+                "[profile.x]\nbackend = \"redis\"\nhost = \"{}\"\nport = {}\nkey = \"t:x\"\n{TIMING}",
+                r.host, r.port
+            ))
+        },
+        // The holders' keys (the counter and state stay by design).
+        |r| r.cli(&["EXISTS", "t:x", "t:x.readers", "t:x.writer"]),
     );
 }
 

@@ -47,7 +47,12 @@ fn cmd_sees_its_profile() {
         .unwrap();
     assert_eq!(stdout(&o), "m 1\n", "{}", stderr(&o));
     let o = sb.output(["run", "f", "--", "sh", "-c", "echo ${LOCKSMITH_TOKEN-none}"]);
-    assert_eq!(stdout(&o), "1\n", "flock keeps tokens too");
+    // flock's first token is the clock's floor (issue 28: its state may be cleaned away).
+    assert!(
+        stdout(&o).trim().parse::<u64>().is_ok_and(|t| t > 1),
+        "flock keeps tokens too: {}",
+        stdout(&o)
+    );
 }
 
 #[test]

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use scenarios::{Ctx, Flock1Wait, Rival};
 use testkit::postgres::Pg;
 use testkit::proc::{self, Result};
+use testkit::redis::Redis;
 use testkit::sshfs::Sshfs;
 
 /// The local backends' profiles (see `scenarios::Ctx::new`).
@@ -64,6 +65,8 @@ Options:
                      seed's Perl helper beside locksmith; needs root)
   --pg               also the PostgreSQL section (a throwaway cluster on 127.0.0.1, backend
                      `postgres` beside flock(1); needs root and the postgres user)
+  --redis            also the Redis section (a throwaway Debian redis-server on 127.0.0.1,
+                     backend `redis` beside flock(1))
   --etcd             the etcd section: bench/etcd-vs-etcdctl.sh (a private etcd member;
                      `etcdctl lock` beside locksmith's etcd backend)
   --s3               the s3 section: bench/s3-seaweedfs.sh (a private SeaweedFS `weed mini`;
@@ -91,6 +94,7 @@ struct Args {
     out: PathBuf,
     ftp: bool,
     pg: bool,
+    redis: bool,
     etcd: bool,
     s3: bool,
     sshfs: bool,
@@ -106,6 +110,7 @@ fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
     let mut out = None;
     let mut ftp = false;
     let mut pg = false;
+    let mut redis = false;
     let mut etcd = false;
     let mut s3 = false;
     let mut sshfs = false;
@@ -139,6 +144,7 @@ fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
             "--quick" => quick = true,
             "--ftp" => ftp = true,
             "--pg" => pg = true,
+            "--redis" => redis = true,
             "--etcd" => etcd = true,
             "--s3" => s3 = true,
             "--sshfs" => sshfs = true,
@@ -167,6 +173,7 @@ fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
         }),
         ftp,
         pg,
+        redis,
         etcd,
         s3,
         sshfs,
@@ -400,6 +407,7 @@ fn bench(args: &Args) -> Result<()> {
     // The PostgreSQL cluster first: its profile goes into the one profiles file.
     let mut net_notes: Vec<String> = Vec::new();
     let pg = optional(args.pg, "PostgreSQL", &mut net_notes, Pg::start_trusting);
+    let redis = optional(args.redis, "Redis", &mut net_notes, Redis::start);
     // The sshfs mounts likewise (unmounted when `sshfs` drops, also on an error).
     if args.sshfs {
         eprintln!("locksmith-bench: serving a directory over SFTP, mounting it twice (sshfs)");
@@ -409,6 +417,10 @@ fn bench(args: &Args) -> Result<()> {
         locksmith.clone(),
         dir.0.clone(),
         &(pg.as_ref().map(servers::pg_profiles).unwrap_or_default()
+            + &redis
+                .as_ref()
+                .map(servers::redis_profiles)
+                .unwrap_or_default()
             + &sshfs
                 .as_ref()
                 .map(servers::sshfs_profiles)
@@ -427,51 +439,28 @@ fn bench(args: &Args) -> Result<()> {
         (t, Some(h))
     };
 
-    // ---- PostgreSQL: backend `postgres` beside flock(1), same loop -----------------------------
+    // ---- PostgreSQL and Redis: each backend beside flock(1), same loop ----------------------
     if let Some(pg) = &pg {
-        let c = &ctx;
-        let version = pg.version();
-        let mut tools: Vec<Tool<'_>> = vec![
-            Tool {
-                name: "flock F echo OK".into(),
-                run: Box::new(|_| c.spawn_ok_flock1()),
-            },
-            Tool {
-                name: "locksmith pg (connect, pg_advisory_lock)".into(),
-                run: Box::new(|_| c.spawn_ok_locksmith("pg", None)),
-            },
-        ];
-        let m = format!("postgres: spawn → OK ({version}, TCP loopback)");
-        let s = alternate(&m, args.runs, &mut tools)?;
-        table.extend(rows(&m, &tools, s, 0));
-        let mut tools: Vec<Tool<'_>> = vec![
-            Tool {
-                name: "flock(1): close stdin of `flock -F F cat`; waiter's echo OK".into(),
-                run: Box::new(|_| c.handoff_flock1(Flock1Wait::Cmd)),
-            },
-            Tool {
-                name: "locksmith pg: close holder's stdout pipe".into(),
-                run: Box::new(|_| c.handoff_locksmith("pg")),
-            },
-        ];
-        let s = alternate("postgres: handoff", args.runs, &mut tools)?;
-        table.extend(rows("postgres: handoff", &tools, s, 0));
-        let mut tools: Vec<Tool<'_>> = vec![
-            Tool {
-                name: "flock(1): kill -9 `flock -F F sleep`; waiter's echo OK".into(),
-                run: Box::new(|_| c.crash_flock1(Flock1Wait::Cmd)),
-            },
-            Tool {
-                name: "locksmith pg: kill -9 its parent".into(),
-                run: Box::new(|_| c.crash_locksmith("pg")),
-            },
-            Tool {
-                name: "locksmith pg: kill -9 the holding locksmith".into(),
-                run: Box::new(|_| c.helper_kill_locksmith("pg")),
-            },
-        ];
-        let s = alternate("postgres: crash release", args.runs, &mut tools)?;
-        table.extend(rows("postgres: crash release", &tools, s, 0));
+        let m = format!("{}, TCP loopback", pg.version());
+        table.extend(server_rows(
+            &ctx,
+            "postgres",
+            "pg",
+            "connect, pg_advisory_lock",
+            &m,
+            args.runs,
+        )?);
+    }
+    if redis.is_some() {
+        let m = format!("{}, TCP loopback", Redis::version());
+        table.extend(server_rows(
+            &ctx,
+            "redis",
+            "rd",
+            "connect, SET NX PX script",
+            &m,
+            args.runs,
+        )?);
     }
     if args.etcd {
         match etcd_rows(&locksmith, args) {
@@ -822,6 +811,27 @@ fn local_rows(
         table.extend(rows(&metric, &race_tools, s, 0));
     }
 
+    // ---- 4c'. semaphores (SPEC §3b): time per grant, 8 contenders, 3 slots against 1 ------
+    {
+        let n = 8;
+        let mut slot_tools: Vec<Tool<'_>> = Vec::new();
+        for b in LOCAL {
+            for slots in [1u32, 3] {
+                slot_tools.push(Tool {
+                    name: format!("locksmith --slots {slots} run {b} -- true (n={n})"),
+                    run: Box::new(move |_| c.slots(b, slots, n, per)),
+                });
+            }
+        }
+        let metric = format!("semaphore, {n} contenders: time per grant");
+        let s = alternate(&metric, race_runs, &mut slot_tools)?;
+        let mut r = rows(&metric, &slot_tools, s, 0);
+        for row in &mut r {
+            row.ratio = Ratio::None;
+        }
+        table.extend(r);
+    }
+
     // ---- 4d. the herd (issue 15): n waiters on one lock, until the last one has held ------
     // Runs per size: a thousand waiters take seconds per tool and run.
     let largest = 1000;
@@ -1074,6 +1084,64 @@ fn sshfs_rows(ctx: &Ctx, fx: &Sshfs, args: &Args, notes: &mut Vec<String>) -> Re
 
 /// Runs `bench/ftp-vs-seed.sh` (a private pure-ftpd; the seed's Perl helper beside
 /// locksmith) and reads its samples back.
+/// A server backend's rows (profile `profile`, section `section`) beside flock(1): spawn → OK
+/// (`takes`: what locksmith does to get there; `server`: the server, for the metric's name),
+/// handoff, crash release (its parent killed, and the holding locksmith itself killed).
+fn server_rows(
+    c: &Ctx,
+    section: &str,
+    profile: &str,
+    takes: &str,
+    server: &str,
+    runs: usize,
+) -> Result<Vec<Row>> {
+    let mut table = Vec::new();
+    let mut tools: Vec<Tool<'_>> = vec![
+        Tool {
+            name: "flock F echo OK".into(),
+            run: Box::new(|_| c.spawn_ok_flock1()),
+        },
+        Tool {
+            name: format!("locksmith {profile} ({takes})"),
+            run: Box::new(|_| c.spawn_ok_locksmith(profile, None)),
+        },
+    ];
+    let m = format!("{section}: spawn → OK ({server})");
+    let s = alternate(&m, runs, &mut tools)?;
+    table.extend(rows(&m, &tools, s, 0));
+    let mut tools: Vec<Tool<'_>> = vec![
+        Tool {
+            name: "flock(1): close stdin of `flock -F F cat`; waiter's echo OK".into(),
+            run: Box::new(|_| c.handoff_flock1(Flock1Wait::Cmd)),
+        },
+        Tool {
+            name: format!("locksmith {profile}: close holder's stdout pipe"),
+            run: Box::new(|_| c.handoff_locksmith(profile)),
+        },
+    ];
+    let m = format!("{section}: handoff");
+    let s = alternate(&m, runs, &mut tools)?;
+    table.extend(rows(&m, &tools, s, 0));
+    let mut tools: Vec<Tool<'_>> = vec![
+        Tool {
+            name: "flock(1): kill -9 `flock -F F sleep`; waiter's echo OK".into(),
+            run: Box::new(|_| c.crash_flock1(Flock1Wait::Cmd)),
+        },
+        Tool {
+            name: format!("locksmith {profile}: kill -9 its parent"),
+            run: Box::new(|_| c.crash_locksmith(profile)),
+        },
+        Tool {
+            name: format!("locksmith {profile}: kill -9 the holding locksmith"),
+            run: Box::new(|_| c.helper_kill_locksmith(profile)),
+        },
+    ];
+    let m = format!("{section}: crash release");
+    let s = alternate(&m, runs, &mut tools)?;
+    table.extend(rows(&m, &tools, s, 0));
+    Ok(table)
+}
+
 fn ftp_rows(locksmith: &Path, args: &Args) -> Result<Vec<Row>> {
     let mut c = Command::new("bash");
     c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("ftp-vs-seed.sh"))

@@ -283,6 +283,35 @@ impl Ctx {
         Ok(took / (n * k) as u32)
     }
 
+    /// Semaphore throughput (SPEC §3b): `n` contenders, each running `k` times
+    /// `locksmith --slots S run P -- true` (S = `slots`, 1 being the plain lock). Returns the
+    /// wall time per grant; every run must exit 0.
+    pub fn slots(&self, profile: &str, slots: u32, n: usize, k: usize) -> Result<Duration> {
+        let slots = slots.to_string();
+        let t0 = Instant::now();
+        std::thread::scope(|scope| -> Result<()> {
+            let workers: Vec<_> = (0..n)
+                .map(|_| {
+                    let mut c = self.locksmith_cmd(&[
+                        "-q", "--slots", &slots, "--wait", "60s", "run", profile, "--", "true",
+                    ]);
+                    scope.spawn(move || -> Result<()> {
+                        for _ in 0..k {
+                            Proc::spawn("slots grant", &mut c)?.wait_ok(T)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for w in workers {
+                w.join()
+                    .map_err(|_| "a slots worker panicked".to_string())??;
+            }
+            Ok(())
+        })?;
+        Ok(t0.elapsed() / (n * k) as u32)
+    }
+
     /// The herd (issue 15): a holder holds; `n` waiters are started, each to run one
     /// increment of a counter under the lock (`locksmith --wait 10m run P -- sh -c CRITICAL`,
     /// or `flock -w 600 F sh -c CRITICAL` for `profile = None`), and seen waiting (locksmith:

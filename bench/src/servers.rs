@@ -1,8 +1,10 @@
 //! The bench's profiles on testkit's throwaway servers (the fixtures the tests start too):
 //! - `--pg` on [`Pg`]: a PostgreSQL cluster on 127.0.0.1 (trust auth);
+//! - `--redis` on [`Redis`]: a redis-server on 127.0.0.1;
 //! - `--sshfs` on [`Sshfs`]: one directory served over SFTP and mounted twice.
 
 use testkit::postgres::Pg;
+use testkit::redis::Redis;
 use testkit::sshfs::Sshfs;
 
 /// Profile `pg` (advisory lock `bench`) over TCP to 127.0.0.1, on a cluster started with
@@ -12,6 +14,14 @@ pub fn pg_profiles(pg: &Pg) -> String {
         "[profile.pg]\nbackend = \"postgres\"\nhost = \"127.0.0.1\"\nport = {}\n\
          dbname = \"app\"\nuser = \"locker\"\nlock = \"bench\"\n",
         pg.port
+    )
+}
+
+/// Profile `rd` (key `bench`) on a throwaway [`Redis`].
+pub fn redis_profiles(r: &Redis) -> String {
+    format!(
+        "[profile.rd]\nbackend = \"redis\"\nhost = \"127.0.0.1\"\nport = {}\nkey = \"bench\"\n",
+        r.port
     )
 }
 

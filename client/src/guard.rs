@@ -87,7 +87,7 @@ pub struct NetLock {
     /// The names given, in order, duplicates included (one for a single lock).
     tags: Vec<String>,
     /// For each of `tags`, its lock's index in `ok.locks()`.
-    slots: Vec<usize>,
+    places: Vec<usize>,
     watch: Arc<Watch>,
     released: bool,
 }
@@ -117,6 +117,8 @@ pub struct Builder {
     profiles: Option<PathBuf>,
     wait: Wait,
     shared: bool,
+    /// `--slots N`, checked when locking.
+    slots: Option<u32>,
     helper: Option<PathBuf>,
 }
 
@@ -163,6 +165,7 @@ impl NetLock {
             profiles: None,
             wait: Wait::Profile,
             shared: false,
+            slots: None,
             helper: None,
         }
     }
@@ -208,6 +211,43 @@ impl NetLock {
         self.per_name(|l| l.token)
     }
 
+    /// The semaphore slot this guard holds (`slot=` on the `OK` line, from 0), for a lock of
+    /// more than one slot ([`Builder::slots`]); `None` for a lock of one slot.
+    ///
+    /// Like [`token`](NetLock::token), **always `None` for several locks**: use
+    /// [`slots`](NetLock::slots) there.
+    ///
+    /// ```no_run
+    /// // At most 2 jobs at once on this host, each on its own GPU.
+    /// let lock = netlock::NetLock::builder("/var/lock/gpu").slots(2).lock()?;
+    /// let gpu = lock.slot().expect("a lock of 2 slots reports its slot");
+    /// println!("running on GPU {gpu} of {:?}", lock.slot_count());
+    /// # Ok::<(), netlock::Error>(())
+    /// ```
+    pub fn slot(&self) -> Option<u32> {
+        self.ok.slot()
+    }
+
+    /// The number of slots of the lock held (`slots=` on the `OK` line), `None` for a lock of
+    /// one slot or several locks (see [`slot_counts`](NetLock::slot_counts)). It is the number
+    /// the lock records, which is [`Builder::slots`] or the profile's `slots`.
+    pub fn slot_count(&self) -> Option<u32> {
+        self.ok.slot_count()
+    }
+
+    /// The semaphore slot held in each lock, in the order the locks were named, `None` where
+    /// that lock has one slot: one entry per name given (see [`tokens`](NetLock::tokens)).
+    /// For a single lock, `vec![lock.slot()]`.
+    pub fn slots(&self) -> Vec<Option<u32>> {
+        self.per_name(|l| l.slot)
+    }
+
+    /// The number of slots of each lock, in the order named, `None` where that lock has one
+    /// slot (see [`slots`](NetLock::slots)).
+    pub fn slot_counts(&self) -> Vec<Option<u32>> {
+        self.per_name(|l| l.slots)
+    }
+
     /// The backend holding each lock (`flock`, `mkdir`, ...), in the order the locks were
     /// named, one entry per name given (see [`tokens`](NetLock::tokens)).
     pub fn backends(&self) -> Vec<&str> {
@@ -221,7 +261,10 @@ impl NetLock {
     }
 
     fn per_name<'a, T>(&'a self, f: impl Fn(&'a protocol::Held) -> T) -> Vec<T> {
-        self.slots.iter().map(|&i| f(&self.ok.locks()[i])).collect()
+        self.places
+            .iter()
+            .map(|&i| f(&self.ok.locks()[i]))
+            .collect()
     }
 
     /// Whether the lock is still held, without blocking.
@@ -365,8 +408,14 @@ impl fmt::Debug for NetLock {
         d.field("profile", &self.profile())
             .field("backend", &self.backend())
             .field("token", &self.token());
+        if self.slot().is_some() {
+            d.field("slot", &self.slot());
+        }
         if self.tags.len() > 1 {
             d.field("tags", &self.tags).field("tokens", &self.tokens());
+            if self.slots().iter().any(Option::is_some) {
+                d.field("slots", &self.slots());
+            }
         }
         d.field("helper_pid", &self.helper_pid())
             .field("held", &self.is_held())
@@ -443,6 +492,34 @@ impl Builder {
         self
     }
 
+    /// A semaphore of `n` slots (`--slots N`, SPEC §3b): up to `n` holders at once, each in
+    /// its own slot ([`NetLock::slot`], from 0), each slot a whole lock (crash release,
+    /// `LOST`, fencing tokens rising across slots). `n` is 1 to 1024; anything else is a
+    /// [`Usage`](ErrorKind::Usage) error before anything is spawned. Default: pass nothing
+    /// (the profile's or address's `slots`, else 1).
+    ///
+    /// ```no_run
+    /// let lock = netlock::NetLock::builder("mkdir:/srv/locks/encoders")
+    ///     .slots(4)
+    ///     .lock()?; // waits while 4 others hold it
+    /// println!("slot {:?} of {:?}", lock.slot(), lock.slot_count());
+    /// # Ok::<(), netlock::Error>(())
+    /// ```
+    ///
+    /// - Every contender of one lock must ask for the same number: the helper refuses
+    ///   another number while someone holds or waits with a [`Config`](ErrorKind::Config)
+    ///   error naming both, taking nothing.
+    /// - A backend without slots (the helper's README says which have them) refuses `n` > 1
+    ///   with a [`Usage`](ErrorKind::Usage) error, and so does [`shared`](Builder::shared)
+    ///   with `n` > 1 (a slot is exclusive).
+    /// - For several locks ([`Builder::also`]) it applies to every one; an address's own
+    ///   `?slots=` or a profile's `slots` overrides it for that lock.
+    ///   [`NetLock::slots`] gives each lock's slot.
+    pub fn slots(mut self, n: u32) -> Builder {
+        self.slots = Some(n);
+        self
+    }
+
     /// The helper binary to run. Default: `$LOCKSMITH_BIN`, else `locksmith` in a trusted
     /// directory: beside the current executable, in the parent of cargo's `deps` directory,
     /// then on `$PATH` (see the crate docs, "Finding the helper").
@@ -482,10 +559,13 @@ fn acquire(builder: &Builder, wait: Wait) -> Result<NetLock, Error> {
     for tag in &given {
         spawn::check_tag(tag)?;
     }
-    // Each name once, in the order first given; `slots[i]` is given[i]'s place among them,
+    if let Some(n) = builder.slots {
+        spawn::check_slots(n)?;
+    }
+    // Each name once, in the order first given; `places[i]` is given[i]'s place among them,
     // which is its lock's place on the OK line.
     let mut sent: Vec<&str> = Vec::new();
-    let slots: Vec<usize> = given
+    let places: Vec<usize> = given
         .iter()
         .map(|tag| {
             sent.iter().position(|s| s == tag).unwrap_or_else(|| {
@@ -499,6 +579,7 @@ fn acquire(builder: &Builder, wait: Wait) -> Result<NetLock, Error> {
         profiles: builder.profiles.as_deref(),
         wait,
         shared: builder.shared,
+        slots: builder.slots,
     };
     let helper = spawn::find_helper(builder.helper.as_deref());
     let mut child = spawn::spawn(&helper, &request)?;
@@ -513,7 +594,7 @@ fn acquire(builder: &Builder, wait: Wait) -> Result<NetLock, Error> {
             Ok(Line::Ok(ok)) if ok.profile() == protocol::shown_tag(&builder.tag) => {
                 let (held, names) = (ok.locks().len(), sent.len());
                 let tags = given.iter().map(|&t| t.to_owned()).collect();
-                let lock = NetLock::hold(child, reader, ok, tags, slots)?;
+                let lock = NetLock::hold(child, reader, ok, tags, places)?;
                 if held == names {
                     return Ok(lock);
                 }
@@ -644,7 +725,7 @@ impl NetLock {
         reader: BufReader<ChildStdout>,
         ok: OkLine,
         tags: Vec<String>,
-        slots: Vec<usize>,
+        places: Vec<usize>,
     ) -> Result<NetLock, Error> {
         let watch = Arc::new(Watch::default());
         let theirs = Arc::clone(&watch);
@@ -658,7 +739,7 @@ impl NetLock {
                 child,
                 ok,
                 tags,
-                slots,
+                places,
                 watch,
                 released: false,
             }),
@@ -786,6 +867,12 @@ dir=$(dirname "$0")
 printf '%s\n' "$@" > "$dir/$tag.args"
 case $tag in
 pair*)    echo "OK $first backend=fake,other mode=exclusive,shared token=5, locks=2"
+          cat >/dev/null
+          touch "$dir/$tag.released" ;;
+semset*)  echo "OK $first backend=fake,other token=5,6 slot=,2 slots=,3 locks=2"
+          cat >/dev/null
+          touch "$dir/$tag.released" ;;
+sem*)     echo "OK $tag backend=fake mode=exclusive token=7 slot=1 slots=3"
           cat >/dev/null
           touch "$dir/$tag.released" ;;
 merged*)  echo "OK $first backend=fake mode=exclusive token=3"
@@ -1090,6 +1177,61 @@ esac
         let err = builder("okay7").also("-v").lock().unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Usage);
         assert!(!sidecar("-v", "args").exists());
+    }
+
+    #[test]
+    fn slots_are_passed_and_the_slot_reported() {
+        let lock = builder("sem1").slots(3).lock().unwrap();
+        let args = fs::read_to_string(sidecar("sem1", "args")).unwrap();
+        assert_eq!(args, "--watch-stdin\n--slots\n3\nhold\nsem1\n");
+        assert_eq!((lock.slot(), lock.slot_count()), (Some(1), Some(3)));
+        assert_eq!(lock.slots(), [Some(1)]);
+        assert_eq!(lock.slot_counts(), [Some(3)]);
+        assert_eq!(lock.token(), Some(7));
+        assert!(format!("{lock:?}").contains("slot: Some(1)"), "{lock:?}");
+        lock.unlock().unwrap();
+
+        // Without slots: nothing passed, no slot.
+        let lock = builder("okay8").lock().unwrap();
+        assert_eq!((lock.slot(), lock.slot_count()), (None, None));
+        assert_eq!(lock.slots(), [None]);
+        lock.unlock().unwrap();
+    }
+
+    #[test]
+    fn slots_of_a_set_in_the_order_named() {
+        let lock = builder("set4")
+            .also("semset1")
+            .also("set4")
+            .slots(1)
+            .shared(true)
+            .lock()
+            .unwrap();
+        let args = fs::read_to_string(sidecar("semset1", "args")).unwrap();
+        assert_eq!(
+            args,
+            "--watch-stdin\n--shared\n--slots\n1\nhold\nset4\nsemset1\n"
+        );
+        assert_eq!(lock.slots(), [None, Some(2), None]);
+        assert_eq!(lock.slot_counts(), [None, Some(3), None]);
+        // One slot cannot stand for the set.
+        assert_eq!((lock.slot(), lock.slot_count()), (None, None));
+        assert!(format!("{lock:?}").contains("slots: [None, Some(2), None]"));
+        lock.unlock().unwrap();
+    }
+
+    #[test]
+    fn bad_slots_are_refused_before_spawning() {
+        let _ = fake();
+        for (n, tag) in [(0, "sem2"), (1025, "sem3"), (u32::MAX, "sem4")] {
+            let err = builder(tag).slots(n).lock().unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Usage, "{n}");
+            assert_eq!(err.exit_code(), None);
+            assert!(err.message().contains("1 to 1024"), "{err}");
+            assert!(!sidecar(tag, "args").exists(), "{n}: nothing spawned");
+            let err = builder(tag).slots(n).try_lock().unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Usage, "{n}");
+        }
     }
 
     #[test]

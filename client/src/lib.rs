@@ -47,6 +47,14 @@
 //! # Ok::<(), netlock::Error>(())
 //! ```
 //!
+//! A semaphore: up to N holders at once, each in its own slot ([`Builder::slots`]):
+//!
+//! ```no_run
+//! let lock = netlock::NetLock::builder("/var/lock/gpu").slots(2).lock()?;
+//! println!("GPU {:?}", lock.slot()); // Some(0) or Some(1)
+//! # Ok::<(), netlock::Error>(())
+//! ```
+//!
 //! Errors keep the helper's classification ([`ErrorKind`]: busy, config, unavailable,
 //! denied, lost, ...) and its message; `try_*` calls return `Ok(None)` rather than a busy
 //! error.
@@ -61,12 +69,12 @@
 //! # How it works
 //!
 //! The guard runs
-//! `locksmith --watch-stdin [--profiles FILE] [--wait D] [--shared] hold TAG [TAG...]`
+//! `locksmith --watch-stdin [--profiles FILE] [--wait D] [--shared] [--slots N] hold TAG [TAG...]`
 //! with stdin and stdout on pipes it keeps and stderr inherited (the helper's waiting
 //! message and logs appear on this process's stderr). The helper writes one line:
-//! `OK <profile> backend=<name> mode=<exclusive|shared> [token=<n>] [prev=crashed] ...`
-//! (for several locks, `backend=`, `mode=` and `token=` hold one comma-separated value per
-//! lock, and `locks=N` follows), or
+//! `OK <profile> backend=<name> mode=<exclusive|shared> [token=<n>] [prev=crashed]
+//! [slot=<k> slots=<n>] ...` (for several locks, `backend=`, `mode=`, `token=`, `slot=` and
+//! `slots=` hold one comma-separated value per lock, and `locks=N` follows), or
 //! `ERROR <kind>: <message>` and exits with a sysexits code (64 usage, 69 unavailable, 74
 //! lost/io, 75 busy, 77 denied, 78 config). While held it writes nothing more, except
 //! `LOST <reason>` if the lock is lost (then it exits 74). The guard releases by closing the
@@ -115,8 +123,8 @@
 //!   you alone can write (see "Finding the helper"): a `locksmith` planted by another user in
 //!   `/tmp` or in a group-writable build directory is never run. Programs that matter should
 //!   still pin the binary with [`Builder::helper`].
-//! - Only the profile name, the profiles path, the wait and `--shared` go on the helper's
-//!   command line (visible in `ps`). Credentials stay in the profiles file or in the
+//! - Only the profile name, the profiles path, the wait, `--shared` and `--slots` go on the
+//!   helper's command line (visible in `ps`). Credentials stay in the profiles file or in the
 //!   environment variables it names; the helper inherits this process's environment.
 //! - The helper refuses a profiles file holding an inline `password`, or any
 //!   `password_file`, that is readable by group or others.

@@ -12,6 +12,9 @@
 //!                                 and token= hold N comma-separated values, one per lock
 //!                                 in the order named; a token may be empty (that lock
 //!                                 keeps none); <profile> is the first lock named
+//!                                 slot=K slots=N (a semaphore, SPEC §3b): both or neither,
+//!                                 K < N; for several locks one value each, both empty for
+//!                                 a lock of one slot
 //! ERROR <kind>: <message>         kind: usage unavailable lost io busy denied config
 //! LOST [<reason>]                 only after OK
 //! ```
@@ -61,6 +64,10 @@ pub(crate) struct Held {
     pub(crate) backend: String,
     pub(crate) shared: bool,
     pub(crate) token: Option<u64>,
+    /// `slot=K`: the semaphore slot held (0-based), for a lock of more than one slot.
+    pub(crate) slot: Option<u32>,
+    /// `slots=N`: that lock's number of slots, with `slot`.
+    pub(crate) slots: Option<u32>,
 }
 
 impl OkLine {
@@ -94,6 +101,22 @@ impl OkLine {
     pub(crate) fn token(&self) -> Option<u64> {
         match self.locks.as_slice() {
             [one] => one.token,
+            _ => None,
+        }
+    }
+
+    /// The slot of a single lock; `None` for several, or for a lock of one slot.
+    pub(crate) fn slot(&self) -> Option<u32> {
+        match self.locks.as_slice() {
+            [one] => one.slot,
+            _ => None,
+        }
+    }
+
+    /// The number of slots of a single lock (`slots=N`); `None` as for [`OkLine::slot`].
+    pub(crate) fn slot_count(&self) -> Option<u32> {
+        match self.locks.as_slice() {
+            [one] => one.slots,
             _ => None,
         }
     }
@@ -292,14 +315,49 @@ fn parse_ok(line: &str, rest: &str) -> Result<Line, String> {
             tokens
         }
     };
+    // Semaphores (SPEC §3b): `slot=K slots=N`, one value per lock, both empty for a lock of
+    // one slot.
+    let numbers = |key: &str| -> Result<Vec<Option<u32>>, String> {
+        let Some(v) = get(key) else {
+            return Ok(vec![None; count]);
+        };
+        each(key, v)?
+            .into_iter()
+            .map(|part| match part.as_str() {
+                "" if n.is_some() => Ok(None),
+                p if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => p
+                    .parse::<u32>()
+                    .map(Some)
+                    .map_err(|_| format!("{key}={v} is out of range")),
+                _ => Err(format!("{key}={v} is not a number")),
+            })
+            .collect()
+    };
+    let (slot, slots) = (numbers("slot")?, numbers("slots")?);
+    for (k, n) in slot.iter().zip(&slots) {
+        match (k, n) {
+            (None, None) => {}
+            (Some(k), Some(n)) if k < n => {}
+            _ => {
+                return Err(format!(
+                    "slot={} slots={}: a slot needs its number of slots, and below it",
+                    get("slot").unwrap_or_default(),
+                    get("slots").unwrap_or_default()
+                ));
+            }
+        }
+    }
     let locks = backends
         .into_iter()
         .zip(modes)
         .zip(tokens)
-        .map(|((backend, mode), token)| Held {
+        .zip(slot.into_iter().zip(slots))
+        .map(|(((backend, mode), token), (slot, slots))| Held {
             backend,
             shared: mode == "shared",
             token,
+            slot,
+            slots,
         })
         .collect();
     Ok(Line::Ok(OkLine {
@@ -490,6 +548,48 @@ mod tests {
         protocol_error("OK a backend=mkdir,flock token=1,-2 locks=2");
         for bad in ["0", "-2", "+2", "two", ""] {
             protocol_error(&format!("OK a backend=mkdir,flock locks={bad}"));
+        }
+    }
+
+    /// SPEC §3b semaphores: `slot=K slots=N` after the usual fields; for several locks one
+    /// value each, both empty for a lock of one slot.
+    #[test]
+    fn ok_with_slots() {
+        let one = ok("OK /tmp/x backend=flock mode=exclusive token=2 slot=1 slots=2");
+        assert_eq!((one.slot(), one.slot_count()), (Some(1), Some(2)));
+        assert_eq!(one.token(), Some(2));
+        let plain = ok("OK /tmp/x backend=flock mode=exclusive token=2");
+        assert_eq!((plain.slot(), plain.slot_count()), (None, None));
+        let set = ok(
+            "OK a backend=mkdir,flock mode=exclusive,exclusive token=1,2 \
+                      slot=1, slots=2, locks=2",
+        );
+        let got: Vec<_> = set.locks().iter().map(|l| (l.slot, l.slots)).collect();
+        assert_eq!(got, [(Some(1), Some(2)), (None, None)]);
+        assert_eq!((set.slot(), set.slot_count()), (None, None));
+        let both = ok("OK a backend=flock,flock token=3,1 slot=0,1023 slots=3,1024 locks=2");
+        assert_eq!(both.locks()[1].slot, Some(1023));
+        assert_eq!(both.locks()[1].slots, Some(1024));
+    }
+
+    #[test]
+    fn ok_with_slots_rejects_what_does_not_add_up() {
+        for bad in [
+            "OK a backend=flock slot=1",
+            "OK a backend=flock slots=2",
+            "OK a backend=flock slot=2 slots=2",
+            "OK a backend=flock slot= slots=2",
+            "OK a backend=flock slot=x slots=2",
+            "OK a backend=flock slot=-1 slots=2",
+            "OK a backend=flock slot=+1 slots=2",
+            "OK a backend=flock slot=0 slots=4294967296",
+            "OK a backend=flock slot=0 slots=0",
+            "OK a backend=flock,flock slot=0 slots=2, locks=2",
+            "OK a backend=flock,flock slot=0, slots=2 locks=2",
+            "OK a backend=flock,flock slot=0,1 slots=2,2,2 locks=2",
+            "OK a backend=flock,flock slot=,1 slots=2, locks=2",
+        ] {
+            protocol_error(bad);
         }
     }
 

@@ -50,11 +50,13 @@ pub(crate) struct Request<'a> {
     pub(crate) profiles: Option<&'a Path>,
     pub(crate) wait: Wait,
     pub(crate) shared: bool,
+    /// `--slots N` (SPEC §3b), checked with [`check_slots`]; `None` passes nothing.
+    pub(crate) slots: Option<u32>,
 }
 
 impl Request<'_> {
-    /// `--watch-stdin [--profiles FILE] [--wait D] [--shared] hold TAG [TAG...]`: options
-    /// first, as the helper wants them before the subcommand.
+    /// `--watch-stdin [--profiles FILE] [--wait D] [--shared] [--slots N] hold TAG [TAG...]`:
+    /// options first, as the helper wants them before the subcommand.
     pub(crate) fn args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec!["--watch-stdin".into()];
         if let Some(profiles) = self.profiles {
@@ -67,6 +69,10 @@ impl Request<'_> {
         }
         if self.shared {
             args.push("--shared".into());
+        }
+        if let Some(n) = self.slots {
+            args.push("--slots".into());
+            args.push(n.to_string().into());
         }
         args.push("hold".into());
         args.extend(self.tags.iter().map(OsString::from));
@@ -93,6 +99,22 @@ pub(crate) fn check_tag(tag: &str) -> Result<(), Error> {
                 "invalid lock {tag:?}: expected a profile name (1 to 64 of A-Z a-z 0-9 . _ -) \
                  or a lock address (a path, or SCHEME:...), not starting with -"
             ),
+        ))
+    }
+}
+
+/// The most slots a semaphore may have (SPEC §3b).
+pub(crate) const MAX_SLOTS: u32 = 1024;
+
+/// Checks a number of slots before anything is spawned: 1 to [`MAX_SLOTS`], as the helper
+/// accepts.
+pub(crate) fn check_slots(n: u32) -> Result<(), Error> {
+    if (1..=MAX_SLOTS).contains(&n) {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::Usage,
+            format!("invalid number of slots {n}: expected 1 to {MAX_SLOTS}"),
         ))
     }
 }
@@ -360,6 +382,7 @@ mod tests {
             profiles: None,
             wait: Wait::Profile,
             shared: false,
+            slots: None,
         };
         assert_eq!(args(&r), ["--watch-stdin", "hold", "demo"]);
     }
@@ -371,6 +394,7 @@ mod tests {
             profiles: Some(Path::new("/etc/p.toml")),
             wait: Wait::For(Duration::from_millis(1500)),
             shared: true,
+            slots: Some(3),
         };
         assert_eq!(
             args(&r),
@@ -381,11 +405,25 @@ mod tests {
                 "--wait",
                 "1500ms",
                 "--shared",
+                "--slots",
+                "3",
                 "hold",
                 "demo",
                 "mkdir:/srv/x?stale_after=30s"
             ]
         );
+    }
+
+    #[test]
+    fn slots_from_1_to_1024() {
+        for good in [1, 2, 1024] {
+            check_slots(good).unwrap();
+        }
+        for bad in [0, 1025, u32::MAX] {
+            let err = check_slots(bad).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Usage, "{bad}");
+            assert!(err.message().contains("1 to 1024"), "{err}");
+        }
     }
 
     #[test]
@@ -421,6 +459,8 @@ mod tests {
             "mkdir:/srv/locks/x",
             "ftp://host/locks/x",
             "s3://locks/deploy/prod?endpoint=http://127.0.0.1:8333",
+            "redis://locker@127.0.0.1:6379/2?key=locks:x",
+            "rediss://redis.example.com?key=x&ca_file=/etc/ca.pem",
         ] {
             check_tag(good).unwrap();
         }

@@ -77,6 +77,8 @@ pub struct Cli {
     pub profiles: Option<PathBuf>,
     pub wait: Option<Wait>,
     pub shared: bool,
+    /// `--slots N` (SPEC §3b).
+    pub slots: Option<u32>,
     pub watch_stdin: bool,
     pub conflict_exit: Option<i32>,
     pub quiet: bool,
@@ -107,6 +109,7 @@ impl Cli {
             profiles: None,
             wait: None,
             shared: false,
+            slots: None,
             watch_stdin: false,
             conflict_exit: None,
             quiet: false,
@@ -277,6 +280,12 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
             Opt::Nonblock => cli.wait = Some(Wait::For(Duration::ZERO)),
             Opt::Shared => cli.shared = true,
             Opt::Exclusive => cli.shared = false,
+            Opt::Slots => {
+                let v = p.value().map_err(err)?.string().map_err(of("--slots"))?;
+                cli.slots = Some(
+                    crate::settings::parse_slots(&v).map_err(|m| usage(format!("--slots: {m}")))?,
+                );
+            }
             Opt::WatchStdin => cli.watch_stdin = true,
             Opt::ConflictExit => {
                 let opt = "-E/--conflict-exit-code";

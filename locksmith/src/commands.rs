@@ -46,6 +46,7 @@ fn load(cli: &Cli, word: &str) -> Result<Profile> {
     let overrides = Overrides {
         wait: cli.wait,
         shared: cli.shared,
+        slots: cli.slots,
     };
     if let Some(entry) = backend::entry_of_address(word)? {
         let p = backend::from_address(entry, word, &Env::current(), &overrides)?;
@@ -146,12 +147,31 @@ fn ok_line(locks: &[Profile], held: &HoldSet) -> OkLine {
         mode: each(&|p, _| mode_of(p).as_str().to_string()),
         token: tokens(&holds),
         prev_crashed: holds.iter().any(|h| h.grant().prev_crashed),
-        extra: if locks.len() > 1 {
-            vec![("locks", locks.len().to_string())]
-        } else {
-            Vec::new()
+        extra: {
+            let mut extra = Vec::new();
+            // A semaphore's slot and number of slots (SPEC §3b); a lock of one slot leaves
+            // its place empty.
+            if locks.iter().any(|p| p.common.slots > 1) {
+                extra.push(("slot", each(&|_, h| slot_of(h).unwrap_or_default())));
+                extra.push((
+                    "slots",
+                    each(&|p, _| match p.common.slots {
+                        1 => String::new(),
+                        n => n.to_string(),
+                    }),
+                ));
+            }
+            if locks.len() > 1 {
+                extra.push(("locks", locks.len().to_string()));
+            }
+            extra
         },
     }
+}
+
+/// The slot a hold has, as the OK line and `LOCKSMITH_SLOT` say it.
+fn slot_of(h: &Hold) -> Option<String> {
+    h.grant().slot.map(|k| k.to_string())
 }
 
 /// The fencing tokens of a set in command-line order (`LOCKSMITH_TOKEN`, `token=`); `None`
@@ -242,7 +262,7 @@ fn hold(cli: &Cli, locks: &[Profile]) -> Result<i32> {
     }
     debug!("holding lock `{}`", p.name);
     loop {
-        match watcher.wait(&[], held.timeout())? {
+        match watcher.wait(&held.alarms(), held.timeout())? {
             Event::Release(cause) => {
                 debug!("releasing lock `{}`: {cause}", p.name);
                 return Ok(after_release(held.release(), Some(&mut watcher)));
@@ -374,6 +394,15 @@ fn run(cli: &Cli, locks: &[Profile], cmd: &[OsString]) -> Result<i32> {
         Some(t) => command.env("LOCKSMITH_TOKEN", t),
         None => command.env_remove("LOCKSMITH_TOKEN"),
     };
+    if holds.iter().any(|h| h.grant().slot.is_some()) {
+        let slots: Vec<String> = holds
+            .iter()
+            .map(|h| slot_of(h).unwrap_or_default())
+            .collect();
+        command.env("LOCKSMITH_SLOT", slots.join(","));
+    } else {
+        command.env_remove("LOCKSMITH_SLOT");
+    }
     if holds.iter().any(|h| h.grant().prev_crashed) {
         command.env("LOCKSMITH_PREV", "crashed");
     } else {
@@ -418,7 +447,11 @@ fn run(cli: &Cli, locks: &[Profile], cmd: &[OsString]) -> Result<i32> {
     let target = Pid::from_raw(if own_group { -pid } else { pid });
     let pidfd = sys::pidfd_open(pid).ok();
     let status = loop {
-        let fds: Vec<_> = pidfd.iter().map(|f| f.as_fd()).collect();
+        let fds: Vec<_> = pidfd
+            .iter()
+            .map(|f| f.as_fd())
+            .chain(held.alarms())
+            .collect();
         let mut timeout = held.timeout();
         if pidfd.is_none() {
             timeout = Some(timeout.map_or(Duration::from_millis(100), |t| {
@@ -586,11 +619,15 @@ fn status(p: &Profile, json: bool) -> Result<i32> {
             "backend": lock.name(),
             "held": held,
             "mode": if held { Some(mode.as_str()) } else { None },
+            "slots": p.common.slots,
             "holders": list,
         });
         format!("{v}\n")
     } else if !held {
-        format!("{}: free (backend {})\n", p.name, lock.name())
+        match p.common.slots {
+            1 => format!("{}: free (backend {})\n", p.name, lock.name()),
+            n => format!("{}: free, {n} slots (backend {})\n", p.name, lock.name()),
+        }
     } else {
         let mut s = String::new();
         for h in &holders {
@@ -620,6 +657,7 @@ fn holder_json(h: &Holder) -> serde_json::Value {
         "since": h.since,
         "token": h.token,
         "alive": h.alive,
+        "slot": h.slot,
     })
 }
 

@@ -110,6 +110,8 @@ impl Error {
             Some(libc::EACCES) | Some(libc::EPERM) => Kind::Denied,
             Some(libc::ENOENT) | Some(libc::ENOTDIR) => Kind::Config,
             Some(libc::ELOOP) => Kind::Denied,
+            // A path or a name in it too long: the lock's address is wrong (SPEC §4: 78).
+            Some(libc::ENAMETOOLONG) => Kind::Config,
             _ => Kind::Io,
         };
         let hint = match err.raw_os_error() {
@@ -117,6 +119,10 @@ impl Error {
                 " (locksmith never creates parent directories)"
             }
             Some(libc::ELOOP) => " (refusing to follow a symbolic link)",
+            Some(libc::ENAMETOOLONG) => {
+                " (a path is at most 4095 bytes, a name in it at most 255, names locksmith \
+                 keeps beside the lock included)"
+            }
             _ => "",
         };
         Error::new(kind, format!("{what} {}: {err}{hint}", shown(path)))

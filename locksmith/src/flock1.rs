@@ -134,7 +134,7 @@ fn usage() -> String {
      flock [options] <file descriptor number>\n\n\
      Manage file locks from shell scripts.\n\
      In place of <file> also a locksmith lock address: mkdir:PATH, link:PATH, symlink:PATH,\n\
-     flock:PATH, ftp://..., postgres://..., etcd://... (see locksmith(1)).\n\n\
+     flock:PATH, ftp://..., postgres://..., etcd://..., redis://... (see locksmith(1)).\n\n\
      Options:\n \
      -s, --shared             get a shared lock\n \
      -x, --exclusive          get an exclusive lock (default)\n \

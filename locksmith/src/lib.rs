@@ -27,6 +27,11 @@ pub mod profile;
 pub mod protocol;
 pub mod settings;
 pub mod sys;
-#[cfg(any(feature = "ftp", feature = "postgres", feature = "etcd"))]
+#[cfg(any(
+    feature = "ftp",
+    feature = "postgres",
+    feature = "etcd",
+    feature = "redis"
+))]
 pub mod tls;
 pub mod watch;

@@ -26,7 +26,7 @@ pub static PROFILE_KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "backend",
         example: "\"mkdir\"",
-        doc: "the backend: flock, mkdir, link, symlink, ftp, postgres or etcd (or give url)",
+        doc: "the backend: flock, mkdir, link, symlink, ftp, postgres, etcd or redis (or give url)",
     },
     KeyDoc {
         key: "url",

@@ -47,6 +47,8 @@ pub struct Common {
     pub keepalive: Duration,
     pub stale_after: Duration,
     pub shared: bool,
+    /// Holders admitted at once (SPEC §3b, `slots`): 1 is the mutex of §6.
+    pub slots: u32,
     /// flock(1)'s forms (and `-F`): the lock is the file alone, as flock(1) leaves it — no
     /// fencing-token state, no writer-preference gate beside it (issue 25, finding 12). Not a
     /// profile key: the command line's form says it.
@@ -63,6 +65,7 @@ impl Common {
             keepalive: Duration::from_secs(5),
             stale_after: Duration::from_secs(60),
             shared: false,
+            slots: 1,
             flock1: false,
         }
     }
@@ -120,6 +123,21 @@ impl Common {
 pub struct Overrides {
     pub wait: Option<Wait>,
     pub shared: bool,
+    /// `--slots N`.
+    pub slots: Option<u32>,
+}
+
+/// The most slots a lock may have (SPEC §3b).
+pub const MAX_SLOTS: u32 = 1024;
+
+/// A `slots` value: 1 to [`MAX_SLOTS`].
+pub fn parse_slots(s: &str) -> std::result::Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(n) if (1..=MAX_SLOTS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "\"{s}\" is not a number of slots from 1 to {MAX_SLOTS}"
+        )),
+    }
 }
 
 /// The shortest `poll` accepted: below it a waiter would spin.
@@ -424,6 +442,8 @@ pub struct Env {
     pub locksmith_password: bool,
     /// `$PGPASSWORD` is set (libpq's convention).
     pub pgpassword: bool,
+    /// `$REDISCLI_AUTH` is set (redis-cli's convention).
+    pub rediscli_auth: bool,
     /// `$PGPASSFILE` (libpq's convention), else `~/.pgpass`.
     pub pgpassfile: Option<PathBuf>,
 }
@@ -437,6 +457,7 @@ impl Env {
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
             locksmith_password: var("LOCKSMITH_PASSWORD").is_some(),
             pgpassword: var("PGPASSWORD").is_some(),
+            rediscli_auth: var("REDISCLI_AUTH").is_some(),
             pgpassfile: var("PGPASSFILE").map(PathBuf::from),
         }
     }
@@ -616,6 +637,11 @@ pub static COMMON_KEYS: &[KeyDoc] = &[
         example: "true",
         doc: "take a shared (reader) lock where the backend can (flock, symlink, ftp, etcd, postgres) [default: false]",
     },
+    KeyDoc {
+        key: "slots",
+        example: "2",
+        doc: "a semaphore: up to this many holders at once, each in its own slot (1 to 1024); every contender of one lock must say the same (not on s3 yet) [default: 1]",
+    },
 ];
 
 /// Where a password may come from (at most one of them; read by [`Fields::password`]).
@@ -765,6 +791,37 @@ impl Fields {
         match u16::try_from(n) {
             Ok(p) if p > 0 => Ok(Some(p)),
             _ => Err(self.error(&format!("`{key}` = {n} is not from 1 to 65535"))),
+        }
+    }
+
+    /// A number of slots, 1 to [`MAX_SLOTS`] (SPEC §3b).
+    pub fn slots(&mut self, key: &str) -> Result<Option<u32>> {
+        Ok(self.number(key, 1, MAX_SLOTS.into())?.map(|n| n as u32))
+    }
+
+    /// A whole number from `min` to `max` (an address gives it as text).
+    pub fn number(&mut self, key: &str, min: i64, max: i64) -> Result<Option<i64>> {
+        let n = match self.take(key) {
+            None => return Ok(None),
+            Some(Value::Integer(n)) => n,
+            Some(Value::String(s)) if self.origin.address.is_some() => {
+                s.parse::<i64>().map_err(|_| {
+                    self.error(&format!(
+                        "`{key}` = {s:?} is not a number from {min} to {max}"
+                    ))
+                })?
+            }
+            Some(other) => {
+                return Err(self.error(&format!(
+                    "`{key}` must be an integer, not {}",
+                    other.type_str()
+                )));
+            }
+        };
+        if (min..=max).contains(&n) {
+            Ok(Some(n))
+        } else {
+            Err(self.error(&format!("`{key}` = {n} is not from {min} to {max}")))
         }
     }
 

@@ -20,6 +20,29 @@ pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// `fcntl(F_NOTIFY)` (dnotify): `SIGIO` for this process whenever a name in the directory
+/// `dir` is removed or renamed, until `dir` is closed. The caller handles `SIGIO` first (its
+/// default action ends the process). Chosen over inotify for a holder's watch: closing an
+/// inotify instance waits for an SRCU grace period (8–15 ms measured), which every `run`
+/// would pay at its end; dnotify's group is the kernel's own (issue 28).
+///
+/// # References
+/// - <https://man7.org/linux/man-pages/man2/fcntl.2.html> ("File and directory change
+///   notification")
+pub fn dir_notify(dir: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // <linux/fcntl.h> (the libc crate lacks them): DN_DELETE, DN_RENAME, DN_MULTISHOT.
+    const DN_DELETE: u32 = 0x0000_0008;
+    const DN_RENAME: u32 = 0x0000_0010;
+    const DN_MULTISHOT: u32 = 0x8000_0000;
+    let events = (DN_DELETE | DN_RENAME | DN_MULTISHOT) as libc::c_int;
+    // SAFETY: fcntl on a descriptor we borrow, with an integer argument; no memory passed.
+    if unsafe { libc::fcntl(dir.as_raw_fd(), libc::F_NOTIFY, events) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `clock_gettime(CLOCK_BOOTTIME)`: monotonic time that keeps counting through suspend,
 /// so a holder that slept notices how long it was away.
 pub fn boottime() -> Duration {

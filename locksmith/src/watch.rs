@@ -86,9 +86,9 @@ impl Watcher {
     pub fn new(opts: WatchOpts) -> Result<Watcher> {
         let mut signals = Vec::with_capacity(SIGNALS.len());
         for sig in SIGNALS {
-            let (rx, tx) = UnixStream::pair().map_err(|e| Error::io("socketpair", e))?;
-            rx.set_nonblocking(true)
-                .map_err(|e| Error::io("socketpair", e))?;
+            let what = "cannot make the socket pair that watches for signals";
+            let (rx, tx) = UnixStream::pair().map_err(|e| Error::io(what, e))?;
+            rx.set_nonblocking(true).map_err(|e| Error::io(what, e))?;
             signal_hook::low_level::pipe::register(sig as i32, tx)
                 .map_err(|e| Error::io(format!("installing a {sig} handler"), e))?;
             signals.push((sig, rx));

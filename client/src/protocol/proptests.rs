@@ -8,7 +8,7 @@
 //! the grammar in the module docs; real lines round-trip (`OK name backend=x mode=exclusive
 //! token=N` yields token N), and so do lines whose profile field is a lock address with `?`,
 //! `=`, `:` and `%20` in it (SPEC §3a, issue 25: the first word after `OK` is always the
-//! profile field).
+//! profile field), and semaphore lines (`slot=K slots=N`, per lock for a set, SPEC §3b).
 //!
 //! Bounded pass: 512 cases for each of the 9 properties (4,608 inputs, about 1.5 s in a debug
 //! build). Failures are not persisted (`failure_persistence: None`): nothing is written to
@@ -113,7 +113,7 @@ fn field_value() -> impl Strategy<Value = &'static str> {
 /// A field of an `OK` line: real keys and values, near misses, junk.
 fn field() -> impl Strategy<Value = String> {
     let key = select(vec![
-        "backend", "mode", "token", "prev", "since", "host", "", "x", "é", "locks",
+        "backend", "mode", "token", "prev", "since", "host", "", "x", "é", "locks", "slot", "slots",
     ]);
     prop_oneof![
         6 => (key, select(vec!["=", "=", "=", "==", ""]), field_value())
@@ -255,6 +255,18 @@ fn check_parse(line: &str) -> Result<(), TestCaseError> {
                         prop_assert_eq!(ok.token(), None);
                     }
                 }
+            }
+            // Semaphores (SPEC §3b): a slot with its number of slots, below it; no single
+            // slot for a set.
+            for l in ok.locks() {
+                match (l.slot, l.slots) {
+                    (None, None) => {}
+                    (Some(k), Some(n)) => prop_assert!(k < n),
+                    other => prop_assert!(false, "slot/slots {:?} for {:?}", other, line),
+                }
+            }
+            if ok.locks().len() > 1 {
+                prop_assert_eq!(ok.slot(), None);
             }
             for (i, (k, v)) in ok.fields.iter().enumerate() {
                 prop_assert!(!k.is_empty() && !k.contains('='));
@@ -454,8 +466,13 @@ fn address() -> impl Strategy<Value = String> {
         .prop_map(|(scheme, parts, query)| format!("{scheme}{}{query}", parts.concat()))
 }
 
-/// One lock of a generated set: backend, shared, token.
-type SetLock = (String, bool, Option<u64>);
+/// One lock of a generated set: backend, shared, token, (slot, slots) of a semaphore.
+type SetLock = (String, bool, Option<u64>, Option<(u32, u32)>);
+
+/// A semaphore's `(slot, slots)`: 1 to 1024 slots, the slot below that (SPEC §3b).
+fn slot_pair() -> impl Strategy<Value = (u32, u32)> {
+    (1u32..=1024).prop_flat_map(|n| (0..n, Just(n)))
+}
 
 #[derive(Clone, Debug)]
 struct OkSpec {
@@ -464,6 +481,8 @@ struct OkSpec {
     mode: Option<&'static str>,
     token: Option<u64>,
     prev_crashed: bool,
+    /// A semaphore's `slot=K slots=N`.
+    slot: Option<(u32, u32)>,
     extra: Vec<(String, String)>,
     seps: Vec<String>,
     trailing: &'static str,
@@ -477,21 +496,24 @@ fn ok_spec() -> impl Strategy<Value = OkSpec> {
         prop::option::of(select(vec!["exclusive", "shared"])),
         prop::option::of(any::<u64>()),
         any::<bool>(),
+        prop::option::of(slot_pair()),
         prop::collection::btree_map("[a-z_][a-z0-9_.-]{0,8}", value(), 0..4),
         prop::collection::vec(sep(), 8),
         select(vec!["", " ", "\r", " \r", "\t"]),
     )
         .prop_map(
-            |(profile, backend, mode, token, prev_crashed, extra, seps, trailing)| OkSpec {
+            |(profile, backend, mode, token, prev_crashed, slot, extra, seps, trailing)| OkSpec {
                 profile,
                 backend,
                 mode,
                 token,
                 prev_crashed,
+                slot,
                 extra: extra
                     .into_iter()
                     .filter(|(k, _)| {
-                        !["backend", "mode", "token", "prev", "locks"].contains(&k.as_str())
+                        !["backend", "mode", "token", "prev", "locks", "slot", "slots"]
+                            .contains(&k.as_str())
                     })
                     .collect(),
                 seps,
@@ -513,6 +535,10 @@ impl OkSpec {
         }
         if self.prev_crashed {
             fields.push("prev=crashed".to_owned());
+        }
+        if let Some((k, n)) = self.slot {
+            fields.push(format!("slot={k}"));
+            fields.push(format!("slots={n}"));
         }
         fields.extend(self.extra.iter().map(|(k, v)| format!("{k}={v}")));
         let mut line = format!("OK{}{}", self.seps[0], self.profile);
@@ -546,6 +572,8 @@ proptest! {
         prop_assert_eq!(ok.shared(), spec.mode == Some("shared"));
         prop_assert_eq!(ok.get("mode"), spec.mode);
         prop_assert_eq!(ok.prev_crashed(), spec.prev_crashed);
+        prop_assert_eq!(ok.slot(), spec.slot.map(|p| p.0));
+        prop_assert_eq!(ok.slot_count(), spec.slot.map(|p| p.1));
         for (k, v) in &spec.extra {
             prop_assert_eq!(ok.get(k), Some(v.as_str()));
         }
@@ -554,6 +582,7 @@ proptest! {
             + usize::from(spec.mode.is_some())
             + usize::from(spec.token.is_some())
             + usize::from(spec.prev_crashed)
+            + 2 * usize::from(spec.slot.is_some())
             + spec.extra.len();
         prop_assert_eq!(ok.fields.len(), expected);
     }
@@ -591,13 +620,19 @@ proptest! {
         prop_assert_eq!(ok.fields.len(), 3);
     }
 
-    /// Several locks (SPEC §3b), as the helper writes them: each lock's backend, mode and
-    /// token come back in order, an empty token place as `None`, and no single token.
+    /// Several locks (SPEC §3b), as the helper writes them: each lock's backend, mode, token
+    /// and semaphore slot come back in order, an empty token or slot place as `None`, and no
+    /// single token or slot.
     #[test]
     fn ok_lines_for_several_locks_round_trip(
         profile in prop_oneof![1 => "[A-Za-z0-9._-]{1,64}", 1 => address()],
         locks in prop::collection::vec(
-            ("[a-z]{1,8}", any::<bool>(), prop::option::of(any::<u64>())),
+            (
+                "[a-z]{1,8}",
+                any::<bool>(),
+                prop::option::of(any::<u64>()),
+                prop::option::of(slot_pair()),
+            ),
             2..6,
         ),
     ) {
@@ -612,6 +647,10 @@ proptest! {
         if locks.iter().any(|l| l.2.is_some()) {
             line.push_str(&format!(" token={}", join(&|l| l.2.map(|t| t.to_string()).unwrap_or_default())));
         }
+        if locks.iter().any(|l| l.3.is_some()) {
+            line.push_str(&format!(" slot={}", join(&|l| l.3.map(|p| p.0.to_string()).unwrap_or_default())));
+            line.push_str(&format!(" slots={}", join(&|l| l.3.map(|p| p.1.to_string()).unwrap_or_default())));
+        }
         line.push_str(&format!(" locks={}", locks.len()));
         let Ok(Line::Ok(ok)) = parse(&line) else {
             return Err(TestCaseError::fail(format!("{line:?} parsed as {:?}", parse(&line))));
@@ -620,10 +659,12 @@ proptest! {
         let got: Vec<SetLock> = ok
             .locks()
             .iter()
-            .map(|l| (l.backend.clone(), l.shared, l.token))
+            .map(|l| (l.backend.clone(), l.shared, l.token, l.slot.zip(l.slots)))
             .collect();
         prop_assert_eq!(&got, &locks);
+        prop_assert!(ok.locks().iter().all(|l| l.slot.is_some() == l.slots.is_some()));
         prop_assert_eq!(ok.token(), None);
+        prop_assert_eq!(ok.slot(), None);
         prop_assert_eq!(ok.shared(), locks.iter().all(|l| l.1));
     }
 

@@ -29,9 +29,11 @@ use constant {
     # Waits at least this long (seconds) are passed as `forever`.
     EFFECTIVELY_FOREVER => 100 * 365 * 24 * 3600,
     U64_MAX             => '18446744073709551615',
+    # The most slots a semaphore may have (SPEC 3b).
+    MAX_SLOTS => 1024,
 };
 
-my %OPTION = map { $_ => 1 } qw(profiles wait shared helper);
+my %OPTION = map { $_ => 1 } qw(profiles wait shared slots helper);
 
 # The locks alive in this process (weak references), so that a child made by fork() can
 # close its copies of their pipes (see after_fork).
@@ -73,7 +75,7 @@ sub _options {
     }
     for my $key (sort keys %opts) {
         NetLock::Error::Usage->throw(message =>
-              "unknown option `$key` (known: helper, profiles, shared, wait)")
+              "unknown option `$key` (known: helper, profiles, shared, slots, wait)")
           unless $OPTION{$key};
     }
     return \%opts;
@@ -107,6 +109,18 @@ sub _wait_arg {
     return $text;
 }
 
+# The --slots value: undef passes nothing (the profile decides); a whole number from 1 to
+# MAX_SLOTS as written (leading zeros dropped); anything else dies with a usage error,
+# before anything is spawned.
+sub _slots_arg {
+    my ($slots) = @_;
+    return undef unless defined $slots;
+    NetLock::Error::Usage->throw(message => "slots => '$slots': expected a number of slots from 1 to "
+          . MAX_SLOTS)
+      unless !ref $slots && $slots =~ /^[0-9]{1,10}\z/ && $slots >= 1 && $slots <= MAX_SLOTS;
+    return 0 + $slots;
+}
+
 # Refuses what could never be a profile name or lock address, before anything is
 # spawned: an empty tag, one starting with `-` (it would read as an option), control
 # characters. The helper judges the rest (and says `ERROR usage:`).
@@ -122,14 +136,15 @@ sub _check_tag {
     return $tag;
 }
 
-# `--watch-stdin [--profiles FILE] [--wait D] [--shared] hold TAG [TAG...]`; $tags is one
-# tag or an array reference of them.
+# `--watch-stdin [--profiles FILE] [--wait D] [--shared] [--slots N] hold TAG [TAG...]`;
+# $tags is one tag or an array reference of them; $slots is _slots_arg's.
 sub _helper_args {
-    my ($tags, $opts, $wait) = @_;
+    my ($tags, $opts, $wait, $slots) = @_;
     my @args = ('--watch-stdin');
     push @args, '--profiles', "$opts->{profiles}" if defined $opts->{profiles};
     push @args, '--wait',     $wait               if defined $wait;
     push @args, '--shared' if $opts->{shared};
+    push @args, '--slots', $slots if defined $slots;
     push @args, 'hold', ref $tags eq 'ARRAY' ? @$tags : $tags;
     return @args;
 }
@@ -142,15 +157,16 @@ sub _acquire {
         message => 'no lock tag given: expected a profile name such as "phonestuff"')
       unless @given;
     _check_tag($_) for @given;
-    # Each name once, in the order first given; $slots[i] is $given[i]'s place among them,
+    my $slots = _slots_arg($opts->{slots});
+    # Each name once, in the order first given; $places[i] is $given[i]'s place among them,
     # which is its lock's place on the OK line.
-    my (@sent, %place, @slots);
+    my (@sent, %place, @places);
     for my $t (@given) {
         if (!exists $place{$t}) {
             $place{$t} = scalar @sent;
             push @sent, $t;
         }
-        push @slots, $place{$t};
+        push @places, $place{$t};
     }
     my $tag = $given[0];
     my ($path, $origin) = _find_helper($opts->{helper});
@@ -158,7 +174,7 @@ sub _acquire {
     my $self = bless {
         tag       => $tag,
         tags      => \@given,
-        slots     => \@slots,
+        places    => \@places,
         shown     => $shown,
         owner_pid => $$,
         released  => 0,
@@ -168,7 +184,7 @@ sub _acquire {
     }, ref($class) || $class;
     # Until the OK line, DESTROY must not act: _abandon cleans up instead.
     $self->{released} = 1;
-    @{$self}{qw(pid to_child from_child)} = _spawn($path, $shown, _helper_args(\@sent, $opts, $wait));
+    @{$self}{qw(pid to_child from_child)} = _spawn($path, $shown, _helper_args(\@sent, $opts, $wait, $slots));
 
     my ($line, $parsed);
     my $read_ok = eval {
@@ -572,8 +588,33 @@ sub _parse_line {
                 $tokens[$i] = $digits;
             }
         }
+        # Semaphores (SPEC 3b): slot=K slots=N, one value per lock, both empty for a lock of
+        # one slot.
+        my $numbers = sub {
+            my ($key) = @_;
+            return (undef) x @backends unless defined $map{$key};
+            return map {
+                    $_ eq '' && defined $n ? undef
+                  : /^[0-9]{1,10}\z/ && $_ < 2**32 ? 0 + $_
+                  : $bad->("$key=$map{$key} is not a number")
+            } $each->($key);
+        };
+        my @slot  = $numbers->('slot');
+        my @count = $numbers->('slots');
+        for my $i (0 .. $#backends) {
+            next if !defined $slot[$i] && !defined $count[$i];
+            $bad->('slot=' . ($map{slot} // '') . ' slots=' . ($map{slots} // '')
+                  . ': a slot needs its number of slots, and below it')
+              unless defined $slot[$i] && defined $count[$i] && $slot[$i] < $count[$i];
+        }
         my @locks = map {
-            { backend => $backends[$_], shared => $modes[$_] eq 'shared' ? 1 : 0, token => $tokens[$_] }
+            {
+                backend => $backends[$_],
+                shared  => $modes[$_] eq 'shared' ? 1 : 0,
+                token   => $tokens[$_],
+                slot    => $slot[$_],
+                slots   => $count[$_],
+            }
         } 0 .. $#backends;
         return {
             type    => 'OK',
@@ -582,8 +623,10 @@ sub _parse_line {
             fields  => \@fields,
             map     => \%map,
             locks   => \@locks,
-            # One token for a set would be some lock's, not the set's.
-            token => @locks == 1 ? $locks[0]{token} : undef,
+            # One token (or slot) for a set would be some lock's, not the set's.
+            token      => @locks == 1 ? $locks[0]{token} : undef,
+            slot       => @locks == 1 ? $locks[0]{slot}  : undef,
+            slot_count => @locks == 1 ? $locks[0]{slots} : undef,
         };
     }
     if ($first eq 'ERROR') {
@@ -643,6 +686,8 @@ sub _after_ok {
 # The guard
 
 sub token        { $_[0]{ok}{token} }
+sub slot         { $_[0]{ok}{slot} }
+sub slot_count   { $_[0]{ok}{slot_count} }
 sub prev_crashed { ($_[0]{ok}{map}{prev} // '') eq 'crashed' ? 1 : 0 }
 sub profile      { $_[0]{ok}{profile} }
 sub backend      { $_[0]{ok}{map}{backend} }
@@ -650,8 +695,11 @@ sub is_shared    { (grep { !$_->{shared} } @{ $_[0]{ok}{locks} }) ? 0 : 1 }
 
 # One entry per name given, in that order (see the POD).
 sub tags     { @{ $_[0]{tags} } }
-sub tokens   { my ($self) = @_; map { $self->{ok}{locks}[$_]{token} } @{ $self->{slots} } }
-sub backends { my ($self) = @_; map { $self->{ok}{locks}[$_]{backend} } @{ $self->{slots} } }
+sub tokens      { $_[0]->_per_name('token') }
+sub backends    { $_[0]->_per_name('backend') }
+sub slots       { $_[0]->_per_name('slot') }
+sub slot_counts { $_[0]->_per_name('slots') }
+sub _per_name   { my ($self, $key) = @_; map { $self->{ok}{locks}[$_]{$key} } @{ $self->{places} } }
 sub field        { $_[0]{ok}{map}{ $_[1] } }
 sub status_line  { $_[0]{ok}{raw} }
 sub helper_pid   { $_[0]{pid} }
@@ -875,6 +923,10 @@ NetLock - crash-safe locks held by a locksmith helper process
     my ($db_token, $cache_token) = $set->tokens;    # in the order named
     $set->unlock;                                    # releases them all
 
+    # A semaphore: up to 2 holders at once, each in its own slot (0 or 1)
+    my $gpu = NetLock->new('/var/lock/gpu', slots => 2);
+    print "training on GPU ", $gpu->slot, "\n";
+
     # Waiting a while, and telling errors apart
     my $deploy = eval { NetLock->new('deploy', { wait => 30 }) };
     if (!$deploy) {
@@ -893,10 +945,10 @@ means is written in the profiles file the helper reads, so no password travels o
 command line.
 
 How it works: C<new> runs
-C<locksmith --watch-stdin [--profiles FILE] [--wait D] [--shared] hold TAG [TAG...]> with its stdin
+C<locksmith --watch-stdin [--profiles FILE] [--wait D] [--shared] [--slots N] hold TAG [TAG...]> with its stdin
 and stdout on pipes this object keeps, and its stderr inherited (the helper's waiting
 message and logs appear on your stderr). It reads one line: C<OK E<lt>profileE<gt>
-backend=... [token=N] [prev=crashed] ...>, or C<ERROR E<lt>kindE<gt>: E<lt>messageE<gt>>
+backend=... [token=N] [prev=crashed] [slot=K slots=N] ...>, or C<ERROR E<lt>kindE<gt>: E<lt>messageE<gt>>
 and an exit code (64 usage, 69 unavailable, 74 lost/io, 75 busy, 77 denied, 78 config).
 While held, the helper writes nothing more, except C<LOST E<lt>reasonE<gt>> if the lock is
 lost (then it exits 74). Releasing closes the helper's stdin and waits for it to exit.
@@ -941,6 +993,17 @@ C<'250ms'>, C<'1m30s'>). Default: the profile's C<wait>.
 Take a shared (reader) lock (C<--shared>). The helper refuses with a usage error if the
 backend has no shared mode.
 
+=item slots => N
+
+A semaphore of N slots (C<--slots N>, a whole number from 1 to 1024; anything else dies with
+C<NetLock::Error::Usage> before anything is spawned): up to N holders at once, each in its
+own slot (L</"slot, slot_count">). Every holder of one lock must ask for the same N:
+another number while it is held dies with C<NetLock::Error::Config> and takes nothing.
+C<shared> with more than one slot, or a backend without slots (the helper's README says
+which have them), dies with C<NetLock::Error::Usage>. C<< slots => 1 >> is the plain lock.
+Default: the profile's or the address's (C<?slots=N>), else 1. Each slot is a whole lock:
+released on C<unlock> or process death, fencing tokens rising across slots.
+
 =item helper => PATH
 
 The C<locksmith> binary. Default: C<$LOCKSMITH_BIN>, else C<locksmith> on C<$PATH> (see
@@ -971,6 +1034,12 @@ The fencing token of this acquisition (C<token=> on the OK line) as a string of 
 or undef if the backend keeps none. Each exclusive acquisition of a lock gets a larger
 token than every earlier one; a shared one reports the last exclusive token. Compare
 tokens numerically (C<E<lt>=E<gt>>; on 64-bit perls every token fits).
+
+=head2 slot, slot_count
+
+The semaphore slot held (C<slot=> on the OK line, from 0) and the lock's number of slots
+(C<slots=>), for a lock of more than one slot (L</slots =E<gt> N>); undef for a lock of one
+slot. B<Always undef for several locks>, as C<token> is: use C<slots> and C<slot_counts>.
 
 =head2 prev_crashed
 
@@ -1017,13 +1086,16 @@ The profile as the helper echoed it, the backend (C<flock>, C<mkdir>, C<ftp>, ..
 whether the lock is shared (C<mode=shared>), any C<key=value> field of the OK line
 (C<< $lock->field('since') >>), the whole OK line, and the helper's process id.
 
-=head2 tokens, backends, tags
+=head2 tokens, backends, slots, slot_counts, tags
 
     my @tokens = $set->tokens;     # (4, 9, undef): in the order named
+    my @slots  = $set->slots;      # (undef, 1): the second lock is a semaphore
 
 For a lock made from several names (L</SEVERAL LOCKS>), one entry per name given, in that
-order: each lock's fencing token (undef where its backend keeps none), its backend, and the
-names themselves. A name given twice appears twice. For a single lock, one entry each. They
+order: each lock's fencing token (undef where its backend keeps none), its backend, its
+semaphore slot and number of slots (undef for a lock of one slot), and the names
+themselves. (The C<slots> option is the number of slots; the C<slots> method lists the
+slots held.) A name given twice appears twice. For a single lock, one entry each. They
 return lists: in scalar context you get the count.
 
 =head1 SEVERAL LOCKS
@@ -1051,8 +1123,8 @@ next, so two programs naming the same locks in different orders never deadlock.
 
 =item *
 
-C<wait>, C<shared> and C<profiles> apply to every lock; an address's own C<?wait=> or a
-profile's keys override them for that lock.
+C<wait>, C<shared>, C<slots> and C<profiles> apply to every lock; an address's own
+C<?wait=>, C<?slots=> or a profile's keys override them for that lock.
 
 =item *
 
@@ -1158,7 +1230,8 @@ directory on C<$PATH> that is owned by root or you and writable by nobody else, 
 file itself and its real location if it is a symlink (ancestor directories may be
 world-writable only with the sticky bit, as C</tmp>). Empty and relative C<$PATH> entries
 are skipped, and the directory of the script is never searched. Only the tag, the profiles
-path, the wait and C<--shared> appear on the helper's command line (visible in C<ps>).
+path, the wait, C<--shared> and C<--slots> appear on the helper's command line (visible in
+C<ps>).
 
 =head1 SEE ALSO
 

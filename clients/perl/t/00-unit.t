@@ -37,6 +37,38 @@ subtest 'OK lines' => sub {
     }
 };
 
+subtest 'OK lines with slots' => sub {
+    # SPEC 3b semaphores: slot=K slots=N; for several locks one value each, both empty for
+    # a lock of one slot.
+    my $ok = NetLock::_parse_line('OK /tmp/x backend=flock mode=exclusive token=2 slot=1 slots=2');
+    is_deeply([ @{$ok}{qw(slot slot_count token)} ], [ 1, 2, 2 ]);
+    $ok = NetLock::_parse_line('OK /tmp/x backend=flock mode=exclusive token=2');
+    ok(!defined $ok->{slot} && !defined $ok->{slot_count}, 'no slot without slots=');
+    $ok = NetLock::_parse_line('OK a backend=mkdir,flock token=1,2 slot=1, slots=2, locks=2');
+    is_deeply([ map { [ $_->{slot}, $_->{slots} ] } @{ $ok->{locks} } ], [ [ 1, 2 ], [ undef, undef ] ]);
+    ok(!defined $ok->{slot}, 'one slot cannot stand for a set');
+    $ok = NetLock::_parse_line('OK a backend=flock,flock slot=0,1023 slots=3,1024 locks=2');
+    is_deeply([ @{ $ok->{locks}[1] }{qw(slot slots)} ], [ 1023, 1024 ]);
+    for my $bad (
+        'OK a backend=flock slot=1',
+        'OK a backend=flock slots=2',
+        'OK a backend=flock slot=2 slots=2',
+        'OK a backend=flock slot= slots=2',
+        'OK a backend=flock slot=x slots=2',
+        'OK a backend=flock slot=-1 slots=2',
+        'OK a backend=flock slot=+1 slots=2',
+        'OK a backend=flock slot=0 slots=4294967296',
+        'OK a backend=flock slot=0 slots=0',
+        'OK a backend=flock,flock slot=0 slots=2, locks=2',
+        'OK a backend=flock,flock slot=0, slots=2 locks=2',
+        'OK a backend=flock,flock slot=0,1 slots=2,2,2 locks=2',
+        'OK a backend=flock,flock slot=,1 slots=2, locks=2',
+      )
+    {
+        dies_with(sub { NetLock::_parse_line($bad) }, 'NetLock::Error::Protocol', $bad);
+    }
+};
+
 # A lock address as the helper echoes it (SPEC 3a: as given, spaces written %20): a scheme
 # or a bare path, parts with ':', '=', '%20', and often a query '?k=v&k=v'.
 sub random_address {
@@ -94,7 +126,14 @@ subtest 'OK lines naming a lock address with a query' => sub {
         my $token = (undef, '0', '1', '18446744073709551615', 1 + int rand 1e15)[ int rand 5 ];
         push @fields, [ token => "$token" ] if defined $token;
         push @fields, [ prev => 'crashed' ] if rand() < 0.3;
-        for my $key (grep { rand() < 0.3 } qw(since host slot slots note)) {
+        # A semaphore's slot=K slots=N (SPEC 3b), K < N.
+        my ($slot, $count);
+        if (rand() < 0.3) {
+            $count = (1, 2, 3, 1024, 1 + int rand 4294967295)[ int rand 5 ];
+            $slot  = int rand $count;
+            push @fields, [ slot => $slot ], [ slots => $count ];
+        }
+        for my $key (grep { rand() < 0.3 } qw(since host pid note)) {
             push @fields, [ $key => ('', '2025-01-01T00:00:00Z', '3', 'a=b', 'x?y', '%20', ':')[ int rand 7 ] ];
         }
         my $sep  = sub { (' ', ' ', ' ', '  ', "\t", " \t")[ int rand 6 ] };
@@ -109,6 +148,8 @@ subtest 'OK lines naming a lock address with a query' => sub {
           : $ok->{profile} ne $profile                ? "profile $ok->{profile}"
           : $flat->($ok->{fields}) ne $flat->(\@fields) ? 'fields differ'
           : ($ok->{token} // '') ne ($token // '')    ? 'token ' . ($ok->{token} // 'undef')
+          : ($ok->{slot} // '') ne ($slot // '')      ? 'slot ' . ($ok->{slot} // 'undef')
+          : ($ok->{slot_count} // '') ne ($count // '') ? 'slot_count ' . ($ok->{slot_count} // 'undef')
           :                                             undef;
         push @failed, "case $i: $line: $why" if defined $why;
     }
@@ -123,9 +164,9 @@ subtest 'OK lines for several locks' => sub {
         'OK a backend=mkdir,flock,etcd mode=exclusive,shared,exclusive token=4,9, prev=crashed locks=3');
     is($ok->{profile}, 'a');
     is_deeply($ok->{locks}, [
-        { backend => 'mkdir', shared => 0, token => 4 },
-        { backend => 'flock', shared => 1, token => 9 },
-        { backend => 'etcd',  shared => 0, token => undef },
+        { backend => 'mkdir', shared => 0, token => 4,     slot => undef, slots => undef },
+        { backend => 'flock', shared => 1, token => 9,     slot => undef, slots => undef },
+        { backend => 'etcd',  shared => 0, token => undef, slot => undef, slots => undef },
     ], 'each lock in the order named');
     ok(!defined $ok->{token}, 'one token cannot stand for a set');
     $ok = NetLock::_parse_line('OK /tmp/x backend=flock,flock locks=2');
@@ -158,17 +199,29 @@ subtest 'OK lines for several locks' => sub {
                 backend => (qw(flock mkdir postgres etcd))[ int rand 4 ],
                 shared  => rand() < 0.3 ? 1 : 0,
                 token   => (undef, '0', '1', '18446744073709551615', 1 + int rand 1e15)[ int rand 5 ],
+                @{ ([ slot => undef, slots => undef ], [ slot => undef, slots => undef ],
+                    [ slot => 0, slots => 2 ], [ slot => 1, slots => 2 ], [ slot => 1023, slots => 1024 ])
+                    [ int rand 5 ] },
             }
         } 1 .. 2 + int rand 4;
         my $line = "OK $profile backend=" . join(',', map { $_->{backend} } @locks) . ' mode='
           . join(',', map { $_->{shared} ? 'shared' : 'exclusive' } @locks);
         $line .= ' token=' . join(',', map { $_->{token} // '' } @locks)
           if grep { defined $_->{token} } @locks;
+        if (grep { defined $_->{slot} } @locks) {
+            $line .= ' slot=' . join(',', map { $_->{slot} // '' } @locks);
+            $line .= ' slots=' . join(',', map { $_->{slots} // '' } @locks);
+        }
         $line .= ' locks=' . @locks;
         my $ok   = eval { NetLock::_parse_line($line) };
-        my $flat = sub { join ';', map { join ',', $_->{backend}, $_->{shared}, $_->{token} // 'undef' } @{ $_[0] } };
+        my $flat = sub {
+            join ';', map { join ',', map { $_ // 'undef' } @{$_}{qw(backend shared token slot slots)} } @{ $_[0] };
+        };
         push @failed, "case $i: $line: " . ($ok ? $flat->($ok->{locks}) : "died: $@")
-          unless $ok && $flat->($ok->{locks}) eq $flat->(\@locks) && !defined $ok->{token};
+          unless $ok
+          && $flat->($ok->{locks}) eq $flat->(\@locks)
+          && !defined $ok->{token}
+          && !defined $ok->{slot};
     }
     is(scalar @failed, 0, 'random OK lines for several locks round-trip')
       or diag(join "\n", grep { defined } @failed[ 0 .. 4 ]);
@@ -216,6 +269,16 @@ subtest 'wait and tag arguments' => sub {
     is_deeply(
         [ NetLock::_helper_args('demo', { profiles => '/etc/p.toml', shared => 1 }, '1500ms') ],
         [qw(--watch-stdin --profiles /etc/p.toml --wait 1500ms --shared hold demo)]
+    );
+    is(NetLock::_slots_arg($_), $_, "slots => $_") for 1, 2, 1024;
+    ok(!defined NetLock::_slots_arg(undef), 'slots => undef: the profile decides');
+    for my $bad (0, 1025, -1, 'x', '', ' 2', '1.5', [2], '99999999999') {
+        my $e = dies_with(sub { NetLock::_slots_arg($bad) }, 'NetLock::Error::Usage', "slots => '$bad'");
+        like($e->message, qr/1 to 1024/) if $e;
+    }
+    is_deeply(
+        [ NetLock::_helper_args([ 'a', 'b' ], { shared => 1 }, '0', 3) ],
+        [qw(--watch-stdin --wait 0 --shared --slots 3 hold a b)]
     );
     for my $good ('demo', 'phone.stuff_1-2', '/var/lock/x.lock') {
         is(NetLock::_check_tag($good), $good, "tag $good");
@@ -389,6 +452,30 @@ subtest 'the guard against a fake helper' => sub {
     dies_with(sub { NetLock->new([ 'okay7', '-v' ], %h) }, 'NetLock::Error::Usage', 'a bad name in a set');
     ok(!-e "$dir/-v.args", 'refused before spawning');
     dies_with(sub { NetLock->new([], %h) }, 'NetLock::Error::Usage', 'an empty set');
+
+    # Semaphores: --slots N, the slot reported; per name for a set.
+    $lock = NetLock->new('sem1', %h, slots => 3);
+    is(read_file("$dir/sem1.args"), join('', map {"$_\n"} qw(--watch-stdin --slots 3 hold sem1)),
+        'slots => 3 is --slots 3');
+    is_deeply([ $lock->slot, $lock->slot_count, [ $lock->slots ], [ $lock->slot_counts ] ],
+        [ 1, 3, [1], [3] ], 'slot and slot_count');
+    $lock->unlock;
+    $lock = NetLock->new('plain2', %h);
+    ok(!defined $lock->slot && !defined $lock->slot_count, 'no slot without slots');
+    $lock->unlock;
+    $lock = NetLock->try_new([ 'set4', 'semset1', 'set4' ], %h, slots => 1);
+    is(read_file("$dir/semset1.args"),
+        join('', map {"$_\n"} qw(--watch-stdin --wait 0 --slots 1 hold set4 semset1)));
+    is_deeply([ $lock->slots ],       [ undef, 2, undef ], 'slots in the order named');
+    is_deeply([ $lock->slot_counts ], [ undef, 3, undef ]);
+    ok(!defined $lock->slot, 'one slot cannot stand for a set');
+    $lock->unlock;
+    for my $case ([ 0, 'sem2' ], [ 1025, 'sem3' ], [ 'x', 'sem4' ]) {
+        my ($n, $tag) = @$case;
+        dies_with(sub { NetLock->new($tag, %h, slots => $n) }, 'NetLock::Error::Usage', "slots => $n");
+        dies_with(sub { NetLock->try_new($tag, %h, slots => $n) }, 'NetLock::Error::Usage', "try_new slots => $n");
+        ok(!-e "$dir/$tag.args", "slots => $n: refused before spawning");
+    }
 
     my @warnings;
     {

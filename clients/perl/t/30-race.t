@@ -7,6 +7,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../lib", "$FindBin::Bin/lib";
 
+use Fcntl ();
 use POSIX ();
 use Test::More;
 
@@ -58,6 +59,50 @@ for my $tag (qw(f m)) {
             is($? >> 8, 0, "worker $pid finished, no prev_crashed after clean releases");
         }
         is(read_file($counter), $PROCS * $ROUNDS, 'the counter is exact');
+        no_children();
+    };
+}
+
+# The semaphore race (SPEC 3b): 6 processes x 8 rounds on a 2-slot lock, each holder
+# marking its slot occupied with an O_EXCL file (two holders in one slot would fail) and
+# adding 1 to that slot's counter, not atomically: the counters add up to exactly 48.
+sub slot_worker {
+    my ($lock, $base) = @_;
+    for (1 .. 8) {
+        my $held = NetLock->new($lock, slots => 2, wait => 60);
+        my $k    = $held->slot;
+        die 'no slot: ' . $held->status_line unless defined $k && $k =~ /^[01]\z/;
+        sysopen(my $marker, "$base-$k.held", Fcntl::O_WRONLY() | Fcntl::O_CREAT() | Fcntl::O_EXCL())
+          or die "two holders in slot $k: $!";
+        close $marker;
+        my $value = -e "$base-$k.count" ? read_file("$base-$k.count") : 0;
+        write_file("$base-$k.count", $value + 1);
+        unlink "$base-$k.held" or die "$base-$k.held: $!";
+        $held->unlock;
+    }
+}
+
+for my $lock ("$dir/sem-race", "mkdir:$dir/sem-race-m") {
+    subtest "6 processes x 8 rounds on 2 slots of `$lock`" => sub {
+        my $base = "$dir/slot-" . ($lock =~ /^mkdir:/ ? 'm' : 'f');
+        my @kids;
+        for (1 .. 6) {
+            my $pid = fork // die "fork: $!";
+            if ($pid == 0) {
+                my $ok = eval { slot_worker($lock, $base); 1 };
+                print STDERR "worker $$: $@" unless $ok;
+                POSIX::_exit($ok ? 0 : 1);
+            }
+            push @kids, $pid;
+        }
+        for my $pid (@kids) {
+            waitpid $pid, 0;
+            is($? >> 8, 0, "worker $pid finished");
+        }
+        my $total = 0;
+        $total += -e "$base-$_.count" ? read_file("$base-$_.count") : 0 for 0, 1;
+        is($total, 48, 'the per-slot counters add up to 48');
+        ok(!-e "$base-0.held" && !-e "$base-1.held", 'no slot left marked');
         no_children();
     };
 }

@@ -73,15 +73,15 @@ class Lock:
         ok: _protocol.OkLine,
         helper: str,
         tags: Sequence[str] = (),
-        slots: Sequence[int] = (0,),
+        places: Sequence[int] = (0,),
     ):
         self._proc = proc
         self._reader = reader
         self._ok = ok
-        # The names given, in order, duplicates included; slots[i]: tags[i]'s lock's place
+        # The names given, in order, duplicates included; places[i]: tags[i]'s lock's place
         # in ok.locks.
         self._tags = list(tags) or [ok.profile]
-        self._slots = list(slots)
+        self._places = list(places)
         self._helper = helper
         self._problem: Optional[Error] = None
         self._released = False
@@ -111,12 +111,38 @@ class Lock:
         """The fencing token of each lock, in the order the locks were named, ``None`` where
         that lock's backend keeps none: one entry per name given (a name given twice gets
         its lock's token twice). For a single lock, ``[lock.token]``."""
-        return [self._ok.locks[i].token for i in self._slots]
+        return [self._ok.locks[i].token for i in self._places]
+
+    @property
+    def slot(self) -> Optional[int]:
+        """The semaphore slot held (``slot=`` on the ``OK`` line, from 0) for a lock of more
+        than one slot (``slots=``), else ``None``. **Always None for several locks**, as
+        :attr:`token` is: use :attr:`slots` there."""
+        return self._ok.slot
+
+    @property
+    def slot_count(self) -> Optional[int]:
+        """The lock's number of slots (``slots=`` on the ``OK`` line: the number the lock
+        records, the ``slots=`` argument or the profile's), ``None`` as for :attr:`slot`."""
+        return self._ok.slot_count
+
+    @property
+    def slots(self) -> List[Optional[int]]:
+        """The slot held in each lock, in the order named, ``None`` where that lock has one
+        slot: one entry per name given (see :attr:`tokens`). For a single lock,
+        ``[lock.slot]``. (The ``slots=`` argument is the number of slots: see
+        :attr:`slot_counts`.)"""
+        return [self._ok.locks[i].slot for i in self._places]
+
+    @property
+    def slot_counts(self) -> List[Optional[int]]:
+        """Each lock's number of slots, in the order named, ``None`` for a lock of one slot."""
+        return [self._ok.locks[i].slots for i in self._places]
 
     @property
     def backends(self) -> List[str]:
         """The backend holding each lock, in the order named (see :attr:`tokens`)."""
-        return [self._ok.locks[i].backend for i in self._slots]
+        return [self._ok.locks[i].backend for i in self._places]
 
     @property
     def tags(self) -> List[str]:
@@ -269,8 +295,9 @@ class Lock:
                 f"<netlock.Lock {self._tags!r} backends={self.backends} tokens={self.tokens} "
                 f"helper_pid={self._proc.pid} {state}>"
             )
+        slot = "" if self.slot is None else f" slot={self.slot}/{self.slot_count}"
         return (
-            f"<netlock.Lock {self._ok.profile!r} backend={self.backend} token={self.token} "
+            f"<netlock.Lock {self._ok.profile!r} backend={self.backend} token={self.token}{slot} "
             f"helper_pid={self._proc.pid} {state}>"
         )
 
@@ -426,22 +453,24 @@ def _abandon(proc: subprocess.Popen) -> Tuple[Optional[int], bool]:
     return (code if code >= 0 else None), killed
 
 
-def _acquire(tags: Sequence[str], profiles, wait: Optional[str], shared: bool, helper) -> Lock:
+def _acquire(
+    tags: Sequence[str], profiles, wait: Optional[str], shared: bool, helper, slots: Optional[str] = None
+) -> Lock:
     if not tags:
         raise Usage("no lock tag given: expected a profile name such as 'phonestuff'")
     for t in tags:
         _spawn.check_tag(t)
-    # Each name once, in the order first given; slots[i] is tags[i]'s place among them,
+    # Each name once, in the order first given; places[i] is tags[i]'s place among them,
     # which is its lock's place on the OK line.
     sent: List[str] = []
-    slots = []
+    places = []
     for t in tags:
         if t not in sent:
             sent.append(t)
-        slots.append(sent.index(t))
+        places.append(sent.index(t))
     tag = tags[0]
     path, origin = _spawn.find_helper(helper)
-    args = _spawn.helper_args(sent, profiles, wait, shared)
+    args = _spawn.helper_args(sent, profiles, wait, shared, slots)
     shown = f"`{path}` ({origin})"
     try:
         proc = subprocess.Popen(
@@ -467,7 +496,7 @@ def _acquire(tags: Sequence[str], profiles, wait: Optional[str], shared: bool, h
         raise
     if isinstance(parsed, _protocol.OkLine):
         if parsed.profile in (tag, _protocol.shown_tag(tag)):
-            lk = Lock(proc, reader, parsed, shown, tags, slots)
+            lk = Lock(proc, reader, parsed, shown, tags, places)
             if len(parsed.locks) != len(sent):
                 _names_merged(lk, len(sent), len(parsed.locks))
             return lk
@@ -511,7 +540,15 @@ def _names_merged(lk: Lock, names: int, held: int) -> None:
     raise Usage(f"{message}; released")
 
 
-def lock(tag: str, *more: str, profiles=None, wait: WaitArg = None, shared: bool = False, helper=None) -> Lock:
+def lock(
+    tag: str,
+    *more: str,
+    profiles=None,
+    wait: WaitArg = None,
+    shared: bool = False,
+    slots: Optional[int] = None,
+    helper=None,
+) -> Lock:
     """Takes the lock named by ``tag`` (a profile name or a lock address) and returns the
     :class:`Lock`; with more names (``lock("a", "b", "c")``), takes them all as one set.
 
@@ -523,6 +560,13 @@ def lock(tag: str, *more: str, profiles=None, wait: WaitArg = None, shared: bool
     - ``wait``: seconds (``0`` tries once), a ``timedelta``, or a duration string such as
       ``"1m30s"`` or ``"forever"``. When it runs out: :class:`Busy`.
     - ``shared``: take a shared (reader) lock; :class:`Usage` if the backend has none.
+    - ``slots``: a semaphore of that many slots (``--slots N``, an ``int`` from 1 to 1024,
+      else :class:`Usage` before anything is spawned): up to N holders at once, each in its
+      own slot (:attr:`Lock.slot`, from 0). Every holder of one lock must ask for the same
+      number (another one while it is held: :class:`Config`, nothing taken); ``shared``
+      with more than one slot, or a backend without slots (the helper's README says which
+      have them), is :class:`Usage`. Default: the profile's or address's (``?slots=N``),
+      else 1.
     - ``helper``: the ``locksmith`` binary; default ``$LOCKSMITH_BIN``, else ``locksmith``
       in a directory on ``$PATH`` that only root or you can write.
 
@@ -540,19 +584,28 @@ def lock(tag: str, *more: str, profiles=None, wait: WaitArg = None, shared: bool
       set) or fails, those already taken are given back and that lock's error is raised
       (:class:`Busy`: :func:`try_lock` returns ``None``).
     - Losing any one is losing the set (:attr:`Lock.lost`).
-    - ``wait``, ``shared`` and ``profiles`` apply to every lock; an address's own ``?wait=``
-      or a profile's keys override them for that lock.
+    - ``wait``, ``shared``, ``slots`` and ``profiles`` apply to every lock; an address's own
+      ``?wait=``, ``?slots=`` or a profile's keys override them for that lock.
+    - :attr:`Lock.token` and :attr:`Lock.slot` are ``None`` for a set; :attr:`Lock.tokens`,
+      :attr:`Lock.slots` and :attr:`Lock.backends` have one entry per name, in the order
+      named.
     - The same name given twice is taken once. Two *different* names for one lock (a
       profile and its address) raise :class:`Usage` after releasing: the helper takes that
       lock once, and which token belongs to which name could not be told.
-    - :attr:`Lock.token` is ``None`` for a set; :attr:`Lock.tokens` and
-      :attr:`Lock.backends` have one entry per name, in the order named.
     """
-    return _acquire((tag,) + more, profiles, _spawn.wait_arg(wait), bool(shared), helper)
+    return _acquire(
+        (tag,) + more, profiles, _spawn.wait_arg(wait), bool(shared), helper, _spawn.slots_arg(slots)
+    )
 
 
 def try_lock(
-    tag: str, *more: str, profiles=None, wait: WaitArg = 0, shared: bool = False, helper=None
+    tag: str,
+    *more: str,
+    profiles=None,
+    wait: WaitArg = 0,
+    shared: bool = False,
+    slots: Optional[int] = None,
+    helper=None,
 ) -> Optional[Lock]:
     """Like :func:`lock`, but returns ``None`` when the lock is busy (for several locks:
     when one of them is; none is held then).
@@ -561,6 +614,6 @@ def try_lock(
     failures still raise.
     """
     try:
-        return lock(tag, *more, profiles=profiles, wait=wait, shared=shared, helper=helper)
+        return lock(tag, *more, profiles=profiles, wait=wait, shared=shared, slots=slots, helper=helper)
     except _errors.Busy:
         return None

@@ -11,6 +11,9 @@ Grammar accepted (fields are separated by ASCII whitespace, so a stray trailing 
                                    mode= and token= hold N comma-separated values, one per
                                    lock in the order named; a token may be empty (that lock
                                    keeps none); <profile> is the first lock named
+                                   slot=K slots=N (a semaphore, SPEC 3b): both or neither,
+                                   K < N; for several locks one value each, both empty for
+                                   a lock of one slot
     ERROR <kind>: <message>        kind: usage unavailable lost io busy denied config
     LOST [<reason>]                only after OK
 
@@ -36,22 +39,36 @@ _U64_MAX = 2**64 - 1
 class Held:
     """What the ``OK`` line says about one lock of the set."""
 
-    __slots__ = ("backend", "shared", "token")
+    __slots__ = ("backend", "shared", "token", "slot", "slots")
 
-    def __init__(self, backend: str, shared: bool, token: Optional[int]):
+    def __init__(
+        self,
+        backend: str,
+        shared: bool,
+        token: Optional[int],
+        slot: Optional[int] = None,
+        slots: Optional[int] = None,
+    ):
         self.backend = backend
         self.shared = shared
         self.token = token
+        # slot=K (from 0) and slots=N, for a lock of more than one slot (SPEC 3b).
+        self.slot = slot
+        self.slots = slots
 
     def __repr__(self) -> str:
-        return f"Held({self.backend!r}, shared={self.shared}, token={self.token})"
+        return (
+            f"Held({self.backend!r}, shared={self.shared}, token={self.token}, "
+            f"slot={self.slot}, slots={self.slots})"
+        )
 
 
 class OkLine:
     """The fields of an ``OK`` line. ``locks`` has one :class:`Held` per lock (``locks=N``,
-    else one), in the order named; ``token`` is the single lock's, ``None`` for several."""
+    else one), in the order named; ``token``, ``slot`` and ``slot_count`` are the single
+    lock's, ``None`` for several."""
 
-    __slots__ = ("raw", "profile", "fields", "locks", "token")
+    __slots__ = ("raw", "profile", "fields", "locks", "token", "slot", "slot_count")
 
     def __init__(self, raw: str, profile: str, fields: List[Tuple[str, str]], locks: List[Held]):
         self.raw = raw
@@ -59,6 +76,8 @@ class OkLine:
         self.fields = fields
         self.locks = locks
         self.token = locks[0].token if len(locks) == 1 else None
+        self.slot = locks[0].slot if len(locks) == 1 else None
+        self.slot_count = locks[0].slots if len(locks) == 1 else None
 
     def get(self, key: str) -> Optional[str]:
         for k, v in self.fields:
@@ -192,7 +211,32 @@ def _parse_ok(line: str, rest: str) -> OkLine:
             if not (part.isascii() and part.isdigit()) or int(part) > _U64_MAX:
                 raise ValueError(f"token={t} is not an unsigned 64-bit integer")
             tokens[i] = int(part)
-    locks = [Held(b, m == "shared", tk) for b, m, tk in zip(backends, modes, tokens)]
+    # Semaphores (SPEC 3b): slot=K slots=N, one value per lock, both empty for a lock of one
+    # slot.
+    def numbers(key: str) -> List[Optional[int]]:
+        if key not in seen:
+            return [None] * len(backends)
+        out: List[Optional[int]] = []
+        for part in each(key):
+            if part == "" and n is not None:
+                out.append(None)
+            elif part.isascii() and part.isdigit() and int(part) < 2**32:
+                out.append(int(part))
+            else:
+                raise ValueError(f"{key}={seen[key]} is not a number")
+        return out
+
+    slot, slots = numbers("slot"), numbers("slots")
+    for k, count in zip(slot, slots):
+        if (k is None) != (count is None) or (k is not None and k >= count):
+            raise ValueError(
+                f"slot={seen.get('slot', '')} slots={seen.get('slots', '')}: a slot needs its "
+                "number of slots, and below it"
+            )
+    locks = [
+        Held(b, m == "shared", tk, k, c)
+        for b, m, tk, k, c in zip(backends, modes, tokens, slot, slots)
+    ]
     return OkLine(line, profile, fields, locks)
 
 

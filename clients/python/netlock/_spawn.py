@@ -68,8 +68,27 @@ def wait_arg(wait: WaitArg) -> Optional[str]:
     return f"{millis}ms"
 
 
-def helper_args(tags: Union[str, List[str]], profiles, wait: Optional[str], shared: bool) -> List[str]:
-    """``--watch-stdin [--profiles FILE] [--wait D] [--shared] hold TAG [TAG...]``."""
+# The most slots a semaphore may have (SPEC section 3b).
+MAX_SLOTS = 1024
+
+
+def slots_arg(slots: object) -> Optional[str]:
+    """The ``--slots`` value for ``slots``: ``None`` passes nothing (the profile decides);
+    an ``int`` from 1 to 1024 is passed as written; anything else (a ``bool``, a ``str``, 0,
+    1025) raises :class:`Usage` before anything is spawned."""
+    if slots is None:
+        return None
+    if isinstance(slots, bool) or not isinstance(slots, int):
+        raise Usage(f"slots={slots!r}: expected a number of slots (an int from 1 to {MAX_SLOTS})")
+    if not 1 <= slots <= MAX_SLOTS:
+        raise Usage(f"slots={slots!r}: expected 1 to {MAX_SLOTS}")
+    return str(slots)
+
+
+def helper_args(
+    tags: Union[str, List[str]], profiles, wait: Optional[str], shared: bool, slots: Optional[str] = None
+) -> List[str]:
+    """``--watch-stdin [--profiles FILE] [--wait D] [--shared] [--slots N] hold TAG [TAG...]``."""
     args = ["--watch-stdin"]
     if profiles is not None:
         args += ["--profiles", os.fspath(profiles)]
@@ -77,6 +96,8 @@ def helper_args(tags: Union[str, List[str]], profiles, wait: Optional[str], shar
         args += ["--wait", wait]
     if shared:
         args.append("--shared")
+    if slots is not None:
+        args += ["--slots", slots]
     args.append("hold")
     args += [tags] if isinstance(tags, str) else tags
     return args

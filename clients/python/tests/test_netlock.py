@@ -151,7 +151,9 @@ class NetlockTest(unittest.TestCase):
         lk = netlock.lock(m, f, wait=20)
         self.assertEqual(lk.tags, [m, f])
         self.assertEqual(lk.backends, ["mkdir", "flock"])
-        self.assertEqual(lk.tokens, [1, 1], lk.status_line)
+        # flock's first token is the clock's floor (issue 28: its state may be cleaned away).
+        self.assertEqual(lk.tokens[0], 1, lk.status_line)
+        self.assertGreater(lk.tokens[1], 1, lk.status_line)
         self.assertIsNone(lk.token, "one token cannot stand for the set")
         self.assertEqual(lk.profile, m)
         self.assertTrue(lk.held)
@@ -177,20 +179,24 @@ class NetlockTest(unittest.TestCase):
             with netlock.lock(m, wait=20) as one:
                 self.assertEqual((one.token, one.tokens), (expected, [expected]))
         with netlock.lock(m, f, wait=20) as lk:
-            self.assertEqual(lk.tokens, [3, 1], lk.status_line)
+            self.assertEqual(lk.tokens[0], 3, lk.status_line)
+            first_f = lk.tokens[1]  # flock's first token: the clock's floor (issue 28)
         with netlock.lock(f, m, wait=20) as lk:
-            self.assertEqual((lk.tokens, lk.backends), ([2, 4], ["flock", "mkdir"]), lk.status_line)
+            self.assertEqual(
+                (lk.tokens, lk.backends), ([first_f + 1, 4], ["flock", "mkdir"]), lk.status_line
+            )
         support.assert_no_children(self)
 
     def test_several_locks_the_same_lock_twice(self):
         m, f = self.two_locks()
         with netlock.lock(m, f, m, wait=20) as lk:
-            self.assertEqual(lk.tokens, [1, 1, 1])
+            first_f = lk.tokens[1]  # flock's first token: the clock's floor (issue 28)
+            self.assertEqual(lk.tokens, [1, first_f, 1])
             self.assertEqual(lk.backends, ["mkdir", "flock", "mkdir"])
             self.assertEqual(lk.field("locks"), "2")
         with netlock.lock(f, f, wait=20) as lk:
             self.assertIsNone(lk.field("locks"), lk.status_line)
-            self.assertEqual((lk.tokens, lk.token), ([2, 2], 2))
+            self.assertEqual((lk.tokens, lk.token), ([first_f + 1, first_f + 1], first_f + 1))
         # Two names for one lock (a path and its flock: address): refused, nothing held.
         with self.assertRaisesRegex(netlock.Usage, "name each lock once"):
             netlock.lock(f, m, f"flock:{f}", wait=20)
@@ -229,6 +235,102 @@ class NetlockTest(unittest.TestCase):
                 self.assertFalse(self.free(first) or self.free(second))
                 lk.unlock()
                 self.assertTrue(self.free(first) and self.free(second))
+        support.assert_no_children(self)
+
+    # -- semaphores (--slots N) -------------------------------------------------------
+
+    def _two_slots_then_busy_then_the_freed_slot(self, lock):
+        a = netlock.lock(lock, slots=2, wait=20)
+        b = netlock.lock(lock, slots=2, wait=20)
+        self.assertEqual(sorted([a.slot, b.slot]), [0, 1], (a.status_line, b.status_line))
+        self.assertEqual((a.slot_count, b.slot_count), (2, 2))
+        self.assertEqual(a.slots, [a.slot])
+        self.assertIn(f" slot={a.slot} slots=2", a.status_line)
+        self.assertGreater(b.token, a.token, "tokens rise across slots")
+        self.assertIsNone(netlock.try_lock(lock, slots=2), "a third holder of 2 slots got in")
+        with self.assertRaises(netlock.Busy) as c:
+            netlock.lock(lock, slots=2, wait=0)
+        self.assertEqual(c.exception.exit_code, 75)
+        freed = a.slot
+        a.unlock()
+        c = netlock.lock(lock, slots=2, wait=20)
+        self.assertEqual(c.slot, freed, "the third takes the slot given back")
+        self.assertGreater(c.token, b.token)
+        self.assertTrue(b.held and c.held)
+        b.unlock()
+        c.unlock()
+        d, e = netlock.try_lock(lock, slots=2), netlock.try_lock(lock, slots=2)
+        self.assertNotEqual(d.slot, e.slot)
+        d.unlock()
+        e.unlock()
+        support.assert_no_children(self)
+
+    def test_slots_flock_two_holders_and_no_more(self):
+        self._two_slots_then_busy_then_the_freed_slot(str(self.sb.path("gpu")))
+
+    def test_slots_mkdir_two_holders_and_no_more(self):
+        self._two_slots_then_busy_then_the_freed_slot(f"mkdir:{self.sb.path('gpu')}")
+
+    def test_slots_none_and_one_report_no_slot(self):
+        lk = self.sb.lock("f")
+        self.assertEqual((lk.slot, lk.slot_count, lk.slots), (None, None, [None]))
+        lk.unlock()
+        lk = self.sb.lock("f", slots=1)
+        self.assertEqual((lk.slot, lk.slot_count), (None, None))
+        self.assertNotIn(" slot=", lk.status_line)
+        self.assertIsNone(self.sb.try_lock("f", slots=1), "slots=1 is the plain lock")
+        lk.unlock()
+
+    def test_slots_bad_values_are_refused_before_spawning(self):
+        for bad in (0, 1025, "x", "2", 1.5, True):
+            with self.subTest(slots=bad):
+                with self.assertRaises(netlock.Usage) as c:
+                    netlock.lock("/tmp/never-taken", slots=bad, helper="/nonexistent/locksmith")
+                self.assertIsNone(c.exception.exit_code, "nothing ran")
+                with self.assertRaises(netlock.Usage):
+                    netlock.try_lock("/tmp/never-taken", slots=bad, helper="/nonexistent/locksmith")
+        support.assert_no_children(self)
+
+    def test_slots_another_number_is_config_and_takes_nothing(self):
+        lock = str(self.sb.path("x"))
+        held = netlock.lock(lock, slots=2, wait=20)
+        with self.assertRaises(netlock.Config) as c:
+            netlock.lock(lock, slots=3, wait=0)
+        self.assertEqual(c.exception.exit_code, 78)
+        other = netlock.try_lock(lock, slots=2)
+        self.assertIsNotNone(other, "the refused contender took the second slot")
+        other.unlock()
+        with self.assertRaises(netlock.Usage) as c:
+            netlock.lock(lock, slots=2, shared=True, wait=0)
+        self.assertEqual(c.exception.exit_code, 64)
+        held.unlock()
+        support.assert_no_children(self)
+
+    def test_slots_a_set_where_one_lock_has_slots(self):
+        sem = f"flock:{self.sb.dir}/sem?slots=2"
+        plain = f"mkdir:{self.sb.dir}/plain"
+        lk = netlock.lock(plain, sem, wait=20)
+        self.assertEqual(lk.slots[0], None, lk.status_line)
+        k = lk.slots[1]
+        self.assertIn(k, (0, 1))
+        self.assertEqual(lk.slot_counts, [None, 2])
+        self.assertEqual((lk.slot, lk.slot_count), (None, None), "one slot cannot stand for a set")
+        self.assertIsNone(netlock.try_lock(plain), "the plain lock is held")
+        other = netlock.try_lock(sem)
+        self.assertEqual(other.slot, 1 - k, "the semaphore had one more slot")
+        self.assertIsNone(netlock.try_lock(sem))
+        other.unlock()
+        lk.unlock()
+        # slots= on the set applies to every lock.
+        a, b = str(self.sb.path("a")), f"mkdir:{self.sb.dir}/b"
+        first = netlock.lock(a, b, slots=2, wait=20)
+        second = netlock.lock(b, a, slots=2, wait=20)
+        self.assertEqual(first.slot_counts, [2, 2])
+        self.assertNotEqual(first.slots[0], second.slots[1])
+        self.assertNotEqual(first.slots[1], second.slots[0])
+        self.assertIsNone(netlock.try_lock(a, slots=2))
+        first.unlock()
+        second.unlock()
         support.assert_no_children(self)
 
     # -- busy, waiting, errors --------------------------------------------------------
@@ -487,6 +589,49 @@ class NetlockTest(unittest.TestCase):
 
     def test_counter_race_mkdir(self):
         self.counter_race("m")
+
+    def test_slots_race_flock(self):
+        self.slots_race(str(self.sb.path("sem-race")))
+
+    def test_slots_race_mkdir(self):
+        self.slots_race(f"mkdir:{self.sb.path('sem-race')}")
+
+    def slots_race(self, lock, procs=6, rounds=8, slots=2):
+        """procs processes each take a slot of a slots-slot semaphore rounds times and add 1 to
+        that slot's counter file (not atomically), marking the slot occupied with an O_EXCL
+        file meanwhile: no slot ever has two holders, and the counters add up to procs x rounds."""
+        base = self.sb.path("slot")
+        code = textwrap.dedent(
+            """
+            import os, sys, netlock
+            lock, base, rounds, slots = sys.argv[1:]
+            for _ in range(int(rounds)):
+                with netlock.lock(lock, slots=int(slots), wait=60) as l:
+                    assert l.slot is not None and 0 <= l.slot < int(slots), l.status_line
+                    marker = f"{base}-{l.slot}.held"
+                    os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))  # two in one slot: fails
+                    path = f"{base}-{l.slot}.count"
+                    value = int(open(path).read()) if os.path.exists(path) else 0
+                    with open(path, "w") as f:  # truncate, then write: not atomic
+                        f.write(str(value + 1))
+                    os.unlink(marker)
+            """
+        )
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-c", code, lock, str(base), str(rounds), str(slots)],
+                env=support.child_env(),
+            )
+            for _ in range(procs)
+        ]
+        for child in children:
+            child.wait(timeout=300)
+            self.assertEqual(child.returncode, 0, "a worker failed (see its stderr)")
+        counts = [int(p.read_text()) for p in sorted(self.sb.dir.glob("slot-*.count"))]
+        self.assertEqual(sum(counts), procs * rounds, counts)
+        self.assertLessEqual(len(counts), slots)
+        self.assertEqual(list(self.sb.dir.glob("slot-*.held")), [])
+        support.assert_no_children(self)
 
     def counter_race(self, tag, procs=4, rounds=100):
         """procs processes each add 1 to a counter file rounds times, under the lock."""

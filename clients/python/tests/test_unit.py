@@ -32,6 +32,12 @@ case $tag in
 pair*)    echo "OK $first backend=fake,other mode=exclusive,shared token=5, locks=2"
           cat >/dev/null
           touch "$dir/$tag.released" ;;
+semset*)  echo "OK $first backend=fake,other token=5,6 slot=,2 slots=,3 locks=2"
+          cat >/dev/null
+          touch "$dir/$tag.released" ;;
+sem*)     echo "OK $tag backend=fake mode=exclusive token=7 slot=1 slots=3"
+          cat >/dev/null
+          touch "$dir/$tag.released" ;;
 merged*)  echo "OK $first backend=fake mode=exclusive token=3"
           cat >/dev/null
           touch "$dir/$tag.released" ;;
@@ -145,6 +151,35 @@ class ParseTest(unittest.TestCase):
             with self.assertRaises(netlock.ProtocolError, msg=line):
                 _protocol.parse(line)
 
+    def test_ok_with_slots(self):
+        one = _protocol.parse("OK /tmp/x backend=flock mode=exclusive token=2 slot=1 slots=2")
+        self.assertEqual((one.slot, one.slot_count, one.token), (1, 2, 2))
+        plain = _protocol.parse("OK /tmp/x backend=flock mode=exclusive token=2")
+        self.assertEqual((plain.slot, plain.slot_count), (None, None))
+        s = _protocol.parse("OK a backend=mkdir,flock token=1,2 slot=1, slots=2, locks=2")
+        self.assertEqual([(h.slot, h.slots) for h in s.locks], [(1, 2), (None, None)])
+        self.assertEqual((s.slot, s.slot_count), (None, None), "one slot cannot stand for a set")
+        both = _protocol.parse("OK a backend=flock,flock slot=0,1023 slots=3,1024 locks=2")
+        self.assertEqual((both.locks[1].slot, both.locks[1].slots), (1023, 1024))
+        for bad in [
+            "OK a backend=flock slot=1",
+            "OK a backend=flock slots=2",
+            "OK a backend=flock slot=2 slots=2",
+            "OK a backend=flock slot= slots=2",
+            "OK a backend=flock slot=x slots=2",
+            "OK a backend=flock slot=-1 slots=2",
+            "OK a backend=flock slot=+1 slots=2",
+            "OK a backend=flock slot=\u0661 slots=2",
+            "OK a backend=flock slot=0 slots=4294967296",
+            "OK a backend=flock slot=0 slots=0",
+            "OK a backend=flock,flock slot=0 slots=2, locks=2",
+            "OK a backend=flock,flock slot=0, slots=2 locks=2",
+            "OK a backend=flock,flock slot=0,1 slots=2,2,2 locks=2",
+            "OK a backend=flock,flock slot=,1 slots=2, locks=2",
+        ]:
+            with self.assertRaises(netlock.ProtocolError, msg=bad):
+                _protocol.parse(bad)
+
     def test_ok_profile_is_the_first_word_even_for_an_address_with_a_query(self):
         # Issue 25: for a lock address the profile field is the address as given (spaces
         # written %20), `?k=v` and all: it is the profile, not a missing one.
@@ -177,7 +212,13 @@ class ParseTest(unittest.TestCase):
                 fields.append(("token", str(token)))
             if rnd.random() < 0.3:
                 fields.append(("prev", "crashed"))
-            for key in rnd.sample(["since", "host", "slot", "slots", "note"], rnd.randrange(3)):
+            # A semaphore's slot=K slots=N (SPEC 3b), K < N.
+            slot = slots = None
+            if rnd.random() < 0.3:
+                slots = rnd.choice([1, 2, 3, 1024, rnd.randrange(1, 2**32)])
+                slot = rnd.randrange(slots)
+                fields += [("slot", str(slot)), ("slots", str(slots))]
+            for key in rnd.sample(["since", "host", "pid", "note"], rnd.randrange(3)):
                 fields.append((key, rnd.choice(["", "2025-01-01T00:00:00Z", "3", "a=b", "x?y", "%20", ":"])))
             seps = [rnd.choice([" ", " ", " ", "  ", "\t", " \t"]) for _ in range(len(fields) + 1)]
             line = "OK" + seps[0] + profile
@@ -191,6 +232,7 @@ class ParseTest(unittest.TestCase):
                 self.assertEqual(ok.profile, profile)
                 self.assertEqual(ok.fields, fields)
                 self.assertEqual(ok.token, token)
+                self.assertEqual((ok.slot, ok.slot_count), (slot, slots))
 
     def test_ok_lines_for_several_locks_round_trip_randomized(self):
         # Several locks as the helper writes them (SPEC 3b): each lock's backend, mode and
@@ -205,20 +247,28 @@ class ParseTest(unittest.TestCase):
                     rnd.choice(["flock", "mkdir", "postgres", "etcd"]),
                     rnd.random() < 0.3,
                     rnd.choice([None, 0, 1, rnd.randrange(2**64), 2**64 - 1]),
+                    rnd.choice([None, None, (0, 2), (1, 2), (1023, 1024)]),
                 )
                 for _ in range(n)
             ]
-            line = f"OK {profile} backend={','.join(b for b, _, _ in locks)} mode=" + ",".join(
-                "shared" if s else "exclusive" for _, s, _ in locks
+            line = f"OK {profile} backend={','.join(b for b, _, _, _ in locks)} mode=" + ",".join(
+                "shared" if s else "exclusive" for _, s, _, _ in locks
             )
-            if any(t is not None for _, _, t in locks):
-                line += " token=" + ",".join("" if t is None else str(t) for _, _, t in locks)
+            if any(t is not None for _, _, t, _ in locks):
+                line += " token=" + ",".join("" if t is None else str(t) for _, _, t, _ in locks)
+            if any(k is not None for _, _, _, k in locks):
+                line += " slot=" + ",".join("" if k is None else str(k[0]) for _, _, _, k in locks)
+                line += " slots=" + ",".join("" if k is None else str(k[1]) for _, _, _, k in locks)
             line += f" locks={n}"
             with self.subTest(case=i, seed=seed, line=line):
                 ok = _protocol.parse(line)
                 self.assertEqual(ok.profile, profile)
-                self.assertEqual([(h.backend, h.shared, h.token) for h in ok.locks], locks)
+                self.assertEqual(
+                    [(h.backend, h.shared, h.token, None if h.slot is None else (h.slot, h.slots)) for h in ok.locks],
+                    locks,
+                )
                 self.assertIsNone(ok.token)
+                self.assertIsNone(ok.slot)
 
     def test_error_lines(self):
         for word, cls in [
@@ -292,6 +342,18 @@ class ArgsTest(unittest.TestCase):
         self.assertEqual(
             _spawn.helper_args("demo", Path("/etc/p.toml"), "1500ms", True),
             ["--watch-stdin", "--profiles", "/etc/p.toml", "--wait", "1500ms", "--shared", "hold", "demo"],
+        )
+
+    def test_slots_arguments(self):
+        for good in [1, 2, 1024]:
+            self.assertEqual(_spawn.slots_arg(good), str(good))
+        self.assertIsNone(_spawn.slots_arg(None))
+        for bad in [0, 1025, -1, "x", "2", 2.0, True, [2]]:
+            with self.assertRaises(netlock.Usage, msg=repr(bad)):
+                _spawn.slots_arg(bad)
+        self.assertEqual(
+            _spawn.helper_args(["a", "b"], None, "0", True, "3"),
+            ["--watch-stdin", "--wait", "0", "--shared", "--slots", "3", "hold", "a", "b"],
         )
 
     def test_tags(self):
@@ -471,6 +533,33 @@ class FakeHelperTest(unittest.TestCase):
         with self.assertRaises(netlock.Usage):
             netlock.lock("okay7", "-v", helper=self.fake)
         self.assertFalse((self.dir / "-v.args").exists(), "spawned with a bad name in the set")
+        support.assert_no_children(self)
+
+    def test_slots(self):
+        lk = self.lock("sem1", slots=3)
+        self.assertEqual((self.dir / "sem1.args").read_text(), "--watch-stdin\n--slots\n3\nhold\nsem1\n")
+        self.assertEqual((lk.slot, lk.slot_count, lk.slots, lk.slot_counts), (1, 3, [1], [3]))
+        self.assertIn("slot=1/3", repr(lk))
+        lk.unlock()
+        lk = self.lock("plain2")
+        self.assertEqual((lk.slot, lk.slot_count, lk.slots), (None, None, [None]))
+        lk.unlock()
+        lk = netlock.try_lock("set4", "semset1", "set4", slots=1, helper=self.fake)
+        self.assertEqual(
+            (self.dir / "semset1.args").read_text(),
+            "--watch-stdin\n--wait\n0\n--slots\n1\nhold\nset4\nsemset1\n",
+        )
+        self.assertEqual(lk.slots, [None, 2, None])
+        self.assertEqual(lk.slot_counts, [None, 3, None])
+        self.assertIsNone(lk.slot, "one slot cannot stand for a set")
+        lk.unlock()
+        # Bad numbers: refused before anything is spawned.
+        for n, tag in [(0, "sem2"), (1025, "sem3"), ("x", "sem4"), (True, "sem5")]:
+            with self.assertRaisesRegex(netlock.Usage, "1 to 1024", msg=repr(n)):
+                self.lock(tag, slots=n)
+            with self.assertRaises(netlock.Usage, msg=repr(n)):
+                netlock.try_lock(tag, slots=n, helper=self.fake)
+            self.assertFalse((self.dir / f"{tag}.args").exists(), f"spawned with slots={n!r}")
         support.assert_no_children(self)
 
     def test_error_kinds(self):

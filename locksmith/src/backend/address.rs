@@ -7,6 +7,7 @@
 //! ftp://[USER@]HOST[:PORT]/PATH              ftps:// explicit TLS, ?tls=implicit
 //! postgres://[USER@]HOST[:PORT]/DB?lock=NAME postgresql:// too
 //! etcd://HOST:PORT[,HOST:PORT...]/PREFIX     etcds:// https endpoints
+//! redis://[USER@]HOST[:PORT][/DB]?key=NAME   rediss:// TLS
 //! ```
 //!
 //! An address is only another way to write a backend's keys: its parts become keys (each
@@ -215,7 +216,7 @@ impl Address {
 pub fn refuse_password() -> String {
     "an address never carries a password (it would show in `ps` and in logs): give \
      ?password_env=VARIABLE or ?password_file=PATH, or set $LOCKSMITH_PASSWORD, or use \
-     ~/.netrc (ftp) or ~/.pgpass / $PGPASSWORD (postgres)"
+     ~/.netrc (ftp), ~/.pgpass / $PGPASSWORD (postgres) or $REDISCLI_AUTH (redis)"
         .to_string()
 }
 

@@ -57,6 +57,20 @@ pub struct EtcdConfig {
     pub prefix: String,
     pub user: Option<String>,
     pub password: Password,
+    /// A slot of a lock with several (SPEC §3b): the lock's own prefix, beside which the
+    /// number of slots is recorded. `None`: the lock itself.
+    pub slot_of: Option<String>,
+}
+
+impl EtcdConfig {
+    /// Slot `k` of the lock: the queue under `PREFIX.slot-K/` (docs/LAYOUT.md).
+    pub fn slot(&self, k: u32) -> EtcdConfig {
+        EtcdConfig {
+            prefix: format!("{}.slot-{k}", self.prefix),
+            slot_of: Some(self.prefix.clone()),
+            ..self.clone()
+        }
+    }
 }
 
 /// The keys [`config`] takes (besides the common and password keys).
@@ -152,6 +166,7 @@ pub fn config(f: &mut Fields) -> Result<EtcdConfig> {
         prefix,
         user,
         password,
+        slot_of: None,
     })
 }
 
@@ -219,6 +234,10 @@ pub struct Etcd {
     last_holders: Vec<Holder>,
     /// The pidfd of a same-host blocker (its death wakes us).
     wake: Wakeups,
+    /// The lock's number of slots (SPEC §3b), recorded at `LOCK.slots` with each grant.
+    slots: u32,
+    /// What to ask before granting over another recorded number of slots.
+    agree: Option<super::lock::Agree>,
 }
 
 struct Waiter {
@@ -239,9 +258,10 @@ struct Entry {
 impl Entry {
     fn holder(&self) -> Holder {
         let mut h = self.record.holder();
-        // A writer's token is its key's create revision; readers get the write epoch, which
-        // lives in the state key, not here.
-        h.token = self.writer.then_some(self.rev as u64);
+        // A writer's token is its key's create revision (a slot's: the revision of its grant,
+        // written into its record); readers get the write epoch, which lives in the state
+        // key, not here.
+        h.token = self.writer.then(|| h.token.unwrap_or(self.rev as u64));
         h.mode = Some(if self.writer {
             Mode::Exclusive
         } else {
@@ -286,6 +306,8 @@ impl Etcd {
             held: false,
             last_holders: Vec::new(),
             wake: Wakeups::default(),
+            slots: profile.common.slots,
+            agree: None,
         }
     }
 
@@ -299,6 +321,14 @@ impl Etcd {
 
     fn state_key(&self) -> String {
         format!("{}.state", self.cfg.prefix)
+    }
+
+    /// `LOCK.slots`: the number of slots of the last exclusive grant (absent: 1).
+    fn slots_key(&self) -> String {
+        format!(
+            "{}.slots",
+            self.cfg.slot_of.as_deref().unwrap_or(&self.cfg.prefix)
+        )
     }
 
     /// When the last confirmed keepalive was sent.
@@ -574,57 +604,147 @@ impl Etcd {
         Ok(())
     }
 
-    /// Holding: the token and whether the previous writer released cleanly.
-    fn grant(&mut self) -> Grant {
+    /// Holding: the token and whether the previous writer released cleanly. An exclusive
+    /// grant also records the lock's number of slots at `LOCK.slots` (SPEC §3b), in one
+    /// transaction with the state's `dirty` mark, if that key did not change since we read
+    /// it; another number recorded is the lock's say first ([`Agree`](super::lock::Agree)).
+    /// A slot's token is the revision of that transaction (create revisions are not in grant
+    /// order across slots), written into its record for `status` and `break --token`.
+    fn grant(&mut self) -> Result<Grant> {
         self.held = true;
         if let Some(k) = self.keeper.take() {
             k.abort();
         }
         self.waiter = None;
-        let state_key = self.state_key();
+        let (state_key, slots_key) = (self.state_key(), self.slots_key());
         let limit = self.timeout;
-        let k = state_key.clone();
-        let prev = match self.call(limit, |mut c| {
-            let k = k.clone();
-            async move { c.get(&k).await }
-        }) {
-            Ok(Ok(r)) => r
-                .kvs
-                .first()
-                .and_then(|kv| String::from_utf8(kv.value.clone()).ok()),
-            Ok(Err(e)) => {
-                debug!("cannot read {state_key}: {e}");
-                None
-            }
-            Err(_) => None,
-        };
-        // No state yet: a fresh lock. A value we cannot read counts as a crash.
-        let (dirty, epoch) = match prev.as_deref().map(|p| p.split_once(' ')) {
-            None => (false, None),
-            Some(Some((word, n))) => (word != "clean", n.parse::<u64>().ok()),
-            Some(None) => (true, None),
-        };
-        if self.mode == Mode::Shared {
-            return Grant {
-                token: epoch,
-                prev_crashed: false,
+        let several = self.slots > 1;
+        for _ in 0..50 {
+            let (sk, nk) = (state_key.clone(), slots_key.clone());
+            let read = match self.call(limit, |mut c| {
+                let (sk, nk) = (sk.clone(), nk.clone());
+                async move { c.get_two(&sk, &nk).await }
+            }) {
+                Ok(Ok((st, sl, _))) => Some((st, sl)),
+                Ok(Err(e)) => {
+                    debug!("cannot read {state_key} and {slots_key}: {e}");
+                    None
+                }
+                Err(e) => {
+                    debug!("cannot read {state_key} and {slots_key}: {e}");
+                    None
+                }
             };
+            let prev = read.as_ref().and_then(|(st, _)| {
+                st.kvs
+                    .first()
+                    .and_then(|kv| String::from_utf8(kv.value.clone()).ok())
+            });
+            // No state yet: a fresh lock. A value we cannot read counts as a crash.
+            let (dirty, epoch) = match prev.as_deref().map(|p| p.split_once(' ')) {
+                None => (false, None),
+                Some(Some((word, n))) => (word != "clean", n.parse::<u64>().ok()),
+                Some(None) => (true, None),
+            };
+            if self.mode == Mode::Shared {
+                return Ok(Grant {
+                    token: epoch,
+                    prev_crashed: false,
+                    ..Grant::default()
+                });
+            }
+            let Some((_, recorded)) = read else {
+                if several {
+                    return Err(self.fail(
+                        "cannot read the lock's number of slots",
+                        format!("{slots_key} could not be read"),
+                    ));
+                }
+                // As before slots existed: a token without the state's mark.
+                self.token = Some(self.rev);
+                return Ok(Grant {
+                    token: Some(self.rev as u64),
+                    prev_crashed: dirty,
+                    ..Grant::default()
+                });
+            };
+            let (before, seen) = recorded.kvs.first().map_or((1, 0), |kv| {
+                let n = std::str::from_utf8(&kv.value)
+                    .ok()
+                    .and_then(|v| v.parse::<u32>().ok())
+                    .unwrap_or(0);
+                (n, kv.mod_revision)
+            });
+            if before != self.slots.max(1)
+                && let Some(agree) = &self.agree
+            {
+                agree(before)?;
+            }
+            let mark = format!("dirty {}", self.rev);
+            let n = self.slots.max(1).to_string();
+            let wrote = self.call(limit, |mut c| {
+                let (sk, nk, mark, n) = (state_key.clone(), slots_key.clone(), mark.clone(), n.clone());
+                async move {
+                    c.put_if_unchanged(&nk, seen, &[(&sk, &mark), (&nk, &n)])
+                        .await
+                }
+            });
+            let at = match wrote {
+                Ok(Ok(r)) if r.succeeded => r.header.map_or(0, |h| h.revision),
+                // Someone granted meanwhile: read again.
+                Ok(Ok(_)) => continue,
+                Ok(Err(e)) => {
+                    let why = e.to_string();
+                    if several {
+                        return Err(self.fail("cannot record the lock's number of slots", why));
+                    }
+                    debug!("cannot mark the lock state: {why}");
+                    0
+                }
+                Err(e) => {
+                    if several {
+                        return Err(e);
+                    }
+                    debug!("cannot mark the lock state: {e}");
+                    0
+                }
+            };
+            let token = if several { at } else { self.rev };
+            self.token = Some(token);
+            if several {
+                self.stamp(token);
+            }
+            return Ok(Grant {
+                token: Some(token as u64),
+                prev_crashed: dirty,
+                ..Grant::default()
+            });
         }
-        let token = self.rev;
-        self.token = Some(token);
-        let v = format!("dirty {token}");
+        Err(self.fail(
+            "cannot record the lock's number of slots",
+            format!("{slots_key} keeps changing"),
+        ))
+    }
+
+    /// A slot's token into its record (best effort: `status` shows the create revision
+    /// without it).
+    fn stamp(&mut self, token: i64) {
+        let Some(lease) = self.lease else {
+            return;
+        };
+        let mut rec = Record::ours(&self.profile);
+        rec.nonce = format!("{lease:016x}");
+        rec.token = Some(token as u64);
+        let (key, value) = (self.key.clone(), rec.render());
+        let limit = self.timeout;
         if let Ok(Err(e)) | Err(e) = self
             .call(limit, |mut c| {
-                let (k, v) = (state_key.clone(), v.clone());
-                async move { c.put(&k, &v, 0).await }
+                let (key, value) = (key.clone(), value.clone());
+                async move { c.put(&key, &value, lease).await }
             })
             .map_err(|e| e.to_string())
         {
-            debug!("cannot mark the lock state: {e}");
-        }
-        Grant {
-            token: Some(token as u64),
-            prev_crashed: dirty,
+            debug!("cannot write our token into {key}: {e}");
         }
     }
 
@@ -798,7 +918,7 @@ impl Etcd {
                     Err(why) => return Err(self.fail("cannot renew our lease", why)),
                 }
             }
-            return Ok(Tried::Took(self.grant()));
+            return Ok(Tried::Took(self.grant()?));
         };
         self.blocker = Some((last.key.clone(), at));
         // A blocker on this host: its death (pidfd) wakes us to revoke its lease.
@@ -869,6 +989,10 @@ impl Backend for Etcd {
         });
         self.waiter = Some(Waiter { rx, key, task });
         Ok(WaitHint { poll: false })
+    }
+
+    fn agree_on_slots(&mut self, agree: super::lock::Agree) {
+        self.agree = Some(agree);
     }
 
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {

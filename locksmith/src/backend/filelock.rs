@@ -52,6 +52,7 @@ pub trait Scheme: Holders + Send + Sized + 'static {
     fn new(cfg: &FsConfig, lock: &Named) -> Self;
     /// The lock's directory.
     fn dir(&self) -> &LockDir;
+    fn dir_mut(&mut self) -> &mut LockDir;
     /// One try at taking the name (its fencing token included).
     fn take(&mut self) -> Result<Take<Self::Held>>;
     /// The holders were judged alive: a waiting writer says so (symlink).
@@ -165,6 +166,10 @@ impl<S: Scheme> Backend for FileLock<S> {
         Ok(WaitHint { poll: true })
     }
 
+    fn agree_on_slots(&mut self, agree: super::lock::Agree) {
+        self.files.dir_mut().agree_on_slots(agree);
+    }
+
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.wake.fds()
     }
@@ -225,8 +230,12 @@ impl<S: Scheme + 'static> Registered for FileLock<S> {
     const KEYS: &'static [&'static [KeyDoc]] = &[lockdir::FS_KEYS, lockdir::HEARTBEAT_KEYS];
     const SHARED: bool = S::SHARED;
     const ON_FILES: bool = true;
+    const SLOTS: bool = true;
     fn parse(f: &mut Fields) -> Result<FsConfig> {
         FsConfig::parse(f, true)
+    }
+    fn slot(cfg: &FsConfig, k: u32) -> FsConfig {
+        cfg.slot(k)
     }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address::path_keys(a)

@@ -30,7 +30,9 @@ use std::path::Path;
 use std::ffi::OsString;
 use std::fs::{self, File, TryLockError};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use nix::fcntl::OFlag;
@@ -67,6 +69,10 @@ pub struct Flock {
     gate: Option<File>,
     /// flock(1)'s forms: nothing beside the file (no token state, no gate).
     flock1: bool,
+    /// The lock's number of slots (SPEC §3b), recorded with each token.
+    slots: u32,
+    /// What to ask before issuing over another recorded number of slots.
+    agree: Option<super::lock::Agree>,
     /// A thread blocked in flock(2) on a duplicate descriptor: whether it holds the lock.
     waiter: Option<Blocking<bool>>,
 }
@@ -75,9 +81,77 @@ pub struct Flock {
 /// acquisition, to mark its clean release.
 pub struct FlockHeld {
     cfg: FsConfig,
+    slots: u32,
     file: File,
     token: Option<u64>,
     grant: Grant,
+    /// Watching the held file for a cleaner (not in flock(1)'s forms).
+    watch: Option<Watch>,
+    /// Declared lost: the state beside the path is no longer ours to mark.
+    lost: bool,
+}
+
+/// The held file's directory watched (dnotify: `SIGIO` when a name in it is removed or
+/// renamed): a cleaner (systemd-tmpfiles on /tmp) that removes a held lock file lets the next
+/// locker create a new file at the path and lock it at once (issue 28). The kernel wakes us
+/// only when a name in that directory goes: no wake-up while nothing happens there.
+struct Watch {
+    /// The directory, opened for its notifications (closing it ends them).
+    _dir: OwnedFd,
+    /// Readable after a `SIGIO`.
+    signals: UnixStream,
+    dev: u64,
+    ino: u64,
+}
+
+impl Watch {
+    /// Watches `file`, opened at `path`. `Ok(None)`: no watch here (said on stderr; the lock
+    /// works as flock(1)'s does). `Err`: the path no longer names `file`.
+    fn new(path: &Path, file: &File) -> std::result::Result<Option<Watch>, ()> {
+        let (Ok(md), Some(dir)) = (file.metadata(), path.parent()) else {
+            return Ok(None);
+        };
+        let made = (|| -> std::io::Result<Watch> {
+            let dir = nix::fcntl::open(
+                dir,
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                FileMode::empty(),
+            )?;
+            let (signals, tx) = UnixStream::pair()?;
+            signals.set_nonblocking(true)?;
+            signal_hook::low_level::pipe::register(libc::SIGIO, tx)?;
+            crate::sys::dir_notify(dir.as_fd())?;
+            Ok(Watch {
+                _dir: dir,
+                signals,
+                dev: md.dev(),
+                ino: md.ino(),
+            })
+        })();
+        let w = match made {
+            Ok(w) => w,
+            Err(e) => {
+                info!(
+                    "not watching {} for removal by a cleaner ({e}): a removed lock file would go unnoticed, as with flock(1)",
+                    path.display()
+                );
+                return Ok(None);
+            }
+        };
+        // Removed between our open and the watch: the path is someone else's now.
+        if w.gone(path) { Err(()) } else { Ok(Some(w)) }
+    }
+
+    /// Whether `path` no longer names the watched file (signals read and dropped first).
+    /// A path that cannot be looked at now (no descriptor left) still counts as ours.
+    fn gone(&self, path: &Path) -> bool {
+        let mut buf = [0u8; 64];
+        while (&self.signals).read(&mut buf).is_ok_and(|n| n > 0) {}
+        match fs::symlink_metadata(path) {
+            Ok(md) => md.dev() != self.dev || md.ino() != self.ino,
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        }
+    }
 }
 
 impl Flock {
@@ -89,6 +163,8 @@ impl Flock {
             gate: None,
             waiter: None,
             flock1: common.flock1,
+            slots: common.slots,
+            agree: None,
         }
     }
 
@@ -103,41 +179,80 @@ impl Flock {
             return Ok(Grant::default());
         }
         let shared = self.mode == Mode::Shared;
-        let Some(r) = with_state(&self.cfg, |at| {
+        let no_token = |why: &dyn std::fmt::Display| {
+            info!(
+                "lock {}: no fencing token this time ({why}); the OK line carries no token=",
+                self.cfg.path.display()
+            );
+            Ok(Grant::default())
+        };
+        // The state's names beside the file must fit in a name; flock(2) itself takes any
+        // name, as flock(1) does (issue 28).
+        let name_len = self.cfg.token_name().len();
+        if name_len > super::lockdir::MAX_LOCK_NAME {
+            return no_token(&format_args!(
+                "its name is {name_len} bytes long: the token state beside it needs names {} bytes longer, and a name is at most {}",
+                super::lockdir::BESIDE,
+                crate::settings::MAX_NAME
+            ));
+        }
+        let Some(r) = with_state(&self.cfg, self.slots, self.agree.as_ref(), |at| {
             if shared {
-                state::read(at).map(|s| (s.map(|s| s.token), false))
+                state::read(at).map(|s| Grant {
+                    token: s.map(|s| s.token),
+                    ..Grant::default()
+                })
             } else {
-                state::issue(at).map(|(token, crashed)| (Some(token), crashed))
+                state::issue(at, token_floor()).map(|i| Grant {
+                    token: Some(i.token),
+                    prev_crashed: i.prev_crashed,
+                    ..Grant::default()
+                })
             }
         }) else {
-            return Ok(Grant::default());
+            return no_token(&"it names no directory");
         };
-        let r = r.map(|(token, prev_crashed)| Grant {
-            token,
-            prev_crashed,
-        });
         match r {
             // Something planted there: said as the other backends say it, never a token
             // silently dropped (issue 15).
             Err(e) if e.kind() == crate::error::Kind::Config => Err(e),
-            Err(e) => {
-                debug!("no fencing token: {e}");
-                Ok(Grant::default())
-            }
+            // Never silently (issue 28): a directory we may not write, descriptor pressure.
+            Err(e) => no_token(&e.message()),
             ok => ok,
         }
     }
 
     /// Holding: the locked descriptor with its grant, or (dropped) the lock let go again if
-    /// its state cannot be used.
+    /// its state cannot be used. Outside flock(1)'s forms the file is watched for removal; a
+    /// file removed before that (a cleaner, between our open and our lock) is let go and the
+    /// path tried again: its lock is not the path's lock.
     fn acquired(mut self) -> Result<Attempt> {
+        let watch = if self.flock1 {
+            None
+        } else {
+            let file = self.file.as_ref().expect("locked, so opened");
+            match Watch::new(&self.cfg.path, file) {
+                Ok(w) => w,
+                Err(()) => {
+                    debug!(
+                        "{} was removed as we locked it: trying the new one",
+                        self.cfg.path.display()
+                    );
+                    self.file = None;
+                    return Box::new(self).try_acquire();
+                }
+            }
+        };
         let grant = self.grant()?;
         let file = self.file.take().expect("locked, so opened");
         Ok(Attempt::Acquired(Box::new(FlockHeld {
             token: (self.mode == Mode::Exclusive).then_some(grant.token).flatten(),
             cfg: self.cfg,
+            slots: self.slots,
             file,
             grant,
+            watch,
+            lost: false,
         })))
     }
 
@@ -350,6 +465,10 @@ impl Backend for Flock {
         Ok(WaitHint { poll: false })
     }
 
+    fn agree_on_slots(&mut self, agree: super::lock::Agree) {
+        self.agree = Some(agree);
+    }
+
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.waiter.iter().map(Blocking::fd).collect()
     }
@@ -376,7 +495,8 @@ impl Held for FlockHeld {
     fn release(self: Box<Self>) -> std::result::Result<(), NotReleased<Box<dyn Held>>> {
         // Still holding: say this acquisition ended cleanly, then close.
         if let Some(token) = self.token
-            && let Some(Err(e)) = with_state(&self.cfg, |at| state::mark_clean(at, token))
+            && !self.lost
+            && let Some(Err(e)) = with_state(&self.cfg, self.slots, None, |at| state::mark_clean(at, token))
         {
             info!("{e}; the next holder will see prev=crashed");
         }
@@ -386,21 +506,66 @@ impl Held for FlockHeld {
     fn inherit_fd(&self) -> Option<BorrowedFd<'_>> {
         Some(self.file.as_fd())
     }
+
+    fn alarm(&self) -> Option<BorrowedFd<'_>> {
+        self.watch.as_ref().map(|w| w.signals.as_fd())
+    }
+
+    /// The held file still at its path, or LOST: another locker may lock a new file there.
+    fn check(&mut self) -> Result<()> {
+        let Some(w) = &self.watch else {
+            return Ok(());
+        };
+        if !w.gone(&self.cfg.path) {
+            return Ok(());
+        }
+        self.lost = true;
+        Err(crate::error::err!(
+            Lost,
+            "lock file {} was removed or replaced while held (a cleaner such as systemd-tmpfiles?): another locker can lock a new file at that path",
+            self.cfg.path.display()
+        ))
+    }
+}
+
+/// Where a missing token state starts: the microseconds since the Unix epoch. The state
+/// beside a flock file goes when a cleaner (systemd-tmpfiles on /tmp) removes it, and with it
+/// every memory of the tokens issued; the clock is what survives. No acquisition takes less
+/// than a microsecond, so a state started again later starts above every token the lost one
+/// issued — as long as the wall clock has not been set back by more than that time (the
+/// documented limit; issue 28). 0 for a clock before 1970.
+fn token_floor() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
 }
 
 /// `f` on the state record beside the semaphore file (`.NAME.state`, as for mkdir); `None`
-/// if its directory cannot be opened.
-fn with_state<T>(cfg: &FsConfig, f: impl FnOnce(&StateAt<'_>) -> Result<T>) -> Option<Result<T>> {
+/// if the path names no directory.
+fn with_state<T>(
+    cfg: &FsConfig,
+    slots: u32,
+    agree: Option<&super::lock::Agree>,
+    f: impl FnOnce(&StateAt<'_>) -> Result<T>,
+) -> Option<Result<T>> {
     let dir = cfg.path.parent()?;
     let mut name = OsString::from(".");
-    name.push(cfg.path.file_name()?);
+    name.push(cfg.token_name());
     name.push(".state");
-    let fd: OwnedFd = nix::fcntl::open(
+    let fd: OwnedFd = match nix::fcntl::open(
         dir,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         FileMode::empty(),
-    )
-    .ok()?;
+    ) {
+        Ok(fd) => fd,
+        Err(e) => {
+            return Some(Err(Error::path(
+                "cannot open the directory of",
+                &dir.join(&name),
+                e.into(),
+            )));
+        }
+    };
     Some(f(&StateAt {
         dir: fd.as_fd(),
         name: &name,
@@ -408,6 +573,8 @@ fn with_state<T>(cfg: &FsConfig, f: impl FnOnce(&StateAt<'_>) -> Result<T>) -> O
         remote: false,
         mode: cfg.file_mode,
         group: cfg.group,
+        slots,
+        agree,
     }))
 }
 
@@ -444,6 +611,7 @@ fn proc_locks_holders(dev: u64, ino: u64) -> Vec<Holder> {
                 }),
                 alive: Some(true),
                 foreign: None,
+                slot: None,
             })
         })
         .collect()
@@ -454,8 +622,12 @@ impl Registered for Flock {
     const KEYS: &'static [&'static [KeyDoc]] = &[super::lockdir::FS_KEYS];
     const SHARED: bool = true;
     const ON_FILES: bool = true;
+    const SLOTS: bool = true;
     fn parse(f: &mut Fields) -> crate::error::Result<FsConfig> {
         config(f)
+    }
+    fn slot(cfg: &FsConfig, k: u32) -> FsConfig {
+        cfg.slot(k)
     }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address::path_keys(a)

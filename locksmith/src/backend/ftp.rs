@@ -114,6 +114,10 @@ impl Backend for Ftp {
         Ok(WaitHint { poll: true })
     }
 
+    fn agree_on_slots(&mut self, agree: super::lock::Agree) {
+        self.g.s.agree = Some(agree);
+    }
+
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.g.wake.fds()
     }

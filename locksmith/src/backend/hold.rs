@@ -84,7 +84,19 @@ impl Hold {
     /// lease's point of no return at the latest), before this returns `Kind::Lost`; the
     /// caller then [`abandon`](Hold::abandon)s the hold.
     pub fn beat(&mut self, lost: impl FnOnce(&Error)) -> Result<()> {
+        if self.held.alarm().is_some()
+            && let Err(e) = self.held.check()
+        {
+            lost(&e);
+            return Err(e);
+        }
         self.beat.beat(self.held.as_mut(), lost)
+    }
+
+    /// The descriptor to watch beside the heartbeat schedule ([`Held::alarm`]): when it is
+    /// readable, [`beat`](Hold::beat) checks the lock at once.
+    pub fn alarm(&self) -> Option<BorrowedFd<'_>> {
+        self.held.alarm()
     }
 
     /// Frees the lock, retrying transient failures until `stale_after` (SPEC §4).
@@ -169,6 +181,12 @@ impl HoldSet {
             [(_, h)] => h.inherit_fd(),
             _ => None,
         }
+    }
+
+    /// The locks' alarms ([`Hold::alarm`]): the caller waits on them too, and
+    /// [`beat`](HoldSet::beat)s when one is readable.
+    pub fn alarms(&self) -> Vec<BorrowedFd<'_>> {
+        self.holds.iter().filter_map(|(_, h)| h.alarm()).collect()
     }
 
     /// How long until the next heartbeat of any lock is due; `None`: never.

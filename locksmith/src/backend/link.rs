@@ -219,7 +219,7 @@ impl Files {
     /// the caller looks again.
     fn finish_create(&mut self, rec: &Record) -> Result<Option<bool>> {
         let token = rec.token.unwrap_or(0);
-        let Some(prev_crashed) = self.dir.issue_token_exactly(token)? else {
+        let Some(issued) = self.dir.issue_token_exactly(token)? else {
             debug!(
                 "fencing token {token} was overtaken while we took {}: giving it back",
                 self.dir.path.display()
@@ -228,7 +228,7 @@ impl Files {
             self.unlink_if(&name, rec.render_beat(0).as_bytes())?;
             return Ok(None);
         };
-        Ok(Some(prev_crashed))
+        Ok(Some(issued.prev_crashed))
     }
 }
 
@@ -242,7 +242,7 @@ impl Scheme for Files {
     fn new(cfg: &FsConfig, lock: &Named) -> Files {
         Files {
             profile: lock.name.to_string(),
-            dir: LockDir::new(cfg, lock.common.stale_after),
+            dir: LockDir::new(cfg, &lock.common),
             guard_seen: Observations::new(lock.common.stale_after),
             refused: None,
         }
@@ -250,6 +250,10 @@ impl Scheme for Files {
 
     fn dir(&self) -> &LockDir {
         &self.dir
+    }
+
+    fn dir_mut(&mut self) -> &mut LockDir {
+        &mut self.dir
     }
 
     fn take(&mut self) -> Result<Take<(Record, u64)>> {

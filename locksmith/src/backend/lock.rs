@@ -30,11 +30,16 @@ pub struct Holder {
     pub alive: Option<bool>,
     /// A record locksmith cannot read (another format version).
     pub foreign: Option<String>,
+    /// Its slot, of a lock with several (SPEC §3b).
+    pub slot: Option<u32>,
 }
 
 impl fmt::Display for Holder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
+        if let Some(k) = self.slot {
+            parts.push(format!("slot={k}"));
+        }
         if let Some(h) = &self.host {
             parts.push(format!("host={h}"));
         }
@@ -79,7 +84,14 @@ pub struct Grant {
     pub token: Option<u64>,
     /// The previous acquisition did not end in a clean release.
     pub prev_crashed: bool,
+    /// The slot held, of a lock with several (SPEC §3b).
+    pub slot: Option<u32>,
 }
+
+/// Asked by a backend that keeps slots (SPEC §3b) when its counter recorded another number of
+/// slots than the lock's (the number recorded), holding its own lock, before it issues a
+/// token: `Err` (78) if someone holds the lock with that number. See `slots.rs`.
+pub type Agree = std::sync::Arc<dyn Fn(u32) -> Result<()> + Send + Sync>;
 
 /// The holder's side of SPEC §6: a holder that heartbeats every `period` and was last
 /// confirmed at some moment may be broken by a waiter `stale_after` after it, at the
@@ -215,6 +227,10 @@ pub trait Backend: Send {
     /// inotify, drain old notifications) and says how to wait.
     fn prepare_wait(&mut self) -> Result<WaitHint>;
 
+    /// A lock that keeps slots (SPEC §3b): what to ask before issuing a token over another
+    /// recorded number of slots ([`Agree`]). Others have no counter to ask from.
+    fn agree_on_slots(&mut self, _agree: Agree) {}
+
     /// Descriptors that become readable when another attempt is worthwhile.
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>>;
 
@@ -252,6 +268,19 @@ pub trait Held: Send {
     /// Run mode: a descriptor the command must inherit so the lock lives as long as it does.
     fn inherit_fd(&self) -> Option<BorrowedFd<'_>> {
         None
+    }
+
+    /// A descriptor that becomes readable when something may have taken the lock from under
+    /// its holder (flock: a cleaner removing the lock file); the holder then runs
+    /// [`check`](Held::check). `None`: nothing to watch. No wake-up while nothing happens.
+    fn alarm(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+
+    /// After the [`alarm`](Held::alarm): whether the lock is still ours. `Kind::Lost`: it
+    /// is not.
+    fn check(&mut self) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -303,6 +332,13 @@ pub trait Registered {
     const SHARED: bool;
     /// Whether it locks a file a second mount may show (`verify --peer`).
     const ON_FILES: bool = false;
+    /// Whether it keeps several slots (SPEC §3b): [`slot`](Registered::slot) says where.
+    const SLOTS: bool = false;
+    /// The settings of slot `k` of a lock with several (only asked where [`SLOTS`](Registered::SLOTS)):
+    /// its own lock, next to the lock's, with the lock's fencing-token counter.
+    fn slot(cfg: &Self::Config, _k: u32) -> Self::Config {
+        cfg.clone()
+    }
     /// Reads its keys (a profile section or an address: the same code).
     fn parse(f: &mut Fields) -> Result<Self::Config>;
     /// The keys an address's parts say (its query is added by the registry).

@@ -29,7 +29,7 @@ pub mod probe;
 mod record;
 pub mod state;
 
-pub use config::{FS_KEYS, FsConfig, HEARTBEAT_KEYS};
+pub use config::{BESIDE, FS_KEYS, FsConfig, HEARTBEAT_KEYS, MAX_LOCK_NAME};
 pub use dir::LockDir;
 pub use fs::*;
 pub use record::*;

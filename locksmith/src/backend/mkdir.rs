@@ -280,7 +280,7 @@ impl Files {
             // sshfs answered EEXIST for `beat` from its cache of the lock's previous directory.
             let tmp = format!("{BEAT}.{}", rec.nonce);
             self.dir.publish(
-                Some(fd.as_fd()),
+                Some((fd.as_fd(), dir.as_os_str())),
                 tmp.as_ref(),
                 BEAT.as_ref(),
                 &rec.render_beat(0),
@@ -481,35 +481,45 @@ impl Files {
 /// A waiter on the same mount reading `beat` just then keeps the file alive under a hidden
 /// name (`.fuse_hiddenXXXX`, NFS's `.nfsXXXX`) until it closes it — a few milliseconds — and
 /// the directory is not empty till then: the removal is retried for about a second.
+///
+/// An empty directory (a lock being made whose first record could not be created, e.g. for
+/// want of descriptors) is removed without opening anything; a listing holds one descriptor
+/// at a time (issue 28: under `ulimit -n` pressure a second one failed and the directory
+/// stayed).
 fn tidy(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
-    let fd = openat(
-        parent,
-        dir.as_os_str(),
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        FileMode::empty(),
-    )?;
+    let rmdir = || unlinkat(parent, dir.as_os_str(), UnlinkatFlags::RemoveDir);
     let mut pause = Duration::from_millis(5);
     loop {
-        // A new open file description each time: a dup would share the offset, and every
-        // listing after the first would start at the end (and see nothing new).
+        match rmdir() {
+            Err(Errno::ENOTEMPTY | Errno::EEXIST) if pause < Duration::from_millis(700) => {}
+            r => return r,
+        }
+        // A new open file description each time: a shared one would keep its offset, and
+        // every listing after the first would start at the end (and see nothing new).
         let mut listing = nix::dir::Dir::openat(
-            &fd,
-            ".",
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            parent,
+            dir.as_os_str(),
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             FileMode::empty(),
         )?;
-        for entry in listing.iter().flatten() {
-            let n = entry.file_name().to_bytes();
-            if is_record_entry(n)
+        let names: Vec<std::ffi::CString> = listing
+            .iter()
+            .flatten()
+            .map(|e| e.file_name().to_owned())
+            .collect();
+        for n in &names {
+            let b = n.to_bytes();
+            if is_record_entry(b)
                 || [BREAKER_PREFIX, CLAIMED_PREFIX, "new.", BEAT]
                     .iter()
-                    .any(|p| n.starts_with(p.as_bytes()))
+                    .any(|p| b.starts_with(p.as_bytes()))
             {
-                let _ = unlinkat(&fd, entry.file_name(), UnlinkatFlags::NoRemoveDir);
+                let _ = unlinkat(&listing, n.as_c_str(), UnlinkatFlags::NoRemoveDir);
             }
         }
-        match unlinkat(parent, dir.as_os_str(), UnlinkatFlags::RemoveDir) {
-            Err(Errno::ENOTEMPTY | Errno::EEXIST) if pause < Duration::from_millis(700) => {
+        drop(listing);
+        match rmdir() {
+            Err(Errno::ENOTEMPTY | Errno::EEXIST) => {
                 std::thread::sleep(pause);
                 pause *= 2;
             }
@@ -651,7 +661,7 @@ impl Scheme for Files {
     fn new(cfg: &FsConfig, lock: &Named) -> Files {
         Files {
             profile: lock.name.to_string(),
-            dir: LockDir::new(cfg, lock.common.stale_after),
+            dir: LockDir::new(cfg, &lock.common),
             file_mode: cfg.file_mode,
             group: cfg.group,
             // A test switch: behave as on NFS (no RENAME_NOREPLACE), so the tests cover the
@@ -664,6 +674,10 @@ impl Scheme for Files {
         &self.dir
     }
 
+    fn dir_mut(&mut self) -> &mut LockDir {
+        &mut self.dir
+    }
+
     /// Holding the name: take exactly the fencing token our records name, marking the state
     /// "not cleanly released" until our release says otherwise. If the state moved past it
     /// (someone took and released the lock since we read it, or we stalled here and were
@@ -674,7 +688,7 @@ impl Scheme for Files {
         };
         let token = rec.token.unwrap_or(0);
         let issued = self.dir.issue_token_exactly(token);
-        if let Ok(Some(prev_crashed)) = issued {
+        if let Ok(Some(super::lockdir::state::Issued { prev_crashed, .. })) = issued {
             trace!("took the name: nonce {} token {token}", rec.nonce);
             let token = rec.token;
             return Ok(Take::Held((rec, 0), token, prev_crashed));

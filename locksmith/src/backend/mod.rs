@@ -13,6 +13,7 @@ pub mod hold;
 pub mod lock;
 pub mod lockdir;
 pub mod owner;
+pub mod slots;
 pub mod stale;
 pub mod verify;
 pub mod wait;
@@ -87,6 +88,36 @@ macro_rules! backends {
                 }
             }
 
+            /// Whether backend `name` can take a shared lock (`false` for an unknown name).
+            #[cfg(test)]
+            fn supports_shared_by_name(name: &str) -> bool {
+                let mut yes = false;
+                $($(#[cfg($cfg)])? if name == $name { yes = <$module::$ty as Registered>::SHARED; })+
+                yes
+            }
+
+            /// Whether backend `name` keeps several slots (`false` for an unknown name).
+            #[cfg(test)]
+            fn supports_slots_by_name(name: &str) -> bool {
+                let mut yes = false;
+                $($(#[cfg($cfg)])? if name == $name { yes = <$module::$ty as Registered>::SLOTS; })+
+                yes
+            }
+
+            /// Whether the backend keeps several slots (SPEC §3b).
+            pub fn supports_slots(&self) -> bool {
+                match self {
+                    $($(#[cfg($cfg)])? BackendConfig::$variant(_) => <$module::$ty as Registered>::SLOTS,)+
+                }
+            }
+
+            /// The same lock's slot `k` of several: where its holder keeps its lock.
+            pub fn slot(&self, k: u32) -> BackendConfig {
+                match self {
+                    $($(#[cfg($cfg)])? BackendConfig::$variant(c) => BackendConfig::$variant(<$module::$ty as Registered>::slot(c, k)),)+
+                }
+            }
+
             /// Where the server password comes from, for the server backends.
             pub fn password(&self) -> Option<&Password> {
                 match self {
@@ -102,12 +133,11 @@ macro_rules! backends {
             }
         }
 
-        /// Opens the backend a profile names. Nothing is created or taken yet.
-        pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
-            let named = &profile.named();
-            Ok(match &profile.backend {
+        /// Opens the backend `cfg` says. Nothing is created or taken yet.
+        fn open_config(cfg: &BackendConfig, named: &Named) -> Box<dyn Backend> {
+            match cfg {
                 $($(#[cfg($cfg)])? BackendConfig::$variant(c) => <$module::$ty as Registered>::open(c, named),)+
-            })
+            }
         }
 
         /// `verify`'s report on the lock's filesystem or server: what its backend relies on,
@@ -140,6 +170,7 @@ backends! {
     #[cfg(feature = "postgres")] Postgres = postgres::Postgres, "postgres", ["postgres", "postgresql"], "a PostgreSQL advisory lock held by a session; fencing tokens in a small table";
     #[cfg(feature = "etcd")] Etcd = etcd::Etcd, "etcd", ["etcd", "etcds"], "an etcd lease-backed lock key under a prefix; shared locks";
     #[cfg(feature = "s3")] S3 = s3::S3, "s3", ["s3"], "an object created by a conditional write on S3 or an S3-compatible server; staleness on the server's clock; shared locks";
+    #[cfg(feature = "redis")] Redis = redis::Redis, "redis", ["redis", "rediss"], "a key with an expiry on one Redis or Valkey server, set and renewed by compare-first scripts; fencing tokens by INCR; shared locks";
 }
 
 /// One backend as the two front doors see it: its name (`backend = "NAME"`), its address
@@ -173,6 +204,27 @@ pub fn entry(name: &str) -> std::result::Result<&'static Entry, String> {
         let known: Vec<&str> = BACKENDS.iter().map(|e| e.name).collect();
         format!("unknown backend `{name}` (known: {})", known.join(", "))
     })
+}
+
+/// Opens the lock a profile names. Nothing is created or taken yet. A backend that keeps
+/// slots is opened through [`slots::Slots`] (SPEC §3b), one slot or many, so that every
+/// contender compares its number of slots with the lock's — except in flock(1)'s forms,
+/// which keep nothing beside the file.
+pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
+    let named = profile.named();
+    if !profile.backend.supports_slots() || profile.common.flock1 {
+        return Ok(open_config(&profile.backend, &named));
+    }
+    let cfg = profile.backend.clone();
+    let opener: slots::Opener = std::sync::Arc::new(move |k| match k {
+        None => open_config(&cfg, &named),
+        Some(k) => open_config(&cfg.slot(k), &named),
+    });
+    Ok(Box::new(slots::Slots::new(
+        &profile.name,
+        profile.common.slots,
+        opener,
+    )))
 }
 
 /// A validated profile: a profile section, or a lock address standing for one.
@@ -211,6 +263,8 @@ pub fn configure(
     apply_timing(&mut f, &mut common)?;
     let shared_from_profile = f.bool("shared")?.unwrap_or(false);
     common.shared = shared_from_profile;
+    let slots_from_profile = f.slots("slots")?;
+    common.slots = slots_from_profile.unwrap_or(1);
     let Some(parse) = entry.parse else {
         return Err(f.error(&format!(
             "backend `{0}` was left out of this build of locksmith (cargo feature `{0}`)",
@@ -225,6 +279,9 @@ pub fn configure(
     }
     if overrides.shared {
         common.shared = true;
+    }
+    if let Some(n) = overrides.slots {
+        common.slots = n;
     }
     common
         .check()
@@ -246,6 +303,32 @@ pub fn configure(
                 backend.name()
             ),
         ));
+    }
+    if common.slots > 1 {
+        // Which of the two a refusal blames: the command line (64) or the profile (its kind).
+        let (kind, said) = match (overrides.slots, slots_from_profile) {
+            (Some(_), _) => (Kind::Usage, format!("--slots {}", common.slots)),
+            (None, _) => (origin.kind, format!("`slots = {}`", common.slots)),
+        };
+        if common.shared {
+            let kind = if overrides.shared { Kind::Usage } else { kind };
+            return Err(Error::new(
+                kind,
+                format!(
+                    "{said} with a shared lock: a semaphore's slots are exclusive (use slots, or \
+                     --shared, not both)"
+                ),
+            ));
+        }
+        if !backend.supports_slots() {
+            return Err(Error::new(
+                kind,
+                format!(
+                    "backend `{}` cannot keep several slots yet, but {said} was given",
+                    backend.name()
+                ),
+            ));
+        }
     }
     Ok(Profile {
         name: name.to_string(),
@@ -349,13 +432,15 @@ mod tests {
         assert_eq!(scheme_of("ftps://h/p").unwrap(), Some("ftp"));
         assert_eq!(scheme_of("postgresql://h/db").unwrap(), Some("postgres"));
         assert_eq!(scheme_of("etcds://h:1/p").unwrap(), Some("etcd"));
+        assert_eq!(scheme_of("redis://h/2?key=k").unwrap(), Some("redis"));
+        assert_eq!(scheme_of("REDISS://h?key=k").unwrap(), Some("redis"));
         let e = scheme_of("nfs:x").unwrap_err();
         assert_eq!(e.kind(), Kind::Usage);
         assert!(e.message().contains("mkdir"), "{e}");
         // `SCHEME://` of an unknown scheme is a usage error, never a relative path (SPEC
         // §3a, issue 25); a `/` before any `scheme:` keeps a path a path.
         assert_eq!(scheme_of("s3://bkt/k").unwrap(), Some("s3"));
-        for url in ["sftp://h/x", "file:///x", "redis://:pw@h/0"] {
+        for url in ["sftp://h/x", "file:///x"] {
             assert_eq!(scheme_of(url).unwrap_err().kind(), Kind::Usage, "{url}");
         }
         assert_eq!(scheme_of("./x:y").unwrap(), Some("flock"));
@@ -369,6 +454,7 @@ mod tests {
             "postgres" => "host = \"h\"",
             "etcd" => "endpoints = [\"h:1\"]",
             "s3" => "bucket = \"bkt\"",
+            "redis" => "host = \"h\"",
             _ => "path = \"/tmp/x\"",
         }
     }
@@ -415,6 +501,8 @@ mod tests {
                     ("etcd", "ca_file") => "\nendpoints = [\"https://h:1\"]",
                     ("etcd", "user") => "\npassword_env = \"X\"",
                     ("etcd", "password" | "password_env" | "password_file") => "\nuser = \"u\"",
+                    ("redis", "ca_file") => "\ntls = true",
+                    ("redis", "user") => "\npassword_env = \"X\"",
                     ("postgres", "url") => "",
                     _ => "",
                 };
@@ -439,10 +527,22 @@ mod tests {
                     Common::builtin(),
                     &Overrides::default(),
                 );
-                // `shared` on a backend that cannot share is refused by design.
-                if k.key == "shared" && !matches!(e.name, "mkdir" | "link") {
-                    r.unwrap_or_else(|err| panic!("{} {}: {err}", e.name, k.key));
-                } else if k.key != "shared" {
+                // `shared` on a backend that cannot share, `slots` on one that keeps no
+                // slots: refused by design.
+                let refused = match k.key {
+                    "shared" => !BackendConfig::supports_shared_by_name(e.name),
+                    "slots" => !BackendConfig::supports_slots_by_name(e.name),
+                    _ => false,
+                };
+                if refused {
+                    assert!(
+                        r.is_err(),
+                        "{} {} = {} was accepted",
+                        e.name,
+                        k.key,
+                        k.example
+                    );
+                } else {
                     r.unwrap_or_else(|err| panic!("{} {} = {}: {err}", e.name, k.key, k.example));
                 }
             }

@@ -20,6 +20,12 @@ use crate::host;
 /// The record format this build writes and understands.
 pub const VERSION: u32 = 1;
 
+/// The most of the `profile` field a record carries, in bytes: the field is for display, and
+/// a whole lock address (up to 4,095 bytes of path, more once escaped) would make the record
+/// longer than a symbolic link's target may be (`PATH_MAX`, mkdir and symlink) or than a
+/// reader takes (link; issue 28). A longer one keeps its two ends around `...`.
+pub const PROFILE_SHOWN: usize = 1024;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
     pub host: String,
@@ -77,7 +83,7 @@ impl Record {
             clean(&self.boot_id),
             clean(&self.pidns),
             self.since,
-            self.profile,
+            shown_profile(&self.profile),
             self.nonce
         )
     }
@@ -155,6 +161,7 @@ impl Record {
             mode: None,
             alive: self.alive(),
             foreign: None,
+            slot: None,
         }
     }
 }
@@ -169,6 +176,24 @@ impl Parsed {
             },
         }
     }
+}
+
+/// The `profile` field as a record carries it: at most [`PROFILE_SHOWN`] bytes, a longer one
+/// cut in the middle (at character boundaries) with `...`.
+fn shown_profile(p: &str) -> std::borrow::Cow<'_, str> {
+    if p.len() <= PROFILE_SHOWN {
+        return p.into();
+    }
+    let half = (PROFILE_SHOWN - 3) / 2;
+    let mut head = half;
+    while !p.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = p.len() - half;
+    while !p.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!("{}...{}", &p[..head], &p[tail..]).into()
 }
 
 fn clean(s: &str) -> String {
@@ -203,6 +228,28 @@ mod tests {
     }
 
     #[test]
+    fn long_profiles_are_cut_in_the_middle() {
+        let long = format!("link:/{}/é{}/x.lock", "a".repeat(3000), "b".repeat(2000));
+        let r = Record::ours(&long);
+        let text = r.render();
+        let Parsed::V1(back) = Record::parse(&text) else {
+            panic!("not parsed: {text}");
+        };
+        assert!(
+            back.profile.len() <= PROFILE_SHOWN,
+            "{}",
+            back.profile.len()
+        );
+        assert!(back.profile.starts_with("link:/aaa") && back.profile.ends_with("bb/x.lock"));
+        assert!(back.profile.contains("..."));
+        assert_eq!(back.nonce, r.nonce);
+        // A record of the longest profile stays a valid symbolic link target.
+        assert!(r.render_beat(0).len() < 2048, "{}", r.render_beat(0).len());
+        let short = Record::ours("demo");
+        assert!(short.render().contains(" profile=demo "));
+    }
+
+    #[test]
     fn other_versions_are_foreign() {
         let text = Record::ours("demo").render().replace("v=1", "v=2");
         assert!(matches!(Record::parse(&text), Parsed::Foreign(_)));
@@ -217,29 +264,61 @@ mod tests {
 pub struct State {
     pub token: u64,
     pub clean: bool,
+    /// The number of slots its issuer asked for (SPEC §3b); 0 and 1 both mean one (the
+    /// mutex), which the name leaves out.
+    pub slots: u32,
 }
 
-/// The name of a state *entry*, `state~1~TOKEN~CLEAN`: the state where it is kept as a name
-/// (the file backends' `.NAME.state/` directory, FTP's `NAME.state/`), advanced by renaming
-/// that exact name.
-pub fn state_entry(token: u64, clean: bool) -> String {
-    format!("state~{VERSION}~{token}~{}", clean as u8)
+impl State {
+    /// A state of a lock without several slots.
+    pub fn one(token: u64, clean: bool) -> State {
+        State {
+            token,
+            clean,
+            slots: 1,
+        }
+    }
+
+    /// The number of slots it records: at least 1.
+    pub fn slots(&self) -> u32 {
+        self.slots.max(1)
+    }
+}
+
+/// The name of a state *entry*, `state~1~TOKEN~CLEAN`, or `state~1~TOKEN~CLEAN~SLOTS` for a
+/// lock with several slots: the state where it is kept as a name (the file backends'
+/// `.NAME.state/` directory, FTP's `NAME.state/`), advanced by renaming that exact name.
+pub fn state_entry(st: State) -> String {
+    let (token, clean) = (st.token, st.clean as u8);
+    match st.slots() {
+        1 => format!("state~{VERSION}~{token}~{clean}"),
+        n => format!("state~{VERSION}~{token}~{clean}~{n}"),
+    }
 }
 
 /// The state a [`state_entry`] name says; `None` for any other name.
 pub fn parse_state_entry(name: &str) -> Option<State> {
     let f: Vec<&str> = name.split('~').collect();
-    match f.as_slice() {
-        ["state", v, token, clean] if *v == VERSION.to_string() => Some(State {
-            token: token.parse().ok()?,
-            clean: match *clean {
-                "1" => true,
-                "0" => false,
-                _ => return None,
-            },
-        }),
-        _ => None,
+    let (v, token, clean, slots) = match f.as_slice() {
+        ["state", v, token, clean] => (v, token, clean, 1),
+        ["state", v, token, clean, text] => match text.parse::<u32>().ok()? {
+            n @ 2..=crate::settings::MAX_SLOTS if n.to_string() == *text => (v, token, clean, n),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    if *v != VERSION.to_string() {
+        return None;
     }
+    Some(State {
+        token: token.parse().ok()?,
+        clean: match *clean {
+            "1" => true,
+            "0" => false,
+            _ => return None,
+        },
+        slots,
+    })
 }
 
 /// What a look at a name beside the lock found: its `lstat`, and its text if it is a
@@ -280,11 +359,39 @@ mod state_tests {
 
     #[test]
     fn state_entries_round_trip() {
-        for (token, clean) in [(0, true), (7, false), (u64::MAX, true)] {
-            let name = state_entry(token, clean);
-            assert_eq!(parse_state_entry(&name), Some(State { token, clean }));
+        for (token, clean, slots) in [
+            (0, true, 1),
+            (7, false, 1),
+            (u64::MAX, true, 1),
+            (9, false, 3),
+        ] {
+            let st = State {
+                token,
+                clean,
+                slots,
+            };
+            let name = state_entry(st);
+            assert_eq!(parse_state_entry(&name), Some(st));
         }
+        assert_eq!(state_entry(State::one(7, true)), "state~1~7~1");
+        assert_eq!(
+            state_entry(State {
+                token: 7,
+                clean: true,
+                slots: 3
+            }),
+            "state~1~7~1~3"
+        );
         assert_eq!(parse_state_entry("state~2~7~1"), None);
         assert_eq!(parse_state_entry("state~1~7~2"), None);
+        // One spelling per number of slots: 1 is left out, no leading zeros, at most 1024.
+        for bad in [
+            "state~1~7~1~1",
+            "state~1~7~1~03",
+            "state~1~7~1~1025",
+            "state~1~7~1~x",
+        ] {
+            assert_eq!(parse_state_entry(bad), None, "{bad}");
+        }
     }
 }

@@ -71,6 +71,26 @@ pub struct PgConfig {
     pub sslmode: SslMode,
     /// CA certificates (PEM) that verify the server; `None`: the system's CA bundle.
     pub ca_file: Option<PathBuf>,
+    /// A slot of a lock with several (SPEC §3b): the lock's own name, whose row of the
+    /// token table every slot issues from. `None`: the lock itself.
+    pub slot_of: Option<String>,
+}
+
+impl PgConfig {
+    /// Slot `k` of the lock: the advisory lock `LOCK.slot-K`, issuing tokens from the lock's
+    /// row (docs/LAYOUT.md).
+    pub fn slot(&self, k: u32) -> PgConfig {
+        PgConfig {
+            lock: format!("{}.slot-{k}", self.lock),
+            slot_of: Some(self.lock.clone()),
+            ..self.clone()
+        }
+    }
+
+    /// The row of the token table this lock issues from.
+    fn token_lock(&self) -> &str {
+        self.slot_of.as_deref().unwrap_or(&self.lock)
+    }
 }
 
 /// `sslmode` of the postgres backend, in libpq's words. Unlike libpq, every mode that uses
@@ -281,6 +301,7 @@ pub fn config(f: &mut Fields) -> Result<PgConfig> {
         schema,
         sslmode,
         ca_file,
+        slot_of: None,
     })
 }
 
@@ -325,6 +346,10 @@ pub struct Postgres {
     waiter: Option<Waiter>,
     /// Our exclusive acquisition's token, to mark its clean release.
     token: Option<i64>,
+    /// The lock's number of slots (SPEC §3b), recorded with each token.
+    slots: u32,
+    /// What to ask before issuing over another recorded number of slots.
+    agree: Option<super::lock::Agree>,
 }
 
 /// A thread blocked in `pg_advisory_lock` on our connection, and how to cancel its query.
@@ -347,6 +372,8 @@ impl Postgres {
             tls: None,
             waiter: None,
             token: None,
+            slots: profile.common.slots,
+            agree: None,
         }
     }
 
@@ -540,8 +567,9 @@ impl Postgres {
     }
 
     /// Holding: the fencing token and whether the previous exclusive holder released cleanly.
+    /// `Err` only when the lock's number of slots disagrees with ours (SPEC §3b).
     fn grant(&mut self) -> Result<Grant> {
-        let grant = self.tokens();
+        let grant = self.tokens()?;
         if grant.is_none() {
             // No token query answered: confirm the session by itself (a waiter's grant may
             // come long after its last request).
@@ -555,66 +583,93 @@ impl Postgres {
     }
 
     /// The token query of [`Postgres::grant`]; `None` if the server answered none of it.
-    fn tokens(&mut self) -> Option<Grant> {
+    /// The row records the number of slots of the holder it was issued to: one statement
+    /// when it is ours (the usual case), else a transaction that locks the row, asks the
+    /// lock ([`Agree`](super::lock::Agree)) and records ours.
+    fn tokens(&mut self) -> Result<Option<Grant>> {
         let schema = self.cfg.schema.clone();
-        let lock = self.cfg.lock.clone();
+        let lock = self.cfg.token_lock().to_string();
+        let n = self.slots as i32;
+        let several = self.slots > 1;
         let shared = self.mode == Mode::Shared;
-        let client = self.client().ok()?;
+        let agree = self.agree.clone();
+        let Ok(client) = self.client() else {
+            return Ok(None);
+        };
         if shared {
             let q = format!("SELECT token FROM {schema}.tokens WHERE lock = $1");
-            return match client.query_opt(&q, &[&lock]) {
+            return Ok(match client.query_opt(&q, &[&lock]) {
                 Ok(row) => Some(Grant {
                     token: row.map(|r| r.get::<_, i64>(0) as u64),
                     prev_crashed: false,
+                    ..Grant::default()
                 }),
                 Err(e) => {
                     debug!("no fencing token: {e}");
                     e.as_db_error().map(|_| Grant::default())
                 }
-            };
+            });
         }
-        let upsert = format!(
+        // Slots carry the clean mark over (their holders release in any order).
+        let clean = if several { "t.clean" } else { "false" };
+        let ours = format!(
             "WITH prev AS (SELECT clean FROM {schema}.tokens WHERE lock = $1) \
-             INSERT INTO {schema}.tokens AS t (lock, token, clean) VALUES ($1, 1, false) \
-             ON CONFLICT (lock) DO UPDATE SET token = t.token + 1, clean = false \
-             RETURNING t.token, (SELECT clean FROM prev)"
+             UPDATE {schema}.tokens AS t SET token = t.token + 1, clean = {clean} \
+             WHERE lock = $1 AND slots = $2 RETURNING t.token, (SELECT clean FROM prev)"
         );
         let create = format!(
             "CREATE SCHEMA IF NOT EXISTS {schema}; \
              CREATE TABLE IF NOT EXISTS {schema}.tokens \
-             (lock text PRIMARY KEY, token bigint NOT NULL, clean boolean NOT NULL)"
+             (lock text PRIMARY KEY, token bigint NOT NULL, clean boolean NOT NULL, \
+              slots integer NOT NULL DEFAULT 1); \
+             ALTER TABLE {schema}.tokens ADD COLUMN IF NOT EXISTS slots integer NOT NULL DEFAULT 1"
         );
+        let granted = |token: i64, clean: Option<bool>| Grant {
+            token: Some(token as u64),
+            prev_crashed: !several && clean == Some(false),
+            ..Grant::default()
+        };
         for attempt in 0..3 {
-            match client.query_one(&upsert, &[&lock]) {
-                Ok(row) => {
+            let e = match client.query_opt(&ours, &[&lock, &n]) {
+                Ok(Some(row)) => {
                     let token: i64 = row.get(0);
-                    let clean: Option<bool> = row.get(1);
                     self.token = Some(token);
-                    return Some(Grant {
-                        token: Some(token as u64),
-                        prev_crashed: clean == Some(false),
-                    });
+                    return Ok(Some(granted(token, row.get(1))));
                 }
-                Err(e)
-                    if attempt < 2
-                        && matches!(
-                            e.code(),
-                            Some(&SqlState::UNDEFINED_TABLE | &SqlState::INVALID_SCHEMA_NAME)
-                        ) =>
-                {
-                    // First use. Two first users of different locks may race to create it.
-                    if let Err(e) = client.batch_execute(&create) {
-                        debug!("cannot create the fencing-token table: {e}");
+                // No row yet, or another number of slots recorded.
+                Ok(None) => match issue_over(client, &schema, &lock, n, clean, agree.as_ref()) {
+                    Ok(Some((token, prev))) => {
+                        self.token = Some(token);
+                        return Ok(Some(granted(token, prev)));
                     }
+                    Ok(None) => continue,
+                    Err(Refused::Agree(e)) => return Err(e),
+                    Err(Refused::Db(e)) => e,
+                },
+                Err(e) => e,
+            };
+            if attempt < 2
+                && matches!(
+                    e.code(),
+                    Some(
+                        &SqlState::UNDEFINED_TABLE
+                            | &SqlState::INVALID_SCHEMA_NAME
+                            | &SqlState::UNDEFINED_COLUMN
+                    )
+                )
+            {
+                // First use (or a table of an older locksmith, without `slots`). Two first
+                // users of different locks may race to create it.
+                if let Err(e) = client.batch_execute(&create) {
+                    debug!("cannot create the fencing-token table: {e}");
                 }
-                Err(e) => {
-                    debug!("no fencing token: {e}");
-                    // The server answered (an error of its own): the session is confirmed.
-                    return e.as_db_error().map(|_| Grant::default());
-                }
+                continue;
             }
+            debug!("no fencing token: {e}");
+            // The server answered (an error of its own): the session is confirmed.
+            return Ok(e.as_db_error().map(|_| Grant::default()));
         }
-        Some(Grant::default())
+        Ok(Some(Grant::default()))
     }
 
     /// Holders per `pg_locks` (granted advisory locks on our key). A locksmith session the
@@ -623,6 +678,7 @@ impl Postgres {
     /// LOST before that much silence.
     fn holders(&mut self) -> Result<Vec<(i32, Holder)>> {
         let lock = self.cfg.lock.clone();
+        let token_lock = self.cfg.token_lock().to_string();
         let schema = self.cfg.schema.clone();
         let q = format!(
             "WITH k AS (SELECT {KEY} AS k) \
@@ -648,7 +704,7 @@ impl Postgres {
             client
                 .query_opt(
                     &format!("SELECT token FROM {schema}.tokens WHERE lock = $1"),
-                    &[&lock],
+                    &[&token_lock],
                 )
                 .ok()
                 .flatten()
@@ -703,6 +759,7 @@ impl Postgres {
                                 app.clone().unwrap_or_default()
                             )
                         }),
+                        slot: None,
                     },
                 )
             })
@@ -741,6 +798,67 @@ impl Postgres {
             .map(|h| h.into_iter().map(|(_, h)| h).collect());
         Ok(Tried::Busy(holders.unwrap_or_default()))
     }
+}
+
+/// Why [`issue_over`] issued nothing.
+enum Refused {
+    /// The lock's number of slots disagrees with ours.
+    Agree(Error),
+    Db(postgres::Error),
+}
+
+impl From<postgres::Error> for Refused {
+    fn from(e: postgres::Error) -> Refused {
+        Refused::Db(e)
+    }
+}
+
+/// Issues the next token of `lock`'s row when it records another number of slots than `n`,
+/// or is not there yet: in a transaction that locks the row (issuers of every slot wait on
+/// it), asking `agree` first when another number is recorded. `Ok(None)`: a first row made
+/// by another at the same moment; try again.
+fn issue_over(
+    client: &mut Client,
+    schema: &str,
+    lock: &str,
+    n: i32,
+    clean: &str,
+    agree: Option<&super::lock::Agree>,
+) -> std::result::Result<Option<(i64, Option<bool>)>, Refused> {
+    let mut tx = client.transaction()?;
+    let row = tx.query_opt(
+        &format!("SELECT clean, slots FROM {schema}.tokens WHERE lock = $1 FOR UPDATE"),
+        &[&lock],
+    )?;
+    let Some(row) = row else {
+        let made = tx.query_opt(
+            &format!(
+                "INSERT INTO {schema}.tokens (lock, token, clean, slots) VALUES ($1, 1, false, $2) \
+                 ON CONFLICT (lock) DO NOTHING RETURNING token"
+            ),
+            &[&lock, &n],
+        )?;
+        tx.commit()?;
+        return Ok(made.map(|r| (r.get(0), None)));
+    };
+    let (prev, before): (bool, i32) = (row.get(0), row.get(1));
+    if before != n
+        && let Some(agree) = agree
+    {
+        // The transaction ends (and the row is let go) when it is dropped.
+        agree(before.max(1) as u32).map_err(Refused::Agree)?;
+    }
+    let token: i64 = tx
+        .query_one(
+            &format!(
+                "UPDATE {schema}.tokens AS t SET token = t.token + 1, clean = {clean}, slots = $2 \
+                 WHERE lock = $1 RETURNING t.token"
+            ),
+            &[&lock, &n],
+        )?
+        .get(0);
+    tx.commit()?;
+    Ok(Some((token, Some(prev))))
 }
 
 impl Drop for Postgres {
@@ -782,6 +900,10 @@ impl Backend for Postgres {
         .map_err(|e| Error::io("cannot start the PostgreSQL waiter thread", e))?;
         self.waiter = Some(Waiter { call, cancel });
         Ok(WaitHint { poll: false })
+    }
+
+    fn agree_on_slots(&mut self, agree: super::lock::Agree) {
+        self.agree = Some(agree);
     }
 
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
@@ -861,7 +983,8 @@ impl Beats for Postgres {
             Mode::Exclusive => format!("SELECT pg_advisory_unlock({KEY})"),
             Mode::Shared => format!("SELECT pg_advisory_unlock_shared({KEY})"),
         };
-        let token = self.token.take();
+        // Slots leave the clean mark alone (see `tokens`).
+        let token = self.token.take().filter(|_| self.slots == 1);
         let server = self.server();
         let Some(client) = self.client.as_mut() else {
             return Ok(());

@@ -674,7 +674,7 @@ impl S3 {
         for _ in 0..20 {
             let (state, etag) = self.site.state()?;
             let token = next_token(state);
-            let body = format!("{}\n", state_entry(token, false));
+            let body = format!("{}\n", state_entry(State::one(token, false)));
             let cond = etag.as_deref().map_or(Cond::Absent, Cond::Is);
             let r = self
                 .site
@@ -894,7 +894,7 @@ impl Beats for S3 {
             // The clean mark first, and only over our own dirty mark: a successor's state
             // is never touched.
             let key = self.site.state_key();
-            let body = format!("{}\n", state_entry(t, true));
+            let body = format!("{}\n", state_entry(State::one(t, true)));
             let r = self
                 .site
                 .call("PUT", &key, &[], Cond::Is(&etag), body.as_bytes(), limit)?;

@@ -188,6 +188,7 @@ impl Judge {
         Grant {
             token,
             prev_crashed: std::mem::take(&mut self.broke),
+            ..Grant::default()
         }
     }
 

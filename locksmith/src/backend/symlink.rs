@@ -111,6 +111,8 @@ pub struct Files {
     marker: Option<OsString>,
     /// What we saw of other writers' markers, and since when.
     markers_seen: Observations,
+    /// Our marker could not be made (said once): we wait without writer preference.
+    unmarked: bool,
 }
 
 /// What we hold.
@@ -732,10 +734,10 @@ impl Files {
         let mut prev = false;
         // Ok(true): overtaken.
         let r = (|| -> Result<bool> {
-            let Some(prev_crashed) = self.dir.issue_token_exactly(rec.token.unwrap_or(0))? else {
+            let Some(issued) = self.dir.issue_token_exactly(rec.token.unwrap_or(0))? else {
                 return Ok(true);
             };
-            prev = prev_crashed;
+            prev = issued.prev_crashed;
             if self.remote() && !self.local && !self.publish_beat_record(&rec, &target)? {
                 return Ok(true);
             }
@@ -905,7 +907,7 @@ impl Scheme for Files {
         Files {
             profile: lock.name.to_string(),
             mode: lock.common.mode(),
-            dir: LockDir::new(cfg, lock.common.stale_after),
+            dir: LockDir::new(cfg, &lock.common),
             local: cfg.local,
             file_mode: cfg.file_mode,
             group: cfg.group,
@@ -914,11 +916,16 @@ impl Scheme for Files {
             looked_at_group: None,
             marker: None,
             markers_seen: Observations::new(lock.common.stale_after),
+            unmarked: false,
         }
     }
 
     fn dir(&self) -> &LockDir {
         &self.dir
+    }
+
+    fn dir_mut(&mut self) -> &mut LockDir {
+        &mut self.dir
     }
 
     fn take(&mut self) -> Result<Take<Held>> {
@@ -931,7 +938,19 @@ impl Scheme for Files {
     /// A waiting writer leaves (or refreshes) its marker so readers stop joining.
     fn contended(&mut self) -> Result<()> {
         match self.mode {
-            Mode::Exclusive => self.mark_waiting(),
+            Mode::Exclusive => match self.mark_waiting() {
+                // A full, read-only or unwritable directory: wait without writer preference,
+                // as mkdir and link waiters wait (issue 28: this waiter exited 74). Something
+                // planted at the marker's name is still refused.
+                Err(e) if e.kind() != Kind::Config => {
+                    if !self.unmarked {
+                        self.unmarked = true;
+                        info!("{e}; waiting without writer preference (readers may keep arriving)");
+                    }
+                    Ok(())
+                }
+                r => r,
+            },
             Mode::Shared => Ok(()),
         }
     }

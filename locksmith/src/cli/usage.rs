@@ -43,6 +43,7 @@ pub enum Opt {
     Nonblock,
     Shared,
     Exclusive,
+    Slots,
     WatchStdin,
     ConflictExit,
     Quiet,
@@ -162,6 +163,15 @@ pub static OPTIONS: &[OptDoc] = &[
         value: Value::None,
         scope: Scope::Global,
         help: "take an exclusive lock [default]",
+    },
+    OptDoc {
+        opt: Opt::Slots,
+        shorts: &[],
+        longs: &["slots"],
+        value: Value::Text("N"),
+        scope: Scope::Global,
+        help: "a semaphore: up to N holders at once, each in its own slot (1 to 1024)\n\
+               [default: 1, the profile's `slots`]",
     },
     OptDoc {
         opt: Opt::WatchStdin,
@@ -401,13 +411,13 @@ pub static SUBCOMMANDS: &[SubDoc] = &[
         text: "Probes, beside the lock and never the lock itself, what its backend relies on: for\n\
                flock, mkdir, link and symlink the filesystem (atomic create, link counts, record\n\
                updates, rename over an existing name, flock across mounts, how late a change\n\
-               shows through a second mount given with --peer); for ftp, postgres, etcd and s3\n\
-               the server (atomic MKD and renames; advisory locks between sessions and how long\n\
-               the server keeps a cut-off holder; lease TTLs, keepalive and revoke; 16 racing\n\
-               If-None-Match creators, If-Match and conditional DELETE, the server's clock).\n\
-               Prints one line per property and a verdict with the stale_after it accepts. Exit\n\
-               0 only if the backend is safe there, 78 naming what to set, 69/77 as for taking\n\
-               the lock.",
+               shows through a second mount given with --peer); for ftp, postgres, etcd, s3 and\n\
+               redis the server (atomic MKD and renames; advisory locks between sessions and how\n\
+               long the server keeps a cut-off holder; lease TTLs, keepalive and revoke; 16 racing\n\
+               If-None-Match creators, If-Match and conditional DELETE, the server's clock;\n\
+               durability, replicas and eviction). Prints one line per property and a verdict\n\
+               with the stale_after it accepts. Exit 0 only if the backend is safe there, 78\n\
+               naming what to set, 69/77 as for taking the lock.",
     },
     SubDoc {
         name: "profiles",
@@ -439,10 +449,12 @@ no profiles file:
   postgres://[USER@]HOST[:PORT]/DB?lock=NAME advisory lock NAME
   etcd://HOST:PORT[,HOST:PORT...]/PREFIX     etcds:// for https endpoints
   s3://BUCKET/KEY                            ?endpoint=URL (S3-compatible), ?region=
+  redis://[USER@]HOST[:PORT][/DB]?key=NAME   the key NAME on one Redis server; rediss:// TLS
 Query parameters are the backend's profile keys: ?stale_after=30s&wait=0&shared=true.
 An address never holds a password: ?password_env=VAR or ?password_file=PATH, else
-$LOCKSMITH_PASSWORD, else ~/.netrc (ftp) or $PGPASSWORD / ~/.pgpass (postgres); s3 takes
-credentials only as the AWS tools do ($AWS_ACCESS_KEY_ID..., ~/.aws/credentials).
+$LOCKSMITH_PASSWORD, else ~/.netrc (ftp), $PGPASSWORD / ~/.pgpass (postgres) or
+$REDISCLI_AUTH (redis); s3 takes credentials only as the AWS tools do ($AWS_ACCESS_KEY_ID...,
+~/.aws/credentials).
 ";
 
 /// Hold mode's protocol in short (help, man page).
@@ -476,7 +488,7 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     (
         "LOCKSMITH_PASSWORD",
-        "the password of an address that names none (ftp, postgres, and etcd with a user)",
+        "the password of an address that names none (ftp, postgres, redis, and etcd with a user)",
     ),
     (
         "AWS_ACCESS_KEY_ID",
@@ -489,6 +501,10 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     (
         "PGPASSWORD",
         "a postgres address's password when neither password_env nor password_file says",
+    ),
+    (
+        "REDISCLI_AUTH",
+        "a redis address's password when neither password_env, password_file nor $LOCKSMITH_PASSWORD says (as redis-cli reads it)",
     ),
     (
         "HOME",

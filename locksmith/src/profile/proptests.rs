@@ -75,9 +75,11 @@ const REAL_KEYS: &[&str] = &[
     "endpoints",
     "prefix",
     "url",
+    "db",
+    "key",
 ];
 const BACKENDS: &[&str] = &[
-    "flock", "mkdir", "link", "ftp", "symlink", "etcd", "postgres", "", "FLOCK",
+    "flock", "mkdir", "link", "ftp", "symlink", "etcd", "postgres", "redis", "", "FLOCK",
 ];
 
 /// A TOML value, rendered by [`V::render`]; tables keep their keys unique.
@@ -520,7 +522,11 @@ fn parse_and_resolve(text: &str, extra_names: &[String]) -> Result<(), TestCaseE
     for name in names.iter().chain(extra_names) {
         let _ = pf.backend_of(name);
         for shared in [false, true] {
-            let overrides = Overrides { wait: None, shared };
+            let overrides = Overrides {
+                wait: None,
+                shared,
+                slots: None,
+            };
             match pf.profile(name, &overrides) {
                 Ok(p) => {
                     check_profile(&p, name)?;
@@ -898,11 +904,13 @@ impl Spec {
             keepalive: effective(keepalive, builtin.keepalive),
             stale_after: effective(stale_after, builtin.stale_after),
             shared: shared_from_profile || self.over_shared,
+            slots: 1,
             flock1: false,
         };
         let backend = match &self.backend {
             BackendSpec::Fs(f) => {
                 let fs = FsConfig {
+                    slot_of: None,
                     path: anchor().join(&f.path),
                     file_mode: f.file_mode.as_ref().map(|(_, m)| *m),
                     group: f.group,
@@ -916,6 +924,7 @@ impl Spec {
                 }
             }
             BackendSpec::Ftp(f) => BackendConfig::Ftp(FtpConfig {
+                slot_of: None,
                 host: f.host.clone(),
                 port: f.port.unwrap_or(21),
                 user: f.user.clone(),
@@ -975,7 +984,7 @@ proptest! {
         let text = spec.render();
         let pf = ProfilesFile::parse(&file(), &text)
             .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
-        let overrides = Overrides { wait: spec.over_wait, shared: spec.over_shared };
+        let overrides = Overrides { wait: spec.over_wait, shared: spec.over_shared, slots: None };
         match (pf.profile(&spec.name, &overrides), spec.expected()) {
             (Ok(got), Ok(want)) => prop_assert_eq!(got, want, "\n{}", text),
             (Err(e), Err((kind, word))) => {
@@ -1147,6 +1156,10 @@ impl AddressCase {
                     escape(p("prefix").trim_start_matches('/'))
                 )
             }
+            "redis" => {
+                let db = self.part("db").map(|d| format!("/{d}")).unwrap_or_default();
+                format!("redis://{user}{}{port}{db}", p("host"))
+            }
             fs => format!("{fs}:{}", escape(&p("path"))),
         };
         let query: Vec<String> = self
@@ -1271,8 +1284,31 @@ fn address_case() -> impl Strategy<Value = AddressCase> {
             parts.extend(user.map(|u| ("user", u)));
             ("etcd", parts, query)
         });
+    let redis = (
+        host.clone(),
+        prop::option::of((1i64..=65535).prop_map(V::Int)),
+        prop::option::of("[a-z]{1,8}".prop_map(V::Str)),
+        prop::option::of((0i64..=15).prop_map(V::Int)),
+        prop::collection::vec(
+            prop_oneof![
+                any::<bool>().prop_map(|b| ("tls", V::Bool(b))),
+                s(vec!["REDIS_PW"]).prop_map(|v| ("password_env", v)),
+                s(vec!["ca.pem"]).prop_map(|v| ("ca_file", v)),
+            ],
+            0..3,
+        ),
+        "[a-z][a-z:]{0,8}".prop_map(V::Str),
+    )
+        .prop_map(|(host, port, user, db, mut query, key)| {
+            let mut parts = vec![("host", host)];
+            parts.extend(port.map(|p| ("port", p)));
+            parts.extend(user.map(|u| ("user", u)));
+            parts.extend(db.map(|d| ("db", d)));
+            query.push(("key", key));
+            ("redis", parts, query)
+        });
     (
-        prop_oneof![4 => fs, 2 => ftp, 2 => postgres, 1 => etcd],
+        prop_oneof![4 => fs, 2 => ftp, 2 => postgres, 1 => etcd, 1 => redis],
         common,
     )
         .prop_map(|((backend, parts, mut query), common)| {
@@ -1307,7 +1343,7 @@ proptest! {
         use crate::backend;
         let text = case.profile();
         let address = case.address();
-        let overrides = Overrides { wait: None, shared: over_shared };
+        let overrides = Overrides { wait: None, shared: over_shared, slots: None };
         let pf = ProfilesFile::parse(&file(), &text)
             .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
         let by_profile = pf.profile("x", &overrides);

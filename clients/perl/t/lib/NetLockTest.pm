@@ -146,6 +146,12 @@ case $tag in
 pair*)    echo "OK $first backend=fake,other mode=exclusive,shared token=5, locks=2"
           cat >/dev/null
           touch "$dir/$tag.released" ;;
+semset*)  echo "OK $first backend=fake,other token=5,6 slot=,2 slots=,3 locks=2"
+          cat >/dev/null
+          touch "$dir/$tag.released" ;;
+sem*)     echo "OK $tag backend=fake mode=exclusive token=7 slot=1 slots=3"
+          cat >/dev/null
+          touch "$dir/$tag.released" ;;
 merged*)  echo "OK $first backend=fake mode=exclusive token=3"
           cat >/dev/null
           touch "$dir/$tag.released" ;;

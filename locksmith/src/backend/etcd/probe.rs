@@ -529,8 +529,12 @@ impl Registered for Etcd {
     type Config = EtcdConfig;
     const KEYS: &'static [&'static [KeyDoc]] = &[super::KEYS, crate::settings::PASSWORD_KEYS];
     const SHARED: bool = true;
+    const SLOTS: bool = true;
     fn parse(f: &mut Fields) -> Result<EtcdConfig> {
         super::config(f)
+    }
+    fn slot(cfg: &EtcdConfig, k: u32) -> EtcdConfig {
+        cfg.slot(k)
     }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address(a)

@@ -220,6 +220,65 @@ impl Client {
         Ok(self.kv.range(req).await?.into_inner())
     }
 
+    /// Two keys in one request: each answer's `kvs` (none or one).
+    pub async fn get_two(&mut self, a: &str, b: &str) -> Result<(RangeResponse, RangeResponse, i64)> {
+        let range = |k: &str| RequestOp {
+            request: Some(request_op::Request::RequestRange(RangeRequest {
+                key: k.as_bytes().to_vec(),
+                ..Default::default()
+            })),
+        };
+        let req = TxnRequest {
+            compare: Vec::new(),
+            success: vec![range(a), range(b)],
+            failure: Vec::new(),
+        };
+        let resp = self.kv.txn(req).await?.into_inner();
+        let at = resp.header.as_ref().map_or(0, |h| h.revision);
+        let mut ranges = resp.responses.into_iter().filter_map(|r| match r.response {
+            Some(pb::etcdserverpb::response_op::Response::ResponseRange(r)) => Some(r),
+            _ => None,
+        });
+        match (ranges.next(), ranges.next()) {
+            (Some(x), Some(y)) => Ok((x, y, at)),
+            _ => Err(Error::Status(tonic::Status::internal(
+                "a transaction of two reads answered fewer",
+            ))),
+        }
+    }
+
+    /// If `key` was last changed at `mod_revision` (0: it does not exist), puts every
+    /// `(key, value)` of `puts` (no lease), in one step. The answer says whether it did
+    /// (`succeeded`), and its header the revision it made.
+    pub async fn put_if_unchanged(
+        &mut self,
+        key: &str,
+        mod_revision: i64,
+        puts: &[(&str, &str)],
+    ) -> Result<TxnResponse> {
+        let req = TxnRequest {
+            compare: vec![Compare {
+                result: compare::CompareResult::Equal as i32,
+                target: compare::CompareTarget::Mod as i32,
+                key: key.as_bytes().to_vec(),
+                target_union: Some(compare::TargetUnion::ModRevision(mod_revision)),
+                range_end: Vec::new(),
+            }],
+            success: puts
+                .iter()
+                .map(|(k, v)| RequestOp {
+                    request: Some(request_op::Request::RequestPut(PutRequest {
+                        key: k.as_bytes().to_vec(),
+                        value: v.as_bytes().to_vec(),
+                        lease: 0,
+                    })),
+                })
+                .collect(),
+            failure: Vec::new(),
+        };
+        Ok(self.kv.txn(req).await?.into_inner())
+    }
+
     /// Puts `key` = `value`, attached to `lease` (0: none).
     pub async fn put(&mut self, key: &str, value: &str, lease: i64) -> Result<PutResponse> {
         let req = PutRequest {

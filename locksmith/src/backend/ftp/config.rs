@@ -28,6 +28,21 @@ pub struct FtpConfig {
     pub ca_file: Option<PathBuf>,
     /// The lock directory, relative to the login directory (or absolute on the server).
     pub path: String,
+    /// A slot of a lock with several (SPEC §3b): the lock's own path, whose state every slot
+    /// issues tokens from. `None`: the lock itself.
+    pub slot_of: Option<String>,
+}
+
+impl FtpConfig {
+    /// Slot `k` of the lock: the lock directory `PATH.slot-K`, issuing tokens from the lock's
+    /// state (docs/LAYOUT.md).
+    pub fn slot(&self, k: u32) -> FtpConfig {
+        FtpConfig {
+            path: format!("{}.slot-{k}", self.path),
+            slot_of: Some(self.path.clone()),
+            ..self.clone()
+        }
+    }
 }
 
 /// The keys [`config`] takes (besides the common and password keys).
@@ -144,6 +159,7 @@ pub fn config(f: &mut Fields) -> Result<FtpConfig> {
         tls,
         ca_file,
         path,
+        slot_of: None,
     })
 }
 

@@ -34,7 +34,7 @@ impl Gate {
     pub(super) fn new(cfg: FtpConfig, profile: &Named) -> Gate {
         let judge = Judge::new(profile, PathBuf::from(session::url_of(&cfg)), false);
         Gate {
-            s: Session::new(cfg, profile.common.stale_after),
+            s: Session::new(cfg, profile.common.stale_after, profile.common.slots),
             profile: profile.name.to_string(),
             poll: profile.common.poll,
             ours: None,

@@ -162,7 +162,7 @@ mod tests {
         let (back, seq) = parse_marker(&marker_name(&rec, 3)).unwrap();
         assert_eq!((back.token, seq), (Some(41), 3));
         for (t, clean) in [(1, false), (77, true)] {
-            let st = parse_state(&state_name(t, clean)).unwrap();
+            let st = parse_state(&state_name(crate::backend::owner::State::one(t, clean))).unwrap();
             assert_eq!((st.token, st.clean), (t, clean));
         }
         for bad in [

@@ -79,7 +79,7 @@ impl Site {
     fn open(p: &Named, cfg: &FtpConfig) -> Result<Site> {
         let url = url_of(cfg);
         let stale_after = p.common.stale_after;
-        let mut s = Session::new(cfg.clone(), stale_after);
+        let mut s = Session::new(cfg.clone(), stale_after, 1);
         s.set_timeout(ACQUIRE_TIMEOUT);
         let t0 = Instant::now();
         s.conn()?;
@@ -117,7 +117,7 @@ impl Site {
                 "cannot make a probe directory beside lock {url}: {text} (code {code}): permission denied"
             ));
         }
-        let mut second = Session::new(cfg.clone(), stale_after);
+        let mut second = Session::new(cfg.clone(), stale_after, 1);
         second.set_timeout(ACQUIRE_TIMEOUT);
         Ok(Site {
             p: p.clone(),
@@ -486,8 +486,12 @@ impl Registered for super::Ftp {
     type Config = FtpConfig;
     const KEYS: &'static [&'static [KeyDoc]] = &[super::config::KEYS, crate::settings::PASSWORD_KEYS];
     const SHARED: bool = true;
+    const SLOTS: bool = true;
     fn parse(f: &mut Fields) -> Result<FtpConfig> {
         super::config::config(f)
+    }
+    fn slot(cfg: &FtpConfig, k: u32) -> FtpConfig {
+        cfg.slot(k)
     }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::config::address(a)

@@ -79,11 +79,17 @@ pub(super) struct Session {
     pub(super) deadline: Option<Instant>,
     /// The last refusal of `MKD`, for the message if it cannot be explained otherwise.
     pub(super) last_mkd: Option<String>,
+    /// The lock's number of slots (SPEC §3b), recorded with each token.
+    pub(super) slots: u32,
+    /// What to ask before issuing over another recorded number of slots.
+    pub(super) agree: Option<crate::backend::lock::Agree>,
 }
 
 impl Session {
-    pub(super) fn new(cfg: FtpConfig, stale_after: Duration) -> Session {
+    pub(super) fn new(cfg: FtpConfig, stale_after: Duration, slots: u32) -> Session {
         Session {
+            slots,
+            agree: None,
             cfg,
             stale_after,
             conn: None,
@@ -574,9 +580,12 @@ impl Session {
         Ok(true)
     }
 
-    /// `PARENT/NAME.state`: the fencing-token state, beside the lock.
+    /// `PARENT/NAME.state`: the fencing-token state, beside the lock (a slot's: the lock's).
     pub(super) fn state_dir(&self) -> String {
-        self.beside(".state")
+        match &self.cfg.slot_of {
+            Some(lock) => format!("{lock}.state"),
+            None => self.beside(".state"),
+        }
     }
 
     /// Ends the session politely (a dropped connection would do, but servers log it).

@@ -55,15 +55,34 @@ impl Session {
     /// marked not clean until our release. Returns the token and whether the previous
     /// acquisition ended uncleanly. The rename of the exact old name is a compare-and-swap
     /// (a holder broken as stale and still running cannot interleave a stale write).
+    /// With several slots (SPEC §3b) every slot's holder issues from the lock's one state,
+    /// which records the issuer's number of slots: another number recorded is the lock's say
+    /// first ([`Agree`](crate::backend::lock::Agree)); a lost rename is another slot's
+    /// holder's, and we read again.
     pub(super) fn issue_token(&mut self) -> Result<(u64, bool)> {
         let dir = self.state_dir();
-        for _ in 0..4 {
+        let several = self.slots > 1;
+        let rounds = if several { 50 } else { 4 };
+        for round in 0..rounds {
+            if several && round > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(fastrand::u64(1..20)));
+            }
             match self.read_state()? {
                 Some((name, st)) => {
-                    let next = state_name(st.token + 1, false);
+                    if st.slots() != self.slots.max(1)
+                        && let Some(agree) = &self.agree
+                    {
+                        agree(st.slots())?;
+                    }
+                    let next = state_name(State {
+                        token: st.token + 1,
+                        // Slots carry the clean mark over (see lockdir/state.rs).
+                        clean: several && st.clean,
+                        slots: self.slots,
+                    });
                     let (from, to) = (format!("{dir}/{name}"), format!("{dir}/{next}"));
                     match self.cmd("RNFR/RNTO", |c| c.rename(from.as_str(), to.as_str()))? {
-                        Ok(()) => return Ok((st.token + 1, !st.clean)),
+                        Ok(()) => return Ok((st.token + 1, !several && !st.clean)),
                         Err((code, text)) => {
                             debug!("state {from} → {to}: {text} (code {code}); reading again");
                         }
@@ -74,7 +93,14 @@ impl Session {
                     // listing alone (a server's hiccup) must never restart the tokens at 1.
                     let made = self.cmd("MKD", |c| c.mkdir(dir.as_str()))?.is_ok();
                     if made || self.entries(&dir)?.is_empty() && self.is_dir(&dir)? {
-                        let first = format!("{dir}/{}", state_name(1, false));
+                        let first = format!(
+                            "{dir}/{}",
+                            state_name(State {
+                                token: 1,
+                                clean: false,
+                                slots: self.slots,
+                            })
+                        );
                         if self.cmd("MKD", |c| c.mkdir(first.as_str()))?.is_ok() {
                             return Ok((1, false));
                         }
@@ -92,10 +118,14 @@ impl Session {
     /// Marks our acquisition's state entry clean (before the release removes our marker).
     /// A failure only makes the next holder say `prev=crashed`.
     pub(super) fn mark_clean(&mut self, token: u64) {
+        if self.slots > 1 {
+            // Never marked (see `issue_token`).
+            return;
+        }
         let dir = self.state_dir();
         let (from, to) = (
-            format!("{dir}/{}", state_name(token, false)),
-            format!("{dir}/{}", state_name(token, true)),
+            format!("{dir}/{}", state_name(State::one(token, false))),
+            format!("{dir}/{}", state_name(State::one(token, true))),
         );
         match self.cmd("RNFR/RNTO", |c| c.rename(from.as_str(), to.as_str())) {
             Ok(Ok(())) => {}

@@ -21,6 +21,9 @@ pub struct FsConfig {
     /// How late the mount may show another host's changes, as the user states it (network
     /// and FUSE filesystems; `stale_after` must exceed it).
     pub cache_time: Option<Duration>,
+    /// A slot of a lock with several (SPEC §3b): the lock's own name, whose token state
+    /// (`.NAME.state`) every slot issues from. `None`: the lock itself.
+    pub slot_of: Option<std::ffi::OsString>,
 }
 
 /// The keys of every file backend ([`FsConfig::parse`]).
@@ -54,6 +57,15 @@ pub static HEARTBEAT_KEYS: &[KeyDoc] = &[KeyDoc {
     doc: "how long the mount may serve stale attributes (NFS actimeo, sshfs cache_timeout): stale_after must exceed it [default: read from the mount where it says, else a conservative guess]",
 }];
 
+/// How much longer than the lock's own name the longest name the file backends make beside
+/// it is: `.NAME.state.<nonce>` (the token state being made; flock's too), one more than
+/// `.NAME.beat.<nonce>` and `.NAME.<nonce>.tomb`.
+pub const BESIDE: usize = 24;
+/// The longest lock name those backends take: every name they make beside it fits in
+/// `NAME_MAX` (issue 28: a longer one failed half-way with ENAMETOOLONG, and mkdir could not
+/// even give back the lock it had made).
+pub const MAX_LOCK_NAME: usize = MAX_NAME - BESIDE;
+
 impl FsConfig {
     /// The keys of the filesystem backends: `path`, `file_mode`, `group`, `local`, and
     /// `cache_time` where the backend judges liveness by heartbeats (`heartbeats`: mkdir,
@@ -81,6 +93,15 @@ impl FsConfig {
         if path.file_name().is_none() {
             return Err(f.error(&format!(
                 "`path` {} does not name a file or directory",
+                shown(&path)
+            )));
+        }
+        let name_len = path.file_name().map_or(0, |n| n.len());
+        if heartbeats && name_len > MAX_LOCK_NAME {
+            return Err(f.error(&format!(
+                "`path` {}: its last name is {name_len} bytes long; this backend keeps names \
+                 beside the lock {BESIDE} bytes longer (`.NAME.state.<nonce>`), and a name is at \
+                 most {MAX_NAME} bytes: use a name of at most {MAX_LOCK_NAME} bytes",
                 shown(&path)
             )));
         }
@@ -129,7 +150,28 @@ impl FsConfig {
             group,
             local,
             cache_time,
+            slot_of: None,
         })
+    }
+
+    /// Slot `k` of the lock (SPEC §3b, docs/LAYOUT.md): its own lock `NAME.slot-K` beside
+    /// the lock's name, issuing tokens from the lock's state.
+    pub fn slot(&self, k: u32) -> FsConfig {
+        let name = self.path.file_name().unwrap_or_default();
+        let mut own = name.to_os_string();
+        own.push(format!(".slot-{k}"));
+        FsConfig {
+            path: self.path.with_file_name(own),
+            slot_of: Some(name.to_os_string()),
+            ..self.clone()
+        }
+    }
+
+    /// The name whose `.NAME.state` issues this lock's tokens.
+    pub fn token_name(&self) -> &std::ffi::OsStr {
+        self.slot_of
+            .as_deref()
+            .unwrap_or_else(|| self.path.file_name().unwrap_or_default())
     }
 }
 

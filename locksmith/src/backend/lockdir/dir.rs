@@ -15,7 +15,9 @@ use nix::sys::stat::{FileStat, Mode as FileMode, fstat};
 use super::config::FsConfig;
 use super::fs::{Fs, check, check_dir_mode, detect};
 use super::record::{reach_server, read_record};
+use super::state::Issued;
 use crate::backend::faults::{self, Stall};
+use crate::backend::lock::Agree;
 use crate::backend::owner::State;
 use crate::error::{Error, Result, err};
 
@@ -27,6 +29,10 @@ pub struct LockDir {
     pub name: OsString,
     cfg: FsConfig,
     stale_after: Duration,
+    /// The lock's number of slots (SPEC §3b), recorded with each token.
+    slots: u32,
+    /// What to ask before issuing over another recorded number of slots (SPEC §3b).
+    agree: Option<Agree>,
     fd: Option<OwnedFd>,
     fs: Option<Fs>,
 }
@@ -39,7 +45,8 @@ impl LockDir {
         self.stale_after / 2
     }
 
-    pub fn new(cfg: &FsConfig, stale_after: Duration) -> LockDir {
+    pub fn new(cfg: &FsConfig, common: &crate::settings::Common) -> LockDir {
+        let (stale_after, slots) = (common.stale_after, common.slots);
         LockDir {
             path: cfg.path.clone(),
             parent: cfg
@@ -49,6 +56,8 @@ impl LockDir {
             name: cfg.path.file_name().map(OsString::from).unwrap_or_default(),
             cfg: cfg.clone(),
             stale_after,
+            slots,
+            agree: None,
             fd: None,
             fs: None,
         }
@@ -116,6 +125,15 @@ impl LockDir {
         self.parent.join(name)
     }
 
+    /// `name` in `at` (a directory opened beside the lock, with its name there), else in the
+    /// parent, for messages: the path where the call was made (issue 28).
+    pub fn shown_in(&self, at: Option<(BorrowedFd<'_>, &OsStr)>, name: &OsStr) -> PathBuf {
+        match at {
+            Some((_, sub)) => self.shown(sub).join(name),
+            None => self.shown(name),
+        }
+    }
+
     /// The state beside the lock (`.NAME.state`, see [`state`]), `None` if no token was
     /// issued yet. Read fresh on a network filesystem.
     pub fn read_state(&mut self) -> Result<Option<State>> {
@@ -124,7 +142,7 @@ impl LockDir {
 
     /// Issues exactly `token`, holding the lock ([`super::state::issue_exactly`]): `Ok(None)` when
     /// the state moved past it.
-    pub fn issue_token_exactly(&mut self, token: u64) -> Result<Option<bool>> {
+    pub fn issue_token_exactly(&mut self, token: u64) -> Result<Option<Issued>> {
         let issued = self.with_state(|at| super::state::issue_exactly(at, token))?;
         // A holder that stalls just after taking its token, before it can use it: the
         // process's first token.
@@ -132,6 +150,11 @@ impl LockDir {
             faults::stall(Stall::Taken);
         }
         Ok(issued)
+    }
+
+    /// What to ask before issuing over another recorded number of slots (SPEC §3b).
+    pub fn agree_on_slots(&mut self, agree: Agree) {
+        self.agree = Some(agree);
     }
 
     /// Marks our acquisition's state clean, still holding the lock ([`super::state::mark_clean`]).
@@ -143,10 +166,18 @@ impl LockDir {
         &mut self,
         f: impl FnOnce(&super::state::StateAt<'_>) -> Result<T>,
     ) -> Result<T> {
-        let name = self.beside(".state");
+        let mut name = OsString::from(".");
+        name.push(self.cfg.token_name());
+        name.push(".state");
         let shown = self.shown(&name);
         self.fd()?;
-        let (remote, mode, group) = (self.remote(), self.cfg.file_mode, self.cfg.group);
+        let (remote, mode, group, slots) = (
+            self.remote(),
+            self.cfg.file_mode,
+            self.cfg.group,
+            self.slots,
+        );
+        let agree = self.agree.clone();
         f(&super::state::StateAt {
             dir: self.fd()?,
             name: &name,
@@ -154,6 +185,8 @@ impl LockDir {
             remote,
             mode,
             group,
+            slots,
+            agree: agree.as_ref(),
         })
     }
 
@@ -163,19 +196,20 @@ impl LockDir {
         read_record(self.fd()?, name, &shown)
     }
 
-    /// Creates the regular file `name` (in `at`, else the parent) with `text`, mode and group
+    /// Creates the regular file `name` (in `at`: a directory beside the lock and its name there;
+    /// else the parent) with `text`, mode and group
     /// per profile; `Ok(None)` if the name exists (or a racing create made the server answer
     /// EPERM/ENOENT, as sshfs does). On a write failure nothing is left.
     pub fn create_file(
         &mut self,
-        at: Option<BorrowedFd<'_>>,
+        at: Option<(BorrowedFd<'_>, &OsStr)>,
         name: &OsStr,
         text: &str,
     ) -> Result<Option<File>> {
-        let shown = self.shown(name);
+        let shown = self.shown_in(at, name);
         let (mode, group) = (self.cfg.file_mode, self.cfg.group);
         let (parent, remote) = self.fd_remote()?;
-        let dir = at.unwrap_or(parent);
+        let dir = at.map_or(parent, |(d, _)| d);
         let flags = OFlag::O_RDWR
             | OFlag::O_CREAT
             | OFlag::O_EXCL
@@ -220,22 +254,22 @@ impl LockDir {
     /// an earlier one). Nothing is left on failure.
     pub fn publish(
         &mut self,
-        at: Option<BorrowedFd<'_>>,
+        at: Option<(BorrowedFd<'_>, &OsStr)>,
         tmp: &OsStr,
         name: &OsStr,
         text: &str,
     ) -> Result<()> {
-        let shown = self.shown(name);
+        let shown = self.shown_in(at, name);
         if self.create_file(at, tmp, text)?.is_none() {
             return Err(err!(
                 Io,
                 "cannot write heartbeat record {}: {} is in the way",
                 shown.display(),
-                self.shown(tmp).display()
+                self.shown_in(at, tmp).display()
             ));
         }
         let dir = match at {
-            Some(d) => d,
+            Some((d, _)) => d,
             None => self.fd()?,
         };
         if let Err(e) = nix::fcntl::renameat(dir, tmp, dir, name) {

@@ -401,6 +401,7 @@ mod tests {
 
     fn cfg(local: bool, cache_time: Option<Duration>) -> FsConfig {
         FsConfig {
+            slot_of: None,
             path: PathBuf::from("/mnt/a/x"),
             file_mode: None,
             group: None,

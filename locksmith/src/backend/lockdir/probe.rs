@@ -444,9 +444,11 @@ fn state_moves(ctx: &Ctx) -> Probed {
         remote: ctx.remote,
         mode: None,
         group: None,
+        slots: 1,
+        agree: None,
     };
     let (here, there) = (at(ctx.lock()), at(ctx.other()));
-    let st = |token| State { token, clean: true };
+    let st = |token| State::one(token, true);
     let msg = |e: Error| e.message().to_string();
     if !here.start(st(0)).map_err(msg)? {
         return Err(format!("{} was there already", name.to_string_lossy()));

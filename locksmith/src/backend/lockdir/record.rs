@@ -20,8 +20,11 @@ use crate::backend::owner::{Parsed, Record};
 use crate::error::{Error, Result, err};
 use crate::protocol::Mode;
 
-/// The most a heartbeat record (or a link lock file) holds; more is not ours.
-const RECORD_CAP: u64 = 4096;
+/// The most of a heartbeat record (or a link lock file) that is read. Ours stay under 2 KiB
+/// (`owner::PROFILE_SHOWN`); an older locksmith wrote a whole lock address into its record,
+/// %-escaped up to about 12.5 KiB, and such a record must still read as the holder it is
+/// (issue 28: a 4 KiB cap made a long path's own record unreadable: the lock waited on itself).
+const RECORD_CAP: u64 = 64 * 1024;
 
 /// Runs `f` (a call that looks a name up) again while it fails with `ESTALE`: a network
 /// filesystem (GlusterFS, NFS) answers so when the inode its cache named is gone; a second

@@ -47,6 +47,10 @@ pub struct StateAt<'a> {
     /// `group` of the profile.
     pub mode: Option<u32>,
     pub group: Option<u32>,
+    /// The number of slots the issuer asks for (SPEC §3b), recorded with each token.
+    pub slots: u32,
+    /// Asked before a token is issued over another recorded number of slots.
+    pub agree: Option<&'a crate::backend::lock::Agree>,
 }
 
 /// What a read of the state found.
@@ -64,7 +68,7 @@ impl StateAt<'_> {
     }
 
     pub(super) fn entry(&self, st: State) -> PathBuf {
-        Path::new(self.name).join(owner::state_entry(st.token, st.clean))
+        Path::new(self.name).join(owner::state_entry(st))
     }
 
     /// Lists `.NAME.state` (made fresh first on a network filesystem).
@@ -130,7 +134,7 @@ impl StateAt<'_> {
         let mut tmp = OsString::from(self.name);
         tmp.push(format!(".{}", crate::host::nonce()));
         let tmp = PathBuf::from(tmp);
-        let entry = tmp.join(owner::state_entry(first.token, first.clean));
+        let entry = tmp.join(owner::state_entry(first));
         let fail = |e: Errno| Error::path("cannot create lock state", self.shown, e.into());
         // Whoever may write the parent may issue tokens: the parent's bits (umask aside), or
         // `file_mode`'s.
@@ -229,17 +233,72 @@ pub fn read(at: &StateAt<'_>) -> Result<Option<State>> {
     ))
 }
 
-/// Issues the next token, holding the lock: the state moved from TOKEN to TOKEN+1, marked
-/// not clean until our release. Returns the token and whether the acquisition before it
-/// ended uncleanly. A state that keeps moving while we hold the lock (we were broken and
-/// others took it) is an error: we are not the holder.
-pub fn issue(at: &StateAt<'_>) -> Result<(u64, bool)> {
-    let mut pause = Duration::from_millis(2);
-    for round in 0..8 {
-        if round > 0 {
-            std::thread::sleep(pause);
-            pause *= 2;
+/// What issuing a token gave: the token, and whether the acquisition before it ended
+/// uncleanly (a lock of one slot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Issued {
+    pub token: u64,
+    pub prev_crashed: bool,
+}
+
+impl StateAt<'_> {
+    /// The state after `from` that issues `token`: marked not clean until our release — but
+    /// a slot of several leaves the mark as it was (its holders release in any order, so
+    /// none can say the last acquisition ended cleanly; `prev=crashed` is each slot's own).
+    fn next(&self, from: State, token: u64) -> (State, Issued) {
+        let several = self.slots > 1;
+        let to = State {
+            token,
+            clean: several && from.clean,
+            slots: self.slots,
+        };
+        let issued = Issued {
+            token,
+            prev_crashed: !several && !from.clean,
+        };
+        (to, issued)
+    }
+
+    /// Before issuing over `from`, which records another number of slots than ours: the
+    /// lock's say ([`Agree`](crate::backend::lock::Agree), SPEC §3b). The state is then
+    /// moved on from exactly `from`, so a contender of the other number that issued since
+    /// makes our rename fail, and we read and ask again: of two contenders that disagree,
+    /// the second to issue finds the first's lock taken.
+    fn agree(&self, from: State) -> Result<()> {
+        match self.agree {
+            Some(agree) if from.slots() != self.slots.max(1) => agree(from.slots()),
+            _ => Ok(()),
         }
+    }
+}
+
+/// The absent state: no token issued, clean, one slot.
+const FIRST: State = State {
+    token: 0,
+    clean: true,
+    slots: 1,
+};
+
+/// Issues the next token, holding the lock: the state moved from TOKEN to TOKEN+1, marked
+/// not clean until our release; a missing state starts at `floor` (the first token is
+/// `floor + 1`). A state that keeps moving while we hold the lock (we were broken and others
+/// took it) is an error: we are not the holder — unless the lock has several slots, whose
+/// holders all issue from this one state, and a move only means another slot's holder
+/// issued first (each failed rename is someone else's success).
+pub fn issue(at: &StateAt<'_>, floor: u64) -> Result<Issued> {
+    let rounds = if at.slots > 1 { 200 } else { 8 };
+    let mut pause = Duration::from_millis(2);
+    for round in 0..rounds {
+        if round > 0 {
+            if at.slots > 1 {
+                // Contention between slots: a short jittered pause, not a doubling one.
+                std::thread::sleep(Duration::from_micros(fastrand::u64(100..2_000)));
+            } else {
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+        }
+        let mut fresh = false;
         let from = match at.find()? {
             Found::Dir(Some(st)) => st,
             // Empty: read again (a config error if it stays so).
@@ -249,22 +308,24 @@ pub fn issue(at: &StateAt<'_>) -> Result<(u64, bool)> {
             }
             Found::Nothing => {
                 let first = State {
-                    token: 0,
-                    clean: true,
+                    token: floor,
+                    ..FIRST
                 };
                 if !at.start(first)? {
                     continue;
                 }
+                fresh = true;
                 first
             }
         };
+        // A state just started records nothing: ours stands.
+        if !fresh {
+            at.agree(from)?;
+        }
         // find refuses u64::MAX: no overflow here.
-        let to = State {
-            token: from.token + 1,
-            clean: false,
-        };
+        let (to, issued) = at.next(from, from.token + 1);
         if at.swap(from, to)? {
-            return Ok((to.token, !from.clean));
+            return Ok(issued);
         }
         debug!(
             "lock state {} moved on from token {}: reading it again",
@@ -280,49 +341,55 @@ pub fn issue(at: &StateAt<'_>) -> Result<(u64, bool)> {
 }
 
 /// Issues exactly `token` (the one our records already name): `Ok(None)` when the state is
-/// no longer at `token - 1` (someone took and released the lock since we read it). The
-/// rename is tried straight away from both names `token - 1` may have (clean first: the
-/// usual end of an acquisition); only when neither is there is the directory listed — the
-/// state moved on, or it is not started yet.
-pub fn issue_exactly(at: &StateAt<'_>, token: u64) -> Result<Option<bool>> {
+/// no longer at `token - 1` (someone took and released the lock since we read it, or — with
+/// several slots — another slot's holder issued it). The rename is tried straight away
+/// from the names `token - 1` may have (clean first: the usual end of an acquisition; our
+/// number of slots first); only when none is there is the directory listed — the state
+/// moved on, it records other slots, or it is not started yet.
+pub fn issue_exactly(at: &StateAt<'_>, token: u64) -> Result<Option<Issued>> {
     let Some(prev) = token.checked_sub(1) else {
         return Ok(None);
     };
-    let to = State {
-        token,
-        clean: false,
-    };
     for clean in [true, false] {
-        if at.swap(State { token: prev, clean }, to)? {
-            return Ok(Some(!clean));
+        let from = State {
+            token: prev,
+            clean,
+            slots: at.slots,
+        };
+        let (to, issued) = at.next(from, token);
+        if at.swap(from, to)? {
+            return Ok(Some(issued));
         }
     }
     let from = match at.find()? {
-        Found::Nothing => State {
-            token: 0,
-            clean: true,
-        },
+        Found::Nothing => {
+            if prev != 0 || !at.start(FIRST)? {
+                return Ok(None);
+            }
+            FIRST
+        }
+        // Another number of slots recorded: the lock's say first.
+        Found::Dir(Some(st)) if st.token == prev => {
+            at.agree(st)?;
+            st
+        }
         Found::Dir(Some(_)) => return Ok(None),
         // Empty: a config error if it stays so, else the state moved on.
         Found::Dir(None) => return read(at).map(|_| None),
     };
-    if from.token != prev || !at.start(from)? {
-        return Ok(None);
-    }
-    Ok(at.swap(from, to)?.then_some(!from.clean))
+    let (to, issued) = at.next(from, token);
+    Ok(at.swap(from, to)?.then_some(issued))
 }
 
 /// Marks our acquisition's entry clean (our release, still holding): a rename of exactly
 /// our entry, so a state that moved on is left alone. A failure only makes the next holder
 /// say `prev=crashed`.
 pub fn mark_clean(at: &StateAt<'_>, token: u64) -> Result<()> {
-    let (from, to) = (
-        State {
-            token,
-            clean: false,
-        },
-        State { token, clean: true },
-    );
+    if at.slots > 1 {
+        // Never marked (see StateAt::next).
+        return Ok(());
+    }
+    let (from, to) = (State::one(token, false), State::one(token, true));
     if !at.swap(from, to)? {
         debug!(
             "lock state {} no longer at our token {token}: not marked clean",

@@ -460,8 +460,12 @@ impl Registered for Postgres {
     type Config = PgConfig;
     const KEYS: &'static [&'static [KeyDoc]] = &[super::KEYS, crate::settings::PASSWORD_KEYS];
     const SHARED: bool = true;
+    const SLOTS: bool = true;
     fn parse(f: &mut Fields) -> Result<PgConfig> {
         super::config(f)
+    }
+    fn slot(cfg: &PgConfig, k: u32) -> PgConfig {
+        cfg.slot(k)
     }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address(a)

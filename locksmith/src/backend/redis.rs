@@ -1,0 +1,863 @@
+//! `backend = "redis"`: a key with an expiry on **one** Redis (or Valkey) server.
+//!
+//! **Layout** (`docs/LAYOUT.md`, "redis"), for the lock key `K`:
+//! - `K`: the exclusive holder's owner record (`locksmith v=1 host=… pid=… nonce=… token=N`),
+//!   set with `SET K record NX PX stale_after`; the record is unique per grant (its nonce).
+//! - `K.readers`: a sorted set of shared holders, each member a reader's owner record, its
+//!   score the moment (the server's clock, ms) that reader expires; the set itself expires
+//!   with its last reader.
+//! - `K.writer`: a writer waiting behind readers (its nonce, `PX stale_after`): no new reader
+//!   enters while it is there, so writers are not starved.
+//! - `K.token`: the fencing-token counter (`INCR`), never deleted: every exclusive grant's
+//!   token is greater than every earlier one's.
+//! - `K.state`: `dirty N` while writer N holds, `clean N` after its release; a writer that
+//!   finds `dirty` says `prev=crashed`.
+//!
+//! Every step is one Lua script (`EVAL`), so each is atomic on the server: taking the lock
+//! (`SET NX PX`, `INCR`, the state) happens at once or not at all; a heartbeat (`PEXPIRE`)
+//! and a release (`DEL`) first compare the value with the holder's own unique record, so a
+//! holder that was paused past `stale_after` never extends or removes its successor's key.
+//!
+//! **Holding:** a heartbeat every min(`keepalive`, `stale_after`/3) renews the expiry to
+//! `stale_after`; a heartbeat that finds the value gone or changed is `LOST` (74), one that
+//! is not answered by the lease's deadline too. The server expires a silent holder's key
+//! `stale_after` after its last heartbeat: it, not any waiter, decides on its own clock.
+//!
+//! **Waiting** polls with backoff (`poll` … `max_poll`); a holder on this host (same boot id
+//! and pid namespace in its record) is watched by its pidfd, and once provably dead its key
+//! is removed at once (compare-and-delete on its record).
+//!
+//! **Honest limits:** one server only. Redis acknowledges a write before it is on disk unless
+//! `appendfsync always`, and a replica promoted by failover may not have it: either can grant
+//! one lock twice. `verify` says so (78) and names the setting. No Redlock: a majority of
+//! independent servers does not give safety without bounded clocks and pauses, while the
+//! fencing token (`token=`), checked by the resource, does — see the README.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::address::Address;
+use super::lock::{
+    Attempt, Backend, Beats, Break, BreakOutcome, Grant, Holder, Named, Tried, WaitHint,
+};
+use super::owner::{Parsed, Record};
+use super::wake::{Blocking, Wakeups};
+use crate::error::{Error, Kind, Result, err};
+use crate::log::{debug, info};
+use crate::protocol::Mode;
+use crate::settings::{Fields, KeyDoc, Password};
+use crate::watch::Watcher;
+
+pub mod probe;
+mod resp;
+
+use resp::{Conn, Value};
+
+/// Settings of the `redis` backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisConfig {
+    pub host: String,
+    pub port: u16,
+    /// The database (`SELECT`).
+    pub db: u32,
+    /// An ACL user (Redis 6+); `None`: the default user.
+    pub user: Option<String>,
+    pub password: Password,
+    /// TLS (`rediss://`), the server's certificate verified.
+    pub tls: bool,
+    pub ca_file: Option<PathBuf>,
+    /// The lock's key (the others are named after it).
+    pub key: String,
+    /// A slot of a lock with several (SPEC §3b): the lock's own key, whose token counter and
+    /// number of slots every slot uses. `None`: the lock itself.
+    pub slot_of: Option<String>,
+}
+
+impl RedisConfig {
+    /// Slot `k` of the lock: the key `KEY.slot-K` (docs/LAYOUT.md).
+    pub fn slot(&self, k: u32) -> RedisConfig {
+        RedisConfig {
+            key: format!("{}.slot-{k}", self.key),
+            slot_of: Some(self.key.clone()),
+            ..self.clone()
+        }
+    }
+}
+
+/// The keys [`config`] takes (besides the common and password keys).
+pub static KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        key: "host",
+        example: "\"redis.example.com\"",
+        doc: "the Redis or Valkey server (required)",
+    },
+    KeyDoc {
+        key: "port",
+        example: "6379",
+        doc: "[default: 6379]",
+    },
+    KeyDoc {
+        key: "db",
+        example: "2",
+        doc: "the database number (SELECT) [default: 0]",
+    },
+    KeyDoc {
+        key: "user",
+        example: "\"locker\"",
+        doc: "an ACL user (Redis 6 and later; needs a password) [default: the default user]",
+    },
+    KeyDoc {
+        key: "tls",
+        example: "true",
+        doc: "TLS, the server's certificate verified (rediss:// says it) [default: false]",
+    },
+    KeyDoc {
+        key: "ca_file",
+        example: "\"/etc/locksmith/redis-ca.pem\"",
+        doc: "PEM file of the CA(s) that sign the server's certificate (needs tls)",
+    },
+    KeyDoc {
+        key: "key",
+        example: "\"locks:deploy\"",
+        doc: "the lock's key; KEY.readers, KEY.writer, KEY.token and KEY.state live beside it [default: the profile's name]",
+    },
+];
+
+/// The keys of `backend = "redis"`. `key` defaults to the profile's name (an address on the
+/// command line has none: it must say `?key=NAME`). From an address the password defaults
+/// to `$LOCKSMITH_PASSWORD`, else `$REDISCLI_AUTH` (redis-cli's convention).
+pub fn config(f: &mut Fields) -> Result<RedisConfig> {
+    let host = f.required("host", Fields::string)?;
+    if host.is_empty() {
+        return Err(f.error("`host` is empty"));
+    }
+    let port = f.port("port")?.unwrap_or(6379);
+    let db = f.number("db", 0, i64::from(u32::MAX))?.unwrap_or(0) as u32;
+    let user = f.string("user")?;
+    let tls = f.bool("tls")?.unwrap_or(false);
+    let ca_file = f.path("ca_file")?;
+    if ca_file.is_some() && !tls {
+        return Err(f.error("`ca_file` needs `tls = true` (or a rediss:// address)"));
+    }
+    let key = match (f.string("key")?, &f.origin().profile) {
+        (Some(k), _) => k,
+        (None, Some(profile)) => profile.clone(),
+        (None, None) => {
+            return Err(f.error(
+                "a redis address needs `?key=NAME`: it has no profile name to default to",
+            ));
+        }
+    };
+    if key.is_empty() {
+        return Err(f.error("`key` is empty"));
+    }
+    let mut password = f.password()?;
+    if let Some(env) = &f.origin().address
+        && password == Password::None
+    {
+        if env.locksmith_password {
+            password = Password::Env("LOCKSMITH_PASSWORD".into());
+        } else if env.rediscli_auth {
+            password = Password::Env("REDISCLI_AUTH".into());
+        }
+    }
+    if user.is_some() && password == Password::None {
+        return Err(f.error(
+            "an ACL user needs a password: password_env or password_file (an address: also \
+             $LOCKSMITH_PASSWORD or $REDISCLI_AUTH)",
+        ));
+    }
+    Ok(RedisConfig {
+        host,
+        port,
+        db,
+        user,
+        password,
+        tls,
+        ca_file,
+        key,
+        slot_of: None,
+    })
+}
+
+/// `redis://[USER@]HOST[:PORT][/DB]?key=NAME` (`rediss://`: TLS).
+pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
+    let mut t = super::address::one_host_keys(a, "a redis")?;
+    let db = a.path.strip_prefix('/').unwrap_or(&a.path);
+    if !db.is_empty() {
+        let n: u32 = db
+            .parse()
+            .map_err(|_| format!("the path of a redis address is its DB number, not {db:?}"))?;
+        t.insert("db".into(), i64::from(n).into());
+    }
+    if a.scheme == "rediss" {
+        t.insert("tls".into(), true.into());
+    }
+    Ok(t)
+}
+
+/// Takes the lock: exclusive (`w`) or shared (`r`), in one step. KEYS: the lock, its readers,
+/// its token counter, its state, its waiting writer, the lock's number of slots (`"N
+/// VERSION"`, SPEC §3b). ARGV: mode, owner record, stale_after in ms, our nonce, our number of
+/// slots, the record we were told to take over (empty: only our own number). `{"took",
+/// value, prev state, token}`, `{"busy"}`, `{"ask", record}` (another number recorded: nothing
+/// taken) or `{"again"}` (the record changed since).
+const ACQUIRE: &str = r"
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local px = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if redis.call('EXISTS', KEYS[1]) == 1 then return {'busy'} end
+if ARGV[1] == 'w' then
+  if redis.call('ZCARD', KEYS[2]) > 0 then
+    local mark = redis.call('GET', KEYS[5])
+    if (not mark) or mark == ARGV[4] then
+      redis.call('SET', KEYS[5], ARGV[4], 'PX', px)
+    end
+    return {'busy'}
+  end
+  local rec = redis.call('GET', KEYS[6]) or '1 0'
+  local n, ver = string.match(rec, '^(%d+) (%d+)$')
+  if ARGV[6] == '' then
+    if n ~= ARGV[5] then return {'ask', rec} end
+  elseif rec ~= ARGV[6] then
+    return {'again'}
+  end
+  local tok = redis.call('INCR', KEYS[3])
+  local v = ARGV[2] .. ' token=' .. tok
+  if not redis.call('SET', KEYS[1], v, 'NX', 'PX', px) then return {'busy'} end
+  redis.call('SET', KEYS[6], ARGV[5] .. ' ' .. (tonumber(ver or '0') + 1))
+  local prev = redis.call('GET', KEYS[4]) or ''
+  redis.call('SET', KEYS[4], 'dirty ' .. tok)
+  if redis.call('GET', KEYS[5]) == ARGV[4] then redis.call('DEL', KEYS[5]) end
+  return {'took', v, prev, tostring(tok)}
+end
+if redis.call('EXISTS', KEYS[5]) == 1 then return {'busy'} end
+redis.call('ZADD', KEYS[2], now + px, ARGV[2])
+if redis.call('PTTL', KEYS[2]) < px then redis.call('PEXPIRE', KEYS[2], px) end
+return {'took', ARGV[2], '', redis.call('GET', KEYS[3]) or ''}
+";
+
+/// Renews our expiry if the value is still ours: 1, else 0. ARGV: mode, our value, ms.
+const HEARTBEAT: &str = r"
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local px = tonumber(ARGV[3])
+if ARGV[1] == 'w' then
+  if redis.call('GET', KEYS[1]) == ARGV[2] then
+    redis.call('PEXPIRE', KEYS[1], px)
+    return 1
+  end
+  return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local s = redis.call('ZSCORE', KEYS[2], ARGV[2])
+if (not s) or tonumber(s) <= now then
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  return 0
+end
+redis.call('ZADD', KEYS[2], 'XX', now + px, ARGV[2])
+if redis.call('PTTL', KEYS[2]) < px then redis.call('PEXPIRE', KEYS[2], px) end
+return 1
+";
+
+/// Frees the lock if the value is still ours: 1, else 0, and tells the waiters (a user whose
+/// ACL forbids the channel frees it all the same: its waiters poll). ARGV: mode, our value,
+/// our token.
+const RELEASE: &str = r"
+if ARGV[1] == 'w' then
+  if redis.call('GET', KEYS[1]) == ARGV[2] then
+    redis.call('DEL', KEYS[1])
+    redis.call('SET', KEYS[4], 'clean ' .. ARGV[3])
+    redis.pcall('PUBLISH', KEYS[1] .. '.released', '1')
+    return 1
+  end
+  return 0
+end
+local n = redis.call('ZREM', KEYS[2], ARGV[2])
+if n == 1 then redis.pcall('PUBLISH', KEYS[1] .. '.released', '1') end
+return n
+";
+
+/// Removes one holder (a dead one, or `break`), only if it still holds: 1, else 0.
+/// ARGV: its value (the key's value or a reader's member).
+const REMOVE: &str = r"
+local n = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  n = 1
+else
+  n = redis.call('ZREM', KEYS[2], ARGV[1])
+end
+if n == 1 then redis.pcall('PUBLISH', KEYS[1] .. '.released', '1') end
+return n
+";
+
+/// Whether the lock looks free to us now: `EXISTS` of what blocks a writer (the key, any
+/// reader) or a reader (the key, a waiting writer). ARGV: mode.
+const LOOKS_FREE: &str = r"
+if ARGV[1] == 'w' then
+  return redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 and 1 or 0
+end
+return redis.call('EXISTS', KEYS[1], KEYS[5]) == 0 and 1 or 0
+";
+
+/// A waiting writer that gives up takes its mark away. ARGV: its nonce.
+const UNMARK: &str = r"
+if redis.call('GET', KEYS[5]) == ARGV[1] then return redis.call('DEL', KEYS[5]) end
+return 0
+";
+
+/// The holders, read only: `{writer's value or '', token counter or '', readers...}`.
+const HOLDERS: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local r = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now, '+inf')
+table.insert(r, 1, redis.call('GET', KEYS[1]) or '')
+table.insert(r, 2, redis.call('GET', KEYS[3]) or '')
+return r
+";
+
+pub struct Redis {
+    cfg: RedisConfig,
+    mode: Mode,
+    /// `stale_after` in ms: every expiry the backend sets.
+    px: u64,
+    heartbeat: Duration,
+    /// Bound for one request that is not a heartbeat.
+    timeout: Duration,
+    conn: Option<Conn>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    /// This acquisition's owner record (without its token) and nonce.
+    record: String,
+    nonce: String,
+    /// What we hold: the key's value (exclusive) or our member of the readers' set.
+    value: Option<String>,
+    token: Option<u64>,
+    /// Whether we may have left a waiting writer's mark.
+    marked: bool,
+    wake: Wakeups,
+    /// While waiting: a thread blocked on a connection subscribed to `KEY.released`, which
+    /// every release publishes to (an expiry publishes nothing: the backoff timer finds it).
+    waiter: Option<Waiter>,
+    /// That connection between two waits.
+    subscribed: Option<Conn>,
+    /// The lock's number of slots (SPEC §3b), recorded with each exclusive grant.
+    slots: u32,
+    /// What to ask before granting over another recorded number of slots.
+    agree: Option<super::lock::Agree>,
+}
+
+/// A thread reading the next message of the subscribed connection (`None` back: it broke),
+/// and the socket, to end it.
+struct Waiter {
+    call: Blocking<Option<Conn>>,
+    sock: std::net::TcpStream,
+}
+
+/// What [`Redis::holders`] read: each holder's value and what it says.
+type Seen = Vec<(String, Holder)>;
+
+impl Redis {
+    pub fn new(cfg: RedisConfig, lock: &Named) -> Redis {
+        let mut rec = Record::ours(&lock.name);
+        rec.token = None;
+        Redis {
+            slots: lock.common.slots,
+            agree: None,
+            cfg,
+            mode: lock.common.mode(),
+            px: lock.common.stale_after.as_millis().max(1) as u64,
+            heartbeat: lock.common.heartbeat(),
+            timeout: lock
+                .common
+                .stale_after
+                .clamp(Duration::from_secs(2), Duration::from_secs(10)),
+            conn: None,
+            tls: None,
+            nonce: rec.nonce.clone(),
+            record: rec.render(),
+            value: None,
+            token: None,
+            marked: false,
+            wake: Wakeups::default(),
+            waiter: None,
+            subscribed: None,
+        }
+    }
+
+    fn server(&self) -> String {
+        let s = if self.cfg.tls { "rediss" } else { "redis" };
+        format!("Redis at {s}://{}:{}/{}", self.cfg.host, self.cfg.port, self.cfg.db)
+    }
+
+    fn keys(&self) -> [String; 6] {
+        let k = &self.cfg.key;
+        // A slot's counter and number of slots are the lock's (SPEC §3b).
+        let lock = self.cfg.slot_of.as_ref().unwrap_or(k);
+        [
+            k.clone(),
+            format!("{k}.readers"),
+            format!("{lock}.token"),
+            format!("{k}.state"),
+            format!("{k}.writer"),
+            format!("{lock}.slots"),
+        ]
+    }
+
+    fn mode_arg(&self) -> &'static str {
+        match self.mode {
+            Mode::Exclusive => "w",
+            Mode::Shared => "r",
+        }
+    }
+
+    /// A failure to reach the server (or a broken connection): 69, or 74 while holding.
+    fn unreachable(&mut self, what: &str, e: &std::io::Error) -> Error {
+        self.conn = None;
+        let kind = if self.value.is_some() {
+            Kind::Lost
+        } else {
+            Kind::Unavailable
+        };
+        let text = e.to_string();
+        let hint = if self.cfg.tls && (text.contains("certificate") || text.contains("TLS")) {
+            crate::tls::hint(self.cfg.ca_file.as_deref())
+        } else {
+            ""
+        };
+        Error::new(kind, format!("{what} ({}): {text}{hint}", self.server()))
+    }
+
+    /// An error reply, of the kind its code says.
+    fn refused(&self, what: &str, reply: &str) -> Error {
+        let code = reply.split_whitespace().next().unwrap_or("");
+        if code == "NOAUTH" || reply.contains("unauthenticated") {
+            let asked = if self.cfg.password == Password::None {
+                ": the server asks for a password and none was given (password_env or \
+                 password_file; an address: also $LOCKSMITH_PASSWORD or $REDISCLI_AUTH)"
+            } else {
+                ""
+            };
+            return err!(Denied, "{what} ({}): {reply}{asked}", self.server());
+        }
+        let kind = match code {
+            "WRONGPASS" | "NOAUTH" | "NOPERM" => Kind::Denied,
+            _ if reply.contains("AUTH") || reply.contains("password") => Kind::Denied,
+            "READONLY" | "MOVED" | "ASK" | "CROSSSLOT" | "CLUSTERDOWN" => Kind::Config,
+            _ if reply.contains("DB index") => Kind::Config,
+            "LOADING" | "BUSY" | "MASTERDOWN" => Kind::Unavailable,
+            _ => Kind::Io,
+        };
+        let why = match code {
+            "READONLY" => "; it is a replica: a lock needs the primary",
+            "MOVED" | "ASK" | "CROSSSLOT" | "CLUSTERDOWN" => {
+                "; a Redis Cluster is not supported: the lock needs one server"
+            }
+            _ => "",
+        };
+        Error::new(kind, format!("{what} ({}): {reply}{why}", self.server()))
+    }
+
+    fn tls_config(&mut self) -> Result<Option<Arc<rustls::ClientConfig>>> {
+        if !self.cfg.tls {
+            return Ok(None);
+        }
+        if self.tls.is_none() {
+            let c = crate::tls::client_config(self.cfg.ca_file.as_deref(), true)?;
+            self.tls = Some(Arc::new(c));
+        }
+        Ok(self.tls.clone())
+    }
+
+    /// The connection, made (AUTH, SELECT) if there is none.
+    fn conn(&mut self) -> Result<&mut Conn> {
+        self.conn_by(Instant::now() + self.timeout)
+    }
+
+    /// [`Redis::conn`], a new connection made by `deadline`.
+    fn conn_by(&mut self, deadline: Instant) -> Result<&mut Conn> {
+        if self.conn.is_none() {
+            let c = self.connect(deadline)?;
+            self.conn = Some(c);
+        }
+        Ok(self.conn.as_mut().expect("connected above"))
+    }
+
+    /// A new connection by `deadline`: TLS, AUTH, SELECT.
+    fn connect(&mut self, deadline: Instant) -> Result<Conn> {
+        {
+            let tls = self.tls_config()?;
+            let limit = deadline.saturating_duration_since(Instant::now());
+            let mut c = match Conn::connect(&self.cfg.host, self.cfg.port, limit, tls) {
+                Ok(c) => c,
+                Err(e) => {
+                    return Err(self.unreachable("cannot connect", &e));
+                }
+            };
+            if self.cfg.password != Password::None {
+                let user = self.cfg.user.clone().unwrap_or_else(|| "default".into());
+                let pw = self.cfg.password.resolve(&user)?;
+                let r = match &self.cfg.user {
+                    Some(u) => c.call(&[b"AUTH", u.as_bytes(), pw.as_bytes()], deadline),
+                    None => c.call(&[b"AUTH", pw.as_bytes()], deadline),
+                };
+                match r {
+                    Ok(Value::Error(e)) => {
+                        return Err(self.refused("authentication failed", &e));
+                    }
+                    Ok(_) => {}
+                    Err(e) => return Err(self.unreachable("cannot authenticate", &e)),
+                }
+            }
+            if self.cfg.db != 0 {
+                let db = self.cfg.db.to_string();
+                match c.call(&[b"SELECT", db.as_bytes()], deadline) {
+                    Ok(Value::Error(e)) => return Err(self.refused("cannot select the database", &e)),
+                    Ok(_) => {}
+                    Err(e) => return Err(self.unreachable("cannot select the database", &e)),
+                }
+            }
+            Ok(c)
+        }
+    }
+
+    /// Starts (or restarts) the thread that wakes us on a release; `Err` only says why there
+    /// is none (we poll anyway).
+    fn start_waiter(&mut self) -> Result<()> {
+        let mut conn = match self.subscribed.take() {
+            Some(c) => c,
+            None => {
+                let mut c = self.connect(Instant::now() + self.timeout)?;
+                let channel = format!("{}.released", self.cfg.key);
+                let deadline = Instant::now() + self.timeout;
+                c.send(&[b"SUBSCRIBE", channel.as_bytes()], deadline)
+                    .map_err(|e| Error::io("SUBSCRIBE", e))?;
+                match c.next().map_err(|e| Error::io("SUBSCRIBE", e))? {
+                    Value::Array(_) => {}
+                    other => return Err(err!(Io, "SUBSCRIBE answered {other:?}")),
+                }
+                c
+            }
+        };
+        // A release between our last try and the subscription published to nobody: look.
+        let mode = self.mode_arg();
+        let free_now = self.run("cannot read the lock", LOOKS_FREE, &[mode])?.int() == Some(1);
+        let sock = conn.socket().map_err(|e| Error::io("socket", e))?;
+        let call = Blocking::spawn("redis-wait", Some(256 * 1024), move || {
+            if free_now || conn.next().is_ok() {
+                Some(conn)
+            } else {
+                None
+            }
+        })
+        .map_err(|e| Error::io("cannot start the Redis waiter thread", e))?;
+        self.waiter = Some(Waiter { call, sock });
+        Ok(())
+    }
+
+    /// Ends the waiter thread and the subscription.
+    fn stop_waiting(&mut self) {
+        if let Some(w) = self.waiter.take() {
+            let _ = w.sock.shutdown(std::net::Shutdown::Both);
+        }
+        self.subscribed = None;
+    }
+
+    /// Runs `script` on the lock's keys with `args`, by `deadline`.
+    fn eval(&mut self, what: &str, script: &str, args: &[&str], deadline: Instant) -> Result<Value> {
+        let keys = self.keys();
+        let mut argv: Vec<&[u8]> = vec![b"EVAL", script.as_bytes(), b"6"];
+        argv.extend(keys.iter().map(|k| k.as_bytes()));
+        argv.extend(args.iter().map(|a| a.as_bytes()));
+        let r = self.conn_by(deadline)?.call(&argv, deadline);
+        match r {
+            Ok(Value::Error(e)) => Err(self.refused(what, &e)),
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.unreachable(what, &e)),
+        }
+    }
+
+    /// One request, bounded by the usual timeout.
+    fn run(&mut self, what: &str, script: &str, args: &[&str]) -> Result<Value> {
+        let deadline = Instant::now() + self.timeout;
+        self.eval(what, script, args, deadline)
+    }
+
+    /// The lock's number of slots kept changing under us (SPEC §3b).
+    fn fail_slots(&self) -> Error {
+        err!(
+            Unavailable,
+            "cannot take lock {} ({}): its number of slots keeps changing",
+            self.cfg.key,
+            self.server()
+        )
+    }
+
+    /// The holders now: the writer, or the readers whose expiry has not passed.
+    fn holders(&mut self) -> Result<Seen> {
+        let v = self.run("cannot read the lock", HOLDERS, &[])?;
+        let items = v.items();
+        let text = |i: usize| items.get(i).and_then(Value::text).unwrap_or_default();
+        let epoch = text(1).parse::<u64>().ok();
+        let mut seen = Vec::new();
+        let writer = text(0);
+        if !writer.is_empty() {
+            seen.push((writer.clone(), holder(&writer, Mode::Exclusive, None)));
+        }
+        for m in items.iter().skip(2).filter_map(Value::text) {
+            let h = holder(&m, Mode::Shared, epoch);
+            seen.push((m, h));
+        }
+        Ok(seen)
+    }
+
+    /// Removes one holder if it still holds (compare-and-delete on its value).
+    fn remove(&mut self, value: &str) -> Result<bool> {
+        let v = self.run("cannot remove the holder's key", REMOVE, &[value])?;
+        Ok(v.int() == Some(1))
+    }
+
+    /// One try: the lock taken, or who holds it (dead holders on this host removed first).
+    fn attempt(&mut self) -> Result<Tried> {
+        if self.waiter.as_ref().is_some_and(|w| w.call.returned()) {
+            let w = self.waiter.take().expect("checked above");
+            self.subscribed = w.call.join().flatten();
+        }
+        let px = self.px.to_string();
+        let n = self.slots.max(1).to_string();
+        let mut seen = Vec::new();
+        // The record of another number of slots we asked the lock about and may take over.
+        let mut over = String::new();
+        let (mut tries, mut asked) = (0, 0);
+        while tries < 3 {
+            asked += 1;
+            if asked > 50 {
+                return Err(self.fail_slots());
+            }
+            let (mode, record, nonce) = (self.mode_arg(), self.record.clone(), self.nonce.clone());
+            let args = [mode, record.as_str(), px.as_str(), nonce.as_str(), n.as_str(), over.as_str()];
+            let v = self.run("cannot take the lock", ACQUIRE, &args)?;
+            let items = v.items();
+            let text = |i: usize| items.get(i).and_then(Value::text).unwrap_or_default();
+            match text(0).as_str() {
+                "ask" => {
+                    let rec = text(1);
+                    let before = rec
+                        .split(' ')
+                        .next()
+                        .and_then(|m| m.parse::<u32>().ok())
+                        .unwrap_or(0);
+                    if let Some(agree) = &self.agree {
+                        agree(before)?;
+                    }
+                    over = rec;
+                    continue;
+                }
+                // The record moved on since we asked: ask again.
+                "again" => {
+                    over.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            tries += 1;
+            if text(0) == "took" {
+                self.stop_waiting();
+                self.wake.forget_holder();
+                self.marked = false;
+                self.value = Some(text(1));
+                let token = text(3).parse::<u64>().ok();
+                if self.mode == Mode::Exclusive {
+                    self.token = token;
+                }
+                return Ok(Tried::Took(Grant {
+                    token,
+                    prev_crashed: text(2).starts_with("dirty") || self.prev_unreadable(&text(2)),
+                    ..Grant::default()
+                }));
+            }
+            if self.mode == Mode::Exclusive {
+                self.marked = true;
+            }
+            seen = self.holders()?;
+            let dead: Vec<(String, Holder)> = seen
+                .iter()
+                .filter(|(_, h)| h.alive == Some(false))
+                .cloned()
+                .collect();
+            if dead.is_empty() {
+                break;
+            }
+            for (value, h) in dead {
+                if self.remove(&value)? {
+                    info!("removed the lock of {h}: its locksmith is dead");
+                }
+            }
+        }
+        // A holder on this host: its death (pidfd) wakes us.
+        let watched = seen.iter().find_map(|(v, _)| match Record::parse(v) {
+            Parsed::V1(r) if r.same_host() => Some(r),
+            _ => None,
+        });
+        match watched {
+            Some(r) => {
+                if !self.wake.holder_alive(r.pid, r.start) {
+                    self.wake.forget_holder();
+                }
+            }
+            None => self.wake.forget_holder(),
+        }
+        Ok(Tried::Busy(seen.into_iter().map(|(_, h)| h).collect()))
+    }
+
+    /// A state value locksmith does not write counts as a crash.
+    fn prev_unreadable(&self, prev: &str) -> bool {
+        !prev.is_empty() && !prev.starts_with("clean ")
+    }
+}
+
+/// What a holder's value says (a record of another version: foreign, held).
+fn holder(value: &str, mode: Mode, epoch: Option<u64>) -> Holder {
+    let parsed = Record::parse(value);
+    let mut h = parsed.holder();
+    h.mode = Some(mode);
+    if mode == Mode::Shared {
+        h.token = epoch;
+    }
+    // The key exists, so its holder heartbeated within stale_after; a same-host pid proven
+    // dead holds until a waiter (or `break`) removes its key.
+    let dead = matches!(&parsed, Parsed::V1(r) if r.alive() == Some(false));
+    h.alive = Some(!dead);
+    h
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop_waiting();
+        // A waiting writer that gives up takes its mark away (else readers wait for it to
+        // expire).
+        if self.marked && self.value.is_none() && self.conn.is_some() {
+            let nonce = self.nonce.clone();
+            let deadline = Instant::now() + Duration::from_secs(1);
+            if let Err(e) = self.eval("cannot remove the waiting writer's mark", UNMARK, &[&nonce], deadline) {
+                debug!("{e}");
+            }
+        }
+    }
+}
+
+impl Backend for Redis {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
+        let tried = self.attempt()?;
+        Ok(tried.on_server(self))
+    }
+
+    fn prepare_wait(&mut self) -> Result<WaitHint> {
+        if self.waiter.is_none()
+            && let Err(e) = self.start_waiter()
+        {
+            debug!("no wake-up on release, polling only: {e}");
+        }
+        // Expiries publish nothing: the backoff timer stays on.
+        Ok(WaitHint { poll: true })
+    }
+
+    fn agree_on_slots(&mut self, agree: super::lock::Agree) {
+        self.agree = Some(agree);
+    }
+
+    fn wake_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        let mut v = self.wake.fds();
+        v.extend(self.waiter.iter().map(|w| w.call.fd()));
+        v
+    }
+
+    fn status(&mut self) -> Result<Vec<Holder>> {
+        Ok(self.holders()?.into_iter().map(|(_, h)| h).collect())
+    }
+
+    fn break_lock(&mut self, how: Break, _: &mut Watcher) -> Result<BreakOutcome> {
+        let holders = self.holders()?;
+        let lock = format!("`{}` ({})", self.cfg.key, self.server());
+        super::stale::break_server_held(
+            &lock,
+            holders,
+            how,
+            |h| h.alive == Some(false),
+            [
+                "a live key (Redis expires it stale_after after its holder's last heartbeat)",
+                "delete it",
+            ],
+            |value, h| {
+                if self.remove(&value)? {
+                    info!("deleted the lock of {h}");
+                } else {
+                    info!("the lock of {h} was gone already");
+                }
+                Ok(())
+            },
+        )
+    }
+}
+
+impl Beats for Redis {
+    fn period(&self) -> Duration {
+        self.heartbeat
+    }
+
+    fn beat(&mut self, deadline: Instant) -> Result<()> {
+        let Some(value) = self.value.clone() else {
+            return Err(err!(Lost, "lock `{}` is not held", self.cfg.key));
+        };
+        let (mode, px) = (self.mode_arg(), self.px.to_string());
+        let server = self.server();
+        let key = self.cfg.key.clone();
+        match self.eval("cannot renew the lock", HEARTBEAT, &[mode, &value, &px], deadline) {
+            Ok(v) if v.int() == Some(1) => Ok(()),
+            Ok(_) => {
+                self.value = None;
+                Err(err!(
+                    Lost,
+                    "the key of lock `{key}` ({server}) has vanished or changed: it expired or was deleted; someone else may hold it now"
+                ))
+            }
+            // Not confirmed (no answer, the connection broke, a refusal after reconnecting):
+            // the key may still be ours; tried again until the lease's point of no return.
+            Err(e) => Err(Error::new(Kind::Unavailable, e.message().to_string())),
+        }
+    }
+
+    /// A request that could not be made keeps the lock held: the caller tries again.
+    fn free(&mut self) -> Result<()> {
+        let Some(value) = self.value.clone() else {
+            return Ok(());
+        };
+        let mode = self.mode_arg();
+        let token = self.token.map(|t| t.to_string()).unwrap_or_default();
+        let server = self.server();
+        let key = self.cfg.key.clone();
+        let r = self.run("cannot release the lock", RELEASE, &[mode, &value, &token]);
+        match r {
+            Ok(v) if v.int() == Some(1) => {
+                self.value = None;
+                Ok(())
+            }
+            Ok(_) => {
+                self.value = None;
+                Err(err!(
+                    Lost,
+                    "the key of lock `{key}` ({server}) was no longer ours at release: it expired or was deleted"
+                ))
+            }
+            // Not reached, or no answer: still ours as far as we know; tried again.
+            Err(e) => Err(Error::new(Kind::Unavailable, e.message().to_string())),
+        }
+    }
+}

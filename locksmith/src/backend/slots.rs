@@ -1,0 +1,262 @@
+//! Semaphores (SPEC §3b): a lock of N slots is N locks of the same backend, slot K kept
+//! beside the lock's name (`Registered::slot` says where: docs/LAYOUT.md), each a whole lock
+//! of §6 for its holder — crash release, proof of death or `stale_after`, heartbeats, LOST,
+//! `break` — and all issuing their fencing tokens from the lock's one counter, so every
+//! grant's token is above every earlier one, whatever the slot. This file is the one place
+//! that decides which slot a contender takes and whether its number of slots agrees with
+//! the lock's; a backend supplies only where slot K is.
+//!
+//! **The number of slots.** The counter records, with each token, the number of slots of
+//! the contender it was issued to. A contender that holds its own lock (a slot, or the lock
+//! itself when N = 1) and finds another number recorded asks this file first ([`Agree`]):
+//! if anyone holds a lock of the recorded number (the lock itself for 1, else its slots)
+//! besides ours, it gives its lock back and fails with 78, naming both numbers, and the
+//! record is left as it was. Otherwise it issues over exactly the state it read, so that of
+//! two contenders that disagree, the second to issue finds the first's lock taken (each
+//! took its lock before reading). Once nobody holds, the next contender's number stands.
+
+use std::os::fd::BorrowedFd;
+
+use std::sync::Arc;
+
+use super::lock::{
+    Agree, Attempt, Backend, Break, BreakOutcome, Grant, Held, Holder, NotReleased, WaitHint,
+};
+use crate::error::{Kind, Result, err};
+use crate::log::debug;
+use crate::watch::Watcher;
+
+/// The most slots a waiter watches at once.
+const WATCHED: usize = 4;
+
+/// Opens a lock of the same backend: `Some(k)` slot `k`, `None` the lock's own name.
+pub type Opener = Arc<dyn Fn(Option<u32>) -> Box<dyn Backend> + Send + Sync>;
+
+/// A lock of `n` slots, not held: one backend per slot.
+pub struct Slots {
+    name: &'static str,
+    n: u32,
+    /// Slot K's backend (`n` = 1: the lock itself), `None` while trying it.
+    slots: Vec<Option<Box<dyn Backend>>>,
+    /// The first of the slots a waiter watches.
+    watched: Option<usize>,
+}
+
+impl Slots {
+    pub fn new(lock: &str, n: u32, open: Opener) -> Slots {
+        let names: Vec<Option<u32>> = if n == 1 {
+            vec![None]
+        } else {
+            (0..n).map(Some).collect()
+        };
+        let slots: Vec<Option<Box<dyn Backend>>> = names
+            .into_iter()
+            .map(|ours| {
+                let mut b = open(ours);
+                b.agree_on_slots(agreement(lock.to_string(), n, ours, open.clone()));
+                Some(b)
+            })
+            .collect();
+        let name = slots[0].as_ref().expect("opened").name();
+        Slots {
+            name,
+            n,
+            slots,
+            watched: None,
+        }
+    }
+
+    /// Slot `k`'s number as the OK line and `status` say it (`None` for the lock itself).
+    fn slot(&self, k: usize) -> Option<u32> {
+        (self.n > 1).then_some(k as u32)
+    }
+
+    fn each(&mut self) -> impl Iterator<Item = (Option<u32>, &mut Box<dyn Backend>)> {
+        let several = self.n > 1;
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(move |(k, b)| b.as_mut().map(|b| (several.then_some(k as u32), b)))
+    }
+}
+
+/// The say of a lock of `n` slots, for the contender holding `ours`, on a counter that
+/// recorded another number (see the module's docs).
+fn agreement(lock: String, n: u32, ours: Option<u32>, open: Opener) -> Agree {
+    Arc::new(move |before: u32| {
+        let names: Vec<Option<u32>> = match before {
+            1 => vec![None],
+            m => (0..m).map(Some).collect(),
+        };
+        for name in names.into_iter().filter(|k| *k != ours) {
+            let mut other = open(name);
+            let holder = other.status()?.into_iter().find(|h| h.alive != Some(false));
+            if let Some(h) = holder {
+                let held_as = match name {
+                    None => "the lock itself".to_string(),
+                    Some(k) => format!("slot {k}"),
+                };
+                return Err(err!(
+                    Config,
+                    "lock {lock} is held with {before} slot(s) recorded ({held_as}: {h}), but \
+                     this asks for {n}: all contenders of one lock must agree on `slots`"
+                ));
+            }
+        }
+        debug!("lock {lock}: {before} slot(s) recorded, none held: {n} stand(s)");
+        Ok(())
+    })
+}
+
+impl Backend for Slots {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
+        let n = self.slots.len();
+        // Contenders start at different slots, so that a free one is found in one try.
+        let start = if n > 1 { fastrand::usize(..n) } else { 0 };
+        let mut holders = Vec::new();
+        for i in 0..n {
+            let k = (start + i) % n;
+            let lock = self.slots[k]
+                .take()
+                .expect("every slot is back between tries");
+            match lock.try_acquire()? {
+                Attempt::Acquired(held) => {
+                    let ours = self.slot(k);
+                    return Ok(Attempt::Acquired(Box::new(SlotHeld::new(held, ours))));
+                }
+                Attempt::Busy(lock, mut seen) => {
+                    self.slots[k] = Some(lock);
+                    let slot = self.slot(k);
+                    for h in &mut seen {
+                        h.slot = slot;
+                    }
+                    holders.extend(seen);
+                }
+            }
+        }
+        Ok(Attempt::Busy(self, holders))
+    }
+
+    /// Waits on at most [`WATCHED`] slots, the same few each time, chosen at random (each
+    /// watch costs a descriptor, a thread or an inotify instance per waiter); the others are
+    /// tried on the backoff timer.
+    fn prepare_wait(&mut self) -> Result<WaitHint> {
+        let n = self.slots.len();
+        let start = *self.watched.get_or_insert_with(|| fastrand::usize(..n));
+        let mut poll = n > WATCHED;
+        for i in 0..n.min(WATCHED) {
+            let b = self.slots[(start + i) % n]
+                .as_mut()
+                .expect("every slot is back");
+            poll |= b.prepare_wait()?.poll;
+        }
+        Ok(WaitHint { poll })
+    }
+
+    fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.slots
+            .iter()
+            .flatten()
+            .flat_map(|b| b.wake_fds())
+            .collect()
+    }
+
+    fn status(&mut self) -> Result<Vec<Holder>> {
+        let mut all = Vec::new();
+        for (slot, b) in self.each() {
+            for mut h in b.status()? {
+                h.slot = slot;
+                all.push(h);
+            }
+        }
+        Ok(all)
+    }
+
+    /// Breaks every slot `how` allows (with `--token`, the one acquisition); a slot whose
+    /// holder may not be broken is left alone and said, unless another was broken.
+    fn break_lock(&mut self, how: Break, watcher: &mut Watcher) -> Result<BreakOutcome> {
+        if self.n == 1 {
+            return self.slots[0]
+                .as_mut()
+                .expect("opened")
+                .break_lock(how, watcher);
+        }
+        let mut broken = None;
+        let mut refused = None;
+        for (slot, b) in self.each() {
+            match b.break_lock(how, watcher) {
+                Ok(BreakOutcome::Broken(mut h)) => {
+                    h.slot = slot;
+                    debug!("broke slot {}: {h}", slot.unwrap_or(0));
+                    broken.get_or_insert(h);
+                }
+                Ok(BreakOutcome::Free) => {}
+                Err(e) if e.kind() == Kind::Config || e.kind() == Kind::Io => return Err(e),
+                Err(e) => {
+                    refused.get_or_insert(e);
+                }
+            }
+        }
+        match (broken, refused) {
+            (Some(h), _) => Ok(BreakOutcome::Broken(h)),
+            (None, Some(e)) => Err(e),
+            (None, None) => Ok(BreakOutcome::Free),
+        }
+    }
+}
+
+/// A slot held: the slot's lock, and its grant with the slot said.
+struct SlotHeld {
+    held: Box<dyn Held>,
+    grant: Grant,
+}
+
+impl SlotHeld {
+    fn new(held: Box<dyn Held>, slot: Option<u32>) -> SlotHeld {
+        let grant = Grant {
+            slot,
+            ..held.grant().clone()
+        };
+        SlotHeld { held, grant }
+    }
+}
+
+impl Held for SlotHeld {
+    fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
+    fn period(&self) -> Option<std::time::Duration> {
+        self.held.period()
+    }
+
+    fn heartbeat(&mut self, deadline: std::time::Instant) -> Result<()> {
+        self.held.heartbeat(deadline)
+    }
+
+    fn release(self: Box<Self>) -> std::result::Result<(), NotReleased<Box<dyn Held>>> {
+        let SlotHeld { held, grant } = *self;
+        held.release().map_err(|nr| NotReleased {
+            error: nr.error,
+            retry: nr
+                .retry
+                .map(|held| Box::new(SlotHeld { held, grant }) as Box<dyn Held>),
+        })
+    }
+
+    fn inherit_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.held.inherit_fd()
+    }
+
+    fn alarm(&self) -> Option<BorrowedFd<'_>> {
+        self.held.alarm()
+    }
+
+    fn check(&mut self) -> Result<()> {
+        self.held.check()
+    }
+}

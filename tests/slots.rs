@@ -1,0 +1,361 @@
+//! Semaphores (SPEC §3b): `--slots N` admits up to N holders at once, each in its own slot
+//! (`slot=K`, `LOCKSMITH_SLOT`), never more; every grant's fencing token is above every
+//! earlier one whatever the slot; all contenders of one lock agree on N (78 otherwise); and
+//! each slot keeps §6's promises (a killed holder's slot is taken again).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::support::*;
+
+/// The file backends, as address schemes.
+const FILE_BACKENDS: [&str; 4] = ["flock", "mkdir", "link", "symlink"];
+
+/// The `key=value` field of an OK line.
+pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.trim_end()
+        .split(' ')
+        .find_map(|w| w.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+}
+
+fn address(sb: &Sandbox, backend: &str, name: &str, query: &str) -> String {
+    format!("{backend}:{}{query}", sb.join(name).display())
+}
+
+#[test]
+fn n_holders_get_n_different_slots_and_the_next_is_busy_on_every_file_backend() {
+    let sb = Sandbox::standard();
+    for backend in FILE_BACKENDS {
+        let lock = address(&sb, backend, &format!("{backend}.sem"), "");
+        let mut held: Vec<Held> = (0..3)
+            .map(|_| sb.hold(["--slots", "3", lock.as_str()]))
+            .collect();
+        let mut slots = BTreeSet::new();
+        let mut tokens = BTreeSet::new();
+        for h in &held {
+            let ok = h.ok().to_string();
+            assert_eq!(field(&ok, "slots"), Some("3"), "{backend}: {ok}");
+            slots.insert(field(&ok, "slot").expect("slot=").to_string());
+            tokens.insert(token_of(&ok));
+        }
+        assert_eq!(
+            slots.len(),
+            3,
+            "{backend}: three holders, three slots: {slots:?}"
+        );
+        assert_eq!(
+            tokens.len(),
+            3,
+            "{backend}: three grants, three tokens: {tokens:?}"
+        );
+        // Full: the fourth is busy, and says who holds.
+        let o = sb.output(["--slots", "3", "--wait", "0", lock.as_str()]);
+        assert_eq!(code(o.status), 75, "{backend}: {}", stdout(&o));
+        assert!(stdout(&o).contains("slot="), "{backend}: {}", stdout(&o));
+        let st = sb.output(["--slots", "3", "status", lock.as_str()]);
+        assert_eq!(code(st.status), 1, "{backend}: status of a held semaphore");
+        assert_eq!(stdout(&st).lines().count(), 3, "{}", stdout(&st));
+        // One leaves: the next gets exactly its slot, with a token above all before.
+        let freed = field(held[1].ok(), "slot").unwrap().to_string();
+        let mut gone = held.remove(1);
+        gone.close_stdout();
+        assert!(gone.wait_exit(Duration::from_secs(10)).success());
+        let next = sb.hold(["--slots", "3", lock.as_str()]);
+        assert_eq!(
+            field(next.ok(), "slot"),
+            Some(freed.as_str()),
+            "{}",
+            next.ok()
+        );
+        assert!(token_of(next.ok()) > *tokens.iter().max().unwrap());
+        drop(next);
+        drop(held);
+    }
+}
+
+/// Each run of CMD: a marker per slot made with O_EXCL (two holders in one slot would
+/// collide), the number of holders inside written down, the token logged; then out.
+const INSIDE: &str = r#"
+if ! mkdir "$D/in.$LOCKSMITH_SLOT" 2>/dev/null; then echo "slot $LOCKSMITH_SLOT" >> "$D/overlaps"; fi
+ls -d "$D"/in.* | wc -l >> "$D/inside"
+echo "$LOCKSMITH_TOKEN" >> "$D/tokens"
+i=0; while [ $i -lt 300 ]; do i=$((i+1)); done
+rmdir "$D/in.$LOCKSMITH_SLOT"
+"#;
+
+/// `workers` loops of `rounds` runs each on a lock of `n` slots.
+pub fn race(
+    sb: &Sandbox,
+    lock: &str,
+    n: u32,
+    workers: usize,
+    rounds: usize,
+) -> (Vec<usize>, Vec<u64>, usize) {
+    let d = sb.join("race");
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir(&d).unwrap();
+    let threads: Vec<_> = (0..workers)
+        .map(|_| {
+            let n = n.to_string();
+            let mut c: Command = sb.cmd([
+                "--slots",
+                n.as_str(),
+                "--wait",
+                "120s",
+                "run",
+                lock,
+                "--",
+                "sh",
+                "-c",
+                INSIDE,
+            ]);
+            c.env("D", &d);
+            std::thread::spawn(move || {
+                for k in 0..rounds {
+                    let o = c.output().unwrap();
+                    assert!(
+                        o.status.success(),
+                        "round {k}: exit {}: {}",
+                        code(o.status),
+                        stderr(&o)
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a worker failed");
+    }
+    let lines = |f: &str| fs::read_to_string(d.join(f)).unwrap_or_default();
+    let inside = lines("inside")
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    let tokens = lines("tokens")
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    (inside, tokens, lines("overlaps").lines().count())
+}
+
+#[test]
+fn racing_contenders_never_exceed_n_and_every_grant_gets_its_own_token() {
+    let _heavy = heavy();
+    let sb = Sandbox::standard();
+    let (n, workers, rounds) = (3, 6, 8);
+    for backend in FILE_BACKENDS {
+        let lock = address(&sb, backend, &format!("{backend}.race"), "");
+        let (inside, tokens, overlaps) = race(&sb, &lock, n, workers, rounds);
+        assert_eq!(overlaps, 0, "{backend}: two holders in one slot");
+        assert_eq!(
+            inside.len(),
+            workers * rounds,
+            "{backend}: every run ran once"
+        );
+        let most = *inside.iter().max().unwrap();
+        assert!(
+            most <= n as usize,
+            "{backend}: {most} holders inside a lock of {n} slots"
+        );
+        // Every grant issued one token of the lock's one counter, each once, none skipped
+        // (flock's first token is its clock floor, the others' 1).
+        let set: BTreeSet<u64> = tokens.iter().copied().collect();
+        let first = *set.first().expect("tokens");
+        let want: BTreeSet<u64> = (first..first + (workers * rounds) as u64).collect();
+        assert_eq!(set, want, "{backend}: tokens {tokens:?}");
+        eprintln!(
+            "{backend}: at most {most} of {n} inside over {} runs",
+            workers * rounds
+        );
+    }
+}
+
+#[test]
+fn contenders_that_disagree_on_the_number_of_slots_are_refused_naming_both() {
+    let sb = Sandbox::standard();
+    for backend in FILE_BACKENDS {
+        let lock = address(&sb, backend, &format!("{backend}.n"), "");
+        let h = sb.hold(["--slots", "3", lock.as_str()]);
+        assert!(h.ok().starts_with("OK "), "{backend}: {}", h.ok());
+        for other in ["2", "1", "4"] {
+            let o = sb.output(["--slots", other, "--wait", "0", lock.as_str()]);
+            let out = stdout(&o);
+            assert_eq!(code(o.status), 78, "{backend} --slots {other}: {out}");
+            assert!(
+                out.starts_with("ERROR config:")
+                    && out.contains("3 slot")
+                    && out.contains(&format!("asks for {other}")),
+                "{backend} --slots {other}: {out}"
+            );
+        }
+        // Still only the one holder, and the refused left no slot taken.
+        let st = sb.output(["--slots", "3", "status", lock.as_str()]);
+        assert_eq!(stdout(&st).lines().count(), 1, "{backend}: {}", stdout(&st));
+        drop(h);
+        // Once nobody holds, the next contender's number stands.
+        eventually(Duration::from_secs(10), "the semaphore is free", || {
+            code(sb.output(["--slots", "3", "status", lock.as_str()]).status) == 0
+        });
+        let two = sb.hold(["--slots", "2", lock.as_str()]);
+        assert_eq!(
+            field(two.ok(), "slots"),
+            Some("2"),
+            "{backend}: {}",
+            two.ok()
+        );
+        drop(two);
+        eventually(Duration::from_secs(10), "free again", || {
+            code(sb.output(["--slots", "2", "status", lock.as_str()]).status) == 0
+        });
+        let one = sb.hold([lock.as_str()]);
+        assert!(one.ok().starts_with("OK "), "{backend}: {}", one.ok());
+        assert_eq!(
+            field(one.ok(), "slot"),
+            None,
+            "a lock of one slot says none: {}",
+            one.ok()
+        );
+    }
+}
+
+#[test]
+fn a_killed_holder_s_slot_is_taken_again_and_tokens_keep_rising() {
+    let sb = Sandbox::standard();
+    for backend in FILE_BACKENDS {
+        let lock = address(
+            &sb,
+            backend,
+            &format!("{backend}.kill"),
+            "?stale_after=2s&keepalive=200ms",
+        );
+        let mut last = 0;
+        for round in 0..4 {
+            let held: Vec<Held> = (0..3)
+                .map(|_| sb.hold(["--slots", "3", lock.as_str()]))
+                .collect();
+            for h in &held {
+                let t = token_of(h.ok());
+                assert!(t > last, "{backend} round {round}: token {t} after {last}");
+            }
+            last = held.iter().map(|h| token_of(h.ok())).max().unwrap();
+            // kill -9 every holder: every slot must come back (proof of death on this host).
+            for h in &held {
+                kill9(h.pid());
+            }
+            drop(held);
+        }
+        let back: Vec<Held> = (0..3)
+            .map(|_| sb.hold(["--slots", "3", "--wait", "20s", lock.as_str()]))
+            .collect();
+        for h in &back {
+            assert!(h.ok().starts_with("OK "), "{backend}: {}", h.ok());
+            assert!(token_of(h.ok()) > last);
+        }
+    }
+}
+
+#[test]
+fn bad_numbers_of_slots_are_refused_and_take_nothing() {
+    let sb = Sandbox::standard();
+    let lock = address(&sb, "mkdir", "bad.lock", "");
+    for n in ["0", "1025", "x", "-1", "2.5", ""] {
+        let o = sb.output(["--slots", n, lock.as_str()]);
+        assert_eq!(code(o.status), 64, "--slots {n:?}: {}", stdout(&o));
+        assert!(stdout(&o).starts_with("ERROR usage:"), "{}", stdout(&o));
+        let q = format!("{lock}?slots={n}");
+        let o = sb.output([q.as_str()]);
+        assert_eq!(code(o.status), 64, "{q}: {}", stdout(&o));
+    }
+    let o = sb.output(["--slots", "2", "--shared", "flock:/tmp/x"]);
+    assert_eq!(code(o.status), 64, "{}", stdout(&o));
+    sb.write_profiles(
+        r#"
+[profile.zero]
+backend = "mkdir"
+path = "{dir}/zero.lock"
+slots = 0
+
+[profile.many]
+backend = "mkdir"
+path = "{dir}/many.lock"
+slots = 1025
+
+[profile.text]
+backend = "mkdir"
+path = "{dir}/text.lock"
+slots = "2"
+
+[profile.sharedslots]
+backend = "flock"
+path = "{dir}/ss.lock"
+slots = 2
+shared = true
+"#,
+    );
+    for p in ["zero", "many", "text", "sharedslots"] {
+        let o = sb.output([p]);
+        assert_eq!(code(o.status), 78, "{p}: {}", stdout(&o));
+        assert!(
+            stdout(&o).starts_with("ERROR config:"),
+            "{p}: {}",
+            stdout(&o)
+        );
+    }
+    let names = sb.listing();
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.contains("bad") && !n.contains("zero") && !n.contains("many")),
+        "nothing made: {names:?}"
+    );
+}
+
+#[test]
+fn a_slot_held_from_another_pid_namespace_comes_back_only_after_stale_after() {
+    let sb = Sandbox::standard();
+    let Some(prefix) = other_pidns() else {
+        return;
+    };
+    let stale = Duration::from_secs(2);
+    for backend in ["mkdir", "link", "symlink"] {
+        let lock = address(
+            &sb,
+            backend,
+            &format!("{backend}.ns"),
+            "?stale_after=2s&keepalive=200ms&poll=20ms&max_poll=100ms",
+        );
+        // Both slots taken: one by "another host" (no proof of death reaches it), one here.
+        let mut c = sb.cmd_via(prefix, ["--slots", "2", lock.as_str()]);
+        c.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut far = Held::spawn(c);
+        let line = far.read_line(Duration::from_secs(20)).unwrap_or_default();
+        assert!(line.starts_with("OK "), "{backend}: {line}");
+        let near = sb.hold(["--slots", "2", lock.as_str()]);
+        assert!(near.ok().starts_with("OK "), "{backend}: {}", near.ok());
+        // The far holder dies with its namespace: its slot is silent, not provably dead.
+        let killed = std::time::Instant::now();
+        kill9(far.pid());
+        let _ = far.wait_exit(Duration::from_secs(10));
+        let next = sb.hold(["--slots", "2", "--wait", "30s", lock.as_str()]);
+        let waited = killed.elapsed();
+        assert!(next.ok().starts_with("OK "), "{backend}: {}", next.ok());
+        assert_eq!(
+            field(next.ok(), "slot"),
+            field(&line, "slot"),
+            "{backend}: the far holder's slot"
+        );
+        assert!(
+            waited + Duration::from_millis(300) >= stale,
+            "{backend}: a silent holder's slot was taken after {waited:?}, before stale_after ({stale:?})"
+        );
+        assert!(
+            token_of(next.ok()) > token_of(near.ok()),
+            "{backend}: tokens keep rising"
+        );
+        drop(next);
+        drop(near);
+    }
+}

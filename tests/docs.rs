@@ -110,7 +110,7 @@ fn version_lists_the_backends_built_in() {
     let out = stdout(&o);
     assert!(out.starts_with(&format!("locksmith {}\n", env!("CARGO_PKG_VERSION"))));
     assert!(
-        out.contains("backends: flock, mkdir, link, symlink, ftp, postgres, etcd, redis\n"),
+        out.contains("backends: flock, mkdir, link, symlink, ftp, postgres, etcd, s3, redis\n"),
         "{out}"
     );
 }

@@ -19,7 +19,7 @@ fn example_profiles_validate() {
     for line in out.lines() {
         let cols: Vec<&str> = line.split('\t').collect();
         let built = [
-            "flock", "mkdir", "link", "symlink", "ftp", "postgres", "etcd", "redis",
+            "flock", "mkdir", "link", "symlink", "ftp", "postgres", "etcd", "s3", "redis",
         ]
         .contains(&cols[1]);
         if built {

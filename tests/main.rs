@@ -49,12 +49,14 @@ mod ftp_shared;
 mod postgres;
 // backend = "etcd" against a throwaway etcd member.
 mod etcd;
+// backend = "s3" against a throwaway SeaweedFS server (and verify against s3s-fs).
+mod s3;
 // backend = "redis" against a throwaway redis-server.
 mod redis;
 // mkdir, link, symlink and flock on a real network filesystem: sshfs mounted twice, contenders
 // on both mounts and in another pid namespace (issue 12).
 mod netfs;
-// ftp, etcd and postgres under real network partitions (network and pid namespaces).
+// ftp, etcd, postgres and s3 under real network partitions (network and pid namespaces).
 mod partition;
 // Issue 15: hostile input — planted FIFOs and devices, endless files, a parent that does not
 // read, a planted helper, values that would make root create a setuid file or spin.

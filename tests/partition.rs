@@ -8,7 +8,7 @@
 //! `stale_after` + `max_poll` + a heartbeat of the cut; tokens rise; after the heal a third
 //! contender on host `a` gets the lock at once and nothing of A is left on the server.
 //!
-//! Real servers (pure-ftpd, etcd, PostgreSQL, Redis) bound to the server namespace's address; root,
+//! Real servers (pure-ftpd, etcd, PostgreSQL, Redis, SeaweedFS) bound to the server namespace's address; root,
 //! `ip`/`bridge` (iproute2), `unshare` and `perl` are needed (a SKIP outside CI).
 
 use std::fs;
@@ -109,6 +109,7 @@ fn tools_present() -> bool {
 /// One run of the scenario for a lock profile `x` in `sb` (reachable from every host).
 /// `leftovers` describes what is on the server: after the heal it must be what it was after
 /// a clean warm-up cycle.
+#[allow(clippy::too_many_arguments)]
 fn scenario(
     net: &Net,
     sb: &Sandbox,
@@ -116,10 +117,12 @@ fn scenario(
     cut: Cut,
     deaf: bool,
     server_frees: bool,
+    env: &[(&str, &str)],
     leftovers: &dyn Fn() -> String,
 ) {
     let run = |host: char, args: &[&str], stamp: Option<(&Path, &str)>| {
         let mut c = net.on_host(host, bin());
+        c.envs(env.iter().copied());
         c.arg("--profiles").arg(&sb.profiles).args(args);
         if let Some((out, hold)) = stamp {
             c.args(["--", "perl", "-e", STAMP])
@@ -317,6 +320,17 @@ fn both_cuts<S>(
     profiles: impl Fn(&S) -> Sandbox,
     leftovers: impl Fn(&S) -> String,
 ) {
+    both_cuts_env(name, start, profiles, leftovers, &[]);
+}
+
+/// [`both_cuts`], every locksmith started with `env` added (the s3 backend's AWS credentials).
+fn both_cuts_env<S>(
+    name: &str,
+    start: impl Fn(&Net) -> Option<S>,
+    profiles: impl Fn(&S) -> Sandbox,
+    leftovers: impl Fn(&S) -> String,
+    env: &[(&str, &str)],
+) {
     let _g = heavy();
     if !tools_present() {
         return;
@@ -336,7 +350,7 @@ fn both_cuts<S>(
             if deaf { " (CMD ignores SIGTERM)" } else { "" }
         );
         let server_frees = name == "postgres";
-        scenario(&net, &sb, &label, cut, deaf, server_frees, &|| {
+        scenario(&net, &sb, &label, cut, deaf, server_frees, env, &|| {
             leftovers(&server)
         });
         // The server first (a clean stop), then the namespaces and whatever is left in them.
@@ -427,5 +441,59 @@ fn partition_ftp() {
             v.sort();
             v.join(" ")
         },
+    );
+}
+
+/// SeaweedFS in the server namespace, and the locksmith that reads the lock's state there.
+struct Seaweed {
+    sw: testkit::seaweed::Seaweed,
+    ns: String,
+}
+
+const S3_ENV: [(&str, &str); 2] = [
+    ("AWS_ACCESS_KEY_ID", testkit::seaweed::Seaweed::ACCESS),
+    ("AWS_SECRET_ACCESS_KEY", testkit::seaweed::Seaweed::SECRET),
+];
+
+impl Seaweed {
+    fn address(&self) -> String {
+        format!("s3://locks/t/x?endpoint={}", self.sw.endpoint())
+    }
+
+    /// `locksmith BEFORE ADDRESS AFTER` in the server namespace.
+    fn locksmith(&self, before: &[&str], after: &[&str]) -> std::process::Output {
+        let mut c = command_in(Some(&self.ns), bin());
+        c.envs(S3_ENV).args(before).arg(self.address()).args(after);
+        output_within(c, Duration::from_secs(30))
+    }
+}
+
+#[test]
+fn partition_s3() {
+    both_cuts_env(
+        "s3",
+        |net| {
+            let sw = NotStarted::or_skip(testkit::seaweed::Seaweed::start_in(Some(net)))?;
+            let s = Seaweed {
+                sw,
+                ns: net.server_ns(),
+            };
+            // Ready once a lock can be taken (the bucket is made on first use).
+            eventually(Duration::from_secs(20), "SeaweedFS takes a lock", || {
+                s.locksmith(&["--wait", "0", "run"], &["--", "true"])
+                    .status
+                    .success()
+            });
+            Some(s)
+        },
+        |s| {
+            Sandbox::new(&format!(
+                "[profile.x]\nbackend = \"s3\"\nendpoint = \"{}\"\nbucket = \"locks\"\nkey = \"t/x\"\n{TIMING}",
+                s.sw.endpoint()
+            ))
+        },
+        // What `status` says of the lock (free after a clean cycle: nothing of A left).
+        |s| stdout(&s.locksmith(&["status", "--json"], &[])),
+        &S3_ENV,
     );
 }

@@ -69,6 +69,8 @@ Options:
                      backend `redis` beside flock(1))
   --etcd             the etcd section: bench/etcd-vs-etcdctl.sh (a private etcd member;
                      `etcdctl lock` beside locksmith's etcd backend)
+  --s3               the s3 section: bench/s3-seaweedfs.sh (a private SeaweedFS `weed mini`;
+                     spawn -> OK, handoff, crash release, helper SIGKILLed)
   --sshfs            also the network-filesystem section: a directory served by OpenSSH's
                      sftp-server behind socat on 127.0.0.1, mounted twice with sshfs (two
                      mounts, own caches each: two hosts). mkdir/link/symlink (cache_time 1s)
@@ -94,6 +96,7 @@ struct Args {
     pg: bool,
     redis: bool,
     etcd: bool,
+    s3: bool,
     sshfs: bool,
     sshfs_only: bool,
 }
@@ -109,6 +112,7 @@ fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
     let mut pg = false;
     let mut redis = false;
     let mut etcd = false;
+    let mut s3 = false;
     let mut sshfs = false;
     let mut sshfs_only = false;
     while let Some(a) = it.next() {
@@ -142,6 +146,7 @@ fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
             "--pg" => pg = true,
             "--redis" => redis = true,
             "--etcd" => etcd = true,
+            "--s3" => s3 = true,
             "--sshfs" => sshfs = true,
             "--sshfs-only" => (sshfs, sshfs_only) = (true, true),
             "--slow-runs" => {
@@ -170,6 +175,7 @@ fn parse_args(mut it: impl Iterator<Item = OsString>) -> Result<Option<Args>> {
         pg,
         redis,
         etcd,
+        s3,
         sshfs,
         sshfs_only,
         runs: runs.unwrap_or(if quick { 10 } else { 30 }),
@@ -460,6 +466,12 @@ fn bench(args: &Args) -> Result<()> {
         match etcd_rows(&locksmith, args) {
             Ok(r) => table.extend(r),
             Err(e) => net_notes.push(format!("etcd section failed: {e}")),
+        }
+    }
+    if args.s3 {
+        match s3_rows(&locksmith, args) {
+            Ok(r) => table.extend(r),
+            Err(e) => net_notes.push(format!("s3 section failed: {e}")),
         }
     }
 
@@ -1148,6 +1160,15 @@ fn etcd_rows(locksmith: &Path, args: &Args) -> Result<Vec<Row>> {
         .env("RUNS", args.runs.min(20).to_string())
         .env("SLOW_RUNS", args.slow_runs.max(1).to_string());
     script_rows("etcd", "etcd-vs-etcdctl.sh", c)
+}
+
+/// Runs `bench/s3-seaweedfs.sh` (a private SeaweedFS) and reads its samples back.
+fn s3_rows(locksmith: &Path, args: &Args) -> Result<Vec<Row>> {
+    let mut c = Command::new("bash");
+    c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("s3-seaweedfs.sh"))
+        .arg(locksmith)
+        .env("RUNS", args.runs.min(20).to_string());
+    script_rows("s3", "s3-seaweedfs.sh", c)
 }
 
 /// Runs a section's script with `BENCH_TSV` set and turns its TSV (metric, tool, unit,

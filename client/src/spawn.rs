@@ -458,6 +458,7 @@ mod tests {
             "/var/lock/x.lock",
             "mkdir:/srv/locks/x",
             "ftp://host/locks/x",
+            "s3://locks/deploy/prod?endpoint=http://127.0.0.1:8333",
             "redis://locker@127.0.0.1:6379/2?key=locks:x",
             "rediss://redis.example.com?key=x&ca_file=/etc/ca.pem",
         ] {

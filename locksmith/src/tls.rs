@@ -1,4 +1,4 @@
-//! TLS client settings shared by the network backends (FTPS, PostgreSQL, etcd): rustls with
+//! TLS client settings shared by the network backends (FTPS, PostgreSQL, etcd, S3): rustls with
 //! ring, the server's certificate chain verified against the profile's `ca_file` or else the
 //! system's CA bundle. Nothing here ever turns verification off; the one relaxation is
 //! PostgreSQL's `verify-ca`/`require`, which verify the chain but not the host name.

@@ -7,6 +7,7 @@
 //!   parent's ending on drop: the tests), and the `/proc` readings both make.
 //! - [`net`]: private networks of namespaces (hosts on a bridge, cuts and heals).
 //! - [`postgres`]: a throwaway PostgreSQL cluster.
+//! - [`seaweed`]: a throwaway SeaweedFS S3 server.
 //! - [`redis`]: a throwaway Redis server.
 //! - [`sshfs`]: one directory served over SFTP and mounted twice (two "hosts").
 //! - this file: [`NotStarted`] (why a fixture did not start, and the tests' reading of it), [`missing`] (the one rule for what a machine lacks), [`free_port`],
@@ -16,6 +17,7 @@ pub mod net;
 pub mod postgres;
 pub mod proc;
 pub mod redis;
+pub mod seaweed;
 pub mod sshfs;
 
 /// Why a fixture (a real server, a mount) did not start.

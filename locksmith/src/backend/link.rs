@@ -186,6 +186,7 @@ impl Holders for Files {
                 // record with its heartbeat counter).
                 sign: content,
                 mode: Mode::Exclusive,
+                age: None,
             }]
         }))
     }

@@ -619,6 +619,7 @@ impl Holders for Files {
             record,
             sign: sign_of(beat.as_ref().map(|(c, _)| c.as_slice()), st.as_ref()),
             mode: Mode::Exclusive,
+            age: None,
         }]))
     }
 

@@ -169,6 +169,7 @@ backends! {
     #[cfg(feature = "ftp")] Ftp = ftp::Ftp, "ftp", ["ftp", "ftps"], "an FTP or FTPS MKD lock directory on a server (the seed's case); shared locks by marker files";
     #[cfg(feature = "postgres")] Postgres = postgres::Postgres, "postgres", ["postgres", "postgresql"], "a PostgreSQL advisory lock held by a session; fencing tokens in a small table";
     #[cfg(feature = "etcd")] Etcd = etcd::Etcd, "etcd", ["etcd", "etcds"], "an etcd lease-backed lock key under a prefix; shared locks";
+    #[cfg(feature = "s3")] S3 = s3::S3, "s3", ["s3"], "an object created by a conditional write on S3 or an S3-compatible server; staleness on the server's clock; shared locks";
     #[cfg(feature = "redis")] Redis = redis::Redis, "redis", ["redis", "rediss"], "a key with an expiry on one Redis or Valkey server, set and renewed by compare-first scripts; fencing tokens by INCR; shared locks";
 }
 
@@ -438,7 +439,8 @@ mod tests {
         assert!(e.message().contains("mkdir"), "{e}");
         // `SCHEME://` of an unknown scheme is a usage error, never a relative path (SPEC
         // §3a, issue 25); a `/` before any `scheme:` keeps a path a path.
-        for url in ["s3://b/k", "sftp://h/x", "file:///x"] {
+        assert_eq!(scheme_of("s3://bkt/k").unwrap(), Some("s3"));
+        for url in ["sftp://h/x", "file:///x"] {
             assert_eq!(scheme_of(url).unwrap_err().kind(), Kind::Usage, "{url}");
         }
         assert_eq!(scheme_of("./x:y").unwrap(), Some("flock"));
@@ -451,6 +453,7 @@ mod tests {
             "ftp" => "host = \"h\"\nuser = \"u\"\npath = \"p\"",
             "postgres" => "host = \"h\"",
             "etcd" => "endpoints = [\"h:1\"]",
+            "s3" => "bucket = \"bkt\"",
             "redis" => "host = \"h\"",
             _ => "path = \"/tmp/x\"",
         }

@@ -42,12 +42,28 @@ pub struct Evidence {
     /// Whatever changes when the holder heartbeats, read fresh.
     pub sign: Vec<u8>,
     pub mode: Mode,
+    /// How long the holder has been silent on the *server's* clock, where the server says
+    /// (object storage: `Last-Modified` against `Date`, never more than the truth). When
+    /// known it alone decides silence: the waiter need not watch for `stale_after` itself.
+    pub age: Option<Duration>,
 }
 
 impl Evidence {
     pub fn holder(&self) -> Holder {
         let mut h = self.record.as_ref().map(Parsed::holder).unwrap_or_default();
         h.mode = Some(self.mode);
+        h
+    }
+
+    /// As [`holder`](Evidence::holder), alive or not as the server's clock says where the
+    /// holder is not on this host (`status`).
+    pub fn judged(&self, stale_after: Duration) -> Holder {
+        let mut h = self.holder();
+        if h.alive.is_none()
+            && let Some(age) = self.age
+        {
+            h.alive = Some(age < stale_after);
+        }
         h
     }
 
@@ -193,7 +209,7 @@ impl Judge {
                 self.path.display(),
                 rec.holder()
             )),
-            _ => Ok(if self.observed.silent_for_stale(&ev.key, &ev.sign) {
+            _ => Ok(if self.silent(ev) {
                 Verdict::Silent
             } else {
                 Verdict::Alive
@@ -246,6 +262,16 @@ impl Judge {
             live.push(Holder::default());
         }
         Ok(Some(live))
+    }
+
+    /// Silent for `stale_after`: on the server's clock where it says (the sign is still
+    /// noted, so that `break` sees a heartbeat change), else on our own observation.
+    fn silent(&mut self, ev: &Evidence) -> bool {
+        let watched = self.observed.silent_for_stale(&ev.key, &ev.sign);
+        match ev.age {
+            Some(age) => age >= self.stale_after,
+            None => watched,
+        }
     }
 
     fn why(&self, v: Verdict) -> String {
@@ -337,7 +363,7 @@ impl Judge {
                         "lock {path} is held by {h}, which is alive: its heartbeat changed the lock"
                     ));
                 }
-                Ok(self.observed.silent_for_stale(&ev.key, &ev.sign))
+                Ok(self.silent(ev))
             }
         }
     }

@@ -585,6 +585,7 @@ impl Holders for Files {
                 record: Some(parsed),
                 sign: sign(seen),
                 mode: Mode::Exclusive,
+                age: None,
             }])),
             Target::Group(g, seen) => {
                 let Some((_, members)) = self.members(&g)? else {
@@ -593,6 +594,7 @@ impl Holders for Files {
                         record: None,
                         sign: sign(seen),
                         mode: Mode::Shared,
+                        age: None,
                     }]));
                 };
                 let list = members
@@ -602,6 +604,7 @@ impl Holders for Files {
                         record: Some(m.parsed),
                         sign: sign(m.seen),
                         mode: Mode::Shared,
+                        age: None,
                     })
                     .collect();
                 self.looked_at_group = Some(g);

@@ -411,12 +411,13 @@ pub static SUBCOMMANDS: &[SubDoc] = &[
         text: "Probes, beside the lock and never the lock itself, what its backend relies on: for\n\
                flock, mkdir, link and symlink the filesystem (atomic create, link counts, record\n\
                updates, rename over an existing name, flock across mounts, how late a change\n\
-               shows through a second mount given with --peer); for ftp, postgres, etcd and redis\n\
-               the server (atomic MKD and renames; advisory locks between sessions and how long\n\
-               the server keeps a cut-off holder; lease TTLs, keepalive and revoke; durability,\n\
-               replicas and eviction). Prints one line\n\
-               per property and a verdict with the stale_after it accepts. Exit 0 only if the\n\
-               backend is safe there, 78 naming what to set, 69/77 as for taking the lock.",
+               shows through a second mount given with --peer); for ftp, postgres, etcd, s3 and\n\
+               redis the server (atomic MKD and renames; advisory locks between sessions and how\n\
+               long the server keeps a cut-off holder; lease TTLs, keepalive and revoke; 16 racing\n\
+               If-None-Match creators, If-Match and conditional DELETE, the server's clock;\n\
+               durability, replicas and eviction). Prints one line per property and a verdict\n\
+               with the stale_after it accepts. Exit 0 only if the backend is safe there, 78\n\
+               naming what to set, 69/77 as for taking the lock.",
     },
     SubDoc {
         name: "profiles",
@@ -447,11 +448,13 @@ no profiles file:
   ftp://[USER@]HOST[:PORT]/PATH              ftps:// for explicit TLS, ?tls=implicit
   postgres://[USER@]HOST[:PORT]/DB?lock=NAME advisory lock NAME
   etcd://HOST:PORT[,HOST:PORT...]/PREFIX     etcds:// for https endpoints
+  s3://BUCKET/KEY                            ?endpoint=URL (S3-compatible), ?region=
   redis://[USER@]HOST[:PORT][/DB]?key=NAME   the key NAME on one Redis server; rediss:// TLS
 Query parameters are the backend's profile keys: ?stale_after=30s&wait=0&shared=true.
 An address never holds a password: ?password_env=VAR or ?password_file=PATH, else
 $LOCKSMITH_PASSWORD, else ~/.netrc (ftp), $PGPASSWORD / ~/.pgpass (postgres) or
-$REDISCLI_AUTH (redis).
+$REDISCLI_AUTH (redis); s3 takes credentials only as the AWS tools do ($AWS_ACCESS_KEY_ID...,
+~/.aws/credentials).
 ";
 
 /// Hold mode's protocol in short (help, man page).
@@ -486,6 +489,14 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     (
         "LOCKSMITH_PASSWORD",
         "the password of an address that names none (ftp, postgres, redis, and etcd with a user)",
+    ),
+    (
+        "AWS_ACCESS_KEY_ID",
+        "with AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN): the credentials of an s3 lock; else the AWS_PROFILE (default `default`) section of AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials",
+    ),
+    (
+        "AWS_REGION",
+        "an s3 lock's signing region when the lock says none (then AWS_DEFAULT_REGION; us-east-1 with an endpoint)",
     ),
     (
         "PGPASSWORD",

@@ -280,6 +280,7 @@ impl Holders for Listing<'_> {
             record,
             sign: names.join("\n").into_bytes(),
             mode: Mode::Exclusive,
+            age: None,
         }]))
     }
 

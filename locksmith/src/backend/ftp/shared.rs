@@ -305,6 +305,7 @@ impl Holders for Readers<'_> {
                         record: Some(record),
                         sign: n.into_bytes(),
                         mode: Mode::Shared,
+                        age: None,
                     }
                 })
                 .collect(),

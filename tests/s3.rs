@@ -1,0 +1,687 @@
+//! `backend = "s3"` against a real, throwaway SeaweedFS S3 server (`testkit::seaweed`), its
+//! bucket made by the fixture with the helper's own signed client. Outside CI an absent
+//! `weed` is a visible SKIP; under `CI=true` it fails. One server per test (a start costs
+//! about a second).
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use locksmith_helper::backend::s3::http::{Client, Cond, Creds};
+use testkit::seaweed::Seaweed;
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(20);
+const BUCKET: &str = "locks";
+
+/// The server, its bucket, a client of it, and a sandbox whose profiles lock in it:
+/// `s` (stale_after 60 s), `sfast` (the same object, stale_after 3 s, keepalive 500 ms),
+/// `sclosed` (nothing listens).
+struct S3 {
+    sw: Seaweed,
+    client: Client,
+    sb: Sandbox,
+}
+
+fn creds(c: &mut Command) {
+    c.env("AWS_ACCESS_KEY_ID", Seaweed::ACCESS)
+        .env("AWS_SECRET_ACCESS_KEY", Seaweed::SECRET)
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_REGION");
+}
+
+const ENV: [(&str, &str); 2] = [
+    ("AWS_ACCESS_KEY_ID", Seaweed::ACCESS),
+    ("AWS_SECRET_ACCESS_KEY", Seaweed::SECRET),
+];
+
+impl S3 {
+    fn start() -> Option<S3> {
+        let sw = NotStarted::or_skip(Seaweed::start())?;
+        let client = Client::new(
+            Some(&sw.endpoint()),
+            BUCKET,
+            "us-east-1",
+            None,
+            Creds::new(Seaweed::ACCESS, Seaweed::SECRET),
+        )
+        .unwrap();
+        // Ready once a signed CreateBucket is answered (about a second after the start).
+        eventually(T, "SeaweedFS creates the bucket", || {
+            client
+                .call("PUT", "", &[], Cond::None, &[], Duration::from_secs(2))
+                .is_ok_and(|r| r.ok())
+        });
+        let sb = Sandbox::new("");
+        let ep = format!("endpoint = \"{}\"\nbucket = \"{BUCKET}\"\n", sw.endpoint());
+        sb.write_profiles(&format!(
+            "[profile.s]\nbackend = \"s3\"\n{ep}key = \"t/s\"\n\n\
+             [profile.sfast]\nbackend = \"s3\"\n{ep}key = \"t/s\"\nstale_after = \"3s\"\nkeepalive = \"500ms\"\npoll = \"50ms\"\nmax_poll = \"300ms\"\n\n\
+             [profile.sclosed]\nbackend = \"s3\"\nendpoint = \"http://127.0.0.1:{}\"\nbucket = \"{BUCKET}\"\nkey = \"t/s\"\n",
+            free_port()
+        ));
+        Some(S3 { sw, client, sb })
+    }
+
+    fn cmd<I: IntoIterator<Item = S>, S: AsRef<std::ffi::OsStr>>(&self, args: I) -> Command {
+        let mut c = self.sb.cmd(args);
+        creds(&mut c);
+        c
+    }
+
+    fn spawn_hold<I: IntoIterator<Item = S>, S: AsRef<std::ffi::OsStr>>(&self, args: I) -> Held {
+        let mut c = self.cmd(args);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        Held::spawn(c)
+    }
+
+    fn hold<I: IntoIterator<Item = S>, S: AsRef<std::ffi::OsStr>>(&self, args: I) -> Held {
+        let mut h = self.spawn_hold(args);
+        h.read_line(T);
+        h
+    }
+
+    fn output<I: IntoIterator<Item = S>, S: AsRef<std::ffi::OsStr>>(&self, args: I) -> Output {
+        output_within(self.cmd(args), Duration::from_secs(60))
+    }
+
+    /// The objects under `prefix`, sorted.
+    fn keys(&self, prefix: &str) -> Vec<String> {
+        let r = self
+            .client
+            .call(
+                "GET",
+                "",
+                &[("list-type", "2"), ("prefix", prefix)],
+                Cond::None,
+                &[],
+                T,
+            )
+            .unwrap();
+        assert!(r.ok(), "LIST: {}", r.text());
+        let mut v: Vec<String> = locksmith_helper::backend::s3::http::blocks(&r.text(), "Contents")
+            .into_iter()
+            .filter_map(|b| locksmith_helper::backend::s3::http::tag(b, "Key"))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The lock object's body (its owner record), if it exists.
+    fn record(&self) -> Option<String> {
+        let r = self
+            .client
+            .call("GET", "t/s", &[], Cond::None, &[], T)
+            .unwrap();
+        r.ok().then(|| r.text())
+    }
+
+    fn address(&self, key: &str) -> String {
+        format!("s3://{BUCKET}/{key}?endpoint={}", self.sw.endpoint())
+    }
+}
+
+#[test]
+fn s3_hold_busy_release_tokens_and_nothing_left() {
+    let Some(s) = S3::start() else { return };
+    let a = s.hold(["s"]);
+    let t1 = token_of(a.ok());
+    assert_eq!(
+        a.ok(),
+        format!("OK s backend=s3 mode=exclusive token={t1}\n")
+    );
+    // Visible on the server while held: the object, its record naming the holder.
+    assert_eq!(s.keys("t/s"), ["t/s", "t/s.state"]);
+    let rec = s.record().unwrap();
+    assert!(rec.starts_with("locksmith v=1 "), "{rec}");
+    assert!(rec.contains(&format!(" pid={} ", a.pid())), "{rec}");
+    assert!(rec.contains(&format!(" token={t1} ")), "{rec}");
+    let o = s.output(["--wait", "0", "s"]);
+    assert_eq!(code(o.status), 75);
+    assert!(
+        stdout(&o).starts_with("ERROR busy: lock `s` is held by host="),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains(&format!("pid={}", a.pid())),
+        "{}",
+        stdout(&o)
+    );
+    let o = s.output(["status", "--json", "s"]);
+    assert_eq!(code(o.status), 1);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["backend"], "s3");
+    assert_eq!(v["holders"][0]["pid"], a.pid());
+    assert_eq!(v["holders"][0]["token"], t1);
+    assert_eq!(v["holders"][0]["alive"], true);
+    // Released at once after the pipe closes: the waiter gets it.
+    let mut b = s.spawn_hold(["--wait", "20s", "s"]);
+    b.wait_stderr("waiting for lock", T);
+    let t0 = Instant::now();
+    drop(a);
+    let line = b.read_line(T).expect("the waiter got nothing");
+    let took = b.line_at.unwrap() - t0;
+    let t2 = token_of(&line);
+    assert!(t2 > t1);
+    assert_eq!(line, format!("OK s backend=s3 mode=exclusive token={t2}\n"));
+    // The waiter polls (poll 200 ms, growing): a handoff within a second or so.
+    assert!(took < Duration::from_secs(2), "handoff took {took:?}");
+    drop(b);
+    let o = s.output([
+        "--wait",
+        "5s",
+        "run",
+        "s",
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKSMITH_TOKEN",
+    ]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    let t3: u64 = stdout(&o).trim().parse().unwrap();
+    assert!(t3 > t2);
+    // Only the state object stays.
+    eventually(T, "the lock object gone", || s.keys("t/s") == ["t/s.state"]);
+    assert_eq!(code(s.output(["status", "s"]).status), 0);
+    // The same lock by address: same object, same tokens.
+    let o = s.output([
+        "run",
+        &s.address("t/s"),
+        "--",
+        "sh",
+        "-c",
+        "echo $LOCKSMITH_TOKEN",
+    ]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert!(stdout(&o).trim().parse::<u64>().unwrap() > t3);
+}
+
+#[test]
+fn s3_parent_sigkill_and_killed_locksmith_release_at_once() {
+    let Some(s) = S3::start() else { return };
+    // Parent killed: locksmith releases at once, cleanly.
+    let mut parent = perl_parent_env(&s, "s");
+    parent.read_line(T);
+    let mut b = s.spawn_hold(["--wait", "20s", "s"]);
+    b.wait_stderr("waiting for lock", T);
+    let t0 = Instant::now();
+    kill9(parent.pid());
+    let line = b.read_line(T).expect("waiter never got the lock");
+    let took = b.line_at.unwrap() - t0;
+    assert!(!line.contains("prev=crashed"), "{line}");
+    assert!(took < Duration::from_secs(2), "crash release took {took:?}");
+    drop(b);
+    // kill -9 of locksmith itself, several rounds: same host, proof of death, at once, and
+    // prev=crashed.
+    let mut last = 0;
+    for round in 0..6 {
+        let a = s.hold(["s"]);
+        let ta = token_of(a.ok());
+        assert!(ta > last);
+        let mut w = s.spawn_hold(["--wait", "20s", "s"]);
+        w.wait_stderr("waiting for lock", T);
+        let t0 = Instant::now();
+        kill9(a.pid());
+        let line = w.read_line(T).expect("the waiter got nothing");
+        let took = w.line_at.unwrap() - t0;
+        let tw = token_of(&line);
+        assert!(tw > ta);
+        assert_eq!(
+            line,
+            format!("OK s backend=s3 mode=exclusive token={tw} prev=crashed\n"),
+            "round {round}"
+        );
+        assert!(took < Duration::from_secs(2), "round {round}: {took:?}");
+        w.close_stdout();
+        assert_eq!(code(w.wait_exit(T)), 0);
+        last = tw;
+    }
+    assert_eq!(s.keys("t/s"), ["t/s.state"]);
+}
+
+/// A Perl parent holding `profile` with the fixture's credentials.
+fn perl_parent_env(s: &S3, profile: &str) -> Held {
+    let script = format!(
+        "open(my $h, '-|', '{}', '--profiles', '{}', '{profile}') or die; my $l = <$h>; print $l; $| = 1; sleep 1000;",
+        bin(),
+        s.sb.profiles.display()
+    );
+    let mut c = Command::new("perl");
+    c.args(["-e", &script]);
+    creds(&mut c);
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    Held::spawn(c)
+}
+
+#[test]
+fn s3_racers_exactly_one_wins_and_the_counter_is_exact() {
+    let Some(s) = S3::start() else { return };
+    // Many racers at once, --wait 0: exactly one OK.
+    let racers: Vec<Held> = (0..12)
+        .map(|_| s.spawn_hold(["--wait", "0", "s"]))
+        .collect();
+    let mut oks = 0;
+    let mut busy = 0;
+    let mut held = Vec::new();
+    for mut r in racers {
+        match r.read_line(T) {
+            Some(l) if l.starts_with("OK ") => {
+                oks += 1;
+                held.push(r);
+            }
+            Some(l) if l.starts_with("ERROR busy") => {
+                busy += 1;
+                assert_eq!(code(r.wait_exit(T)), 75);
+            }
+            other => panic!("{other:?}: {}", r.stderr_text()),
+        }
+    }
+    assert_eq!((oks, busy), (1, 11));
+    drop(held);
+    eventually(T, "released", || s.keys("t/s") == ["t/s.state"]);
+    let (count, overlaps) = crate::race::race_env(&s.sb, Some("s"), &ENV);
+    assert_eq!(overlaps, 0, "two holders at once");
+    assert_eq!(count, crate::race::PROCS * crate::race::INCREMENTS);
+    assert_eq!(s.keys("t/s"), ["t/s.state"]);
+}
+
+#[test]
+fn s3_server_killed_while_holding_is_lost() {
+    let Some(s) = S3::start() else { return };
+    let mut a = s.hold(["sfast"]);
+    a.ok();
+    let t0 = Instant::now();
+    kill9(s.sw.pid());
+    let line = a.read_line(T).expect("a LOST line");
+    let took = t0.elapsed();
+    assert!(line.starts_with("LOST "), "{line}");
+    assert_eq!(code(a.wait_exit(T)), 74);
+    assert!(took < Duration::from_secs(3), "LOST after {took:?}");
+}
+
+/// SPEC §6: a holder paused (SIGSTOP) past stale_after is broken on the server's clock; the
+/// successor gets in with prev=crashed; the paused holder, resumed, says LOST and its late
+/// release leaves the successor's object alone.
+#[test]
+fn s3_paused_holder_is_broken_and_its_late_release_spares_the_successor() {
+    let Some(s) = S3::start() else { return };
+    // In a pid namespace of its own: another host (no proof of life or death), so only
+    // silence on the server's clock counts.
+    let Some(prefix) = other_pidns() else { return };
+    let mut c = s.sb.cmd_via(prefix, ["sfast"]);
+    creds(&mut c);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut a = Held::spawn(c);
+    a.read_line(T);
+    let ta = token_of(a.ok());
+    let inner = descendant_named(a.pid(), "locksmith").expect("the holder's locksmith");
+    let mut b = s.spawn_hold(["--wait", "30s", "sfast"]);
+    b.wait_stderr("waiting for lock", T);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(inner),
+        nix::sys::signal::Signal::SIGSTOP,
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    let line = b
+        .read_line(Duration::from_secs(30))
+        .expect("the waiter got nothing");
+    let took = t0.elapsed();
+    let tb = token_of(&line);
+    assert!(tb > ta);
+    assert_eq!(
+        line,
+        format!("OK sfast backend=s3 mode=exclusive token={tb} prev=crashed\n")
+    );
+    // stale_after 3 s on the server's whole-second clock: not before 2.5 s (the last
+    // heartbeat came up to one period before the pause), not after 3 s + 2 s of rounding
+    // + a poll + slack.
+    assert!(
+        took >= Duration::from_millis(2500),
+        "broken too early: {took:?}"
+    );
+    assert!(took < Duration::from_secs(8), "broken too late: {took:?}");
+    let rec_b = s.record().unwrap();
+    assert!(rec_b.contains(&format!(" pid={} ", b.pid())), "{rec_b}");
+    // Paused past its point of no return, the holder's command would have been stopped:
+    // here the holder is resumed and its parent closes the pipe at once.
+    // Resume the paused holder and close its pipe at once: its heartbeat or its release
+    // finds the object changed; it says LOST (74) and deletes nothing.
+    a.close_stdout();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(inner),
+        nix::sys::signal::Signal::SIGCONT,
+    )
+    .unwrap();
+    assert_eq!(code(a.wait_exit(T)), 74, "{}", a.stderr_text());
+    let rec = s.record().expect("the successor's object was removed");
+    assert!(rec.contains(&format!(" pid={} ", b.pid())), "{rec}");
+    assert!(rec.contains(&format!(" token={tb} ")), "{rec}");
+    // The successor still holds, and releases cleanly.
+    let o = s.output(["--wait", "0", "sfast"]);
+    assert_eq!(code(o.status), 75);
+    b.close_stdout();
+    assert_eq!(code(b.wait_exit(T)), 0, "{}", b.stderr_text());
+    let c = s.hold(["sfast"]);
+    assert!(!c.ok().contains("prev=crashed"), "{}", c.ok());
+}
+
+#[test]
+fn s3_shared_readers_overlap_and_exclude_writers() {
+    let Some(s) = S3::start() else { return };
+    let w = s.hold(["s"]);
+    let tw = token_of(w.ok());
+    let o = s.output(["--wait", "0", "--shared", "s"]);
+    assert_eq!(code(o.status), 75, "a reader beside a writer");
+    drop(w);
+    let r1 = s.hold(["--shared", "s"]);
+    let r2 = s.hold(["--wait", "0", "--shared", "s"]);
+    for r in [&r1, &r2] {
+        assert_eq!(r.ok(), format!("OK s backend=s3 mode=shared token={tw}\n"));
+    }
+    assert_eq!(s.keys("t/s.readers/").len(), 2);
+    let o = s.output(["--wait", "0", "s"]);
+    assert_eq!(code(o.status), 75);
+    // A refused writer left nothing.
+    assert!(!s.keys("t/s").contains(&"t/s".to_string()));
+    // A writer that gives up waiting behind the readers takes its waiting object away.
+    let o = s.output(["--wait", "1s", "s"]);
+    assert_eq!(code(o.status), 75, "{}", stdout(&o));
+    assert!(
+        !s.keys("t/s").contains(&"t/s".to_string()),
+        "{:?}",
+        s.keys("t/s")
+    );
+    let r3 = s.hold(["--wait", "0", "--shared", "s"]);
+    assert!(
+        r3.ok().starts_with("OK s backend=s3 mode=shared"),
+        "{}",
+        r3.ok()
+    );
+    drop(r3);
+    // A waiting writer keeps new readers out, and gets in once the readers leave.
+    let mut w = s.spawn_hold(["--wait", "20s", "s"]);
+    w.wait_stderr("waiting for lock", T);
+    eventually(T, "the writer's object", || {
+        s.keys("t/s").contains(&"t/s".to_string())
+    });
+    let o = s.output(["--wait", "0", "--shared", "s"]);
+    assert_eq!(code(o.status), 75, "a reader overtook the waiting writer");
+    drop(r1);
+    drop(r2);
+    let line = w.read_line(T).expect("the writer got nothing");
+    assert!(token_of(&line) > tw, "{line}");
+    drop(w);
+    eventually(T, "nothing left", || s.keys("t/s") == ["t/s.state"]);
+}
+
+#[test]
+fn s3_break_refuses_a_live_holder_and_force_breaks_it() {
+    let Some(s) = S3::start() else { return };
+    let mut a = s.hold(["sfast"]);
+    let t = token_of(a.ok());
+    let o = s.output(["break", "sfast"]);
+    assert_eq!(code(o.status), 75, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
+    let o = s.output(["break", "--force", "--token", "99999", "sfast"]);
+    assert_eq!(code(o.status), 75, "{}", stderr(&o));
+    let o = s.output(["break", "--force", "--token", &t.to_string(), "sfast"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    let line = a.read_line(T).expect("a LOST line");
+    assert!(line.starts_with("LOST "), "{line}");
+    assert_eq!(code(a.wait_exit(T)), 74);
+    let b = s.hold(["sfast"]);
+    assert!(b.ok().contains("prev=crashed"), "{}", b.ok());
+    drop(b);
+    let o = s.output(["break", "sfast"]);
+    assert_eq!(code(o.status), 0, "a free lock: {}", stderr(&o));
+}
+
+#[test]
+fn s3_bad_input() {
+    let Some(s) = S3::start() else { return };
+    let ep = s.sw.endpoint();
+    // Credentials in the address: 64, never echoed.
+    let o = s.output([
+        "--wait",
+        "0",
+        &format!("s3://AKIDX:topsecret@{BUCKET}/k?endpoint={ep}"),
+    ]);
+    assert_eq!(code(o.status), 64, "{}", stdout(&o));
+    let all = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(!all.contains("topsecret"), "{all}");
+    assert!(stdout(&o).starts_with("ERROR usage: "), "{}", stdout(&o));
+    assert!(stdout(&o).contains("AWS_ACCESS_KEY_ID"), "{}", stdout(&o));
+    // A missing bucket: 78 naming it.
+    let o = s.output(["--wait", "0", &format!("s3://nosuchbucket/k?endpoint={ep}")]);
+    assert_eq!(code(o.status), 78, "{}", stdout(&o));
+    assert!(stdout(&o).contains("`nosuchbucket`"), "{}", stdout(&o));
+    // Wrong credentials: 77, the secret never shown.
+    let mut c = s.cmd(["--wait", "0", "s"]);
+    c.env("AWS_SECRET_ACCESS_KEY", "wrong-secret-xyz");
+    let o = output_within(c, T);
+    assert_eq!(code(o.status), 77, "{}", stdout(&o));
+    assert!(!format!("{}{}", stdout(&o), stderr(&o)).contains("wrong-secret-xyz"));
+    let mut c = s.cmd(["--wait", "0", "s"]);
+    c.env("AWS_ACCESS_KEY_ID", "nobody");
+    assert_eq!(code(output_within(c, T).status), 77);
+    // No credentials anywhere: 78 saying where they come from.
+    let home = tempfile::tempdir().unwrap();
+    let mut c = s.sb.cmd(["--wait", "0", "s"]);
+    c.env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_SHARED_CREDENTIALS_FILE")
+        .env("HOME", home.path());
+    let o = output_within(c, T);
+    assert_eq!(code(o.status), 78, "{}", stdout(&o));
+    assert!(stdout(&o).contains("AWS_ACCESS_KEY_ID"), "{}", stdout(&o));
+    // ~/.aws/credentials with AWS_PROFILE works.
+    std::fs::create_dir(home.path().join(".aws")).unwrap();
+    std::fs::write(
+        home.path().join(".aws/credentials"),
+        format!(
+            "[default]\naws_access_key_id = x\naws_secret_access_key = y\n\n[t]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+            Seaweed::ACCESS,
+            Seaweed::SECRET
+        ),
+    )
+    .unwrap();
+    let mut c = s.sb.cmd(["run", "s", "--", "true"]);
+    c.env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_SHARED_CREDENTIALS_FILE")
+        .env("HOME", home.path())
+        .env("AWS_PROFILE", "t");
+    let o = output_within(c, T);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    // Unreachable: 69.
+    let o = s.output(["--wait", "0", "sclosed"]);
+    assert_eq!(code(o.status), 69, "{}", stdout(&o));
+    // Bad addresses: 64; an unknown key: 64.
+    for bad in [
+        format!("s3://{BUCKET}?endpoint={ep}"),
+        format!("s3://{BUCKET}:9000/k"),
+        format!("s3://{BUCKET}/k?endpoint=ftp://x"),
+        format!("s3://{BUCKET}/k?endpoint={ep}&colour=red"),
+    ] {
+        let o = s.output(["--wait", "0", &bad]);
+        assert_eq!(code(o.status), 64, "{bad}: {}", stdout(&o));
+        assert_eq!(stdout(&o).lines().count(), 1, "{}", stdout(&o));
+    }
+    // Nothing was left behind by any of these (the state is the one good run's).
+    assert_eq!(s.keys(""), ["t/s.state"]);
+}
+
+#[test]
+fn s3_verify_passes_on_seaweedfs() {
+    let Some(s) = S3::start() else { return };
+    let o = s.output(["verify", "s"]);
+    assert_eq!(code(o.status), 0, "{}{}", stdout(&o), stderr(&o));
+    let text = stdout(&o);
+    for line in [
+        "exclusive create",
+        "If-Match",
+        "conditional delete",
+        "server clock",
+    ] {
+        assert!(text.contains(line), "{text}");
+    }
+    assert!(text.contains("exactly one won each"), "{text}");
+    // The probes left nothing.
+    assert!(s.keys("").is_empty(), "{:?}", s.keys(""));
+}
+
+/// The first descendant of `root` whose command name is `name` (a process inside a pid
+/// namespace that `root`, outside it, started).
+fn descendant_named(root: i32, name: &str) -> Option<i32> {
+    let mut parent = std::collections::HashMap::new();
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let comm = head.split_once(" (").map_or("", |(_, c)| c).to_string();
+        let ppid: i32 = rest
+            .split(' ')
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        parent.insert(pid, (ppid, comm));
+    }
+    let mut found: Vec<i32> = parent
+        .iter()
+        .filter(|(_, (_, comm))| comm == name)
+        .map(|(pid, _)| *pid)
+        .filter(|pid| {
+            let mut p = *pid;
+            for _ in 0..16 {
+                match parent.get(&p) {
+                    Some((pp, _)) if *pp == root => return true,
+                    Some((pp, _)) => p = *pp,
+                    None => return false,
+                }
+            }
+            false
+        })
+        .collect();
+    found.sort();
+    found.first().copied()
+}
+
+/// s3s-fs 0.14.1 (crates.io), an S3 server whose conditional writes race (several of 16
+/// `If-None-Match: *` creators win; a DELETE with a wrong `If-Match` deletes): `verify`
+/// refuses it with 78. Found on PATH or where `.ci/run` installs it (`target/s3s-fs`).
+#[test]
+fn s3_verify_refuses_s3s_fs() {
+    let cached =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/s3s-fs/bin/s3s-fs");
+    let Some(exe) = on_path("s3s-fs").or_else(|| cached.exists().then_some(cached)) else {
+        missing(
+            "`s3s-fs` not found",
+            ".ci/run installs s3s-fs 0.14.1 with cargo install into target/s3s-fs",
+        );
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir(root.path().join(BUCKET)).unwrap();
+    let port = free_port();
+    let mut c = Command::new(exe);
+    c.args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args([
+            "--access-key",
+            Seaweed::ACCESS,
+            "--secret-key",
+            Seaweed::SECRET,
+        ])
+        .arg(root.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut server = c.spawn().unwrap();
+    eventually(T, "s3s-fs listens", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let sb = Sandbox::new("");
+    let address = format!("s3://{BUCKET}/t/v?endpoint=http://127.0.0.1:{port}");
+    let mut c = sb.cmd(["verify", &address]);
+    creds(&mut c);
+    let o = output_within(c, Duration::from_secs(120));
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(code(o.status), 78, "{}{}", stdout(&o), stderr(&o));
+    let text = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(text.contains("exclusive create"), "{text}");
+    assert!(text.contains("FAIL"), "{text}");
+}
+
+/// https: the server's certificate verified against `ca_file` (or the system CAs): another
+/// CA, or none given, is refused (69) with the hint; the right one takes the lock.
+#[test]
+fn s3_tls_verifies_the_server_certificate() {
+    let Some(pki) = TestPki::new() else { return };
+    let Some(sw) = NotStarted::or_skip(Seaweed::start_tls(&pki.leaf, &pki.key)) else {
+        return;
+    };
+    let client = Client::new(
+        Some(&sw.endpoint()),
+        BUCKET,
+        "us-east-1",
+        None,
+        Creds::new(Seaweed::ACCESS, Seaweed::SECRET),
+    )
+    .unwrap();
+    eventually(T, "SeaweedFS creates the bucket", || {
+        client
+            .call("PUT", "", &[], Cond::None, &[], Duration::from_secs(2))
+            .is_ok_and(|r| r.ok())
+    });
+    let https = format!("https://127.0.0.1:{}", sw.https_port.unwrap());
+    let sb = Sandbox::new("");
+    let run = |ca: Option<&std::path::Path>| {
+        let mut address = format!("s3://{BUCKET}/t/tls?endpoint={https}");
+        if let Some(ca) = ca {
+            address.push_str(&format!("&ca_file={}", ca.display()));
+        }
+        let mut c = sb.cmd(["--wait", "0", "run", &address, "--", "true"]);
+        creds(&mut c);
+        output_within(c, T)
+    };
+    eventually(T, "the https port answers", || {
+        std::net::TcpStream::connect(("127.0.0.1", sw.https_port.unwrap())).is_ok()
+    });
+    let o = run(Some(&pki.ca));
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    for ca in [Some(pki.other_ca.as_path()), None] {
+        let o = run(ca);
+        assert_eq!(code(o.status), 69, "{ca:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("certificate"), "{}", stderr(&o));
+    }
+    let o = run(None);
+    assert!(stderr(&o).contains("ca_file"), "{}", stderr(&o));
+}
+
+/// Readers and writers at once (the shared checker): never a writer beside anyone, readers
+/// overlapping, writer tokens strictly increasing, nothing left.
+#[test]
+fn s3_reader_writer_checker() {
+    let Some(s) = S3::start() else { return };
+    let (violations, max_readers, tokens) =
+        crate::shared::reader_writer_checker_sized(&s.sb, "sfast", &ENV, [3, 10, 2, 10]);
+    assert!(violations.is_empty(), "{violations:?}");
+    assert!(max_readers > 1, "readers never overlapped");
+    assert_eq!(tokens.len(), 20, "every writer saw a token");
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "writer tokens not strictly increasing: {tokens:?}"
+    );
+    assert_eq!(s.keys("t/s"), ["t/s.state"]);
+}

@@ -698,8 +698,8 @@ fn netlock_takes_an_address() {
     assert!(!sb.join("client.lock").exists());
 }
 
-/// Issue 25 finding 3: `SCHEME://…` with a scheme locksmith does not know (or not yet: s3)
-/// is a usage error naming the known schemes — never a relative flock path, and never
+/// Issue 25 finding 3: `SCHEME://…` with a scheme locksmith does not know (`gs://`, Google
+/// Cloud Storage's) is a usage error naming the known schemes — never a relative flock path, and never
 /// repeating a secret — on every command line that takes a LOCK, and under the name `flock`.
 /// A word with a `/` before any `scheme://` stays a flock path, colons and all. (A redis
 /// address with a password: `a_password_in_an_address_is_refused_and_never_repeated`.)
@@ -713,8 +713,8 @@ fn unknown_schemes_are_usage_errors_without_secrets() {
         "sftp://host/x",
         "http://example.com/lock",
         "file:///tmp/x.lock",
-        "S3://bucket/key",
-        "s3://AKIAKEY:SECRETSAUCE@bucket/key",
+        "GS://bucket/key",
+        "gs://AKIAKEY:SECRETSAUCE@bucket/key",
     ] {
         let forms: [&[&str]; 5] = [
             &["run", addr, "--", "true"],

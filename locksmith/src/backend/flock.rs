@@ -292,9 +292,12 @@ impl Flock {
                 }
                 Err(e) => return Err(e),
             };
-            // flock(2) on a network or FUSE filesystem may exclude only this host's processes.
-            let fs = super::lockdir::detect(file.as_fd());
-            super::lockdir::check(&fs, path, &self.cfg, Duration::ZERO, false)?;
+            // flock(2) on a network or FUSE filesystem may exclude only this host's processes
+            // (the mount table is read only then, to name it).
+            if !self.cfg.local && super::lockdir::is_remote(file.as_fd()) {
+                let fs = super::lockdir::detect(file.as_fd());
+                super::lockdir::check(&fs, path, &self.cfg, Duration::ZERO, false)?;
+            }
             let md = file
                 .metadata()
                 .map_err(|e| Error::path("cannot stat lock file", path, e))?;

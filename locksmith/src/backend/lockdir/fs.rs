@@ -58,11 +58,28 @@ pub struct Fs {
     pub client: Option<std::result::Result<String, String>>,
 }
 
+/// Whether `fd` is on a network or FUSE filesystem, by `statfs(2)` type alone (what
+/// [`detect`] says as `remote`, without reading `/proc/self/mountinfo`: issue 29, the flock
+/// path reads no more than it needs).
+pub fn is_remote(fd: BorrowedFd<'_>) -> bool {
+    family(magic(fd)).is_some()
+}
+
+/// The `statfs(2)` type of the filesystem `fd` is on (0 if it cannot be read).
+fn magic(fd: BorrowedFd<'_>) -> u64 {
+    fstatfs(fd).map_or(0, |s| s.filesystem_type().0 as u64 & 0xFFFF_FFFF)
+}
+
+/// The family of a network or FUSE filesystem of type `magic`; `None`: a local one.
+fn family(magic: u64) -> Option<&'static str> {
+    REMOTE.iter().find(|(m, _)| *m == magic).map(|(_, n)| *n)
+}
+
 /// What filesystem `fd` (a directory or file) is on, by `statfs(2)` type, named from
 /// `/proc/self/mountinfo`.
 pub fn detect(fd: BorrowedFd<'_>) -> Fs {
-    let magic = fstatfs(fd).map_or(0, |s| s.filesystem_type().0 as u64 & 0xFFFF_FFFF);
-    let family = REMOTE.iter().find(|(m, _)| *m == magic).map(|(_, n)| *n);
+    let magic = magic(fd);
+    let family = family(magic);
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mount = fstat(fd)
         .ok()

@@ -186,6 +186,29 @@ impl Mounts for Gluster {
     }
 }
 
+/// SMB: a private Samba share mounted twice with smbnetfs ([`Smb`]). No symbolic or hard
+/// links there: only `mkdir` can lock (link and symlink refuse, 78). Record content is read
+/// through to the server at every open; the kernel's FUSE entry and attribute caches are 1 s.
+impl Mounts for Smb {
+    const NAME: &'static str = "smb";
+    const CACHE_TIME: Duration = Duration::from_secs(1);
+    fn late_by() -> Duration {
+        Duration::ZERO
+    }
+    fn start() -> Option<Self> {
+        NotStarted::or_skip(Smb::start())
+    }
+    fn mount_point(&self, m: char) -> &Path {
+        Smb::mount_point(self, m)
+    }
+    fn server_listing(&self) -> Vec<String> {
+        Smb::server_listing(self)
+    }
+    fn server_dir(&self) -> &Path {
+        &self.server
+    }
+}
+
 fn ms(d: Duration) -> String {
     format!("{}ms", d.as_millis())
 }
@@ -746,6 +769,8 @@ on_each_backend!(sshfs: crate::support::Sshfs; mkdir, link, symlink);
 // 160 → 159): an acquisition stalled past stale_after between making the lock and writing its
 // records. Such an acquisition now gives the lock back (crash::holder_stalled_…).
 on_each_backend!(gluster: crate::support::Gluster; mkdir, link, symlink);
+// SMB (Samba + smbnetfs): only mkdir can lock there (`smb_link_and_symlink_refuse_naming_the_call`).
+on_each_backend!(smb: crate::support::Smb; mkdir);
 
 /// flock(2) through FUSE is node-local as far as locksmith can know (sshfs: it is; GlusterFS
 /// forwards it to its locks translator): refused (78, naming the filesystem) unless the
@@ -801,6 +826,38 @@ fn sshfs_fixture_mounts_twice_and_cleans_up() {
     );
     drop(fx);
     assert!(!mounted(&a) && !mounted(&b), "a mount outlived the fixture");
+    let left: Vec<i32> = pids.into_iter().filter(|&p| alive(p)).collect();
+    assert!(left.is_empty(), "processes outlived the fixture: {left:?}");
+    assert!(!root.exists(), "{} outlived the fixture", root.display());
+}
+
+/// The SMB fixture itself: both mounts show the share's `dir`, a write through one mount
+/// lands on the server and shows through the other, and drop leaves nothing behind.
+#[test]
+fn smb_fixture_mounts_twice_and_cleans_up() {
+    let Some(fx) = NotStarted::or_skip(Smb::start()) else {
+        return;
+    };
+    std::fs::write(fx.server.join("hello"), "hi").unwrap();
+    for m in ['a', 'b'] {
+        let seen = std::fs::read_to_string(fx.mount_point(m).join("hello"));
+        assert_eq!(seen.ok().as_deref(), Some("hi"), "through mount {m}");
+    }
+    std::fs::write(fx.b.join("from-b"), "b").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(fx.server.join("from-b")).unwrap(),
+        "b"
+    );
+    assert_eq!(std::fs::read_to_string(fx.a.join("from-b")).unwrap(), "b");
+    let root = fx.share.parent().unwrap().to_path_buf();
+    let mounts = [root.join("ma"), root.join("mb")];
+    let pids = fx.processes();
+    assert!(pids.len() >= 3, "smbnetfs ×2, smbd: {pids:?}");
+    drop(fx);
+    assert!(
+        !mounts.iter().any(|m| testkit::smb::mounted(m)),
+        "a mount outlived the fixture"
+    );
     let left: Vec<i32> = pids.into_iter().filter(|&p| alive(p)).collect();
     assert!(left.is_empty(), "processes outlived the fixture: {left:?}");
     assert!(!root.exists(), "{} outlived the fixture", root.display());

@@ -8,12 +8,14 @@
 //! - [`net`]: private networks of namespaces (hosts on a bridge, cuts and heals).
 //! - [`postgres`]: a throwaway PostgreSQL cluster.
 //! - [`sshfs`]: one directory served over SFTP and mounted twice (two "hosts").
+//! - [`smb`]: one share on a private Samba server, mounted twice with smbnetfs (two "hosts").
 //! - this file: [`NotStarted`] (why a fixture did not start, and the tests' reading of it), [`missing`] (the one rule for what a machine lacks), [`free_port`],
 //!   [`token_of`].
 
 pub mod net;
 pub mod postgres;
 pub mod proc;
+pub mod smb;
 pub mod sshfs;
 
 /// Why a fixture (a real server, a mount) did not start.

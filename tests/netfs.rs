@@ -862,3 +862,47 @@ fn smb_fixture_mounts_twice_and_cleans_up() {
     assert!(left.is_empty(), "processes outlived the fixture: {left:?}");
     assert!(!root.exists(), "{} outlived the fixture", root.display());
 }
+
+/// On SMB (no `link(2)`: EPERM; no `symlink(2)`: ENOSYS) the link and symlink backends refuse
+/// with 78 naming the missing call and leave nothing on the server; mkdir at the share's root
+/// (0777 as smbnetfs shows it, whatever the server allows) is refused with what to do instead.
+#[test]
+fn smb_link_and_symlink_refuse_naming_the_call() {
+    let Some((fx, sb)) = setup::<Smb>() else {
+        return;
+    };
+    let mut problems = Vec::new();
+    for (backend, call) in [("link", "link(2)"), ("symlink", "symlink(2)")] {
+        let o = sb.output(["--wait", "0", "run", &format!("{backend}-a"), "--", "true"]);
+        let err = stderr(&o);
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("ERROR ")).collect();
+        if code(o.status) != 78
+            || errors.len() != 1
+            || !errors[0].starts_with("ERROR config: ")
+            || !errors[0].contains(call)
+            || !errors[0].contains("\"mkdir\"")
+        {
+            problems.push(format!(
+                "{backend} on SMB: exit {} (78 expected), stderr {err:?} (one ERROR config line naming {call} and backend \"mkdir\" expected)",
+                code(o.status)
+            ));
+        }
+    }
+    let left = fx.server_listing();
+    if !left.is_empty() {
+        problems.push(format!("left on the server: {left:?}"));
+    }
+    let at_root = format!(
+        "mkdir:{}/x.lock?cache_time=1s&stale_after=3s&keepalive=300ms",
+        fx.root_a.display()
+    );
+    let o = sb.output(["--wait", "0", "run", &at_root, "--", "true"]);
+    let err = stderr(&o);
+    if code(o.status) != 78 || !err.contains("subdirectory") || !err.contains("fuse.smbnetfs") {
+        problems.push(format!(
+            "mkdir at the share's root: exit {} (78 expected), stderr {err:?} (the filesystem and a subdirectory to use expected)",
+            code(o.status)
+        ));
+    }
+    verdict("SMB link and symlink", &problems);
+}

@@ -54,12 +54,11 @@
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, RenameFlags, openat, readlinkat, renameat, renameat2};
+use nix::fcntl::{AtFlags, OFlag, RenameFlags, openat, renameat, renameat2};
 use nix::sys::stat::{
     FileStat, Mode as FileMode, fstat, fstatat, mkdirat,
 };
@@ -286,6 +285,7 @@ impl Files {
                 &rec.render_beat(0),
             )?;
             let owner = format!("{OWNER_PREFIX}{}", rec.nonce);
+            let tmp = format!("new.{}", rec.nonce);
             let text = rec.render();
             // The name is unique to this acquisition, so EEXIST is no answer about anyone
             // else: our own request answered twice (NFS after a retransmission) if the entry
@@ -293,10 +293,10 @@ impl Files {
             // fresh directory being looked up by others): then try again.
             let mut pause = Duration::from_millis(1);
             for _ in 0..8 {
-                match nix::unistd::symlinkat(text.as_str(), &fd, owner.as_str()) {
+                match lockdir::make_entry(fd.as_fd(), &owner, &text, &tmp, self.dir.symlinks()) {
                     Ok(()) => return Ok(()),
-                    Err(Errno::EEXIST) => match readlinkat(&fd, owner.as_str()) {
-                        Ok(t) if t.as_bytes() == text.as_bytes() => return Ok(()),
+                    Err(Errno::EEXIST) => match lockdir::read_entry(fd.as_fd(), &owner) {
+                        Ok(t) if t == text.as_bytes() => return Ok(()),
                         Err(Errno::ENOENT) => {}
                         _ => break,
                     },
@@ -372,7 +372,8 @@ impl Files {
         let mine = format!("{BREAKER_PREFIX}{}", me.nonce);
         let to = format!("{CLAIMED_PREFIX}{}", me.nonce);
         trace!("claiming acquisition {nonce} as {}", me.nonce);
-        match nix::unistd::symlinkat(me.render().as_str(), dir, mine.as_str()) {
+        let tmp = format!("new.{}", me.nonce);
+        match lockdir::make_entry(dir.as_fd(), &mine, &me.render(), &tmp, self.dir.symlinks()) {
             Ok(()) => {}
             // The directory we opened was removed meanwhile (released or broken, and tidied).
             Err(Errno::ENOENT) => return Ok(false),
@@ -438,9 +439,9 @@ impl Files {
             return (None, None);
         };
         let nonce = &entry[CLAIMED_PREFIX.len()..];
-        match readlinkat(dir, format!("{BREAKER_PREFIX}{nonce}").as_str()) {
+        match lockdir::read_entry(dir.as_fd(), &format!("{BREAKER_PREFIX}{nonce}")) {
             Ok(t) => (
-                Some(Record::parse(&String::from_utf8_lossy(t.as_bytes()))),
+                Some(Record::parse(&String::from_utf8_lossy(&t))),
                 Some(entry),
             ),
             Err(_) => (None, None),
@@ -455,7 +456,18 @@ impl Files {
         let name = self.dir.name.clone();
         let path = self.path().to_path_buf();
         let parent = self.dir.fd()?;
-        match renameat(parent, name.as_os_str(), parent, tomb.as_os_str()) {
+        // SMB refuses to rename a directory another client has open (a waiter looking into
+        // the lock: EACCES, EBUSY) for as long as it has it open — milliseconds: try again,
+        // for about two seconds, before calling it an error.
+        let rename = || renameat(parent, name.as_os_str(), parent, tomb.as_os_str());
+        let mut pause = Duration::from_millis(1);
+        let mut renamed = rename();
+        while matches!(renamed, Err(Errno::EACCES | Errno::EBUSY)) && pause < Duration::from_secs(1) {
+            std::thread::sleep(pause + Duration::from_micros(fastrand::u64(0..1_000)));
+            pause *= 2;
+            renamed = rename();
+        }
+        match renamed {
             Ok(()) => trace!("freed the name: lock renamed to {}", tomb.to_string_lossy()),
             Err(Errno::ENOENT) => return Ok(false),
             Err(e) => {
@@ -589,9 +601,9 @@ impl Holders for Files {
                 (Some(Parsed::V1(r)), Some(entry))
             }
             None => match Self::listed(&dir).into_iter().next() {
-                Some(entry) => match readlinkat(&dir, entry.as_str()) {
+                Some(entry) => match lockdir::read_entry(dir.as_fd(), &entry) {
                     Ok(t) => (
-                        Some(Record::parse(&String::from_utf8_lossy(t.as_bytes()))),
+                        Some(Record::parse(&String::from_utf8_lossy(&t))),
                         Some(entry),
                     ),
                     Err(_) => (None, None),

@@ -294,3 +294,66 @@ pub fn check_shared(
     }
     Ok(())
 }
+
+/// Where `symlink(2)` is missing (SMB through smbnetfs answers ENOSYS; FAT-like filesystems
+/// EPERM): the filesystem keeps no symbolic links, and a record entry is a regular file.
+pub fn no_symlinks(e: Errno) -> bool {
+    matches!(e, Errno::ENOSYS | Errno::EPERM | Errno::EOPNOTSUPP)
+}
+
+/// Makes the record entry `name` in `dir` holding `text`, in the form the filesystem keeps
+/// (`symlinks`: whether it has `symlink(2)`, learnt here on its first refusal, once per lock):
+/// a symbolic link whose target is the text (read in one `readlink`, nothing opened inside
+/// the lock), or else a regular file written and synced under the private name `tmp` and then
+/// renamed onto `name` — a free name unique to the acquisition, so the rename replaces
+/// nothing (where a rename over a name is unlink-then-rename, as on SMB, that matters) and a
+/// reader never sees the entry half-written. Nothing is left on failure.
+pub fn make_entry(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    text: &str,
+    tmp: &str,
+    symlinks: &std::cell::Cell<bool>,
+) -> nix::Result<()> {
+    if symlinks.get() {
+        match nix::unistd::symlinkat(text, dir, name) {
+            Err(e) if no_symlinks(e) => symlinks.set(false),
+            r => return r,
+        }
+    }
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = openat(dir, tmp, flags, FileMode::from_bits_truncate(0o644))?;
+    let file = File::from(fd);
+    let unlink = || nix::unistd::unlinkat(dir, tmp, nix::unistd::UnlinkatFlags::NoRemoveDir);
+    let written = file
+        .write_all_at(text.as_bytes(), 0)
+        .and_then(|()| file.sync_data());
+    drop(file);
+    if let Err(e) = written {
+        let _ = unlink();
+        return Err(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)));
+    }
+    nix::fcntl::renameat(dir, tmp, dir, name).inspect_err(|_| {
+        let _ = unlink();
+    })
+}
+
+/// The text of the record entry `name` in `dir`, in either form [`make_entry`] makes: the
+/// symbolic link's target, or the regular file's content.
+pub fn read_entry(dir: BorrowedFd<'_>, name: &str) -> nix::Result<Vec<u8>> {
+    match nix::fcntl::readlinkat(dir, name) {
+        Ok(t) => Ok(t.as_bytes().to_vec()),
+        Err(Errno::EINVAL) => {
+            let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+            let fd = openat(dir, name, flags, FileMode::empty())?;
+            let mut buf = Vec::new();
+            File::from(fd)
+                .take(RECORD_CAP)
+                .read_to_end(&mut buf)
+                .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+            Ok(buf)
+        }
+        Err(e) => Err(e),
+    }
+}

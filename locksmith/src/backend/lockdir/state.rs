@@ -157,7 +157,15 @@ impl StateAt<'_> {
                 nix::unistd::fchown(&fd, None, Some(nix::unistd::Gid::from_raw(g)))
                     .map_err(fail)?;
             }
-            symlinkat(TEXT, self.dir, &entry).map_err(fail)?;
+            // Where the filesystem keeps no symbolic links (SMB), the entry is an empty
+            // directory, as the FTP backend keeps it: renamed onto a free name, a directory
+            // replaces nothing (a file renamed over one there is unlink-then-rename).
+            match symlinkat(TEXT, self.dir, &entry) {
+                Err(e) if super::record::no_symlinks(e) => {
+                    mkdirat(self.dir, &entry, mode).map_err(fail)?
+                }
+                r => r.map_err(fail)?,
+            }
             match rename_noreplace(self.dir, &tmp, self.name) {
                 Ok(()) => Ok(true),
                 Err(Errno::EEXIST)
@@ -168,7 +176,9 @@ impl StateAt<'_> {
             }
         })();
         if !matches!(r, Ok(true)) {
-            let _ = unlinkat(self.dir, &entry, UnlinkatFlags::NoRemoveDir);
+            if unlinkat(self.dir, &entry, UnlinkatFlags::NoRemoveDir).is_err() {
+                let _ = unlinkat(self.dir, &entry, UnlinkatFlags::RemoveDir);
+            }
             let _ = unlinkat(self.dir, &tmp, UnlinkatFlags::RemoveDir);
         }
         r

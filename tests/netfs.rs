@@ -906,3 +906,32 @@ fn smb_link_and_symlink_refuse_naming_the_call() {
     }
     verdict("SMB link and symlink", &problems);
 }
+
+/// Issue 28 item 7: `verify` (with `--peer` through the other mount) leaves the directory on
+/// the SMB server as it found it, run after run — SMB refuses to remove a name another
+/// client still has open, and such names were left before.
+#[test]
+fn smb_verify_leaves_nothing_on_the_server() {
+    let Some((fx, sb)) = setup::<Smb>() else {
+        return;
+    };
+    let before = fx.server_listing();
+    let peer = fx.b.display().to_string();
+    let mut problems = Vec::new();
+    for run in 0..4 {
+        let o = sb.output(["verify", "--peer", &peer, "mkdir-a"]);
+        let left: Vec<String> = fx
+            .server_listing()
+            .into_iter()
+            .filter(|n| !before.contains(n))
+            .collect();
+        if !left.is_empty() || stdout(&o).contains("could not remove") {
+            problems.push(format!(
+                "run {run}: exit {}, left on the server {left:?}; stdout:\n{}",
+                code(o.status),
+                stdout(&o)
+            ));
+        }
+    }
+    verdict("verify on SMB", &problems);
+}

@@ -921,6 +921,7 @@ fn probes(
     scheme: Scheme,
     remote: bool,
     local: bool,
+    symlinks: bool,
     peer: Option<Arc<OwnedFd>>,
     unmeasured: &str,
 ) -> Vec<Property<Dir>> {
@@ -933,7 +934,15 @@ fn probes(
             exclusive(c, Create::Symlink)
         }),
     }];
-    v.push(probed("rename over a name", true, "", rename_over));
+    // mkdir where there are no symbolic links (SMB): records are files renamed onto free
+    // names, the state entry a directory; nothing is renamed over a name or read through a pin.
+    let plain = scheme == Scheme::Mkdir && !symlinks;
+    v.push(probed(
+        "rename over a name",
+        !plain,
+        "without symbolic links mkdir renames only onto free names (its records are files, its state entry a directory)",
+        rename_over,
+    ));
     v.push(probed("token state moves", true, "", state_moves));
     v.push(probed(
         "rename atomicity",
@@ -944,8 +953,12 @@ fn probes(
     if scheme != Scheme::Flock {
         v.push(probed(
             "pin (link a symlink)",
-            remote,
-            "records are read directly on a local filesystem",
+            remote && !plain,
+            if plain {
+                "without symbolic links mkdir reads its records with a fresh open, never through a pin"
+            } else {
+                "records are read directly on a local filesystem"
+            },
             pin_symlink,
         ));
     }
@@ -996,6 +1009,7 @@ fn probes(
     }
     if let Some(p) = peer {
         for (property, change, relied, why) in delays(reads_fresh(scheme, remote, local)) {
+            let relied = relied && !(plain && matches!(change, Change::Pinned));
             let p = p.clone();
             v.push(probed(property, relied, why, move |c| delay(c, &p, change)));
         }
@@ -1102,6 +1116,8 @@ struct Site {
     /// What opening the directory found (the filesystem, its client caches, the directory's
     /// mode, the peer): each line's name, reliance, answer and problem.
     opened: Vec<(&'static str, Reliance, Found, Problem)>,
+    /// Whether the filesystem keeps symbolic links ([`has_symlinks`]).
+    symlinks: bool,
 }
 
 /// `verify`'s probing session on a file lock's directory: the probes' context and the site.
@@ -1132,6 +1148,7 @@ impl Dir {
             crate::host::nonce()
         );
         writable(dir.as_fd(), &prefix, cfg)?;
+        let symlinks = has_symlinks(dir.as_fd(), &prefix);
 
         let (limit, limit_how) = cache_time(&fs, cfg);
         let bound = limit.max(UNKNOWN_CACHE).max(stale_after) + Duration::from_secs(5);
@@ -1171,6 +1188,7 @@ impl Dir {
                 limit_how,
                 unmeasured_why,
                 opened,
+                symlinks,
             }),
         })
     }
@@ -1345,8 +1363,36 @@ fn writable(dir: BorrowedFd<'_>, prefix: &str, cfg: &FsConfig) -> Result<()> {
         FileMode::from_bits_truncate(0o600),
     )
     .map_err(|e| Error::path("cannot create probe files beside lock", &cfg.path, e.into()))?;
-    let _ = unlinkat(dir, probe_name.as_os_str(), UnlinkatFlags::NoRemoveDir);
+    unlink_soon(dir, &probe_name);
     Ok(())
+}
+
+/// Unlinks the file `name` in `dir` we just closed. Through FUSE the close reaches the daemon
+/// after `close(2)` returns, and SMB refuses to remove a file still open (EBUSY): issue 28's
+/// `.NAME.verify.<nonce>.w` left on the server. Tried again for about two seconds.
+fn unlink_soon(dir: BorrowedFd<'_>, name: &OsStr) {
+    let mut pause = Duration::from_millis(1);
+    while let Err(Errno::EBUSY | Errno::EACCES) = unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
+        if pause > Duration::from_secs(1) {
+            break;
+        }
+        std::thread::sleep(pause);
+        pause *= 2;
+    }
+}
+
+/// Whether the filesystem keeps symbolic links (SMB through smbnetfs: ENOSYS): where it does
+/// not, `mkdir` keeps its records as files and its state entry as a directory
+/// (`lockdir::make_entry`), and relies on no symlink renamed over a name nor read through a pin.
+fn has_symlinks(dir: BorrowedFd<'_>, prefix: &str) -> bool {
+    let name = OsString::from(format!("{prefix}s"));
+    match symlinkat("verify-symlinks", dir, name.as_os_str()) {
+        Ok(()) => {
+            unlink_soon(dir, &name);
+            true
+        }
+        Err(e) => !super::record::no_symlinks(e),
+    }
 }
 
 /// The peer: another mount of the lock's directory, which must show a file made here. Its
@@ -1446,6 +1492,7 @@ impl Probing for Dir {
             s.scheme,
             s.fs.remote,
             s.cfg.local,
+            s.symlinks,
             self.ctx.peer.clone(),
             &s.unmeasured_why,
         ));
@@ -1521,9 +1568,10 @@ impl Dir {
     fn delays_unmeasured(&self) -> String {
         let s = &*self.site;
         let why = &s.unmeasured_why;
+        let plain = s.scheme == Scheme::Mkdir && !s.symlinks;
         let relied: Vec<&str> = delays(reads_fresh(s.scheme, s.fs.remote, s.cfg.local))
             .iter()
-            .filter(|d| d.2)
+            .filter(|d| d.2 && !(plain && matches!(d.1, Change::Pinned)))
             .map(|d| d.0)
             .collect();
         if relied.is_empty() {

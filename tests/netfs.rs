@@ -942,3 +942,43 @@ fn smb_verify_leaves_nothing_on_the_server() {
     }
     verdict("verify on SMB", &problems);
 }
+
+/// On SMB a holder whose lock is removed (on the server, as a cleaner or an admin would)
+/// says LOST within a few heartbeats and exits 74; the next holder, through the other mount,
+/// gets a greater fencing token.
+#[test]
+fn smb_mkdir_holder_is_lost_when_its_lock_is_removed() {
+    let Some((fx, sb)) = setup::<Smb>() else {
+        return;
+    };
+    let mut h = sb.hold(["mkdir-a"]);
+    let first = token_of(h.ok());
+    // A few heartbeats go by unnoticed: no LOST while the lock is there.
+    assert_eq!(
+        h.read_line(heartbeat() * 4),
+        None,
+        "the holder said something while holding: {}",
+        h.stderr_text()
+    );
+    let removed = Instant::now();
+    fs::remove_dir_all(fx.server.join("mkdir.lock")).unwrap();
+    let bound = heartbeat() * 2 + cache_time::<Smb>() + Duration::from_secs(1);
+    let lost = h.read_line(bound);
+    let took = removed.elapsed();
+    let lost = lost.unwrap_or_else(|| {
+        panic!(
+            "no LOST line within {bound:?} of the removal: {}",
+            h.stderr_text()
+        )
+    });
+    assert!(lost.starts_with("LOST "), "{lost:?}");
+    assert_eq!(code(h.wait_exit(T)), 74, "{}", h.stderr_text());
+    eprintln!("netfs smb mkdir: LOST {took:.2?} after the lock was removed on the server");
+    let mut next = sb.hold(["mkdir-b"]);
+    let second = token_of(next.ok());
+    assert!(second > first, "token {second} after {first}");
+    next.close_stdout();
+    assert_eq!(code(next.wait_exit(T)), 0, "{}", next.stderr_text());
+    let left = leftovers(&fx, "mkdir");
+    assert!(left.is_empty(), "left on the server: {left:?}");
+}

@@ -1009,7 +1009,9 @@ fn probes(
     }
     if let Some(p) = peer {
         for (property, change, relied, why) in delays(reads_fresh(scheme, remote, local)) {
-            let relied = relied && !(plain && matches!(change, Change::Pinned));
+            // mkdir without symlinks renames its heartbeat record only onto a free name in the
+            // directory it just made: never over a record a reader may hold.
+            let relied = relied && !(plain && matches!(change, Change::Pinned | Change::Rename));
             let p = p.clone();
             v.push(probed(property, relied, why, move |c| delay(c, &p, change)));
         }
@@ -1571,7 +1573,7 @@ impl Dir {
         let plain = s.scheme == Scheme::Mkdir && !s.symlinks;
         let relied: Vec<&str> = delays(reads_fresh(s.scheme, s.fs.remote, s.cfg.local))
             .iter()
-            .filter(|d| d.2 && !(plain && matches!(d.1, Change::Pinned)))
+            .filter(|d| d.2 && !(plain && matches!(d.1, Change::Pinned | Change::Rename)))
             .map(|d| d.0)
             .collect();
         if relied.is_empty() {

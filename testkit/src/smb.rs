@@ -26,12 +26,7 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 /// The share's one user (smbnetfs logs in with it; never on any command line).
 const USER: &str = "root";
 
-/// One share on a private `smbd`, mounted twice.
-///
-/// Oplocks and leases are off. With Samba's defaults a record rewritten in place through one
-/// mount showed through the other ~2 s late in 5 of 24 `verify --peer` runs (the write waits
-/// for the other client's oplock break): `verify` then asks for `cache_time = "3s"`, more than
-/// the suite's 3 s `stale_after` allows (README, network filesystems).
+/// One share on a private `smbd` (Samba's defaults otherwise), mounted twice.
 pub struct Smb {
     /// The shared directory on the server's disk: what is really there.
     pub share: PathBuf,
@@ -92,7 +87,7 @@ impl Smb {
         let conf = r.join("smb.conf");
         let p = |d: &str| r.join(d).display().to_string();
         let text = format!(
-            "[global]\n  smb ports = {port}\n  interfaces = 127.0.0.1\n  bind interfaces only = yes\n  disable netbios = yes\n  server role = standalone server\n  private dir = {}\n  lock directory = {}\n  state directory = {}\n  cache directory = {}\n  pid directory = {}\n  ncalrpc dir = {}\n  passdb backend = tdbsam:{}/passdb.tdb\n  log file = {}/log.%m\n  oplocks = no\n  level2 oplocks = no\n  smb2 leases = no\n[share]\n  path = {}\n  read only = no\n",
+            "[global]\n  smb ports = {port}\n  interfaces = 127.0.0.1\n  bind interfaces only = yes\n  disable netbios = yes\n  server role = standalone server\n  private dir = {}\n  lock directory = {}\n  state directory = {}\n  cache directory = {}\n  pid directory = {}\n  ncalrpc dir = {}\n  passdb backend = tdbsam:{}/passdb.tdb\n  log file = {}/log.%m\n[share]\n  path = {}\n  read only = no\n",
             p("priv"),
             p("lock"),
             p("state"),

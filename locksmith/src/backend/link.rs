@@ -293,7 +293,7 @@ impl Scheme for Files {
             && let Some(e) = self.refused.take()
         {
             // Refused with nobody there: not a race lost but a filesystem without hard links.
-            if lockdir::no_symlinks(e) {
+            if lockdir::call_missing(e) {
                 return Err(lockdir::missing_call(
                     Self::NAME,
                     "link",

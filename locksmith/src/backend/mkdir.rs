@@ -13,6 +13,10 @@
 //! PARENT/.NAME.<nonce>.tomb/       a released or broken lock on its way out
 //! PARENT/.NAME.state/              the state: one entry state~1~TOKEN~CLEAN (`lockdir::state`)
 //! ```
+//! Where the filesystem has no `symlink(2)` (SMB through smbnetfs: ENOSYS, learnt once per
+//! lock), the owner and breaker records are regular files holding the record, written as
+//! `NAME/new.<nonce>` and renamed onto their free names (`lockdir::make_entry`; readers take
+//! either form, `lockdir::read_entry`), and the state's entry is an empty directory.
 //! The owner record is the *target of a symlink*: `readlink(2)` reads it atomically without
 //! opening a file inside the lock directory, so a reader can never cause NFS's `.nfsXXXX`
 //! silly-rename that makes `rmdir` fail and hangs the lock (seed 004).

@@ -1393,7 +1393,7 @@ fn has_symlinks(dir: BorrowedFd<'_>, prefix: &str) -> bool {
             unlink_soon(dir, &name);
             true
         }
-        Err(e) => !super::record::no_symlinks(e),
+        Err(e) => !super::record::call_missing(e),
     }
 }
 

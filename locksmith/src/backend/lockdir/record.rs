@@ -295,9 +295,10 @@ pub fn check_shared(
     Ok(())
 }
 
-/// Where `symlink(2)` is missing (SMB through smbnetfs answers ENOSYS; FAT-like filesystems
-/// EPERM): the filesystem keeps no symbolic links, and a record entry is a regular file.
-pub fn no_symlinks(e: Errno) -> bool {
+/// Whether `e`, the answer to a `symlink(2)` or `link(2)` on a name of our own that nobody
+/// else can have made, says the filesystem lacks the call (SMB through smbnetfs: symlink
+/// ENOSYS, link EPERM; FAT-like filesystems EPERM).
+pub fn call_missing(e: Errno) -> bool {
     matches!(e, Errno::ENOSYS | Errno::EPERM | Errno::EOPNOTSUPP)
 }
 
@@ -317,7 +318,7 @@ pub fn make_entry(
 ) -> nix::Result<()> {
     if symlinks.get() {
         match nix::unistd::symlinkat(text, dir, name) {
-            Err(e) if no_symlinks(e) => symlinks.set(false),
+            Err(e) if call_missing(e) => symlinks.set(false),
             r => return r,
         }
     }

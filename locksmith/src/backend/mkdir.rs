@@ -391,7 +391,9 @@ impl Files {
         }
         let mut claimed = false;
         for prefix in [OWNER_PREFIX, RELEASING_PREFIX, CLAIMED_PREFIX] {
-            match renameat(dir, format!("{prefix}{nonce}").as_str(), dir, to.as_str()) {
+            // SMB: EBUSY while a reader on another mount has the entry open (a moment).
+            let from = format!("{prefix}{nonce}");
+            match lockdir::soon(|| renameat(dir, from.as_str(), dir, to.as_str())) {
                 Ok(()) => {
                     trace!("claimed {prefix}{nonce} (renamed it to {to}); freeing the name");
                     claimed = true;
@@ -766,7 +768,7 @@ impl Scheme for Files {
         let claimed = self.inside(&format!("{RELEASING_PREFIX}{}", rec.nonce));
         let parent = self.dir.fd().map_err(NotReleased::done)?;
         // The claim: from here nobody else may remove or take this acquisition.
-        match renameat(parent, &owner, parent, &claimed) {
+        match lockdir::soon(|| renameat(parent, &owner, parent, &claimed)) {
             Ok(()) => {}
             Err(Errno::ENOENT) => {
                 return Err(NotReleased::done(err!(

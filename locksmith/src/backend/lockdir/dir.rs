@@ -281,7 +281,7 @@ impl LockDir {
             Some((d, _)) => d,
             None => self.fd()?,
         };
-        if let Err(e) = nix::fcntl::renameat(dir, tmp, dir, name) {
+        if let Err(e) = super::record::rename_soon(dir, tmp, name) {
             let _ = nix::unistd::unlinkat(dir, tmp, nix::unistd::UnlinkatFlags::NoRemoveDir);
             return Err(Error::path(
                 "cannot write heartbeat record",

@@ -1369,18 +1369,10 @@ fn writable(dir: BorrowedFd<'_>, prefix: &str, cfg: &FsConfig) -> Result<()> {
     Ok(())
 }
 
-/// Unlinks the file `name` in `dir` we just closed. Through FUSE the close reaches the daemon
-/// after `close(2)` returns, and SMB refuses to remove a file still open (EBUSY): issue 28's
-/// `.NAME.verify.<nonce>.w` left on the server. Tried again for about two seconds.
+/// Unlinks the file `name` in `dir` we just closed, per [`super::record::soon`] (issue 28:
+/// `.NAME.verify.<nonce>.w` was left on an SMB server).
 fn unlink_soon(dir: BorrowedFd<'_>, name: &OsStr) {
-    let mut pause = Duration::from_millis(1);
-    while let Err(Errno::EBUSY | Errno::EACCES) = unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
-        if pause > Duration::from_secs(1) {
-            break;
-        }
-        std::thread::sleep(pause);
-        pause *= 2;
-    }
+    let _ = super::record::soon(|| unlinkat(dir, name, UnlinkatFlags::NoRemoveDir));
 }
 
 /// Whether the filesystem keeps symbolic links (SMB through smbnetfs: ENOSYS): where it does

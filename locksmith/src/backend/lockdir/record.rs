@@ -335,9 +335,32 @@ pub fn make_entry(
         let _ = unlink();
         return Err(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)));
     }
-    nix::fcntl::renameat(dir, tmp, dir, name).inspect_err(|_| {
+    rename_soon(dir, tmp.as_ref(), name.as_ref()).inspect_err(|_| {
         let _ = unlink();
     })
+}
+
+/// Tries `f` (a rename or unlink of a file we just closed) again while it answers EBUSY or
+/// EACCES, for about two seconds: through FUSE the close reaches the daemon after `close(2)`
+/// returns, and SMB refuses to rename or remove a file that is still open (issue 28: an
+/// owner record's rename failed EBUSY in a race across two mounts; verify's probe files were
+/// left on the server).
+pub fn soon(mut f: impl FnMut() -> nix::Result<()>) -> nix::Result<()> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match f() {
+            Err(Errno::EBUSY | Errno::EACCES) if pause < Duration::from_secs(1) => {
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// `renameat(dir, from, dir, to)` of a file we just closed, per [`soon`].
+pub fn rename_soon(dir: BorrowedFd<'_>, from: &OsStr, to: &OsStr) -> nix::Result<()> {
+    soon(|| nix::fcntl::renameat(dir, from, dir, to))
 }
 
 /// The text of the record entry `name` in `dir`, in either form [`make_entry`] makes: the

@@ -8,6 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 // A real network filesystem (sshfs) for the file backends, shared with the bench.
+pub use testkit::smb::Smb;
 pub use testkit::sshfs::{Sshfs, mounted};
 // Private networks of namespaces (issue 13), shared with the PostgreSQL fixture.
 pub use testkit::net::{Net, command_in};

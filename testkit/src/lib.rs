@@ -10,6 +10,7 @@
 //! - [`seaweed`]: a throwaway SeaweedFS S3 server.
 //! - [`redis`]: a throwaway Redis server.
 //! - [`sshfs`]: one directory served over SFTP and mounted twice (two "hosts").
+//! - [`smb`]: one share on a private Samba server, mounted twice with smbnetfs (two "hosts").
 //! - this file: [`NotStarted`] (why a fixture did not start, and the tests' reading of it), [`missing`] (the one rule for what a machine lacks), [`free_port`],
 //!   [`token_of`].
 
@@ -18,6 +19,7 @@ pub mod postgres;
 pub mod proc;
 pub mod redis;
 pub mod seaweed;
+pub mod smb;
 pub mod sshfs;
 
 /// Why a fixture (a real server, a mount) did not start.

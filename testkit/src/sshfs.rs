@@ -299,7 +299,7 @@ impl Drop for Sshfs {
 }
 
 /// The processes of process group `pg` other than its leader.
-fn group_members(pg: i32) -> Vec<i32> {
+pub(crate) fn group_members(pg: i32) -> Vec<i32> {
     let Ok(dir) = fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -329,7 +329,7 @@ fn failed(why: String) -> NotStarted {
 }
 
 /// Whether a socket listens on 127.0.0.1:`port` (`/proc/net/tcp`, state 0A).
-fn listening(port: u16) -> bool {
+pub(crate) fn listening(port: u16) -> bool {
     let want = format!("0100007F:{port:04X}");
     fs::read_to_string("/proc/net/tcp").is_ok_and(|t| {
         t.lines().skip(1).any(|l| {

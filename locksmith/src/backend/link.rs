@@ -293,6 +293,16 @@ impl Scheme for Files {
         if holders.is_empty()
             && let Some(e) = self.refused.take()
         {
+            // Refused with nobody there: not a race lost but a filesystem without hard links.
+            if lockdir::call_missing(e) {
+                return Err(lockdir::missing_call(
+                    Self::NAME,
+                    "link",
+                    &self.dir.path,
+                    self.dir.fs_name(),
+                    e,
+                ));
+            }
             return Err(Error::path(
                 "cannot create lock (does this filesystem support hard links?)",
                 &self.dir.path,

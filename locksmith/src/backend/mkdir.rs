@@ -13,6 +13,10 @@
 //! PARENT/.NAME.<nonce>.tomb/       a released or broken lock on its way out
 //! PARENT/.NAME.state/              the state: one entry state~1~TOKEN~CLEAN (`lockdir::state`)
 //! ```
+//! Where the filesystem has no `symlink(2)` (SMB through smbnetfs: ENOSYS, learnt once per
+//! lock), the owner and breaker records are regular files holding the record, written as
+//! `NAME/new.<nonce>` and renamed onto their free names (`lockdir::make_entry`; readers take
+//! either form, `lockdir::read_entry`), and the state's entry is an empty directory.
 //! The owner record is the *target of a symlink*: `readlink(2)` reads it atomically without
 //! opening a file inside the lock directory, so a reader can never cause NFS's `.nfsXXXX`
 //! silly-rename that makes `rmdir` fail and hangs the lock (seed 004).
@@ -54,12 +58,11 @@
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, RenameFlags, openat, readlinkat, renameat, renameat2};
+use nix::fcntl::{AtFlags, OFlag, RenameFlags, openat, renameat, renameat2};
 use nix::sys::stat::{
     FileStat, Mode as FileMode, fstat, fstatat, mkdirat,
 };
@@ -286,6 +289,7 @@ impl Files {
                 &rec.render_beat(0),
             )?;
             let owner = format!("{OWNER_PREFIX}{}", rec.nonce);
+            let tmp = format!("new.{}", rec.nonce);
             let text = rec.render();
             // The name is unique to this acquisition, so EEXIST is no answer about anyone
             // else: our own request answered twice (NFS after a retransmission) if the entry
@@ -293,10 +297,10 @@ impl Files {
             // fresh directory being looked up by others): then try again.
             let mut pause = Duration::from_millis(1);
             for _ in 0..8 {
-                match nix::unistd::symlinkat(text.as_str(), &fd, owner.as_str()) {
+                match lockdir::make_entry(fd.as_fd(), &owner, &text, &tmp, self.dir.symlinks()) {
                     Ok(()) => return Ok(()),
-                    Err(Errno::EEXIST) => match readlinkat(&fd, owner.as_str()) {
-                        Ok(t) if t.as_bytes() == text.as_bytes() => return Ok(()),
+                    Err(Errno::EEXIST) => match lockdir::read_entry(fd.as_fd(), &owner) {
+                        Ok(t) if t == text.as_bytes() => return Ok(()),
                         Err(Errno::ENOENT) => {}
                         _ => break,
                     },
@@ -333,8 +337,15 @@ impl Files {
     fn open_lock(&mut self) -> Result<Option<OwnedFd>> {
         let path = self.path().to_path_buf();
         let name = self.dir.name.clone();
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let parent = self.dir.fd()?;
+        let mut flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let (parent, remote) = self.dir.fd_remote()?;
+        // On a network filesystem the lock directory is looked into without opening it on the
+        // server (O_PATH: FUSE sends no opendir): SMB refuses to rename a directory another
+        // client has open, and every waiter looking into the lock kept its holder from freeing
+        // the name (kill -9 soak: 7 of 160 acquisitions got through).
+        if remote {
+            flags |= OFlag::O_PATH;
+        }
         match lockdir::unstale(|| openat(parent, name.as_os_str(), flags, FileMode::empty())) {
             Ok(fd) => Ok(Some(fd)),
             Err(Errno::ENOENT) => Ok(None),
@@ -372,7 +383,8 @@ impl Files {
         let mine = format!("{BREAKER_PREFIX}{}", me.nonce);
         let to = format!("{CLAIMED_PREFIX}{}", me.nonce);
         trace!("claiming acquisition {nonce} as {}", me.nonce);
-        match nix::unistd::symlinkat(me.render().as_str(), dir, mine.as_str()) {
+        let tmp = format!("new.{}", me.nonce);
+        match lockdir::make_entry(dir.as_fd(), &mine, &me.render(), &tmp, self.dir.symlinks()) {
             Ok(()) => {}
             // The directory we opened was removed meanwhile (released or broken, and tidied).
             Err(Errno::ENOENT) => return Ok(false),
@@ -386,7 +398,9 @@ impl Files {
         }
         let mut claimed = false;
         for prefix in [OWNER_PREFIX, RELEASING_PREFIX, CLAIMED_PREFIX] {
-            match renameat(dir, format!("{prefix}{nonce}").as_str(), dir, to.as_str()) {
+            // SMB: EBUSY while a reader on another mount has the entry open (a moment).
+            let from = format!("{prefix}{nonce}");
+            match lockdir::soon(|| renameat(dir, from.as_str(), dir, to.as_str())) {
                 Ok(()) => {
                     trace!("claimed {prefix}{nonce} (renamed it to {to}); freeing the name");
                     claimed = true;
@@ -438,9 +452,9 @@ impl Files {
             return (None, None);
         };
         let nonce = &entry[CLAIMED_PREFIX.len()..];
-        match readlinkat(dir, format!("{BREAKER_PREFIX}{nonce}").as_str()) {
+        match lockdir::read_entry(dir.as_fd(), &format!("{BREAKER_PREFIX}{nonce}")) {
             Ok(t) => (
-                Some(Record::parse(&String::from_utf8_lossy(t.as_bytes()))),
+                Some(Record::parse(&String::from_utf8_lossy(&t))),
                 Some(entry),
             ),
             Err(_) => (None, None),
@@ -455,7 +469,18 @@ impl Files {
         let name = self.dir.name.clone();
         let path = self.path().to_path_buf();
         let parent = self.dir.fd()?;
-        match renameat(parent, name.as_os_str(), parent, tomb.as_os_str()) {
+        // SMB refuses to rename a directory another client has open (a waiter looking into
+        // the lock: EACCES, EBUSY) for as long as it has it open — milliseconds: try again,
+        // for about two seconds, before calling it an error.
+        let rename = || renameat(parent, name.as_os_str(), parent, tomb.as_os_str());
+        let mut pause = Duration::from_millis(1);
+        let mut renamed = rename();
+        while matches!(renamed, Err(Errno::EACCES | Errno::EBUSY)) && pause < Duration::from_secs(1) {
+            std::thread::sleep(pause + Duration::from_micros(fastrand::u64(0..1_000)));
+            pause *= 2;
+            renamed = rename();
+        }
+        match renamed {
             Ok(()) => trace!("freed the name: lock renamed to {}", tomb.to_string_lossy()),
             Err(Errno::ENOENT) => return Ok(false),
             Err(e) => {
@@ -543,10 +568,10 @@ fn claimed(dir: &OwnedFd, nonce: &str) -> bool {
 
 /// The names starting with `prefix` that a listing of `dir` shows (maybe from a cache).
 fn entries(dir: &OwnedFd, prefix: &str) -> Vec<String> {
-    let Ok(dup) = dir.try_clone() else {
-        return Vec::new();
-    };
-    let Ok(mut listing) = nix::dir::Dir::from_fd(dup) else {
+    // Opened anew: `dir` may be an O_PATH descriptor (`open_lock`), and a listing of its own
+    // starts at the beginning.
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let Ok(mut listing) = nix::dir::Dir::openat(dir, ".", flags, FileMode::empty()) else {
         return Vec::new();
     };
     listing
@@ -589,9 +614,9 @@ impl Holders for Files {
                 (Some(Parsed::V1(r)), Some(entry))
             }
             None => match Self::listed(&dir).into_iter().next() {
-                Some(entry) => match readlinkat(&dir, entry.as_str()) {
+                Some(entry) => match lockdir::read_entry(dir.as_fd(), &entry) {
                     Ok(t) => (
-                        Some(Record::parse(&String::from_utf8_lossy(t.as_bytes()))),
+                        Some(Record::parse(&String::from_utf8_lossy(&t))),
                         Some(entry),
                     ),
                     Err(_) => (None, None),
@@ -751,7 +776,7 @@ impl Scheme for Files {
         let claimed = self.inside(&format!("{RELEASING_PREFIX}{}", rec.nonce));
         let parent = self.dir.fd().map_err(NotReleased::done)?;
         // The claim: from here nobody else may remove or take this acquisition.
-        match renameat(parent, &owner, parent, &claimed) {
+        match lockdir::soon(|| renameat(parent, &owner, parent, &claimed)) {
             Ok(()) => {}
             Err(Errno::ENOENT) => {
                 return Err(NotReleased::done(err!(

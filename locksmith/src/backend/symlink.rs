@@ -213,6 +213,10 @@ impl Files {
     }
 
     fn io(&self, what: &str, e: Errno) -> Error {
+        // EPERM is no answer here (sshfs answers it to a racing symlink over a name).
+        if matches!(e, Errno::ENOSYS | Errno::EOPNOTSUPP) {
+            return lockdir::missing_call(<Self as Scheme>::NAME, "symlink", &self.dir.path, self.dir.fs_name(), e);
+        }
         Error::path(what, &self.dir.path, e.into())
     }
 

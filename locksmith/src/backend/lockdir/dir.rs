@@ -13,7 +13,7 @@ use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{FileStat, Mode as FileMode, fstat};
 
 use super::config::FsConfig;
-use super::fs::{Fs, check, check_dir_mode, detect};
+use super::fs::{Fs, check, check_dir_mode_on, detect};
 use super::record::{reach_server, read_record};
 use super::state::Issued;
 use crate::backend::faults::{self, Stall};
@@ -35,6 +35,9 @@ pub struct LockDir {
     agree: Option<Agree>,
     fd: Option<OwnedFd>,
     fs: Option<Fs>,
+    /// Whether the filesystem keeps symbolic links (learnt on the first refusal: SMB has none),
+    /// and with it which form record entries take ([`super::make_entry`]).
+    symlinks: std::cell::Cell<bool>,
 }
 
 impl LockDir {
@@ -60,6 +63,7 @@ impl LockDir {
             agree: None,
             fd: None,
             fs: None,
+            symlinks: std::cell::Cell::new(true),
         }
     }
 
@@ -75,8 +79,8 @@ impl LockDir {
             let st = fstat(&fd).map_err(|e| {
                 Error::path("cannot stat the directory of lock", &self.path, e.into())
             })?;
-            check_dir_mode(st.st_mode, &self.parent)?;
             let fs = detect(fd.as_fd());
+            check_dir_mode_on(st.st_mode, &self.parent, &fs)?;
             check(&fs, &self.parent, &self.cfg, self.stale_after, true)?;
             self.fs = Some(fs);
             self.fd = Some(fd);
@@ -95,6 +99,11 @@ impl LockDir {
     /// Whether the lock is on a network or FUSE filesystem (known once [`fd`](Self::fd) ran).
     pub fn remote(&self) -> bool {
         self.fs.as_ref().is_some_and(|f| f.remote)
+    }
+
+    /// Whether the filesystem keeps symbolic links, as far as known ([`super::make_entry`]).
+    pub fn symlinks(&self) -> &std::cell::Cell<bool> {
+        &self.symlinks
     }
 
     /// The filesystem's name for messages (known once [`fd`](Self::fd) ran).
@@ -272,7 +281,7 @@ impl LockDir {
             Some((d, _)) => d,
             None => self.fd()?,
         };
-        if let Err(e) = nix::fcntl::renameat(dir, tmp, dir, name) {
+        if let Err(e) = super::record::rename_soon(dir, tmp, name) {
             let _ = nix::unistd::unlinkat(dir, tmp, nix::unistd::UnlinkatFlags::NoRemoveDir);
             return Err(Error::path(
                 "cannot write heartbeat record",

@@ -318,6 +318,27 @@ pub fn suggest_cache_time(measured: Duration) -> Duration {
     Duration::from_secs(secs.max(1))
 }
 
+/// A filesystem without a call the backend needs (SMB through smbnetfs: `link(2)` EPERM,
+/// `symlink(2)` ENOSYS): a config error (78) naming the call and what locks there.
+pub fn missing_call(
+    backend: &str,
+    call: &str,
+    lock: &Path,
+    fs_name: &str,
+    e: nix::errno::Errno,
+) -> crate::error::Error {
+    let on = if fs_name.is_empty() {
+        String::new()
+    } else {
+        format!(" on {fs_name}")
+    };
+    err!(
+        Config,
+        "lock {}{on}: this filesystem has no {call}(2) ({e}), which backend \"{backend}\" needs; use backend \"mkdir\", which needs only mkdir(2) and exclusive creates",
+        lock.display()
+    )
+}
+
 /// Refuses a lock directory that others may write unless it is sticky (as `/tmp` is): in it
 /// anyone could remove or replace our lock and records.
 pub fn check_dir_mode(mode: u32, dir: &Path) -> Result<()> {
@@ -330,6 +351,23 @@ pub fn check_dir_mode(mode: u32, dir: &Path) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// [`check_dir_mode`] for a lock directory on `fs`. On a network filesystem the modes may be
+/// the client's invention (smbnetfs shows every share's root 0777 and chmod does not change
+/// it): the refusal says so, and what to do instead.
+pub fn check_dir_mode_on(mode: u32, dir: &Path, fs: &Fs) -> Result<()> {
+    match check_dir_mode(mode, dir) {
+        Err(_) if fs.remote => Err(err!(
+            Config,
+            "directory {} on {} reads as writable by others and not sticky (mode {:04o}): anyone could remove the lock. A network filesystem's client may make modes up (smbnetfs shows a share's root as 0777 whatever the server allows, and chmod does not change it); who may write there is the server's say. If only the lock's users can write this share, keep the lock in a subdirectory of it (mkdir {}/locks), which reads as not writable by others; else chmod o-w or +t on the server",
+            dir.display(),
+            fs.name,
+            mode & 0o7777,
+            dir.display()
+        )),
+        r => r,
+    }
 }
 
 struct Mount<'a> {

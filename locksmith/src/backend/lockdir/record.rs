@@ -294,3 +294,90 @@ pub fn check_shared(
     }
     Ok(())
 }
+
+/// Whether `e`, the answer to a `symlink(2)` or `link(2)` on a name of our own that nobody
+/// else can have made, says the filesystem lacks the call (SMB through smbnetfs: symlink
+/// ENOSYS, link EPERM; FAT-like filesystems EPERM).
+pub fn call_missing(e: Errno) -> bool {
+    matches!(e, Errno::ENOSYS | Errno::EPERM | Errno::EOPNOTSUPP)
+}
+
+/// Makes the record entry `name` in `dir` holding `text`, in the form the filesystem keeps
+/// (`symlinks`: whether it has `symlink(2)`, learnt here on its first refusal, once per lock):
+/// a symbolic link whose target is the text (read in one `readlink`, nothing opened inside
+/// the lock), or else a regular file written and synced under the private name `tmp` and then
+/// renamed onto `name` — a free name unique to the acquisition, so the rename replaces
+/// nothing (where a rename over a name is unlink-then-rename, as on SMB, that matters) and a
+/// reader never sees the entry half-written. Nothing is left on failure.
+pub fn make_entry(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    text: &str,
+    tmp: &str,
+    symlinks: &std::cell::Cell<bool>,
+) -> nix::Result<()> {
+    if symlinks.get() {
+        match nix::unistd::symlinkat(text, dir, name) {
+            Err(e) if call_missing(e) => symlinks.set(false),
+            r => return r,
+        }
+    }
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = openat(dir, tmp, flags, FileMode::from_bits_truncate(0o644))?;
+    let file = File::from(fd);
+    let unlink = || nix::unistd::unlinkat(dir, tmp, nix::unistd::UnlinkatFlags::NoRemoveDir);
+    let written = file
+        .write_all_at(text.as_bytes(), 0)
+        .and_then(|()| file.sync_data());
+    drop(file);
+    if let Err(e) = written {
+        let _ = unlink();
+        return Err(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)));
+    }
+    rename_soon(dir, tmp.as_ref(), name.as_ref()).inspect_err(|_| {
+        let _ = unlink();
+    })
+}
+
+/// Tries `f` (a rename or unlink of a file we just closed) again while it answers EBUSY or
+/// EACCES, for about two seconds: through FUSE the close reaches the daemon after `close(2)`
+/// returns, and SMB refuses to rename or remove a file that is still open (issue 28: an
+/// owner record's rename failed EBUSY in a race across two mounts; verify's probe files were
+/// left on the server).
+pub fn soon(mut f: impl FnMut() -> nix::Result<()>) -> nix::Result<()> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match f() {
+            Err(Errno::EBUSY | Errno::EACCES) if pause < Duration::from_secs(1) => {
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// `renameat(dir, from, dir, to)` of a file we just closed, per [`soon`].
+pub fn rename_soon(dir: BorrowedFd<'_>, from: &OsStr, to: &OsStr) -> nix::Result<()> {
+    soon(|| nix::fcntl::renameat(dir, from, dir, to))
+}
+
+/// The text of the record entry `name` in `dir`, in either form [`make_entry`] makes: the
+/// symbolic link's target, or the regular file's content.
+pub fn read_entry(dir: BorrowedFd<'_>, name: &str) -> nix::Result<Vec<u8>> {
+    match nix::fcntl::readlinkat(dir, name) {
+        Ok(t) => Ok(t.as_bytes().to_vec()),
+        Err(Errno::EINVAL) => {
+            let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+            let fd = openat(dir, name, flags, FileMode::empty())?;
+            let mut buf = Vec::new();
+            File::from(fd)
+                .take(RECORD_CAP)
+                .read_to_end(&mut buf)
+                .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+            Ok(buf)
+        }
+        Err(e) => Err(e),
+    }
+}

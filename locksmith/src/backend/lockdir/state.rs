@@ -1,6 +1,7 @@
 //! Fencing tokens of the file backends: the directory `.NAME.state` beside the lock holds one
-//! entry whose *name* is the state, `state~1~TOKEN~CLEAN` (a symbolic link; the FTP backend
-//! keeps the same names as empty directories). A holder issues the next token by renaming
+//! entry whose *name* is the state, `state~1~TOKEN~CLEAN` (a symbolic link; an empty
+//! directory where the filesystem has no symbolic links, as on SMB, and as the FTP backend
+//! keeps the same names). A holder issues the next token by renaming
 //! that exact name to `state~1~TOKEN+1~0`: a compare-and-swap the server decides. A taker
 //! that stalled past `stale_after` (and was broken) and whose rename lands late renames a
 //! name that is gone: it fails, and the state never goes back.
@@ -157,7 +158,15 @@ impl StateAt<'_> {
                 nix::unistd::fchown(&fd, None, Some(nix::unistd::Gid::from_raw(g)))
                     .map_err(fail)?;
             }
-            symlinkat(TEXT, self.dir, &entry).map_err(fail)?;
+            // Where the filesystem keeps no symbolic links (SMB), the entry is an empty
+            // directory, as the FTP backend keeps it: renamed onto a free name, a directory
+            // replaces nothing (a file renamed over one there is unlink-then-rename).
+            match symlinkat(TEXT, self.dir, &entry) {
+                Err(e) if super::record::call_missing(e) => {
+                    mkdirat(self.dir, &entry, mode).map_err(fail)?
+                }
+                r => r.map_err(fail)?,
+            }
             match rename_noreplace(self.dir, &tmp, self.name) {
                 Ok(()) => Ok(true),
                 Err(Errno::EEXIST)
@@ -168,7 +177,9 @@ impl StateAt<'_> {
             }
         })();
         if !matches!(r, Ok(true)) {
-            let _ = unlinkat(self.dir, &entry, UnlinkatFlags::NoRemoveDir);
+            if unlinkat(self.dir, &entry, UnlinkatFlags::NoRemoveDir).is_err() {
+                let _ = unlinkat(self.dir, &entry, UnlinkatFlags::RemoveDir);
+            }
             let _ = unlinkat(self.dir, &tmp, UnlinkatFlags::RemoveDir);
         }
         r

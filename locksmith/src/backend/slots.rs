@@ -36,6 +36,11 @@ pub type Opener = Arc<dyn Fn(Option<u32>) -> Box<dyn Backend> + Send + Sync>;
 pub struct Slots {
     name: &'static str,
     n: u32,
+    /// The lock as messages name it, and how to open its other locks.
+    lock: String,
+    open: Opener,
+    /// Whether a busy attempt looked for holders of another number of slots yet.
+    looked: bool,
     /// Slot K's backend (`n` = 1: the lock itself), `None` while trying it.
     slots: Vec<Option<Box<dyn Backend>>>,
     /// The first of the slots a waiter watches.
@@ -61,6 +66,9 @@ impl Slots {
         Slots {
             name,
             n,
+            lock: lock.to_string(),
+            open,
+            looked: false,
             slots,
             watched: None,
         }
@@ -80,6 +88,22 @@ impl Slots {
     }
 }
 
+/// The refusal of a contender of `n` slots: `holder`, in `held_as`, holds the lock with
+/// `recorded`.
+fn refusal(
+    lock: &str,
+    recorded: &str,
+    held_as: &str,
+    holder: &Holder,
+    n: u32,
+) -> crate::error::Error {
+    err!(
+        Config,
+        "lock {lock} is held with {recorded} ({held_as}: {holder}), but this asks for {n}: all \
+         contenders of one lock must agree on `slots`"
+    )
+}
+
 /// The say of a lock of `n` slots, for the contender holding `ours`, on a counter that
 /// recorded another number (see the module's docs).
 fn agreement(lock: String, n: u32, ours: Option<u32>, open: Opener) -> Agree {
@@ -96,11 +120,8 @@ fn agreement(lock: String, n: u32, ours: Option<u32>, open: Opener) -> Agree {
                     None => "the lock itself".to_string(),
                     Some(k) => format!("slot {k}"),
                 };
-                return Err(err!(
-                    Config,
-                    "lock {lock} is held with {before} slot(s) recorded ({held_as}: {h}), but \
-                     this asks for {n}: all contenders of one lock must agree on `slots`"
-                ));
+                let recorded = format!("{before} slot(s) recorded");
+                return Err(refusal(&lock, &recorded, &held_as, &h, n));
             }
         }
         debug!("lock {lock}: {before} slot(s) recorded, none held: {n} stand(s)");
@@ -135,6 +156,24 @@ impl Backend for Slots {
                         h.slot = slot;
                     }
                     holders.extend(seen);
+                }
+            }
+        }
+        // Every slot busy: once, look where a contender of another number would be — the
+        // lock itself (1 slot) or slot N (more than ours) — so that one who disagrees is told
+        // now rather than when a slot frees (the first attempt of a wait; the number is still
+        // judged at every grant).
+        if self.n > 1 && !self.looked {
+            self.looked = true;
+            for name in [None, Some(self.n)] {
+                let mut other = (self.open)(name);
+                let holder = other.status()?.into_iter().find(|h| h.alive != Some(false));
+                if let Some(h) = holder {
+                    let (recorded, held_as) = match name {
+                        None => ("1 slot".to_string(), "the lock itself".to_string()),
+                        Some(k) => (format!("more than {} slots", self.n), format!("slot {k}")),
+                    };
+                    return Err(refusal(&self.lock, &recorded, &held_as, &h, self.n));
                 }
             }
         }

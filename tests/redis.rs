@@ -105,16 +105,20 @@ fn redis_hold_is_visible_busy_released_at_once_and_tokens_increase() {
     drop(b);
     let o = sb.output(["status", "r"]);
     assert_eq!(code(o.status), 0, "{}", stdout(&o));
-    // Only the counter and the state stay.
-    eventually(T, "only the counter and state left", || {
-        let mut keys: Vec<String> = r
-            .cli(&["KEYS", "t:r*"])
-            .lines()
-            .map(str::to_string)
-            .collect();
-        keys.sort();
-        keys == ["t:r.state", "t:r.token"]
-    });
+    // Only the counter, the state and the number of slots stay.
+    eventually(
+        T,
+        "only the counter, state and number of slots left",
+        || {
+            let mut keys: Vec<String> = r
+                .cli(&["KEYS", "t:r*"])
+                .lines()
+                .map(str::to_string)
+                .collect();
+            keys.sort();
+            keys == ["t:r.slots", "t:r.state", "t:r.token"]
+        },
+    );
 }
 
 /// A waiter gets the lock as soon as the holder's pipe closes (the release publishes on

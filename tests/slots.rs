@@ -193,9 +193,16 @@ fn contenders_that_disagree_on_the_number_of_slots_are_refused_naming_both() {
             );
         }
         // A contender of fewer slots whose slots are all busy is told at once too.
-        let more: Vec<Held> = (0..2).map(|_| sb.hold(["--slots", "3", lock.as_str()])).collect();
+        let more: Vec<Held> = (0..2)
+            .map(|_| sb.hold(["--slots", "3", lock.as_str()]))
+            .collect();
         let o = sb.output(["--slots", "2", "--wait", "5s", lock.as_str()]);
-        assert_eq!(code(o.status), 78, "{backend} --slots 2, all busy: {}", stdout(&o));
+        assert_eq!(
+            code(o.status),
+            78,
+            "{backend} --slots 2, all busy: {}",
+            stdout(&o)
+        );
         assert!(
             stdout(&o).contains("more than 2 slots") && stdout(&o).contains("asks for 2"),
             "{backend}: {}",
@@ -203,10 +210,14 @@ fn contenders_that_disagree_on_the_number_of_slots_are_refused_naming_both() {
         );
         drop(more);
         // Still only the one holder (the two others gone), and the refused left no slot taken.
-        eventually(Duration::from_secs(10), "only the first holder left", || {
-            let st = sb.output(["--slots", "3", "status", lock.as_str()]);
-            stdout(&st).lines().count() == 1
-        });
+        eventually(
+            Duration::from_secs(10),
+            "only the first holder left",
+            || {
+                let st = sb.output(["--slots", "3", "status", lock.as_str()]);
+                stdout(&st).lines().count() == 1
+            },
+        );
         drop(h);
         // Once nobody holds, the next contender's number stands.
         eventually(Duration::from_secs(10), "the semaphore is free", || {

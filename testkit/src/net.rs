@@ -123,12 +123,15 @@ impl Net {
 
     /// Host `h`'s bridge port: 0 disabled, 3 forwarding.
     fn port_state(&self, h: char, state: &str) {
-        let o = self
-            .in_server("bridge")
+        let o = self.try_port_state(h, state);
+        assert!(o.status.success(), "bridge: {}", stderr(&o));
+    }
+
+    fn try_port_state(&self, h: char, state: &str) -> std::process::Output {
+        self.in_server("bridge")
             .args(["link", "set", "dev", &Net::port(h), "state", state])
             .output()
-            .unwrap();
-        assert!(o.status.success(), "bridge: {}", stderr(&o));
+            .unwrap()
     }
 
     /// A hard cut: host `h`'s link goes down.
@@ -140,7 +143,23 @@ impl Net {
     /// neither side remembers an address it could not resolve meanwhile.
     pub fn heal(&self, h: char) {
         self.ip(&["-n", &self.ns('s'), "link", "set", &Net::port(h), "up"]);
-        self.port_state(h, "3");
+        // The kernel refuses a port state while the port is not yet operationally up
+        // (ENETDOWN, "Network is down"): after a hard cut the link comes up through the
+        // asynchronous link watch, so `link set up` returning does not mean it is up yet.
+        let mut last = String::new();
+        let waited = crate::proc::poll_until(
+            "the bridge port forwards again",
+            Duration::from_secs(10),
+            Duration::from_millis(5),
+            || {
+                let o = self.try_port_state(h, "3");
+                last = stderr(&o);
+                o.status.success()
+            },
+        );
+        if let Err(e) = waited {
+            panic!("{e}; bridge said: {last}");
+        }
         eventually(Duration::from_secs(10), "the host's link is up", || {
             let o = Command::new("ip")
                 .args(["-n", &self.ns(h), "link", "show", "eth0"])

@@ -15,6 +15,8 @@ mod waiting;
 mod several;
 // Semaphores: --slots N (SPEC §3b).
 mod slots;
+// Fair queues: --fair (SPEC §3b).
+mod fair;
 // The seed's counter race and an exclusivity checker, with a negative control.
 mod race;
 // locksmith itself killed: proof of death on this host, stale_after for another host.

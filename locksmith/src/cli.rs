@@ -79,6 +79,8 @@ pub struct Cli {
     pub shared: bool,
     /// `--slots N` (SPEC §3b).
     pub slots: Option<u32>,
+    /// `--fair` (SPEC §3b).
+    pub fair: bool,
     pub watch_stdin: bool,
     pub conflict_exit: Option<i32>,
     pub quiet: bool,
@@ -110,6 +112,7 @@ impl Cli {
             wait: None,
             shared: false,
             slots: None,
+            fair: false,
             watch_stdin: false,
             conflict_exit: None,
             quiet: false,
@@ -286,6 +289,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli> {
                     crate::settings::parse_slots(&v).map_err(|m| usage(format!("--slots: {m}")))?,
                 );
             }
+            Opt::Fair => cli.fair = true,
             Opt::WatchStdin => cli.watch_stdin = true,
             Opt::ConflictExit => {
                 let opt = "-E/--conflict-exit-code";

@@ -47,6 +47,7 @@ fn load(cli: &Cli, word: &str) -> Result<Profile> {
         wait: cli.wait,
         shared: cli.shared,
         slots: cli.slots,
+        fair: cli.fair,
     };
     if let Some(entry) = backend::entry_of_address(word)? {
         let p = backend::from_address(entry, word, &Env::current(), &overrides)?;
@@ -608,6 +609,8 @@ fn status(p: &Profile, json: bool) -> Result<i32> {
     let mut lock = backend::open(p)?;
     let holders = lock.status()?;
     let held = !holders.is_empty();
+    // A fair queue's waiters, in their order (SPEC §3b).
+    let waiters = backend::waiters(p)?;
     let mode = holders
         .iter()
         .find_map(|h| h.mode)
@@ -621,6 +624,8 @@ fn status(p: &Profile, json: bool) -> Result<i32> {
             "mode": if held { Some(mode.as_str()) } else { None },
             "slots": p.common.slots,
             "holders": list,
+            "fair": p.common.fair,
+            "waiters": waiters.iter().map(holder_json).collect::<Vec<_>>(),
         });
         format!("{v}\n")
     } else if !held {
@@ -645,6 +650,12 @@ fn status(p: &Profile, json: bool) -> Result<i32> {
         }
         s
     };
+    let mut text = text;
+    if !json {
+        for (i, w) in waiters.iter().enumerate() {
+            text.push_str(&format!("{}: waiting {} in line: {w}\n", p.name, i + 1));
+        }
+    }
     protocol::report(&text).map_err(|e| Error::io("writing status", e))?;
     Ok(if held { 1 } else { 0 })
 }

@@ -49,6 +49,8 @@ pub struct Common {
     pub shared: bool,
     /// Holders admitted at once (SPEC §3b, `slots`): 1 is the mutex of §6.
     pub slots: u32,
+    /// Waiters served in the order they began to wait (SPEC §3b, `fair`).
+    pub fair: bool,
     /// flock(1)'s forms (and `-F`): the lock is the file alone, as flock(1) leaves it — no
     /// fencing-token state, no writer-preference gate beside it (issue 25, finding 12). Not a
     /// profile key: the command line's form says it.
@@ -66,6 +68,7 @@ impl Common {
             stale_after: Duration::from_secs(60),
             shared: false,
             slots: 1,
+            fair: false,
             flock1: false,
         }
     }
@@ -125,6 +128,8 @@ pub struct Overrides {
     pub shared: bool,
     /// `--slots N`.
     pub slots: Option<u32>,
+    /// `--fair`.
+    pub fair: bool,
 }
 
 /// The most slots a lock may have (SPEC §3b).
@@ -641,6 +646,11 @@ pub static COMMON_KEYS: &[KeyDoc] = &[
         key: "slots",
         example: "2",
         doc: "a semaphore: up to this many holders at once, each in its own slot (1 to 1024); every contender of one lock must say the same (not on s3 yet) [default: 1]",
+    },
+    KeyDoc {
+        key: "fair",
+        example: "true",
+        doc: "a fair queue: waiters are served in the order they began to wait (every contender of the lock should say it; not on s3 yet) [default: false]",
     },
 ];
 

@@ -71,6 +71,16 @@ impl EtcdConfig {
             ..self.clone()
         }
     }
+
+    /// The lock's fair queue: the lock under `PREFIX.queue`, whose slots its waiters hold
+    /// (docs/LAYOUT.md).
+    pub fn queue(&self) -> EtcdConfig {
+        EtcdConfig {
+            prefix: format!("{}.queue", self.prefix),
+            slot_of: None,
+            ..self.clone()
+        }
+    }
 }
 
 /// The keys [`config`] takes (besides the common and password keys).

@@ -237,6 +237,9 @@ impl<S: Scheme + 'static> Registered for FileLock<S> {
     fn slot(cfg: &FsConfig, k: u32) -> FsConfig {
         cfg.slot(k)
     }
+    fn queue(cfg: &FsConfig) -> Option<FsConfig> {
+        Some(cfg.queue())
+    }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address::path_keys(a)
     }

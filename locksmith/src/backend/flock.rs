@@ -632,6 +632,10 @@ impl Registered for Flock {
     fn slot(cfg: &FsConfig, k: u32) -> FsConfig {
         cfg.slot(k)
     }
+    /// Kept by mkdir locks (`Profile::queue`), whose holders' numbers others can read.
+    fn queue(cfg: &FsConfig) -> Option<FsConfig> {
+        Some(cfg.queue())
+    }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address::path_keys(a)
     }

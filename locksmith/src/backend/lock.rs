@@ -234,6 +234,12 @@ pub trait Backend: Send {
     /// Descriptors that become readable when another attempt is worthwhile.
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>>;
 
+    /// At the latest, how soon to try again whatever [`WaitHint`] says (a fair queue's
+    /// waiter keeps its place alive); `None`: no such bound.
+    fn try_within(&self) -> Option<Duration> {
+        None
+    }
+
     /// The current holders, without taking or changing anything.
     fn status(&mut self) -> Result<Vec<Holder>>;
 
@@ -338,6 +344,11 @@ pub trait Registered {
     /// its own lock, next to the lock's, with the lock's fencing-token counter.
     fn slot(cfg: &Self::Config, _k: u32) -> Self::Config {
         cfg.clone()
+    }
+    /// The settings of the lock's fair queue (SPEC §3b), `None` where it keeps none: a lock of
+    /// its own beside the lock's, whose slots the waiters hold (`fair.rs`).
+    fn queue(_cfg: &Self::Config) -> Option<Self::Config> {
+        None
     }
     /// Reads its keys (a profile section or an address: the same code).
     fn parse(f: &mut Fields) -> Result<Self::Config>;

@@ -7,6 +7,7 @@
 //! code never see a backend's details.
 
 pub mod address;
+pub mod fair;
 pub mod faults;
 pub mod filelock;
 pub mod hold;
@@ -118,6 +119,13 @@ macro_rules! backends {
                 }
             }
 
+            /// The lock's fair queue, where the backend keeps one.
+            pub fn queue(&self) -> Option<BackendConfig> {
+                match self {
+                    $($(#[cfg($cfg)])? BackendConfig::$variant(c) => <$module::$ty as Registered>::queue(c).map(BackendConfig::$variant),)+
+                }
+            }
+
             /// Where the server password comes from, for the server backends.
             pub fn password(&self) -> Option<&Password> {
                 match self {
@@ -216,15 +224,42 @@ pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
         return Ok(open_config(&profile.backend, &named));
     }
     let cfg = profile.backend.clone();
-    let opener: slots::Opener = std::sync::Arc::new(move |k| match k {
-        None => open_config(&cfg, &named),
-        Some(k) => open_config(&cfg.slot(k), &named),
-    });
-    Ok(Box::new(slots::Slots::new(
+    let lock = slots::Slots::new(
         &profile.name,
         profile.common.slots,
-        opener,
-    )))
+        slots_of(cfg, named.clone()),
+    );
+    match profile.queue() {
+        Some((queue, named)) if profile.common.fair => {
+            let common = named.common.clone();
+            Ok(Box::new(fair::Fair::new(
+                Box::new(lock),
+                &profile.name,
+                &common,
+                slots_of(queue, named),
+            )))
+        }
+        _ => Ok(Box::new(lock)),
+    }
+}
+
+/// How to open lock `cfg`'s slots (and the lock itself).
+fn slots_of(cfg: BackendConfig, named: Named) -> slots::Opener {
+    std::sync::Arc::new(move |k| match k {
+        None => open_config(&cfg, &named),
+        Some(k) => open_config(&cfg.slot(k), &named),
+    })
+}
+
+/// The waiters of a fair lock, in their order (SPEC §3b: `status`); empty unless the profile
+/// says `fair`.
+pub fn waiters(profile: &Profile) -> Result<Vec<lock::Holder>> {
+    match profile.queue() {
+        Some((queue, named)) if profile.common.fair && !profile.common.flock1 => {
+            fair::waiters(&slots_of(queue, named))
+        }
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// A validated profile: a profile section, or a lock address standing for one.
@@ -247,6 +282,28 @@ impl Profile {
             common: self.common.clone(),
         }
     }
+
+    /// Its fair queue (SPEC §3b), where its backend keeps one: the queue's settings, and the
+    /// queue as a lock of [`fair::PLACES`] exclusive slots with the lock's timing.
+    fn queue(&self) -> Option<(BackendConfig, Named)> {
+        let cfg = match &self.backend {
+            // A flock holder's number cannot be read by others (nothing is written beside a
+            // flock lock but its counter): flock's line is kept by mkdir locks beside it,
+            // which record their holders' numbers, and are freed at once when one dies here.
+            BackendConfig::Flock(c) => BackendConfig::Mkdir(c.queue()),
+            other => other.queue()?,
+        };
+        let common = Common {
+            shared: false,
+            slots: fair::PLACES,
+            fair: false,
+            ..self.common.clone()
+        };
+        // The records of a place name the lock's profile (a name without spaces: some
+        // backends' records are space-separated).
+        let name = self.name.clone();
+        Some((cfg, Named { name, common }))
+    }
 }
 
 /// Both front doors end here: the common keys (timing over `common`, `shared`), the
@@ -265,6 +322,8 @@ pub fn configure(
     common.shared = shared_from_profile;
     let slots_from_profile = f.slots("slots")?;
     common.slots = slots_from_profile.unwrap_or(1);
+    let fair_from_profile = f.bool("fair")?.unwrap_or(false);
+    common.fair = fair_from_profile;
     let Some(parse) = entry.parse else {
         return Err(f.error(&format!(
             "backend `{0}` was left out of this build of locksmith (cargo feature `{0}`)",
@@ -282,6 +341,9 @@ pub fn configure(
     }
     if let Some(n) = overrides.slots {
         common.slots = n;
+    }
+    if overrides.fair {
+        common.fair = true;
     }
     common
         .check()
@@ -329,6 +391,20 @@ pub fn configure(
                 ),
             ));
         }
+    }
+    if common.fair && backend.queue().is_none() {
+        let (kind, said) = if overrides.fair {
+            (Kind::Usage, "--fair")
+        } else {
+            (origin.kind, "`fair = true`")
+        };
+        return Err(Error::new(
+            kind,
+            format!(
+                "backend `{}` cannot keep a fair queue yet, but {said} was given",
+                backend.name()
+            ),
+        ));
     }
     Ok(Profile {
         name: name.to_string(),
@@ -527,11 +603,13 @@ mod tests {
                     Common::builtin(),
                     &Overrides::default(),
                 );
-                // `shared` on a backend that cannot share, `slots` on one that keeps no
-                // slots: refused by design.
+                // `shared` on a backend that cannot share, `slots` or `fair` on one that keeps
+                // no slots: refused by design.
                 let refused = match k.key {
                     "shared" => !BackendConfig::supports_shared_by_name(e.name),
                     "slots" => !BackendConfig::supports_slots_by_name(e.name),
+                    // A fair queue is kept by the slots of a lock beside the lock's.
+                    "fair" => !BackendConfig::supports_slots_by_name(e.name),
                     _ => false,
                 };
                 if refused {

@@ -87,6 +87,16 @@ impl PgConfig {
         }
     }
 
+    /// The lock's fair queue: the advisory lock `LOCK.queue`, whose slots its waiters hold
+    /// (docs/LAYOUT.md).
+    pub fn queue(&self) -> PgConfig {
+        PgConfig {
+            lock: format!("{}.queue", self.lock),
+            slot_of: None,
+            ..self.clone()
+        }
+    }
+
     /// The row of the token table this lock issues from.
     fn token_lock(&self) -> &str {
         self.slot_of.as_deref().unwrap_or(&self.lock)

@@ -83,6 +83,16 @@ impl RedisConfig {
             ..self.clone()
         }
     }
+
+    /// The lock's fair queue: the key `KEY.queue`, whose slots its waiters hold
+    /// (docs/LAYOUT.md).
+    pub fn queue(&self) -> RedisConfig {
+        RedisConfig {
+            key: format!("{}.queue", self.key),
+            slot_of: None,
+            ..self.clone()
+        }
+    }
 }
 
 /// The keys [`config`] takes (besides the common and password keys).

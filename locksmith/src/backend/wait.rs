@@ -124,6 +124,9 @@ pub fn acquire(
             continue;
         }
         let mut timeout = hint.poll.then(|| backoff.next_delay());
+        if let Some(d) = lock.try_within() {
+            timeout = Some(timeout.map_or(d, |t| t.min(d)));
+        }
         if let Some(d) = deadline {
             let left = d.saturating_duration_since(now);
             timeout = Some(timeout.map_or(left, |t| t.min(left)));

@@ -44,6 +44,7 @@ pub enum Opt {
     Shared,
     Exclusive,
     Slots,
+    Fair,
     WatchStdin,
     ConflictExit,
     Quiet,
@@ -172,6 +173,15 @@ pub static OPTIONS: &[OptDoc] = &[
         scope: Scope::Global,
         help: "a semaphore: up to N holders at once, each in its own slot (1 to 1024)\n\
                [default: 1, the profile's `slots`]",
+    },
+    OptDoc {
+        opt: Opt::Fair,
+        shorts: &[],
+        longs: &["fair"],
+        value: Value::None,
+        scope: Scope::Global,
+        help: "a fair queue: waiters are served in the order they began to wait\n\
+               [default: the profile's `fair`]",
     },
     OptDoc {
         opt: Opt::WatchStdin,

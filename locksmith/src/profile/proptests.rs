@@ -526,6 +526,7 @@ fn parse_and_resolve(text: &str, extra_names: &[String]) -> Result<(), TestCaseE
                 wait: None,
                 shared,
                 slots: None,
+                fair: false,
             };
             match pf.profile(name, &overrides) {
                 Ok(p) => {
@@ -905,6 +906,7 @@ impl Spec {
             stale_after: effective(stale_after, builtin.stale_after),
             shared: shared_from_profile || self.over_shared,
             slots: 1,
+            fair: false,
             flock1: false,
         };
         let backend = match &self.backend {
@@ -984,7 +986,7 @@ proptest! {
         let text = spec.render();
         let pf = ProfilesFile::parse(&file(), &text)
             .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
-        let overrides = Overrides { wait: spec.over_wait, shared: spec.over_shared, slots: None };
+        let overrides = Overrides { wait: spec.over_wait, shared: spec.over_shared, slots: None, fair: false };
         match (pf.profile(&spec.name, &overrides), spec.expected()) {
             (Ok(got), Ok(want)) => prop_assert_eq!(got, want, "\n{}", text),
             (Err(e), Err((kind, word))) => {
@@ -1343,7 +1345,7 @@ proptest! {
         use crate::backend;
         let text = case.profile();
         let address = case.address();
-        let overrides = Overrides { wait: None, shared: over_shared, slots: None };
+        let overrides = Overrides { wait: None, shared: over_shared, slots: None, fair: false };
         let pf = ProfilesFile::parse(&file(), &text)
             .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
         let by_profile = pf.profile("x", &overrides);

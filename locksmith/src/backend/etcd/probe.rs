@@ -536,6 +536,9 @@ impl Registered for Etcd {
     fn slot(cfg: &EtcdConfig, k: u32) -> EtcdConfig {
         cfg.slot(k)
     }
+    fn queue(cfg: &EtcdConfig) -> Option<EtcdConfig> {
+        Some(cfg.queue())
+    }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address(a)
     }

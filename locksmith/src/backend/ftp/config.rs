@@ -43,6 +43,16 @@ impl FtpConfig {
             ..self.clone()
         }
     }
+
+    /// The lock's fair queue: the lock directory `PATH.queue`, whose slots its waiters hold
+    /// (docs/LAYOUT.md).
+    pub fn queue(&self) -> FtpConfig {
+        FtpConfig {
+            path: format!("{}.queue", self.path),
+            slot_of: None,
+            ..self.clone()
+        }
+    }
 }
 
 /// The keys [`config`] takes (besides the common and password keys).

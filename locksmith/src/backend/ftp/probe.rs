@@ -493,6 +493,9 @@ impl Registered for super::Ftp {
     fn slot(cfg: &FtpConfig, k: u32) -> FtpConfig {
         cfg.slot(k)
     }
+    fn queue(cfg: &FtpConfig) -> Option<FtpConfig> {
+        Some(cfg.queue())
+    }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::config::address(a)
     }

@@ -467,6 +467,9 @@ impl Registered for Postgres {
     fn slot(cfg: &PgConfig, k: u32) -> PgConfig {
         cfg.slot(k)
     }
+    fn queue(cfg: &PgConfig) -> Option<PgConfig> {
+        Some(cfg.queue())
+    }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address(a)
     }

@@ -461,6 +461,9 @@ impl Registered for Redis {
     fn slot(cfg: &RedisConfig, k: u32) -> RedisConfig {
         cfg.slot(k)
     }
+    fn queue(cfg: &RedisConfig) -> Option<RedisConfig> {
+        Some(cfg.queue())
+    }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address(a)
     }

@@ -1,0 +1,345 @@
+//! Fair queues (SPEC §3b): waiters are served in the order they began to wait, on every
+//! backend that keeps slots, for one slot or several. This file is the one place for the
+//! rule; a backend supplies only where its queue is (`Registered::queue`).
+//!
+//! **The shape** (every working FIFO semaphore is a fair gate plus a counter): the queue is a
+//! lock of its own beside the lock's name (`NAME.queue`) with [`PLACES`] slots. A waiter
+//! first takes a place — any free slot of the queue, a whole lock of SPEC §6 held for as long
+//! as it waits: crash release, proof of death or `stale_after`, heartbeats — and the fencing
+//! token of that grant, from the queue's one counter, is its number in line. Only the waiter
+//! whose number is the lowest of the places held (the head) tries the lock itself; once it
+//! holds the lock it gives its place back and the next number is the head. A waiter that
+//! gives up, fails, or whose parent goes gives its place back at once; one killed leaves its
+//! place to the backend's crash rules (at once on the same host, after `stale_after`
+//! elsewhere), so it never blocks the line longer than a dead holder would block the lock.
+//!
+//! **Why the line needs no lock of its own:** numbers are issued in order, and a place is
+//! held before its number is issued, so once a waiter has its number every waiter ahead of it
+//! already holds a place. A waiter reads the places once, keeps those with lower numbers, and
+//! from then on only watches the nearest of them: the line ahead of it can only get shorter.
+//! A place seen held whose number is not issued yet is waited on until it is; one whose
+//! holder is not known to be alive is tried (the backend breaks a dead or stale one as part
+//! of trying, and the place is given back at once).
+//!
+//! **Limits:** more than [`PLACES`] waiters wait for a place in no particular order; a
+//! contender without `fair` is not in the line and may go first; on a network filesystem a
+//! place may be seen late (its cache time), as every read there.
+
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+use super::lock::{Attempt, Backend, Break, BreakOutcome, Held, Holder, WaitHint};
+use super::slots::{Opener, Slots};
+use crate::error::{Kind, Result};
+use crate::log::{debug, info};
+use crate::settings::Common;
+use crate::watch::Watcher;
+
+/// The places of a fair queue: waiters beyond them wait for a place in no order.
+pub const PLACES: u32 = 32;
+
+/// A lock taken through its fair queue.
+pub struct Fair {
+    /// The lock as messages name it.
+    name: String,
+    /// The lock itself (all its slots); only the head of the line tries it.
+    lock: Option<Box<dyn Backend>>,
+    /// How to open the queue's places.
+    queue: Opener,
+    common: Common,
+    /// Not in line yet: the queue, being tried for a place.
+    entering: Option<Box<dyn Backend>>,
+    place: Option<Place>,
+    /// The places held ahead of ours (slot, number), nearest last; the line ahead only
+    /// shrinks, so it is read once.
+    ahead: Vec<(u32, Option<u64>)>,
+    /// The nearest place ahead, kept open between looks (a backend judges silence over
+    /// time).
+    watched: Option<(u32, Box<dyn Backend>)>,
+    /// Who holds the lock, as last seen (for messages).
+    holders: Vec<Holder>,
+}
+
+/// Our place in line: its lock held, its number, and when it heartbeats next.
+struct Place {
+    held: Box<dyn Held>,
+    slot: u32,
+    number: Option<u64>,
+    next_beat: Option<Instant>,
+}
+
+impl Fair {
+    pub fn new(lock: Box<dyn Backend>, name: &str, queue_common: &Common, queue: Opener) -> Fair {
+        Fair {
+            name: name.to_string(),
+            lock: Some(lock),
+            queue,
+            common: queue_common.clone(),
+            entering: None,
+            place: None,
+            ahead: Vec::new(),
+            watched: None,
+            holders: Vec::new(),
+        }
+    }
+
+    /// Takes a place if one is free; then reads who is ahead.
+    fn enter(&mut self) -> Result<()> {
+        let queue = match self.entering.take() {
+            Some(q) => q,
+            None => Box::new(Slots::new(
+                &format!("{} (its fair queue)", self.name),
+                PLACES,
+                self.queue.clone(),
+            )),
+        };
+        match queue.try_acquire()? {
+            Attempt::Acquired(held) => {
+                let grant = held.grant().clone();
+                let period = held.period();
+                let slot = grant.slot.unwrap_or(0);
+                self.place = Some(Place {
+                    held,
+                    slot,
+                    number: grant.token,
+                    next_beat: period.map(|p| Instant::now() + p),
+                });
+                self.read_line()?;
+                debug!(
+                    "lock {}: in line, number {:?} in place {slot}, {} ahead",
+                    self.name,
+                    grant.token,
+                    self.ahead.len()
+                );
+            }
+            Attempt::Busy(queue, seen) => {
+                debug!(
+                    "lock {}: every place of its fair queue is taken ({})",
+                    self.name,
+                    super::lock::describe(&seen)
+                );
+                self.entering = Some(queue);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads every other place once: those held with a lower number (or none issued yet)
+    /// are ahead of ours.
+    fn read_line(&mut self) -> Result<()> {
+        let place = self.place.as_ref().expect("in line");
+        let (ours, number) = (place.slot, place.number);
+        self.ahead.clear();
+        self.watched = None;
+        let Some(number) = number else {
+            // No number (a counter that could not be read): no order to keep.
+            return Ok(());
+        };
+        for k in (0..PLACES).filter(|&k| k != ours) {
+            let mut other = (self.queue)(Some(k));
+            for h in other.status()? {
+                match h.token {
+                    Some(t) if t >= number => {}
+                    t => self.ahead.push((k, t)),
+                }
+            }
+        }
+        // Nearest last; a place whose number is not issued yet counts as nearest.
+        self.ahead.sort_by_key(|&(_, t)| t.unwrap_or(u64::MAX));
+        Ok(())
+    }
+
+    /// Whether we are the head of the line: looks at the nearest place ahead until one is
+    /// still held by a waiter ahead of us, or none is left.
+    fn at_head(&mut self) -> Result<bool> {
+        let number = self.place.as_ref().and_then(|p| p.number);
+        while let Some(&(k, _)) = self.ahead.last() {
+            let mut other = match self.watched.take() {
+                Some((j, b)) if j == k => b,
+                _ => (self.queue)(Some(k)),
+            };
+            let holders = other.status()?;
+            let nearest = holders.iter().find(|h| match (h.token, number) {
+                (Some(t), Some(n)) => t < n,
+                (None, _) => true,
+                (Some(_), None) => false,
+            });
+            let Some(h) = nearest else {
+                // Gone (or a newer waiter sits there now).
+                self.ahead.pop();
+                continue;
+            };
+            if h.token.is_none() || h.alive == Some(true) {
+                self.watched = Some((k, other));
+                return Ok(false);
+            }
+            // Not known alive: try it; the backend breaks a dead or stale holder as part of
+            // trying, and the place is given back at once.
+            match other.try_acquire()? {
+                Attempt::Acquired(held) => {
+                    info!(
+                        "lock {}: the waiter ahead in place {k} ({h}) left the line without giving its place back",
+                        self.name
+                    );
+                    if let Err(e) = held.release() {
+                        debug!("giving back place {k}: {}", e.error);
+                    }
+                    self.ahead.pop();
+                }
+                Attempt::Busy(other, _) => {
+                    self.watched = Some((k, other));
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Keeps our place alive; a place lost (broken while we were stopped) is taken again at
+    /// the end of the line.
+    fn beat(&mut self) -> Result<()> {
+        let Some(place) = self.place.as_mut() else {
+            return Ok(());
+        };
+        let Some(next) = place.next_beat else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        if now < next {
+            return Ok(());
+        }
+        let period = place.held.period().unwrap_or(self.common.heartbeat());
+        match place.held.heartbeat(now + period / 2) {
+            Ok(()) => {
+                place.next_beat = Some(Instant::now() + period);
+                Ok(())
+            }
+            Err(e) if e.kind() == Kind::Lost => {
+                info!(
+                    "lock {}: lost its place in line ({e}); going to the end of the line",
+                    self.name
+                );
+                let place = self.place.take().expect("in line");
+                let _ = place.held.release();
+                self.ahead.clear();
+                self.watched = None;
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives our place back (we hold the lock, or stop waiting).
+    fn leave(&mut self) {
+        if let Some(place) = self.place.take()
+            && let Err(e) = place.held.release()
+        {
+            debug!(
+                "lock {}: giving its place in line back: {}",
+                self.name, e.error
+            );
+        }
+    }
+}
+
+impl Drop for Fair {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+impl Backend for Fair {
+    fn name(&self) -> &'static str {
+        self.lock.as_ref().expect("the lock is back").name()
+    }
+
+    fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
+        self.beat()?;
+        if self.place.is_none() {
+            self.enter()?;
+            if self.place.is_some() && !self.ahead.is_empty() {
+                // In line behind others: who holds the lock, once, for the messages.
+                self.holders = self.lock.as_mut().expect("the lock is back").status()?;
+            }
+        }
+        if self.place.is_none() || !self.at_head()? {
+            let holders = self.holders.clone();
+            return Ok(Attempt::Busy(self, holders));
+        }
+        let lock = self.lock.take().expect("the lock is back");
+        match lock.try_acquire()? {
+            Attempt::Acquired(held) => {
+                self.leave();
+                Ok(Attempt::Acquired(held))
+            }
+            Attempt::Busy(lock, holders) => {
+                self.lock = Some(lock);
+                self.holders.clone_from(&holders);
+                Ok(Attempt::Busy(self, holders))
+            }
+        }
+    }
+
+    fn prepare_wait(&mut self) -> Result<WaitHint> {
+        if let Some(q) = self.entering.as_mut() {
+            return q.prepare_wait();
+        }
+        if self.place.is_some() && self.ahead.is_empty() {
+            return self.lock.as_mut().expect("the lock is back").prepare_wait();
+        }
+        // Behind others: woken when the nearest place ahead changes where its backend can
+        // tell, and looking again every `poll` in any case (try_within).
+        if let Some((_, b)) = self.watched.as_mut() {
+            b.prepare_wait()?;
+        }
+        Ok(WaitHint { poll: false })
+    }
+
+    fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
+        if let Some(q) = self.entering.as_ref() {
+            return q.wake_fds();
+        }
+        if self.place.is_some() && self.ahead.is_empty() {
+            return self.lock.as_ref().expect("the lock is back").wake_fds();
+        }
+        match self.watched.as_ref() {
+            Some((_, b)) => b.wake_fds(),
+            None => Vec::new(),
+        }
+    }
+
+    fn try_within(&self) -> Option<Duration> {
+        let place = self.place.as_ref()?;
+        let now = Instant::now();
+        let beat = place.next_beat.map(|n| n.saturating_duration_since(now));
+        let look = (!self.ahead.is_empty()).then_some(self.common.poll);
+        match (beat, look) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn status(&mut self) -> Result<Vec<Holder>> {
+        self.lock.as_mut().expect("the lock is back").status()
+    }
+
+    fn break_lock(&mut self, how: Break, watcher: &mut Watcher) -> Result<BreakOutcome> {
+        self.lock
+            .as_mut()
+            .expect("the lock is back")
+            .break_lock(how, watcher)
+    }
+}
+
+/// The waiters of a fair queue, in their order (`status`).
+pub fn waiters(queue: &Opener) -> Result<Vec<Holder>> {
+    let mut all = Vec::new();
+    for k in 0..PLACES {
+        for mut h in queue(Some(k)).status()? {
+            h.slot = None;
+            all.push(h);
+        }
+    }
+    all.sort_by_key(|h| h.token.unwrap_or(u64::MAX));
+    Ok(all)
+}

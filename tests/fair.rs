@@ -1,0 +1,205 @@
+//! Fair queues (SPEC §3b): with `--fair`, waiters are served in the order they began to wait
+//! — for one slot and for several — a waiter that gives up or is killed leaves the line
+//! without stalling it, and `status` lists the line in order. The network backends run the
+//! same checks from their own modules ([`served_in_order`]).
+
+use std::fs;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// How far apart the waiters arrive.
+const ARRIVALS: Duration = Duration::from_millis(150);
+
+/// The file backends, as address schemes.
+const FILE_BACKENDS: [&str; 4] = ["flock", "mkdir", "link", "symlink"];
+
+/// The waiters of `lock`'s fair queue as `status --json` lists them: their pids, in order.
+pub fn line(sb: &Sandbox, args: &[&str], lock: &str) -> Vec<i64> {
+    let o = sb.output(
+        args.iter()
+            .copied()
+            .chain(["--fair", "status", "--json", lock]),
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("status --json of {lock}: {e}: {}", stdout(&o)));
+    v["waiters"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no \"waiters\" in {v}"))
+        .iter()
+        .map(|w| w["pid"].as_i64().expect("a waiter's pid"))
+        .collect()
+}
+
+/// One waiter: `run --fair LOCK -- sh -c 'echo I >> order'`, with `args` before.
+fn waiter(sb: &Sandbox, args: &[&str], lock: &str, i: usize) -> Child {
+    let order = sb.join("order");
+    let script = format!("echo {i} >> '{}'", order.display());
+    let mut c: Command = sb.cmd(
+        args.iter()
+            .copied()
+            .chain(["--fair", "run", lock, "--", "sh", "-c", &script]),
+    );
+    c.stderr(std::process::Stdio::null());
+    c.spawn().unwrap()
+}
+
+/// The largest overtaking in `served` (waiter numbers in the order they got the lock, the
+/// numbers in the order they began to wait): how many who came later went first.
+pub fn largest_overtaking(served: &[usize]) -> usize {
+    served
+        .iter()
+        .enumerate()
+        .map(|(pos, &i)| served[..pos].iter().filter(|&&j| j > i).count())
+        .max()
+        .unwrap_or(0)
+}
+
+/// A holder, then `n` waiters that begin to wait one after another, [`ARRIVALS`] apart (each
+/// in line, as `status` shows, before the next starts), then the holder lets go: the order in which the
+/// waiters ran their command. `kill`: the waiters killed (kill -9) while in line; `give_up`:
+/// those started with `--wait 1` that leave the line by themselves.
+pub fn served_in_order(
+    sb: &Sandbox,
+    args: &[&str],
+    lock: &str,
+    n: usize,
+    kill: &[usize],
+    give_up: &[usize],
+) -> Vec<usize> {
+    let _ = fs::remove_file(sb.join("order"));
+    let holder = sb.hold(args.iter().copied().chain(["--fair", lock]));
+    assert!(holder.ok().starts_with("OK"), "{}", holder.ok());
+    let mut waiters = Vec::new();
+    for i in 1..=n {
+        let mut a: Vec<&str> = args.to_vec();
+        if give_up.contains(&i) {
+            a.extend(["--wait", "1"]);
+        }
+        let child = waiter(sb, &a, lock, i);
+        let arrived = Instant::now();
+        let pid = i64::from(child.id());
+        eventually(Duration::from_secs(30), "the waiter is in line", || {
+            line(sb, args, lock).contains(&pid)
+        });
+        waiters.push((i, child));
+        // SPEC §3b's scenario: waiters arriving 150 ms apart (so that their polls are not in
+        // step; a line kept only by luck shows here).
+        let next = arrived + ARRIVALS;
+        while Instant::now() < next {
+            std::thread::sleep(next - Instant::now());
+        }
+    }
+    let pids: Vec<i64> = waiters.iter().map(|(_, c)| i64::from(c.id())).collect();
+    let listed = line(sb, args, lock);
+    let gave_up: Vec<i64> = give_up.iter().map(|&i| pids[i - 1]).collect();
+    assert_eq!(
+        listed
+            .iter()
+            .filter(|p| !gave_up.contains(p))
+            .collect::<Vec<_>>(),
+        pids.iter()
+            .filter(|p| !gave_up.contains(p))
+            .collect::<Vec<_>>(),
+        "status lists the line in the order the waiters came"
+    );
+    for &i in kill {
+        kill9(pids[i - 1] as i32);
+    }
+    for &i in give_up {
+        let status = waiters[i - 1].1.wait().unwrap();
+        assert_eq!(code(status), 75, "waiter {i} gave up");
+    }
+    drop(holder);
+    let started = Instant::now();
+    for (i, mut c) in waiters {
+        if kill.contains(&i) || give_up.contains(&i) {
+            let _ = c.wait();
+            continue;
+        }
+        let status = c.wait().unwrap();
+        assert!(status.success(), "waiter {i}: exit {}", code(status));
+    }
+    let took = started.elapsed();
+    let order: Vec<usize> = fs::read_to_string(sb.join("order"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    eprintln!(
+        "{lock} {args:?}: served {order:?} in {took:.2?}; largest overtaking {}",
+        largest_overtaking(&order)
+    );
+    assert!(
+        line(sb, args, lock).is_empty(),
+        "nobody left in line once all were served"
+    );
+    order
+}
+
+fn address(sb: &Sandbox, backend: &str, name: &str) -> String {
+    format!("{backend}:{}", sb.join(name).display())
+}
+
+#[test]
+fn twelve_waiters_are_served_in_the_order_they_came_on_every_file_backend() {
+    let _heavy = heavy();
+    let sb = Sandbox::standard();
+    for backend in FILE_BACKENDS {
+        let lock = address(&sb, backend, &format!("{backend}.fair"));
+        let order = served_in_order(&sb, &[], &lock, 12, &[], &[]);
+        assert_eq!(order, (1..=12).collect::<Vec<_>>(), "{backend}");
+    }
+}
+
+#[test]
+fn a_semaphore_s_waiters_are_served_in_order_too() {
+    let _heavy = heavy();
+    let sb = Sandbox::standard();
+    for backend in ["flock", "mkdir"] {
+        let lock = address(&sb, backend, &format!("{backend}.fairsem"));
+        // Two slots: one held by a holder that stays, one by the holder that lets go; the
+        // line goes through the freed slot one by one, in order.
+        let other = sb.hold(["--slots", "2", "--fair", lock.as_str()]);
+        let order = served_in_order(&sb, &["--slots", "2"], &lock, 8, &[], &[]);
+        assert_eq!(order, (1..=8).collect::<Vec<_>>(), "{backend}");
+        drop(other);
+    }
+}
+
+#[test]
+fn a_waiter_killed_or_giving_up_in_line_does_not_stall_it() {
+    let _heavy = heavy();
+    let sb = Sandbox::standard();
+    for backend in FILE_BACKENDS {
+        let lock = address(&sb, backend, &format!("{backend}.fairkill"));
+        let order = served_in_order(&sb, &[], &lock, 8, &[3, 6], &[5]);
+        assert_eq!(order, [1, 2, 4, 7, 8], "{backend}");
+    }
+}
+
+#[test]
+fn fair_is_refused_where_no_queue_is_kept_and_its_values_are_checked() {
+    let sb = Sandbox::new(
+        r#"
+[profile.bad]
+backend = "flock"
+path = "x"
+fair = "yes"
+"#,
+    );
+    let o = sb.output(["bad"]);
+    assert_eq!(code(o.status), 78, "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("`fair` must be true or false"),
+        "{}",
+        stdout(&o)
+    );
+    let o = sb.output([
+        "--wait",
+        "0",
+        &format!("{}?fair=maybe", address(&sb, "mkdir", "m")),
+    ]);
+    assert_eq!(code(o.status), 64, "{}", stdout(&o));
+}

@@ -27,6 +27,7 @@ mod dir;
 mod fs;
 pub mod probe;
 mod record;
+mod sshfs;
 pub mod state;
 
 pub use config::{BESIDE, FS_KEYS, FsConfig, HEARTBEAT_KEYS, MAX_LOCK_NAME};

@@ -522,6 +522,36 @@ mod tests {
     }
 
     #[test]
+    fn a_cache_time_read_from_the_mount_counts_and_says_whence() {
+        let s = Duration::from_secs;
+        let dir = Path::new("/mnt/a");
+        let read = Fs {
+            name: "fuse.sshfs (127.0.0.1:/srv)".into(),
+            remote: true,
+            cache: Some(s(22)),
+            cache_how: "per its sshfs process 7, sshfs's defaults: …".into(),
+            client: None,
+        };
+        assert!(check(&read, dir, &cfg(false, None), s(23), true).is_ok());
+        let e = check(&read, dir, &cfg(false, None), s(22), true).unwrap_err();
+        assert!(e.message().contains("stale_after above 22s"), "{e}");
+        assert!(e.message().contains("sshfs process 7"), "{e}");
+        // The profile's word wins.
+        assert!(check(&read, dir, &cfg(false, Some(s(1))), s(3), true).is_ok());
+        let unseen = Fs {
+            cache: None,
+            cache_how: "no sshfs process serving /mnt/a can be seen here".into(),
+            ..read
+        };
+        let e = check(&unseen, dir, &cfg(false, None), s(60), true).unwrap_err();
+        assert!(e.message().contains("stale_after above 1m"), "{e}");
+        assert!(e.message().contains("unknown, no sshfs process"), "{e}");
+        assert!(check(&unseen, dir, &cfg(false, None), s(61), true).is_ok());
+        assert_eq!(user_id("rw,user_id=1000,group_id=1000"), Some(1000));
+        assert_eq!(user_id("rw,relatime"), None);
+    }
+
+    #[test]
     fn gluster_client_caches_are_refused_whatever_the_timings() {
         let gluster = Fs {
             name: "fuse.glusterfs (10.0.0.1:v)".into(),

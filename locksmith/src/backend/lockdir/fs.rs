@@ -86,9 +86,10 @@ pub fn detect(fd: BorrowedFd<'_>) -> Fs {
     let magic = magic(fd);
     let family = family(magic);
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mount = fstat(fd)
+    let dev = fstat(fd)
         .ok()
-        .and_then(|st| mount_for_dev(&info, major(st.st_dev), minor(st.st_dev)));
+        .map(|st| (major(st.st_dev), minor(st.st_dev)));
+    let mount = dev.and_then(|(maj, min)| mount_for_dev(&info, maj, min));
     let name = match (&mount, family) {
         (Some(m), _) => format!("{} ({})", m.fstype, m.source),
         (None, Some(f)) => f.to_string(),
@@ -101,11 +102,13 @@ pub fn detect(fd: BorrowedFd<'_>) -> Fs {
         ),
         (Some("NFS"), None) => (Some(UNKNOWN_CACHE), "NFS's default acdirmax".to_string()),
         (_, Some(m)) if m.fstype == "fuse.sshfs" => {
-            match super::sshfs::mount_cache(
-                &unescape(m.point),
-                &unescape(m.source).to_string_lossy(),
-                user_id(m.opts),
-            ) {
+            let (maj, min) = dev.unwrap_or_default();
+            match super::sshfs::mount_cache(&super::sshfs::Mount {
+                point: &unescape(m.point),
+                source: &unescape(m.source).to_string_lossy(),
+                uid: user_id(m.opts),
+                dev: &format!("{maj}:{min}"),
+            }) {
                 Ok((t, how)) => (Some(t), how),
                 Err(why) => (None, why),
             }

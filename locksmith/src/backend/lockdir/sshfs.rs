@@ -22,13 +22,18 @@
 //!
 //! The daemon is found by `/proc/PID/comm` (`sshfs`: reading another process's `cmdline`
 //! takes its memory map lock, and a process stuck on a hung mount could hold it), owned by
-//! the user the mount's `user_id` names, whose command line names the mount point: absolute
+//! the user the mount's `user_id` names, whose command line names the mount point — absolute
 //! as given, or relative to the process's working directory (gone to `/` once sshfs
 //! daemonises: then a relative mount point counts where it ends the mount's path and the
-//! host argument is the mount's source). Where several processes match, the longest cache
-//! counts. Where none can be seen (another pid namespace, `/proc` mounted with `hidepid`, a
-//! mount point given through a symbolic link), the cache time stays unknown and the profile
-//! must state it, as before.
+//! host argument is the mount's source) — and whose mount namespace holds this very mount
+//! (its `/proc/PID/mountinfo` lists the mount's device number, one per FUSE connection: an
+//! sshfs whose mount at that path was since lazily unmounted does not). Where several
+//! processes match, the longest cache counts. Where none can be seen (another pid namespace,
+//! `/proc` mounted with `hidepid`, a mount point given through a symbolic link), the cache
+//! time stays unknown and the profile must state it, as before. Honest limit: a process that
+//! matches all of that but serves another mount at the same path in the same namespace
+//! (mounts stacked on one point) counts too, which can only lengthen the time — unless the
+//! one serving this mount is hidden while such a one is seen.
 
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
@@ -273,14 +278,22 @@ fn same_source(host: &str, source: &str) -> bool {
     host == source || host.replace(',', "\\,") == source
 }
 
-/// The cache of the sshfs mount at `point` (source `source`, mounted by user `uid` where
-/// mountinfo says), by the command line of the sshfs process serving it: `Ok` with the time
-/// and what it was counted from, `Err` with why it is unknown.
-pub fn mount_cache(
-    point: &Path,
-    source: &str,
-    uid: Option<u32>,
-) -> Result<(Duration, String), String> {
+/// An sshfs mount, as this process's `/proc/self/mountinfo` shows it.
+pub struct Mount<'a> {
+    /// Where it is mounted (unescaped).
+    pub point: &'a Path,
+    /// Its source (unescaped): sshfs's host argument.
+    pub source: &'a str,
+    /// The user who mounted it (`user_id=`), where it says.
+    pub uid: Option<u32>,
+    /// Its device, `major:minor`: one per FUSE connection, so one per sshfs process.
+    pub dev: &'a str,
+}
+
+/// The cache of the sshfs mount `m`, by the command line of the sshfs process serving it:
+/// `Ok` with the time and what it was counted from, `Err` with why it is unknown.
+pub fn mount_cache(m: &Mount<'_>) -> Result<(Duration, String), String> {
+    let point = m.point;
     let mut found: Option<(Duration, String)> = None;
     let mut unknown: Option<String> = None;
     let dir = std::fs::read_dir("/proc").map_err(|e| format!("cannot list /proc: {e}"))?;
@@ -289,7 +302,7 @@ pub fn mount_cache(
         if std::fs::read(proc.join("comm")).ok().as_deref() != Some(b"sshfs\n") {
             continue;
         }
-        if let Some(uid) = uid
+        if let Some(uid) = m.uid
             && real_uid(&proc) != Some(uid)
         {
             continue;
@@ -298,8 +311,9 @@ pub fn mount_cache(
             continue;
         };
         let argv: Vec<String> = raw
+            .strip_suffix(b"\0")
+            .unwrap_or(&raw)
             .split(|&b| b == 0)
-            .filter(|w| !w.is_empty())
             .map(|w| String::from_utf8_lossy(w).into_owned())
             .collect();
         let args = Args::parse(&argv);
@@ -307,8 +321,10 @@ pub fn mount_cache(
         let ours = args
             .point
             .as_deref()
-            .is_some_and(|p| names_point(p, cwd.as_deref(), point, args.host.as_deref(), source));
-        if !ours {
+            .is_some_and(|p| names_point(p, cwd.as_deref(), point, args.host.as_deref(), m.source));
+        // Its mount namespace holds this very mount: not an sshfs whose mount at that path
+        // was since unmounted (lazily, while something kept it) or is another one elsewhere.
+        if !ours || !holds_dev(&proc, m.dev) {
             continue;
         }
         match args.cache() {
@@ -327,6 +343,13 @@ pub fn mount_cache(
             point.display()
         )),
     }
+}
+
+/// Whether the mount namespace of the process at `proc` has a mount of device `dev`
+/// (`/proc/PID/mountinfo`, field 3).
+fn holds_dev(proc: &Path, dev: &str) -> bool {
+    std::fs::read_to_string(proc.join("mountinfo"))
+        .is_ok_and(|info| info.lines().any(|l| l.split(' ').nth(2) == Some(dev)))
 }
 
 /// The real user id of the process at `proc` (`/proc/PID/status`, `Uid:`).

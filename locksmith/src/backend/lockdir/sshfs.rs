@@ -23,13 +23,15 @@
 //! The daemon is found by `/proc/PID/comm` (`sshfs`: reading another process's `cmdline`
 //! takes its memory map lock, and a process stuck on a hung mount could hold it), owned by
 //! the user the mount's `user_id` names, whose command line names the mount point — absolute
-//! as given, or relative to the process's working directory (gone to `/` once sshfs
-//! daemonises: then a relative mount point counts where it ends the mount's path and the
-//! host argument is the mount's source) — and whose mount namespace holds this very mount
+//! as given or resolved as sshfs's `realpath(3)` did (its parent only: a look into the mount
+//! itself could hang with its server), or relative to the process's working directory (gone
+//! to `/` once sshfs daemonises: then a relative mount point counts where it ends the mount's
+//! path and the host argument is the mount's source) — and whose mount namespace holds this
+//! very mount
 //! (its `/proc/PID/mountinfo` lists the mount's device number, one per FUSE connection: an
 //! sshfs whose mount at that path was since lazily unmounted does not). Where several
 //! processes match, the longest cache counts. Where none can be seen (another pid namespace,
-//! `/proc` mounted with `hidepid`, a mount point given through a symbolic link), the cache
+//! `/proc` mounted with `hidepid`, a relative mount point whose directory sshfs has left), the cache
 //! time stays unknown and the profile must state it, as before. Honest limit: a process that
 //! matches all of that but serves another mount at the same path in the same namespace
 //! (mounts stacked on one point) counts too, which can only lengthen the time — unless the
@@ -246,8 +248,8 @@ fn lexical(path: &Path) -> PathBuf {
 }
 
 /// Whether the mount point `arg`, as the process with working directory `cwd` gave it,
-/// names `point` (the mount's, from mountinfo); `host` and `source` (the mount's) decide a
-/// relative one whose working directory no longer says.
+/// names `point` (the mount's, from mountinfo: no symbolic link in it); `host` and `source`
+/// (the mount's) decide a relative one whose working directory no longer says.
 fn names_point(
     arg: &str,
     cwd: Option<&Path>,
@@ -257,9 +259,9 @@ fn names_point(
 ) -> bool {
     let arg = Path::new(arg);
     if arg.is_absolute() {
-        return lexical(arg) == point;
+        return is_path_of(arg, point);
     }
-    if cwd.is_some_and(|c| lexical(&c.join(arg)) == point) {
+    if cwd.is_some_and(|c| is_path_of(&c.join(arg), point)) {
         return true;
     }
     let rel = lexical(arg);
@@ -270,6 +272,25 @@ fn names_point(
         && !rel.as_os_str().is_empty()
         && point.ends_with(&rel)
         && host.is_some_and(|h| same_source(h, source))
+}
+
+/// Whether the absolute `path` is `point` (which has no symbolic link in it): as written, where
+/// it has no `..` (a `..` after a symbolic link goes elsewhere), else as sshfs resolved it
+/// (`realpath(3)`): its parent resolved, never the mount point itself (a look into the mount
+/// could hang with its server).
+fn is_path_of(path: &Path, point: &Path) -> bool {
+    let dotdot = path.components().any(|c| c == Component::ParentDir);
+    if !dotdot && lexical(path) == point {
+        return true;
+    }
+    let resolved = || {
+        Some(
+            std::fs::canonicalize(path.parent()?)
+                .ok()?
+                .join(path.file_name()?),
+        )
+    };
+    resolved().is_some_and(|r| r == point)
 }
 
 /// sshfs's host argument against the mount's source in mountinfo (sshfs escapes commas in it
@@ -339,7 +360,7 @@ pub fn mount_cache(m: &Mount<'_>) -> Result<(Duration, String), String> {
         (Some(why), _) => Err(why),
         (None, Some(f)) => Ok(f),
         (None, None) => Err(format!(
-            "no sshfs process serving {} can be seen here to read its options from; another pid namespace, /proc mounted with hidepid or a mount point given through a symbolic link hide it",
+            "no sshfs process serving {} can be seen here to read its options from; another pid namespace, /proc mounted with hidepid or a relative mount point whose directory sshfs has left hide it",
             point.display()
         )),
     }
@@ -471,7 +492,17 @@ mod tests {
         let p = Path::new("/home/u/mnt");
         assert!(names_point("/home/u/mnt", None, p, None, "h:/"));
         assert!(names_point("/home/u//mnt/", None, p, None, "h:/"));
-        assert!(names_point("/home/u/./x/../mnt", None, p, None, "h:/"));
+        assert!(names_point("/home/./u/mnt", None, p, None, "h:/"));
+        // A `..` is resolved on the filesystem, as sshfs's realpath(3) did; where it cannot
+        // be, no match.
+        let gone = Path::new("/nonexistent-locksmith-test/mnt");
+        assert!(!names_point(
+            "/nonexistent-locksmith-test/x/../mnt",
+            None,
+            gone,
+            None,
+            "h:/"
+        ));
         assert!(!names_point("/home/u/mnt2", None, p, None, "h:/"));
         // Relative: by the working directory, else by its end and the source.
         assert!(names_point(
@@ -517,5 +548,41 @@ mod tests {
             "h:/"
         ));
         assert!(same_source("h:/a,b", "h:/a\\,b"));
+    }
+
+    #[test]
+    fn a_mount_point_through_a_symbolic_link_is_resolved_as_sshfs_does() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        for dir in ["a", "a/b", "a/b/mnt", "a/mnt", "mnt"] {
+            std::fs::create_dir(root.join(dir)).unwrap();
+        }
+        std::os::unix::fs::symlink(root.join("a/b"), root.join("link")).unwrap();
+        let arg = |p: &str| root.join(p).to_string_lossy().into_owned();
+        let point = root.join("a/b/mnt");
+        assert!(names_point(&arg("link/mnt"), None, &point, None, "h:/"));
+        assert!(names_point(
+            &arg("mnt/../link/mnt"),
+            None,
+            &point,
+            None,
+            "h:/"
+        ));
+        assert!(names_point("link/mnt", Some(&root), &point, None, "h:/"));
+        // `link/..` is `a` (the parent of the link's target), not the root as written.
+        assert!(names_point(
+            &arg("link/../mnt"),
+            None,
+            &root.join("a/mnt"),
+            None,
+            "h:/"
+        ));
+        assert!(!names_point(
+            &arg("link/../mnt"),
+            None,
+            &root.join("mnt"),
+            None,
+            "h:/"
+        ));
     }
 }

@@ -42,6 +42,9 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::race::{Worker, race_workers};
 use crate::support::*;
 
+// A default profile (no cache_time) on sshfs: the cache read from its process (issue 28 item 6).
+mod cache_time;
+
 /// The timings of every profile here: short, so a test takes seconds.
 const POLL: Duration = Duration::from_millis(20);
 const MAX_POLL: Duration = Duration::from_millis(200);

@@ -5,7 +5,10 @@
 //! [`Sshfs`]: one server directory, served by OpenSSH's `sftp-server` behind `socat` on
 //! 127.0.0.1 (no sshd, no keys), mounted twice with `sshfs -o directport=PORT`. Each mount has
 //! its own caches, like two NFS clients: two "hosts" looking at one directory. Mount `a` keeps
-//! sshfs's default caches, mount `b` a short one.
+//! sshfs's default caches, mount `b` a short one ([`Sshfs::start_with`]: options of one's own).
+//! The two are mounted with sshfs's two argument orders (mount `a`: `-o OPTS HOST MNT`; mount
+//! `b`: `HOST MNT -oOPTS`, as mount.fuse3 runs it): locksmith reads the caches of an sshfs
+//! mount from its daemon's command line (issue 28 item 6).
 //!
 //! A missing program (sshfs, socat, sftp-server, fusermount3) or a mount that cannot be made
 //! (no `/dev/fuse`) is [`NotStarted::Missing`] (`.ci/run` installs `sshfs socat
@@ -32,9 +35,11 @@ pub struct Sshfs {
     /// The served directory itself (the "server's disk"): read it here for the truth, past
     /// every client cache.
     pub server: PathBuf,
-    /// Mount `a`: sshfs's default caches (directory cache 20 s, kernel attributes 1 s).
+    /// Mount `a`: with [`Sshfs::start`], sshfs's default caches (directory cache 20 s, kernel
+    /// attributes 1 s).
     pub a: PathBuf,
-    /// Mount `b`: a short directory cache (`dcache_timeout=1`; kernel attributes 1 s).
+    /// Mount `b`: with [`Sshfs::start`], a short directory cache (`dcache_timeout=1`; kernel
+    /// attributes 1 s).
     pub b: PathBuf,
     /// The TCP port socat listens on (127.0.0.1).
     pub port: u16,
@@ -55,6 +60,12 @@ impl Sshfs {
 
     /// Starts a fresh server directory and both mounts, waiting (bounded) until both answer.
     pub fn start() -> Result<Sshfs, NotStarted> {
+        Self::start_with("", Self::B_OPTIONS)
+    }
+
+    /// [`Sshfs::start`] with sshfs options `a` and `b` (comma-separated, beside `directport`;
+    /// empty: sshfs's defaults) for mounts `a` and `b`.
+    pub fn start_with(a_options: &str, b_options: &str) -> Result<Sshfs, NotStarted> {
         let missing: Vec<&str> = ["sshfs", "socat", "fusermount3"]
             .into_iter()
             .filter(|p| on_path(p).is_none())
@@ -120,32 +131,33 @@ impl Sshfs {
             std::thread::sleep(Duration::from_millis(5));
         }
         let (a, b) = (fx.a.clone(), fx.b.clone());
-        fx.mount(&a, "a", None)?;
-        fx.mount(&b, "b", Some(Self::B_OPTIONS))?;
+        fx.mount(&a, "a", a_options)?;
+        fx.mount(&b, "b", b_options)?;
         Ok(fx)
     }
 
     /// `sshfs -f` (foreground: our child, reaped on drop) at `mnt`; returns once the mount is
     /// in `/proc/self/mountinfo` and answers `stat` with the served directory's contents. An
-    /// sshfs that exits first is [`NotStarted::Missing`] (FUSE unusable here?).
-    fn mount(&mut self, mnt: &Path, name: &str, extra: Option<&str>) -> Result<(), NotStarted> {
+    /// sshfs that exits first is [`NotStarted::Missing`] (FUSE unusable here?). Mount `a`
+    /// gives its options first (`-o OPTS`), the others after the mount point (`-oOPTS`).
+    fn mount(&mut self, mnt: &Path, name: &str, extra: &str) -> Result<(), NotStarted> {
         let logname = format!("sshfs-{name}.log");
         let mut opts = format!("directport={}", self.port);
-        if let Some(e) = extra {
-            opts = format!("{opts},{e}");
+        if !extra.is_empty() {
+            opts = format!("{opts},{extra}");
         }
+        let host = format!("127.0.0.1:{}", self.server.display());
         let mut c = Command::new("sshfs");
-        c.arg("-f")
-            .arg("-o")
-            .arg(&opts)
-            .arg(format!("127.0.0.1:{}", self.server.display()))
-            .arg(mnt)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(
-                fs::File::create(self.root_path().join(&logname))
-                    .map_err(|e| failed(format!("{logname}: {e}")))?,
-            );
+        c.arg("-f");
+        if name == "a" {
+            c.arg("-o").arg(&opts).arg(&host).arg(mnt);
+        } else {
+            c.arg(&host).arg(mnt).arg(format!("-o{opts}"));
+        }
+        c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(
+            fs::File::create(self.root_path().join(&logname))
+                .map_err(|e| failed(format!("{logname}: {e}")))?,
+        );
         let child = c
             .spawn()
             .map_err(|e| failed(format!("cannot spawn sshfs: {e}")))?;

@@ -20,13 +20,16 @@
 //!
 //! Where a filesystem might cache even content (an unknown FUSE filesystem), the profile must
 //! say how long with `cache_time`, and `stale_after` must exceed it ([`check`]); `locksmith
-//! verify --peer` measures it.
+//! verify --peer` measures it. Where the mount says how long it caches, that counts unless the
+//! profile states otherwise: NFS's mount options, and an sshfs mount's options read from the
+//! command line of the sshfs process serving it (`sshfs.rs`).
 
 mod config;
 mod dir;
 mod fs;
 pub mod probe;
 mod record;
+mod sshfs;
 pub mod state;
 
 pub use config::{BESIDE, FS_KEYS, FsConfig, HEARTBEAT_KEYS, MAX_LOCK_NAME};

@@ -54,7 +54,7 @@ pub static FS_KEYS: &[KeyDoc] = &[
 pub static HEARTBEAT_KEYS: &[KeyDoc] = &[KeyDoc {
     key: "cache_time",
     example: "\"1s\"",
-    doc: "how long the mount may serve stale attributes (NFS actimeo, sshfs cache_timeout): stale_after must exceed it [default: read from the mount where it says, else a conservative guess]",
+    doc: "how long the mount may serve stale attributes (NFS actimeo, sshfs cache_timeout): stale_after must exceed it [default: NFS's mount options, or an sshfs mount's process's options (22s with sshfs's defaults), else 60s assumed]",
 }];
 
 /// How much longer than the lock's own name the longest name the file backends make beside

@@ -1,6 +1,7 @@
 //! Which filesystem a lock lives on and whether the profile may use it there: network and
-//! FUSE filesystems, their caches (NFS mount options, GlusterFS client options), and the
-//! rule that `stale_after` must exceed what a cache may hide.
+//! FUSE filesystems, their caches (NFS mount options, an sshfs daemon's command line,
+//! GlusterFS client options), and the rule that `stale_after` must exceed what a cache may
+//! hide.
 
 use std::ffi::OsStr;
 use std::os::fd::BorrowedFd;
@@ -15,8 +16,8 @@ use super::config::FsConfig;
 use crate::error::{Result, err};
 use crate::settings::fmt_duration;
 
-/// A filesystem locksmith cannot vouch for: how long it is assumed to serve stale data
-/// unless the profile's `cache_time` says otherwise (NFS's default `acdirmax`).
+/// A filesystem whose cache time locksmith cannot read: how long it is assumed to serve
+/// stale data unless the profile's `cache_time` says otherwise (NFS's default `acdirmax`).
 pub const UNKNOWN_CACHE: Duration = Duration::from_secs(60);
 
 /// `statfs(2)` `f_type` of filesystems whose data lives elsewhere (network, cluster or FUSE):
@@ -50,8 +51,12 @@ pub struct Fs {
     pub name: String,
     /// Another machine (or a FUSE daemon) holds the data.
     pub remote: bool,
-    /// How long it may serve stale data, where its mount options say (NFS).
+    /// How long it may serve stale data, where locksmith can read it: NFS's mount options,
+    /// an sshfs mount's daemon's command line (`sshfs.rs`).
     pub cache: Option<Duration>,
+    /// On whose word `cache` is, or (without it) why it is unknown; empty where there is
+    /// nothing to say (a local filesystem, an unknown FUSE filesystem).
+    pub cache_how: String,
     /// Its client's caches, where locksmith checks them (GlusterFS): `Ok` with what was seen,
     /// or `Err` with why no heartbeat backend can keep SPEC §6 there whatever the timings
     /// (a fresh lookup answered with an old inode) and what to set.
@@ -81,18 +86,34 @@ pub fn detect(fd: BorrowedFd<'_>) -> Fs {
     let magic = magic(fd);
     let family = family(magic);
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mount = fstat(fd)
+    let dev = fstat(fd)
         .ok()
-        .and_then(|st| mount_for_dev(&info, major(st.st_dev), minor(st.st_dev)));
+        .map(|st| (major(st.st_dev), minor(st.st_dev)));
+    let mount = dev.and_then(|(maj, min)| mount_for_dev(&info, maj, min));
     let name = match (&mount, family) {
         (Some(m), _) => format!("{} ({})", m.fstype, m.source),
         (None, Some(f)) => f.to_string(),
         (None, None) => format!("filesystem type {magic:#x}"),
     };
-    let cache = match (family, &mount) {
-        (Some("NFS"), Some(m)) => Some(Duration::from_secs(attr_cache_secs(m.opts))),
-        (Some("NFS"), None) => Some(UNKNOWN_CACHE),
-        _ => None,
+    let (cache, cache_how) = match (family, &mount) {
+        (Some("NFS"), Some(m)) => (
+            Some(Duration::from_secs(attr_cache_secs(m.opts))),
+            "per its mount options".to_string(),
+        ),
+        (Some("NFS"), None) => (Some(UNKNOWN_CACHE), "NFS's default acdirmax".to_string()),
+        (_, Some(m)) if m.fstype == "fuse.sshfs" => {
+            let (maj, min) = dev.unwrap_or_default();
+            match super::sshfs::mount_cache(&super::sshfs::Mount {
+                point: &unescape(m.point),
+                source: &unescape(m.source).to_string_lossy(),
+                uid: user_id(m.opts),
+                dev: &format!("{maj}:{min}"),
+            }) {
+                Ok((t, how)) => (Some(t), how),
+                Err(why) => (None, why),
+            }
+        }
+        _ => (None, String::new()),
     };
     let client = match &mount {
         Some(m) if m.fstype == "fuse.glusterfs" => Some(gluster_caches(&unescape(m.point))),
@@ -102,6 +123,7 @@ pub fn detect(fd: BorrowedFd<'_>) -> Fs {
         name,
         remote: family.is_some(),
         cache,
+        cache_how,
         client,
     }
 }
@@ -299,12 +321,19 @@ pub fn check(
 }
 
 /// How late `fs` may show another host's changes, as [`check`] counts it, and on whose word:
-/// the profile's `cache_time`, else the mount options (NFS), else [`UNKNOWN_CACHE`].
-pub fn cache_time(fs: &Fs, cfg: &FsConfig) -> (Duration, &'static str) {
+/// the profile's `cache_time`, else what the mount says (NFS's mount options, an sshfs
+/// daemon's command line), else [`UNKNOWN_CACHE`] (and why it is unknown, where known).
+pub fn cache_time(fs: &Fs, cfg: &FsConfig) -> (Duration, String) {
     match (cfg.cache_time, fs.cache) {
-        (Some(c), _) => (c, "as the profile's cache_time says"),
-        (None, Some(c)) => (c, "per its mount options"),
-        (None, None) => (UNKNOWN_CACHE, "assumed: its cache time is unknown"),
+        (Some(c), _) => (c, "as the profile's cache_time says".into()),
+        (None, Some(c)) => (c, fs.cache_how.clone()),
+        (None, None) if fs.cache_how.is_empty() => {
+            (UNKNOWN_CACHE, "assumed: its cache time is unknown".into())
+        }
+        (None, None) => (
+            UNKNOWN_CACHE,
+            format!("assumed: its cache time is unknown, {}", fs.cache_how),
+        ),
     }
 }
 
@@ -398,6 +427,13 @@ fn mount_for_dev(mountinfo: &str, maj: u64, min: u64) -> Option<Mount<'_>> {
     })
 }
 
+/// The user who mounted a FUSE filesystem (its super options' `user_id=N`).
+fn user_id(opts: &str) -> Option<u32> {
+    opts.split(',')
+        .find_map(|o| o.strip_prefix("user_id="))
+        .and_then(|v| v.parse().ok())
+}
+
 /// NFS: the longest time, in seconds, a cached attribute may be served: `noac` 0, else the
 /// larger of `acregmax` and `acdirmax` (the kernel lists them only when not at their
 /// defaults, 60 s).
@@ -471,6 +507,7 @@ mod tests {
             name: "fuse.sshfs (127.0.0.1:/srv)".into(),
             remote: true,
             cache: None,
+            cache_how: String::new(),
             client: None,
         };
         let s = Duration::from_secs;
@@ -488,11 +525,42 @@ mod tests {
     }
 
     #[test]
+    fn a_cache_time_read_from_the_mount_counts_and_says_whence() {
+        let s = Duration::from_secs;
+        let dir = Path::new("/mnt/a");
+        let read = Fs {
+            name: "fuse.sshfs (127.0.0.1:/srv)".into(),
+            remote: true,
+            cache: Some(s(22)),
+            cache_how: "per its sshfs process 7, sshfs's defaults: …".into(),
+            client: None,
+        };
+        assert!(check(&read, dir, &cfg(false, None), s(23), true).is_ok());
+        let e = check(&read, dir, &cfg(false, None), s(22), true).unwrap_err();
+        assert!(e.message().contains("stale_after above 22s"), "{e}");
+        assert!(e.message().contains("sshfs process 7"), "{e}");
+        // The profile's word wins.
+        assert!(check(&read, dir, &cfg(false, Some(s(1))), s(3), true).is_ok());
+        let unseen = Fs {
+            cache: None,
+            cache_how: "no sshfs process serving /mnt/a can be seen here".into(),
+            ..read
+        };
+        let e = check(&unseen, dir, &cfg(false, None), s(60), true).unwrap_err();
+        assert!(e.message().contains("stale_after above 1m"), "{e}");
+        assert!(e.message().contains("unknown, no sshfs process"), "{e}");
+        assert!(check(&unseen, dir, &cfg(false, None), s(61), true).is_ok());
+        assert_eq!(user_id("rw,user_id=1000,group_id=1000"), Some(1000));
+        assert_eq!(user_id("rw,relatime"), None);
+    }
+
+    #[test]
     fn gluster_client_caches_are_refused_whatever_the_timings() {
         let gluster = Fs {
             name: "fuse.glusterfs (10.0.0.1:v)".into(),
             remote: true,
             cache: None,
+            cache_how: String::new(),
             client: Some(Err("… mount it with -o entry-timeout=0".into())),
         };
         let dir = Path::new("/mnt/g");

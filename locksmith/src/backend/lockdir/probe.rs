@@ -1112,7 +1112,7 @@ struct Site {
     mode: Mode,
     /// The cache time locksmith's rule counts with here, and on whose word.
     limit: Duration,
-    limit_how: &'static str,
+    limit_how: String,
     /// Why nothing is measured across mounts (no usable peer).
     unmeasured_why: String,
     /// What opening the directory found (the filesystem, its client caches, the directory's
@@ -1198,7 +1198,7 @@ impl Dir {
     /// What a probe of a property (`relied` on or not) found: a delay judged against the
     /// cache time the rule counts with; an error, `could not probe`.
     fn found(&self, relied: bool, probed: Probed) -> Found {
-        let (limit, how, bound) = (self.site.limit, self.site.limit_how, self.ctx.bound);
+        let (limit, how, bound) = (self.site.limit, &self.site.limit_how, self.ctx.bound);
         match probed {
             Err(e) => Found::Breaks(format!("could not probe: {e}")),
             Ok(Outcome::Holds(s)) => Found::Holds(s),

@@ -36,6 +36,20 @@ const ENV: [(&str, &str); 2] = [
     ("AWS_SECRET_ACCESS_KEY", Seaweed::SECRET),
 ];
 
+/// Ready once a signed CreateBucket is answered (about a second after the start) and then a
+/// listing of the bucket: the S3 gateway answers for its filer, not only its port.
+fn ready(client: &Client) {
+    let ok = |method: &str, query: &[(&str, &str)]| {
+        client
+            .call(method, "", query, Cond::None, &[], Duration::from_secs(2))
+            .is_ok_and(|r| r.ok())
+    };
+    eventually(T, "SeaweedFS creates the bucket", || ok("PUT", &[]));
+    eventually(T, "SeaweedFS lists the bucket", || {
+        ok("GET", &[("list-type", "2")])
+    });
+}
+
 impl S3 {
     fn start() -> Option<S3> {
         let sw = NotStarted::or_skip(Seaweed::start())?;
@@ -47,12 +61,7 @@ impl S3 {
             Creds::new(Seaweed::ACCESS, Seaweed::SECRET),
         )
         .unwrap();
-        // Ready once a signed CreateBucket is answered (about a second after the start).
-        eventually(T, "SeaweedFS creates the bucket", || {
-            client
-                .call("PUT", "", &[], Cond::None, &[], Duration::from_secs(2))
-                .is_ok_and(|r| r.ok())
-        });
+        ready(&client);
         let sb = Sandbox::new("");
         let ep = format!("endpoint = \"{}\"\nbucket = \"{BUCKET}\"\n", sw.endpoint());
         sb.write_profiles(&format!(
@@ -639,11 +648,7 @@ fn s3_tls_verifies_the_server_certificate() {
         Creds::new(Seaweed::ACCESS, Seaweed::SECRET),
     )
     .unwrap();
-    eventually(T, "SeaweedFS creates the bucket", || {
-        client
-            .call("PUT", "", &[], Cond::None, &[], Duration::from_secs(2))
-            .is_ok_and(|r| r.ok())
-    });
+    ready(&client);
     let https = format!("https://127.0.0.1:{}", sw.https_port.unwrap());
     let sb = Sandbox::new("");
     let run = |ca: Option<&std::path::Path>| {

@@ -67,13 +67,36 @@ pub fn missing(why: &str, installed: &str) {
     eprintln!("SKIP: {why}");
 }
 
-/// A loopback port nothing listens on now.
+/// A loopback port nothing listens on now, and never handed out before in this process:
+/// two fixtures starting at once (the tests run in parallel, in one process) never get the
+/// same port, which the kernel may give again once let go. (Asked for port 0 with
+/// `SO_REUSEADDR`, which std sets, Linux gives only odd ports of the lower half of the
+/// ephemeral range: 32769–46881 here, ~7000 ports; should they all have been given, one is
+/// given again.)
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    let mut port = 0;
+    for _ in 0..1000 {
+        port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if claim(port) {
+            break;
+        }
+    }
+    port
+}
+
+/// Marks `port` given to a fixture of this process: `false` if it was given before.
+pub fn claim(port: u16) -> bool {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    if given.contains(&port) {
+        return false;
+    }
+    given.push(port);
+    true
 }
 
 /// The fencing token of an OK line (`token=N`); panics if it has none.

@@ -25,6 +25,12 @@
 //! other backends), swapped with `If-Match` (or `If-None-Match: *` for the first): a writer
 //! takes the next token and writes it dirty; its release writes it clean before it deletes
 //! `KEY`. A writer that finds it dirty says `prev=crashed`; readers report the token there.
+//!
+//! **Slots** (`--slots N`, SPEC §3b): slot K is the object `KEY.slot-K`, a whole lock as
+//! above; every slot takes its tokens from the lock's one `KEY.state`, whose entry records
+//! the issuer's number of slots (`state~1~TOKEN~CLEAN~N`, N > 1; a state without it is one
+//! slot). Another number recorded is the lock's say first (`slots.rs`), and the swap is made
+//! over exactly the state judged (`If-Match`).
 
 use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
@@ -32,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use super::address::Address;
 use super::lock::{
-    Attempt, Backend, Beats, Break, BreakOutcome, Holder, Named, Tried, WaitHint,
+    Agree, Attempt, Backend, Beats, Break, BreakOutcome, Holder, Named, Tried, WaitHint,
 };
 use super::owner::{Record, State, next_token, parse_state_entry, state_entry};
 use super::stale::{Evidence, Holders, Judge};
@@ -61,6 +67,20 @@ pub struct S3Config {
     /// with an endpoint (AWS itself needs one).
     pub region: Option<String>,
     pub ca_file: Option<PathBuf>,
+    /// A slot of a lock with several (SPEC §3b): the lock's own key, whose state object
+    /// (tokens and the number of slots) every slot uses. `None`: the lock itself.
+    pub slot_of: Option<String>,
+}
+
+impl S3Config {
+    /// Slot `k` of the lock: the object `KEY.slot-K` (docs/LAYOUT.md).
+    pub fn slot(&self, k: u32) -> S3Config {
+        S3Config {
+            key: format!("{}.slot-{k}", self.key),
+            slot_of: Some(self.key.clone()),
+            ..self.clone()
+        }
+    }
 }
 
 /// The keys [`config`] takes (besides the common keys).
@@ -73,7 +93,7 @@ pub static KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "key",
         example: "\"deploy/prod\"",
-        doc: "the lock object's key; KEY.state and KEY.readers/ live beside it [default: locksmith/PROFILE]",
+        doc: "the lock object's key; KEY.state, KEY.readers/ and a semaphore's KEY.slot-K live beside it [default: locksmith/PROFILE]",
     },
     KeyDoc {
         key: "endpoint",
@@ -153,6 +173,7 @@ pub fn config(f: &mut Fields) -> Result<S3Config> {
         endpoint: endpoint.map(|e| e.trim_end_matches('/').to_string()),
         region,
         ca_file,
+        slot_of: None,
     })
 }
 
@@ -274,8 +295,9 @@ impl Site {
         format!("{}.readers/", self.cfg.key)
     }
 
+    /// The fencing state: the lock's own, for every slot of a lock with several (SPEC §3b).
     fn state_key(&self) -> String {
-        format!("{}.state", self.cfg.key)
+        format!("{}.state", self.cfg.slot_of.as_ref().unwrap_or(&self.cfg.key))
     }
 
     fn client(&mut self) -> Result<&Client> {
@@ -541,6 +563,10 @@ pub struct S3 {
     token: Option<u64>,
     /// When our last write was sent.
     written: Option<Instant>,
+    /// The lock's number of slots (SPEC §3b), recorded in the state with each token.
+    slots: u32,
+    /// What to ask before issuing over another recorded number of slots.
+    agree: Option<Agree>,
 }
 
 impl S3 {
@@ -559,6 +585,8 @@ impl S3 {
             state_etag: None,
             token: None,
             written: None,
+            slots: named.common.slots.max(1),
+            agree: None,
         }
     }
 
@@ -667,14 +695,36 @@ impl S3 {
     }
 
     /// Takes the next fencing token: the state swapped to `dirty N+1`. The token, and
-    /// whether the last writer's release was not clean.
+    /// whether the last writer's release was not clean. With several slots (SPEC §3b) every
+    /// slot's holder swaps the lock's one state, which records the issuer's number of slots:
+    /// another number recorded is the lock's say first ([`Agree`]), and the swap is then
+    /// made over exactly the state that was judged; a lost swap is another slot's holder's
+    /// (each 412 is someone else's success), and we read again. A slot leaves the clean mark
+    /// as it was (its holders release in any order: none can say the last acquisition ended
+    /// cleanly; `prev=crashed` is each slot's own), as the other backends' slots do.
     fn take_token(&mut self) -> Result<(u64, bool)> {
         let key = self.site.state_key();
         let limit = self.site.timeout;
-        for _ in 0..20 {
+        let several = self.slots > 1;
+        let rounds = if several { 200 } else { 20 };
+        for round in 0..rounds {
+            if several && round > 0 {
+                // Contention between slots: a short jittered pause, not a doubling one.
+                std::thread::sleep(Duration::from_micros(fastrand::u64(500..5_000)));
+            }
             let (state, etag) = self.site.state()?;
+            if let (Some(st), Some(agree)) = (state, &self.agree)
+                && st.slots() != self.slots
+            {
+                agree(st.slots())?;
+            }
             let token = next_token(state);
-            let body = format!("{}\n", state_entry(State::one(token, false)));
+            let next = State {
+                token,
+                clean: several && state.is_none_or(|s| s.clean),
+                slots: self.slots,
+            };
+            let body = format!("{}\n", state_entry(next));
             let cond = etag.as_deref().map_or(Cond::Absent, Cond::Is);
             let r = self
                 .site
@@ -682,9 +732,13 @@ impl S3 {
             match r.status {
                 200 | 201 | 204 => {
                     self.state_etag = r.etag;
-                    return Ok((token, state.is_some_and(|s| !s.clean)));
+                    let dirty = !several && state.is_some_and(|s| !s.clean);
+                    return Ok((token, dirty));
                 }
-                412 | 404 => continue,
+                412 | 404 => {
+                    debug!("lock state {key} moved on from {state:?}: reading it again");
+                    continue;
+                }
                 _ => return Err(self.site.odd("PUT", &key, &r)),
             }
         }
@@ -811,6 +865,10 @@ impl Backend for S3 {
         Ok(WaitHint { poll: true })
     }
 
+    fn agree_on_slots(&mut self, agree: Agree) {
+        self.agree = Some(agree);
+    }
+
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.wake.fds()
     }
@@ -880,7 +938,8 @@ impl Beats for S3 {
         let Some(mine) = self.mine.clone() else {
             return Err(self.not_ours());
         };
-        if let (Some(t), Some(etag)) = (self.token, self.state_etag.clone()) {
+        // A slot of several never marks the state clean (see `take_token`).
+        if let (Some(t), Some(etag), 1) = (self.token, self.state_etag.clone(), self.slots) {
             // Still ours? A holder whose object was broken (paused past stale_after, or
             // `break --force`) must leave the state dirty: its successor says prev=crashed.
             let r = self
@@ -937,6 +996,7 @@ mod tests {
             endpoint: Some("http://127.0.0.1:9".into()),
             region: None,
             ca_file: None,
+            slot_of: None,
         };
         Site::new(
             cfg,

@@ -309,8 +309,12 @@ impl Registered for S3 {
     type Config = S3Config;
     const KEYS: &'static [&'static [KeyDoc]] = &[super::KEYS];
     const SHARED: bool = true;
+    const SLOTS: bool = true;
     fn parse(f: &mut Fields) -> Result<S3Config> {
         super::config(f)
+    }
+    fn slot(cfg: &S3Config, k: u32) -> S3Config {
+        cfg.slot(k)
     }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address(a)

@@ -914,3 +914,11 @@ fn etcd_slots_admit_n_holders_with_rising_tokens_and_refuse_another_number() {
     assert!(one.ok().starts_with("OK e backend=etcd"), "{}", one.ok());
     assert!(token_of(one.ok()) > *sorted.last().unwrap());
 }
+
+/// Fair queues (SPEC §3b): waiters on an etcd lock are served in the order they came.
+#[test]
+fn etcd_fair_line_is_served_in_order_and_a_killed_waiter_does_not_stall_it() {
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    crate::fair::check_fair(&sb, &|a| sb.cmd(a), "e", "etcd");
+}

@@ -4,10 +4,12 @@
 //! same checks from their own modules ([`served_in_order`]).
 
 use std::fs;
-use std::process::{Child, Command};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::*;
+use testkit::proc::poll_until;
 
 /// How far apart the waiters arrive.
 const ARRIVALS: Duration = Duration::from_millis(150);
@@ -15,12 +17,24 @@ const ARRIVALS: Duration = Duration::from_millis(150);
 /// The file backends, as address schemes.
 const FILE_BACKENDS: [&str; 4] = ["flock", "mkdir", "link", "symlink"];
 
+/// Makes a `locksmith ARGS...` command (a sandbox's, with whatever environment its backend
+/// needs).
+pub type Locksmith<'a> = &'a dyn Fn(&[&str]) -> Command;
+
+fn with(args: &[&str], more: &[&str]) -> Vec<String> {
+    args.iter().chain(more).map(|s| s.to_string()).collect()
+}
+
+fn run(ls: Locksmith<'_>, args: &[String]) -> Command {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    ls(&a)
+}
+
 /// The waiters of `lock`'s fair queue as `status --json` lists them: their pids, in order.
-pub fn line(sb: &Sandbox, args: &[&str], lock: &str) -> Vec<i64> {
-    let o = sb.output(
-        args.iter()
-            .copied()
-            .chain(["--fair", "status", "--json", lock]),
+pub fn line(ls: Locksmith<'_>, args: &[&str], lock: &str) -> Vec<i64> {
+    let o = output_within(
+        run(ls, &with(args, &["--fair", "status", "--json", lock])),
+        Duration::from_secs(60),
     );
     let v: serde_json::Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("status --json of {lock}: {e}: {}", stdout(&o)));
@@ -28,18 +42,20 @@ pub fn line(sb: &Sandbox, args: &[&str], lock: &str) -> Vec<i64> {
         .as_array()
         .unwrap_or_else(|| panic!("no \"waiters\" in {v}"))
         .iter()
-        .map(|w| w["pid"].as_i64().expect("a waiter's pid"))
+        .map(|w| {
+            w["pid"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("a waiter without a pid: {w}"))
+        })
         .collect()
 }
 
 /// One waiter: `run --fair LOCK -- sh -c 'echo I >> order'`, with `args` before.
-fn waiter(sb: &Sandbox, args: &[&str], lock: &str, i: usize) -> Child {
-    let order = sb.join("order");
+fn waiter(ls: Locksmith<'_>, order: &Path, args: &[&str], lock: &str, i: usize) -> Child {
     let script = format!("echo {i} >> '{}'", order.display());
-    let mut c: Command = sb.cmd(
-        args.iter()
-            .copied()
-            .chain(["--fair", "run", lock, "--", "sh", "-c", &script]),
+    let mut c: Command = run(
+        ls,
+        &with(args, &["--fair", "run", lock, "--", "sh", "-c", &script]),
     );
     c.stderr(std::process::Stdio::null());
     c.spawn().unwrap()
@@ -62,14 +78,19 @@ pub fn largest_overtaking(served: &[usize]) -> usize {
 /// those started with `--wait 1` that leave the line by themselves.
 pub fn served_in_order(
     sb: &Sandbox,
+    ls: Locksmith<'_>,
     args: &[&str],
     lock: &str,
     n: usize,
     kill: &[usize],
     give_up: &[usize],
 ) -> Vec<usize> {
-    let _ = fs::remove_file(sb.join("order"));
-    let holder = sb.hold(args.iter().copied().chain(["--fair", lock]));
+    let order_file = sb.join("order");
+    let _ = fs::remove_file(&order_file);
+    let mut c = run(ls, &with(args, &["--fair", lock]));
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut holder = Held::spawn(c);
+    holder.read_line(Duration::from_secs(60));
     assert!(holder.ok().starts_with("OK"), "{}", holder.ok());
     let mut waiters = Vec::new();
     for i in 1..=n {
@@ -77,12 +98,16 @@ pub fn served_in_order(
         if give_up.contains(&i) {
             a.extend(["--wait", "1"]);
         }
-        let child = waiter(sb, &a, lock, i);
+        let child = waiter(ls, &order_file, &a, lock, i);
         let arrived = Instant::now();
         let pid = i64::from(child.id());
-        eventually(Duration::from_secs(30), "the waiter is in line", || {
-            line(sb, args, lock).contains(&pid)
-        });
+        poll_until(
+            "the waiter is in line",
+            Duration::from_secs(30),
+            Duration::from_millis(20),
+            || line(ls, args, lock).contains(&pid),
+        )
+        .unwrap();
         waiters.push((i, child));
         // SPEC §3b's scenario: waiters arriving 150 ms apart (so that their polls are not in
         // step; a line kept only by luck shows here).
@@ -92,17 +117,26 @@ pub fn served_in_order(
         }
     }
     let pids: Vec<i64> = waiters.iter().map(|(_, c)| i64::from(c.id())).collect();
-    let listed = line(sb, args, lock);
     let gave_up: Vec<i64> = give_up.iter().map(|&i| pids[i - 1]).collect();
-    assert_eq!(
-        listed
-            .iter()
-            .filter(|p| !gave_up.contains(p))
-            .collect::<Vec<_>>(),
-        pids.iter()
-            .filter(|p| !gave_up.contains(p))
-            .collect::<Vec<_>>(),
-        "status lists the line in the order the waiters came"
+    let expected: Vec<i64> = pids
+        .iter()
+        .copied()
+        .filter(|p| !gave_up.contains(p))
+        .collect();
+    let mut listed = Vec::new();
+    let ok = poll_until(
+        "status lists the line in order",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || {
+            listed = line(ls, args, lock);
+            listed.retain(|p| !gave_up.contains(p));
+            listed == expected
+        },
+    );
+    assert!(
+        ok.is_ok(),
+        "status lists the line in the order the waiters came: {listed:?}, not {expected:?}"
     );
     for &i in kill {
         kill9(pids[i - 1] as i32);
@@ -132,7 +166,7 @@ pub fn served_in_order(
         largest_overtaking(&order)
     );
     assert!(
-        line(sb, args, lock).is_empty(),
+        line(ls, args, lock).is_empty(),
         "nobody left in line once all were served"
     );
     order
@@ -148,7 +182,7 @@ fn twelve_waiters_are_served_in_the_order_they_came_on_every_file_backend() {
     let sb = Sandbox::standard();
     for backend in FILE_BACKENDS {
         let lock = address(&sb, backend, &format!("{backend}.fair"));
-        let order = served_in_order(&sb, &[], &lock, 12, &[], &[]);
+        let order = served_in_order(&sb, &|a| sb.cmd(a), &[], &lock, 12, &[], &[]);
         assert_eq!(order, (1..=12).collect::<Vec<_>>(), "{backend}");
     }
 }
@@ -162,7 +196,7 @@ fn a_semaphore_s_waiters_are_served_in_order_too() {
         // Two slots: one held by a holder that stays, one by the holder that lets go; the
         // line goes through the freed slot one by one, in order.
         let other = sb.hold(["--slots", "2", "--fair", lock.as_str()]);
-        let order = served_in_order(&sb, &["--slots", "2"], &lock, 8, &[], &[]);
+        let order = served_in_order(&sb, &|a| sb.cmd(a), &["--slots", "2"], &lock, 8, &[], &[]);
         assert_eq!(order, (1..=8).collect::<Vec<_>>(), "{backend}");
         drop(other);
     }
@@ -174,7 +208,7 @@ fn a_waiter_killed_or_giving_up_in_line_does_not_stall_it() {
     let sb = Sandbox::standard();
     for backend in FILE_BACKENDS {
         let lock = address(&sb, backend, &format!("{backend}.fairkill"));
-        let order = served_in_order(&sb, &[], &lock, 8, &[3, 6], &[5]);
+        let order = served_in_order(&sb, &|a| sb.cmd(a), &[], &lock, 8, &[3, 6], &[5]);
         assert_eq!(order, [1, 2, 4, 7, 8], "{backend}");
     }
 }
@@ -202,4 +236,14 @@ fair = "yes"
         &format!("{}?fair=maybe", address(&sb, "mkdir", "m")),
     ]);
     assert_eq!(code(o.status), 64, "{}", stdout(&o));
+}
+
+/// The checks every backend runs on its lock `lock` (a profile of `sb`): twelve waiters are
+/// served in the order they came; in a line of six, one killed and one giving up do not stall
+/// it.
+pub fn check_fair(sb: &Sandbox, ls: Locksmith<'_>, lock: &str, what: &str) {
+    let order = served_in_order(sb, ls, &[], lock, 12, &[], &[]);
+    assert_eq!(order, (1..=12).collect::<Vec<_>>(), "{what}");
+    let order = served_in_order(sb, ls, &[], lock, 6, &[2], &[4]);
+    assert_eq!(order, [1, 3, 5, 6], "{what}");
 }

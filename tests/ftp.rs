@@ -46,6 +46,7 @@ macro_rules! every_server {
             a_holder_whose_lock_was_broken_says_lost,
             tokens_increase_crashes_are_reported_and_break_takes_a_token,
             slots_admit_n_holders_and_no_more_with_rising_tokens,
+            fair_line_is_served_in_order_and_a_killed_waiter_does_not_stall_it,
         );
     };
 }
@@ -852,4 +853,10 @@ pub fn slots_admit_n_holders_and_no_more_with_rising_tokens(srv: &mut dyn TestFt
     );
     eprintln!("ftp ({}) slots: at most {most} of 3 inside", srv.name());
     assert!(leftovers(srv).is_empty(), "{:?}", leftovers(srv));
+}
+
+/// Fair queues (SPEC §3b): waiters on an FTP lock are served in the order they came.
+pub fn fair_line_is_served_in_order_and_a_killed_waiter_does_not_stall_it(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
+    crate::fair::check_fair(&sb, &|a| sb.cmd(a), "race", srv.name());
 }

@@ -433,3 +433,13 @@ fn slots_admit_n_sessions_issue_rising_tokens_and_refuse_another_number() {
     );
     assert!(token_of(one.ok()) > *sorted.last().unwrap());
 }
+
+/// Fair queues (SPEC §3b): waiters on a PostgreSQL lock are served in the order they came.
+#[test]
+fn fair_line_is_served_in_order_and_a_killed_waiter_does_not_stall_it() {
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
+    let sb = pg.sandbox();
+    crate::fair::check_fair(&sb, &|a| sb.cmd(a), "pg", "postgres");
+}

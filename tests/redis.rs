@@ -973,3 +973,11 @@ fn redis_slots_admit_n_holders_with_rising_tokens_and_refuse_another_number() {
     );
     assert!(token_of(one.ok()) > *sorted.last().unwrap());
 }
+
+/// Fair queues (SPEC §3b): waiters on a Redis lock are served in the order they came.
+#[test]
+fn redis_fair_line_is_served_in_order_and_a_killed_waiter_does_not_stall_it() {
+    let Some(r) = start() else { return };
+    let sb = sandbox(&r);
+    crate::fair::check_fair(&sb, &|a| sb.cmd(a), "rfast", "redis");
+}

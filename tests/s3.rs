@@ -845,3 +845,10 @@ fn s3_slots_killed_holders_every_slot_comes_back() {
         s.keys("t/s") == ["t/s.state"]
     });
 }
+
+/// Fair queues (SPEC §3b): waiters on an S3 lock are served in the order they came.
+#[test]
+fn s3_fair_line_is_served_in_order_and_a_killed_waiter_does_not_stall_it() {
+    let Some(s) = S3::start() else { return };
+    crate::fair::check_fair(&s.sb, &|a| s.cmd(a), "s", "s3");
+}

@@ -645,12 +645,12 @@ pub static COMMON_KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "slots",
         example: "2",
-        doc: "a semaphore: up to this many holders at once, each in its own slot (1 to 1024); every contender of one lock must say the same (not on s3 yet) [default: 1]",
+        doc: "a semaphore: up to this many holders at once, each in its own slot (1 to 1024); every contender of one lock must say the same [default: 1]",
     },
     KeyDoc {
         key: "fair",
         example: "true",
-        doc: "a fair queue: waiters are served in the order they began to wait (every contender of the lock should say it; not on s3 yet) [default: false]",
+        doc: "a fair queue: waiters are served in the order they began to wait (every contender of the lock should say it) [default: false]",
     },
 ];
 

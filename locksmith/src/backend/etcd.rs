@@ -72,11 +72,11 @@ impl EtcdConfig {
         }
     }
 
-    /// The lock's fair queue: the lock under `PREFIX.queue`, whose slots its waiters hold
+    /// The lock's fair queue: the lock under `PREFIX.line`, whose slots its waiters hold
     /// (docs/LAYOUT.md).
     pub fn queue(&self) -> EtcdConfig {
         EtcdConfig {
-            prefix: format!("{}.queue", self.prefix),
+            prefix: format!("{}.line", self.prefix),
             slot_of: None,
             ..self.clone()
         }

@@ -3,7 +3,7 @@
 //! rule; a backend supplies only where its queue is (`Registered::queue`).
 //!
 //! **The shape** (every working FIFO semaphore is a fair gate plus a counter): the queue is a
-//! lock of its own beside the lock's name (`NAME.queue`) with [`PLACES`] slots. A waiter
+//! lock of its own beside the lock's name (`NAME.line`) with [`PLACES`] slots. A waiter
 //! first takes a place — any free slot of the queue, a whole lock of SPEC §6 held for as long
 //! as it waits: crash release, proof of death or `stale_after`, heartbeats — and the fencing
 //! token of that grant, from the queue's one counter, is its number in line. Only the waiter
@@ -17,9 +17,9 @@
 //! held before its number is issued, so once a waiter has its number every waiter ahead of it
 //! already holds a place. A waiter reads the places once, keeps those with lower numbers, and
 //! from then on only watches the nearest of them: the line ahead of it can only get shorter.
-//! A place seen held whose number is not issued yet is waited on until it is; one whose
-//! holder is not known to be alive is tried (the backend breaks a dead or stale one as part
-//! of trying, and the place is given back at once).
+//! A place seen held whose number is not issued yet is waited on until it is. The nearest
+//! place is tried, not only looked at: the backend breaks a dead or stale waiter's place as
+//! part of trying, and a place found free is given back at once.
 //!
 //! **Limits:** more than [`PLACES`] waiters wait for a place in no particular order; a
 //! contender without `fair` is not in the line and may go first; on a network filesystem a
@@ -149,44 +149,38 @@ impl Fair {
         Ok(())
     }
 
-    /// Whether we are the head of the line: looks at the nearest place ahead until one is
-    /// still held by a waiter ahead of us, or none is left.
+    /// Whether we are the head of the line: tries the nearest place ahead until one is still
+    /// held by a waiter ahead of us, or none is left. Trying (not only looking) is what a
+    /// backend's contract allows before it waits (postgres waits by taking the lock in a
+    /// thread), and it breaks a place whose waiter is provably dead or silent past
+    /// `stale_after`; a place found free is given back at once.
     fn at_head(&mut self) -> Result<bool> {
         let number = self.place.as_ref().and_then(|p| p.number);
         while let Some(&(k, _)) = self.ahead.last() {
-            let mut other = match self.watched.take() {
+            let other = match self.watched.take() {
                 Some((j, b)) if j == k => b,
                 _ => (self.queue)(Some(k)),
             };
-            let holders = other.status()?;
-            let nearest = holders.iter().find(|h| match (h.token, number) {
-                (Some(t), Some(n)) => t < n,
-                (None, _) => true,
-                (Some(_), None) => false,
-            });
-            let Some(h) = nearest else {
-                // Gone (or a newer waiter sits there now).
-                self.ahead.pop();
-                continue;
-            };
-            if h.token.is_none() || h.alive == Some(true) {
-                self.watched = Some((k, other));
-                return Ok(false);
-            }
-            // Not known alive: try it; the backend breaks a dead or stale holder as part of
-            // trying, and the place is given back at once.
             match other.try_acquire()? {
                 Attempt::Acquired(held) => {
-                    info!(
-                        "lock {}: the waiter ahead in place {k} ({h}) left the line without giving its place back",
-                        self.name
-                    );
+                    debug!("lock {}: place {k} ahead is free", self.name);
                     if let Err(e) = held.release() {
                         debug!("giving back place {k}: {}", e.error);
                     }
                     self.ahead.pop();
                 }
-                Attempt::Busy(other, _) => {
+                Attempt::Busy(other, holders) => {
+                    // Still ours to wait for: a holder with a lower number, or one whose
+                    // number is not issued yet; else a newer waiter sits there now.
+                    let ahead = holders.iter().any(|h| match (h.token, number) {
+                        (Some(t), Some(n)) => t < n,
+                        (None, _) => true,
+                        (Some(_), None) => false,
+                    });
+                    if !ahead {
+                        self.ahead.pop();
+                        continue;
+                    }
                     self.watched = Some((k, other));
                     return Ok(false);
                 }

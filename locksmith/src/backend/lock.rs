@@ -271,6 +271,13 @@ pub trait Held: Send {
     /// worthwhile.
     fn release(self: Box<Self>) -> std::result::Result<(), NotReleased<Box<dyn Held>>>;
 
+    /// When (CLOCK_BOOTTIME) the attempt that took the lock itself began, where that is later
+    /// than when the backend was asked (a fair queue's waiter tries the lock only after its
+    /// work in line): the lease counts from here. `None`: from when the backend was asked.
+    fn began(&self) -> Option<Duration> {
+        None
+    }
+
     /// Run mode: a descriptor the command must inherit so the lock lives as long as it does.
     fn inherit_fd(&self) -> Option<BorrowedFd<'_>> {
         None

@@ -87,11 +87,11 @@ impl PgConfig {
         }
     }
 
-    /// The lock's fair queue: the advisory lock `LOCK.queue`, whose slots its waiters hold
+    /// The lock's fair queue: the advisory lock `LOCK.line`, whose slots its waiters hold
     /// (docs/LAYOUT.md).
     pub fn queue(&self) -> PgConfig {
         PgConfig {
-            lock: format!("{}.queue", self.lock),
+            lock: format!("{}.line", self.lock),
             slot_of: None,
             ..self.clone()
         }
@@ -493,16 +493,7 @@ impl Postgres {
             let user = c.get_user().unwrap_or_default().to_string();
             c.password(self.cfg.password.resolve(&user)?);
         }
-        let me = crate::host::this();
-        // Shown by `status` (pg_stat_activity.application_name, at most 63 bytes).
-        let mut app = format!(
-            "locksmith pid={} ppid={} host={}",
-            std::process::id(),
-            nix::unistd::getppid().as_raw(),
-            me.hostname
-        );
-        app.truncate(63);
-        c.application_name(&app)
+        c.application_name(&app_name(None))
             .ssl_mode(match self.cfg.sslmode {
                 SslMode::Disable => postgres::config::SslMode::Disable,
                 SslMode::Prefer => postgres::config::SslMode::Prefer,
@@ -580,6 +571,16 @@ impl Postgres {
     /// `Err` only when the lock's number of slots disagrees with ours (SPEC §3b).
     fn grant(&mut self) -> Result<Grant> {
         let grant = self.tokens()?;
+        // The holder's own token where others can read it (a slot's, a fair queue place's:
+        // the table keeps only the last one issued).
+        if let Some(t) = grant.as_ref().and_then(|g| g.token)
+            && self.mode == Mode::Exclusive
+        {
+            let q = "SELECT set_config('application_name', $1, false)";
+            if let Err(e) = self.client()?.execute(q, &[&app_name(Some(t))]) {
+                debug!("cannot show the token in application_name: {e}");
+            }
+        }
         if grant.is_none() {
             // No token query answered: confirm the session by itself (a waiter's grant may
             // come long after its last request).
@@ -748,7 +749,13 @@ impl Postgres {
                         },
                         ppid: word("ppid=").and_then(|p| p.parse().ok()),
                         since,
-                        token: if shared { None } else { token },
+                        // The holder's own (its application_name), else the last issued:
+                        // that of the lock's one holder, not of one slot among several.
+                        token: match word("token=").and_then(|t| t.parse().ok()) {
+                            Some(t) if ours && !shared => Some(t),
+                            _ if shared || self.cfg.slot_of.is_some() => None,
+                            _ => token,
+                        },
                         mode: Some(if shared {
                             Mode::Shared
                         } else {
@@ -1023,4 +1030,20 @@ impl Beats for Postgres {
             )),
         }
     }
+}
+
+/// What `status` shows of a session (pg_stat_activity.application_name, at most 63 bytes):
+/// `locksmith [token=T] pid=P ppid=Q host=H`, the token first so that a long host name
+/// cannot cut it off.
+fn app_name(token: Option<u64>) -> String {
+    let me = crate::host::this();
+    let mut app = format!(
+        "locksmith {}pid={} ppid={} host={}",
+        token.map_or_else(String::new, |t| format!("token={t} ")),
+        std::process::id(),
+        nix::unistd::getppid().as_raw(),
+        me.hostname
+    );
+    app.truncate(63);
+    app
 }

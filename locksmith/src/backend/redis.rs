@@ -84,11 +84,11 @@ impl RedisConfig {
         }
     }
 
-    /// The lock's fair queue: the key `KEY.queue`, whose slots its waiters hold
+    /// The lock's fair queue: the key `KEY.line`, whose slots its waiters hold
     /// (docs/LAYOUT.md).
     pub fn queue(&self) -> RedisConfig {
         RedisConfig {
-            key: format!("{}.queue", self.key),
+            key: format!("{}.line", self.key),
             slot_of: None,
             ..self.clone()
         }

@@ -81,6 +81,16 @@ impl S3Config {
             ..self.clone()
         }
     }
+
+    /// The lock's fair queue: the object `KEY.line`, whose slots its waiters hold
+    /// (docs/LAYOUT.md).
+    pub fn queue(&self) -> S3Config {
+        S3Config {
+            key: format!("{}.line", self.key),
+            slot_of: None,
+            ..self.clone()
+        }
+    }
 }
 
 /// The keys [`config`] takes (besides the common keys).

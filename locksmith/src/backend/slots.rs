@@ -136,6 +136,7 @@ impl Backend for Slots {
 
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
         let n = self.slots.len();
+        let began = crate::sys::boottime();
         // Contenders start at different slots, so that a free one is found in one try.
         let start = if n > 1 { fastrand::usize(..n) } else { 0 };
         let mut holders = Vec::new();
@@ -147,7 +148,8 @@ impl Backend for Slots {
             match lock.try_acquire()? {
                 Attempt::Acquired(held) => {
                     let ours = self.slot(k);
-                    return Ok(Attempt::Acquired(Box::new(SlotHeld::new(held, ours))));
+                    let held = SlotHeld::new(held, ours, began);
+                    return Ok(Attempt::Acquired(Box::new(held)));
                 }
                 Attempt::Busy(lock, mut seen) => {
                     self.slots[k] = Some(lock);
@@ -248,19 +250,21 @@ impl Backend for Slots {
     }
 }
 
-/// A slot held: the slot's lock, and its grant with the slot said.
+/// A slot held: the slot's lock, its grant with the slot said, and when the attempt that
+/// took it began.
 struct SlotHeld {
     held: Box<dyn Held>,
     grant: Grant,
+    began: std::time::Duration,
 }
 
 impl SlotHeld {
-    fn new(held: Box<dyn Held>, slot: Option<u32>) -> SlotHeld {
+    fn new(held: Box<dyn Held>, slot: Option<u32>, began: std::time::Duration) -> SlotHeld {
         let grant = Grant {
             slot,
             ..held.grant().clone()
         };
-        SlotHeld { held, grant }
+        SlotHeld { held, grant, began }
     }
 }
 
@@ -273,17 +277,21 @@ impl Held for SlotHeld {
         self.held.period()
     }
 
+    fn began(&self) -> Option<std::time::Duration> {
+        Some(self.held.began().map_or(self.began, |b| b.max(self.began)))
+    }
+
     fn heartbeat(&mut self, deadline: std::time::Instant) -> Result<()> {
         self.held.heartbeat(deadline)
     }
 
     fn release(self: Box<Self>) -> std::result::Result<(), NotReleased<Box<dyn Held>>> {
-        let SlotHeld { held, grant } = *self;
+        let SlotHeld { held, grant, began } = *self;
         held.release().map_err(|nr| NotReleased {
             error: nr.error,
             retry: nr
                 .retry
-                .map(|held| Box::new(SlotHeld { held, grant }) as Box<dyn Held>),
+                .map(|held| Box::new(SlotHeld { held, grant, began }) as Box<dyn Held>),
         })
     }
 

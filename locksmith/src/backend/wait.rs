@@ -71,6 +71,7 @@ pub fn acquire(
         let began = crate::sys::boottime();
         let holders = match lock.try_acquire()? {
             Attempt::Acquired(held) => {
+                let began = held.began().map_or(began, |b| b.max(began));
                 let took = crate::sys::boottime().saturating_sub(began);
                 match Lease::of(held.as_ref(), common) {
                     Some(l) if began + took >= l.lost_by(began) => {

@@ -44,11 +44,11 @@ impl FtpConfig {
         }
     }
 
-    /// The lock's fair queue: the lock directory `PATH.queue`, whose slots its waiters hold
+    /// The lock's fair queue: the lock directory `PATH.line`, whose slots its waiters hold
     /// (docs/LAYOUT.md).
     pub fn queue(&self) -> FtpConfig {
         FtpConfig {
-            path: format!("{}.queue", self.path),
+            path: format!("{}.line", self.path),
             slot_of: None,
             ..self.clone()
         }

@@ -167,11 +167,11 @@ impl FsConfig {
         }
     }
 
-    /// The lock's fair queue (SPEC §3b, docs/LAYOUT.md): a lock of its own, `NAME.queue`,
+    /// The lock's fair queue (SPEC §3b, docs/LAYOUT.md): a lock of its own, `NAME.line`,
     /// whose slots its waiters hold, issuing their places in line from its own state.
     pub fn queue(&self) -> FsConfig {
         let mut own = self.path.file_name().unwrap_or_default().to_os_string();
-        own.push(".queue");
+        own.push(".line");
         FsConfig {
             path: self.path.with_file_name(own),
             slot_of: None,

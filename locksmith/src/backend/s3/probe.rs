@@ -316,6 +316,9 @@ impl Registered for S3 {
     fn slot(cfg: &S3Config, k: u32) -> S3Config {
         cfg.slot(k)
     }
+    fn queue(cfg: &S3Config) -> Option<S3Config> {
+        Some(cfg.queue())
+    }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address(a)
     }

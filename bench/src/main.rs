@@ -832,6 +832,51 @@ fn local_rows(
         table.extend(r);
     }
 
+    // ---- 4c''. fair queues (SPEC §3b): a run's time, p50 and p99, with and without --fair ----
+    {
+        let (n, k) = (8usize, 10usize);
+        let p50: std::cell::RefCell<Vec<Samples>> =
+            std::cell::RefCell::new(vec![Samples::default(); LOCAL.len() * 2]);
+        let p50 = &p50;
+        let mut fair_tools: Vec<Tool<'_>> = Vec::new();
+        for (i, b) in LOCAL.iter().enumerate() {
+            for (j, fair) in [false, true].into_iter().enumerate() {
+                let flag = if fair { "--fair " } else { "" };
+                fair_tools.push(Tool {
+                    name: format!("locksmith {flag}run {b} -- sleep 0.005 (n={n})"),
+                    run: Box::new(move |recorded| {
+                        let (median, p99) = c.fair(b, fair, n, k)?;
+                        if recorded {
+                            p50.borrow_mut()[i * 2 + j].push(median.as_secs_f64() * 1e3);
+                        }
+                        Ok(p99)
+                    }),
+                });
+            }
+        }
+        let metric = format!("fair queue, {n} contenders: p99 of a run");
+        let s = alternate(&metric, race_runs, &mut fair_tools)?;
+        let mut r = rows(&metric, &fair_tools, s, 0);
+        let medians = p50.borrow().clone();
+        let metric50 = format!("fair queue, {n} contenders: p50 of a run");
+        let mut r50: Vec<Row> = fair_tools
+            .iter()
+            .zip(medians)
+            .map(|(t, samples)| Row {
+                metric: metric50.clone(),
+                tool: t.name.clone(),
+                unit: Unit::Ms,
+                samples,
+                ratio: Ratio::None,
+            })
+            .collect();
+        for row in &mut r {
+            row.ratio = Ratio::None;
+        }
+        table.append(&mut r50);
+        table.extend(r);
+    }
+
     // ---- 4d. the herd (issue 15): n waiters on one lock, until the last one has held ------
     // Runs per size: a thousand waiters take seconds per tool and run.
     let largest = 1000;

@@ -312,6 +312,51 @@ impl Ctx {
         Ok(t0.elapsed() / (n * k) as u32)
     }
 
+    /// Fair queues (SPEC §3b): `n` contenders, each running `k` times `locksmith [--fair] run P
+    /// -- sleep 0.005`. Returns the 50th and 99th percentiles of the time one run took (its
+    /// wait, the 5 ms held, and start and exit); every run must exit 0.
+    pub fn fair(
+        &self,
+        profile: &str,
+        fair: bool,
+        n: usize,
+        k: usize,
+    ) -> Result<(Duration, Duration)> {
+        let mut args = vec![
+            "-q", "--wait", "60s", "run", profile, "--", "sleep", "0.005",
+        ];
+        if fair {
+            args.insert(1, "--fair");
+        }
+        let mut took = std::thread::scope(|scope| -> Result<Vec<Duration>> {
+            let workers: Vec<_> = (0..n)
+                .map(|_| {
+                    let mut c = self.locksmith_cmd(&args);
+                    scope.spawn(move || -> Result<Vec<Duration>> {
+                        let mut v = Vec::with_capacity(k);
+                        for _ in 0..k {
+                            let t0 = Instant::now();
+                            Proc::spawn("fair run", &mut c)?.wait_ok(T)?;
+                            v.push(t0.elapsed());
+                        }
+                        Ok(v)
+                    })
+                })
+                .collect();
+            let mut all = Vec::with_capacity(n * k);
+            for w in workers {
+                all.extend(
+                    w.join()
+                        .map_err(|_| "a fair worker panicked".to_string())??,
+                );
+            }
+            Ok(all)
+        })?;
+        took.sort();
+        let at = |q: f64| took[((took.len() - 1) as f64 * q).round() as usize];
+        Ok((at(0.5), at(0.99)))
+    }
+
     /// The herd (issue 15): a holder holds; `n` waiters are started, each to run one
     /// increment of a counter under the lock (`locksmith --wait 10m run P -- sh -c CRITICAL`,
     /// or `flock -w 600 F sh -c CRITICAL` for `profile = None`), and seen waiting (locksmith:

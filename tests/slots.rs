@@ -412,3 +412,26 @@ fn a_slot_held_from_another_pid_namespace_comes_back_only_after_stale_after() {
         drop(near);
     }
 }
+
+/// SPEC §3b: a contender of one slot and one of several are held to the same rule. Readers
+/// (shared, one slot) take no token, so no counter asks them: a contender of several slots
+/// that finds a reader holding the lock itself gives its slot back and exits 78.
+#[test]
+fn a_slot_contender_beside_readers_of_the_lock_itself_is_refused() {
+    let sb = Sandbox::standard();
+    for backend in ["flock", "symlink"] {
+        let lock = address(&sb, backend, &format!("{backend}.readers"), "");
+        let reader = sb.hold(["--shared", lock.as_str()]);
+        let o = sb.output(["--slots", "2", "--wait", "0", lock.as_str()]);
+        assert_eq!(code(o.status), 78, "{backend}: {}", stdout(&o));
+        assert!(
+            stdout(&o).contains("1 slot (the lock itself") && stdout(&o).contains("asks for 2"),
+            "{backend}: {}",
+            stdout(&o)
+        );
+        drop(reader);
+        // Nobody left in a slot: once the reader is gone, the semaphore is taken.
+        let held = sb.hold(["--slots", "2", lock.as_str()]);
+        assert_eq!(field(held.ok(), "slots"), Some("2"), "{}", held.ok());
+    }
+}

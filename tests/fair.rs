@@ -247,3 +247,62 @@ pub fn check_fair(sb: &Sandbox, ls: Locksmith<'_>, lock: &str, what: &str) {
     let order = served_in_order(sb, ls, &[], lock, 6, &[2], &[4]);
     assert_eq!(order, [1, 3, 5, 6], "{what}");
 }
+
+/// SPEC §3b: a waiter killed on another host leaves the line after `stale_after` of silence,
+/// not before (no proof of death reaches it) — and never blocks it longer than a dead holder
+/// would block the lock.
+#[test]
+fn a_waiter_killed_on_another_host_leaves_the_line_after_stale_after() {
+    let _heavy = heavy();
+    let sb = Sandbox::standard();
+    let Some(prefix) = other_pidns() else {
+        return;
+    };
+    let stale = Duration::from_secs(2);
+    let ls = |a: &[&str]| sb.cmd(a);
+    for backend in ["mkdir", "link", "symlink"] {
+        let lock = format!(
+            "{}?stale_after=2s&keepalive=200ms&poll=20ms&max_poll=100ms",
+            address(&sb, backend, &format!("{backend}.farline"))
+        );
+        let holder = sb.hold(["--fair", lock.as_str()]);
+        assert!(holder.ok().starts_with("OK "), "{}", holder.ok());
+        // First in line: a waiter on "another host".
+        let mut c = sb.cmd_via(prefix, ["--fair", "run", lock.as_str(), "--", "true"]);
+        c.stderr(Stdio::null());
+        let mut far = c.spawn().unwrap();
+        eventually(Duration::from_secs(30), "the far waiter is in line", || {
+            line(&ls, &[], &lock).len() == 1
+        });
+        // Second: one here.
+        let done = sb.join(format!("{backend}.near").as_str());
+        let script = format!("touch '{}'", done.display());
+        let mut c = sb.cmd(["--fair", "run", lock.as_str(), "--", "sh", "-c", &script]);
+        c.stderr(Stdio::null());
+        let mut near = c.spawn().unwrap();
+        eventually(
+            Duration::from_secs(30),
+            "the near waiter is in line",
+            || line(&ls, &[], &lock).len() == 2,
+        );
+        // The far waiter dies with its namespace, then the holder lets go.
+        kill9(far.id() as i32);
+        let _ = far.wait();
+        let killed = Instant::now();
+        drop(holder);
+        eventually(Duration::from_secs(30), "the near waiter ran", || {
+            done.exists()
+        });
+        let waited = killed.elapsed();
+        assert!(near.wait().unwrap().success(), "{backend}");
+        assert!(
+            waited + Duration::from_millis(300) >= stale,
+            "{backend}: the silent waiter ahead was passed after {waited:?}, before stale_after"
+        );
+        assert!(
+            waited < stale * 5,
+            "{backend}: the line stalled {waited:?} behind a dead waiter"
+        );
+        eprintln!("{backend}: passed a killed far waiter after {waited:.2?}");
+    }
+}

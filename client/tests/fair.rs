@@ -152,3 +152,34 @@ fn an_address_with_fair_and_slots_puts_plain_guards_in_line() {
     assert!(b.is_held(), "the other slot was held all along");
     b.unlock().unwrap();
 }
+
+/// A fair guard whose wait runs out gets `Busy` and leaves the line at once; the one behind
+/// it keeps its place and gets the lock when the holder lets go.
+#[test]
+fn a_fair_waiter_that_gives_up_leaves_the_line() {
+    let Some(helper) = helper() else { return };
+    let tmp = TempDir::new("fair-give-up");
+    let lock = format!("mkdir:{}/x", tmp.0.display());
+    let fair = || NetLock::builder(&lock).helper(&helper).fair(true);
+    let holder = fair().wait(WAIT).lock().unwrap();
+    std::thread::scope(|s| {
+        let quitter = s.spawn(|| fair().wait(Duration::from_secs(3)).lock());
+        let first = one_more_in_line(&helper, true, &lock, &[]);
+        let stayer = s.spawn(|| {
+            let guard = fair().wait(WAIT).lock().unwrap();
+            guard.helper_pid()
+        });
+        let both = one_more_in_line(&helper, true, &lock, &first);
+        let err = quitter.join().unwrap().unwrap_err();
+        assert_eq!(err.kind(), netlock::ErrorKind::Busy, "{err}");
+        assert_eq!(err.exit_code(), Some(75));
+        assert_eq!(
+            line(&helper, true, &lock),
+            [both[1]],
+            "the one that gave up left the line"
+        );
+        holder.unlock().unwrap();
+        assert_eq!(stayer.join().unwrap(), both[1], "the next in line got it");
+    });
+    assert!(line(&helper, true, &lock).is_empty());
+}

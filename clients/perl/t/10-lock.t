@@ -498,6 +498,39 @@ for my $case ([ flock => "$dir/deploy-f" ], [ mkdir => "mkdir:$dir/deploy-m" ]) 
     };
 }
 
+subtest 'fair: a waiter that gives up leaves the line' => sub {
+    # Its wait runs out: Busy, and it is gone from the line at once; the one behind it keeps
+    # its place and gets the lock when the holder lets go.
+    my $lock   = "mkdir:$dir/fair-quit";
+    my $holder = NetLock->new($lock, fair => 1, wait => 20);
+    pipe(my $r, my $w) or die $!;
+    my @children;
+    for my $wait (3, 60) {
+        my $pid = fork // die "fork: $!";
+        if ($pid == 0) {
+            close $r;
+            my $l = eval { NetLock->new($lock, fair => 1, wait => $wait) };
+            my $said = $l ? 'got ' . $l->helper_pid : ref $@;
+            syswrite $w, "$said\n";
+            $l->unlock if $l;
+            POSIX::_exit(0);
+        }
+        push @children, $pid;
+        my $deadline = Time::HiRes::time() + 30;
+        Time::HiRes::sleep(0.02) until line_of($lock, 1) == @children || Time::HiRes::time() > $deadline;
+    }
+    my @line = line_of($lock, 1);
+    is(scalar @line, 2, 'both in line') or diag("line: @line");
+    is(scalar <$r>, "NetLock::Error::Busy\n", 'the first gave up');
+    waitpid $children[0], 0;
+    is_deeply([ line_of($lock, 1) ], [ $line[1] ], 'and left the line');
+    $holder->unlock;
+    is(scalar <$r>, "got $line[1]\n", 'the next in line got it');
+    waitpid $children[1], 0;
+    is_deeply([ line_of($lock, 1) ], [], 'nobody left in line');
+    no_children();
+};
+
 subtest 'fair: ?fair=true&slots=2 in an address puts plain locks in line' => sub {
     my $lock = "mkdir:$dir/fx?fair=true&slots=2";
     my ($first, $second) = map { NetLock->new($lock, wait => 20) } 1, 2;

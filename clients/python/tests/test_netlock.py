@@ -402,6 +402,38 @@ class NetlockTest(unittest.TestCase):
     def test_fair_mkdir_waiters_are_served_in_the_order_they_came(self):
         self._three_fair_waiters(f"mkdir:{self.sb.path('deploy')}")
 
+    def test_fair_waiter_that_gives_up_leaves_the_line(self):
+        # Its wait runs out: Busy, and it is gone from the line at once; the one behind it
+        # keeps its place and gets the lock when the holder lets go.
+        lock = f"mkdir:{self.sb.path('x')}"
+        holder = netlock.lock(lock, fair=True, wait=20)
+        outcome = {}
+
+        def quit_():
+            try:
+                netlock.lock(lock, fair=True, wait=3)
+            except netlock.Busy as e:
+                outcome["quitter"] = e
+
+        def stay():
+            with netlock.lock(lock, fair=True, wait=60) as lk:
+                outcome["stayer"] = lk.helper_pid
+
+        quitter = threading.Thread(target=quit_)
+        quitter.start()
+        first = self._one_more_in_line(lock, [])
+        stayer = threading.Thread(target=stay)
+        stayer.start()
+        both = self._one_more_in_line(lock, first)
+        quitter.join(30)
+        self.assertEqual(outcome["quitter"].exit_code, 75)
+        self.assertEqual(self._line(lock), [both[1]], "the one that gave up left the line")
+        holder.unlock()
+        stayer.join(60)
+        self.assertEqual(outcome.get("stayer"), both[1], "the next in line got it")
+        self.assertEqual(self._line(lock), [])
+        support.assert_no_children(self)
+
     def test_fair_by_address_with_slots_puts_plain_locks_in_line(self):
         # ?fair=true&slots=2 in the address, nothing as arguments: two holders fill both
         # slots, three plain waiters line up and go through the slot given back, in order.

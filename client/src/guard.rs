@@ -119,6 +119,8 @@ pub struct Builder {
     shared: bool,
     /// `--slots N`, checked when locking.
     slots: Option<u32>,
+    /// `--fair`.
+    fair: bool,
     helper: Option<PathBuf>,
 }
 
@@ -166,6 +168,7 @@ impl NetLock {
             wait: Wait::Profile,
             shared: false,
             slots: None,
+            fair: false,
             helper: None,
         }
     }
@@ -520,6 +523,32 @@ impl Builder {
         self
     }
 
+    /// Wait in a fair queue (`--fair`, SPEC §3b) if `true`: waiters are served in the order
+    /// they began to wait, for one slot or several ([`slots`](Builder::slots)), on every
+    /// backend. `false` (the default) passes nothing, so a profile that says `fair = true`
+    /// (or an address with `?fair=true`) still waits in line.
+    ///
+    /// ```no_run
+    /// // Deploys across hosts, first come, first served.
+    /// let lock = netlock::NetLock::builder("mkdir:/shared/locks/deploy")
+    ///     .fair(true)
+    ///     .lock()?;
+    /// # Ok::<(), netlock::Error>(())
+    /// ```
+    ///
+    /// - **Every contender of the lock should say it** (here, or by its profile or
+    ///   address): one that does not is not in line and may go first.
+    /// - A waiter that gives up ([`wait`](Builder::wait) runs out), fails, or whose process
+    ///   goes leaves the line at once; one killed leaves it as a dead holder leaves a lock.
+    ///   `locksmith --fair status LOCK` lists the line in order.
+    /// - Only the first waiters in line (the helper keeps 32 places) wait in order; more
+    ///   wait for a place in no order.
+    /// - For several locks ([`Builder::also`]) it applies to every one.
+    pub fn fair(mut self, fair: bool) -> Builder {
+        self.fair = fair;
+        self
+    }
+
     /// The helper binary to run. Default: `$LOCKSMITH_BIN`, else `locksmith` in a trusted
     /// directory: beside the current executable, in the parent of cargo's `deps` directory,
     /// then on `$PATH` (see the crate docs, "Finding the helper").
@@ -580,6 +609,7 @@ fn acquire(builder: &Builder, wait: Wait) -> Result<NetLock, Error> {
         wait,
         shared: builder.shared,
         slots: builder.slots,
+        fair: builder.fair,
     };
     let helper = spawn::find_helper(builder.helper.as_deref());
     let mut child = spawn::spawn(&helper, &request)?;
@@ -1217,6 +1247,23 @@ esac
         // One slot cannot stand for the set.
         assert_eq!((lock.slot(), lock.slot_count()), (None, None));
         assert!(format!("{lock:?}").contains("slots: [None, Some(2), None]"));
+        lock.unlock().unwrap();
+    }
+
+    #[test]
+    fn fair_is_passed_after_slots() {
+        let lock = builder("okay9").fair(true).lock().unwrap();
+        let args = fs::read_to_string(sidecar("okay9", "args")).unwrap();
+        assert_eq!(args, "--watch-stdin\n--fair\nhold\nokay9\n");
+        lock.unlock().unwrap();
+        let lock = builder("sem5").slots(2).fair(true).lock().unwrap();
+        let args = fs::read_to_string(sidecar("sem5", "args")).unwrap();
+        assert_eq!(args, "--watch-stdin\n--slots\n2\n--fair\nhold\nsem5\n");
+        lock.unlock().unwrap();
+        // `fair(false)`: nothing passed (the profile decides).
+        let lock = builder("okay10").fair(true).fair(false).lock().unwrap();
+        let args = fs::read_to_string(sidecar("okay10", "args")).unwrap();
+        assert_eq!(args, "--watch-stdin\nhold\nokay10\n");
         lock.unlock().unwrap();
     }
 

@@ -55,6 +55,14 @@
 //! # Ok::<(), netlock::Error>(())
 //! ```
 //!
+//! A fair queue: waiters served in the order they began to wait ([`Builder::fair`]; every
+//! contender of the lock should ask for it):
+//!
+//! ```no_run
+//! let lock = netlock::NetLock::builder("mkdir:/shared/locks/deploy").fair(true).lock()?;
+//! # Ok::<(), netlock::Error>(())
+//! ```
+//!
 //! Errors keep the helper's classification ([`ErrorKind`]: busy, config, unavailable,
 //! denied, lost, ...) and its message; `try_*` calls return `Ok(None)` rather than a busy
 //! error.
@@ -69,7 +77,7 @@
 //! # How it works
 //!
 //! The guard runs
-//! `locksmith --watch-stdin [--profiles FILE] [--wait D] [--shared] [--slots N] hold TAG [TAG...]`
+//! `locksmith --watch-stdin [--profiles FILE] [--wait D] [--shared] [--slots N] [--fair] hold TAG [TAG...]`
 //! with stdin and stdout on pipes it keeps and stderr inherited (the helper's waiting
 //! message and logs appear on this process's stderr). The helper writes one line:
 //! `OK <profile> backend=<name> mode=<exclusive|shared> [token=<n>] [prev=crashed]
@@ -123,8 +131,8 @@
 //!   you alone can write (see "Finding the helper"): a `locksmith` planted by another user in
 //!   `/tmp` or in a group-writable build directory is never run. Programs that matter should
 //!   still pin the binary with [`Builder::helper`].
-//! - Only the profile name, the profiles path, the wait, `--shared` and `--slots` go on the
-//!   helper's command line (visible in `ps`). Credentials stay in the profiles file or in the
+//! - Only the profile name, the profiles path, the wait, `--shared`, `--slots` and `--fair` go
+//!   on the helper's command line (visible in `ps`). Credentials stay in the profiles file or in the
 //!   environment variables it names; the helper inherits this process's environment.
 //! - The helper refuses a profiles file holding an inline `password`, or any
 //!   `password_file`, that is readable by group or others.

@@ -52,11 +52,13 @@ pub(crate) struct Request<'a> {
     pub(crate) shared: bool,
     /// `--slots N` (SPEC §3b), checked with [`check_slots`]; `None` passes nothing.
     pub(crate) slots: Option<u32>,
+    /// `--fair` (SPEC §3b); `false` passes nothing.
+    pub(crate) fair: bool,
 }
 
 impl Request<'_> {
-    /// `--watch-stdin [--profiles FILE] [--wait D] [--shared] [--slots N] hold TAG [TAG...]`:
-    /// options first, as the helper wants them before the subcommand.
+    /// `--watch-stdin [--profiles FILE] [--wait D] [--shared] [--slots N] [--fair] hold TAG
+    /// [TAG...]`: options first, as the helper wants them before the subcommand.
     pub(crate) fn args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec!["--watch-stdin".into()];
         if let Some(profiles) = self.profiles {
@@ -73,6 +75,9 @@ impl Request<'_> {
         if let Some(n) = self.slots {
             args.push("--slots".into());
             args.push(n.to_string().into());
+        }
+        if self.fair {
+            args.push("--fair".into());
         }
         args.push("hold".into());
         args.extend(self.tags.iter().map(OsString::from));
@@ -383,6 +388,7 @@ mod tests {
             wait: Wait::Profile,
             shared: false,
             slots: None,
+            fair: false,
         };
         assert_eq!(args(&r), ["--watch-stdin", "hold", "demo"]);
     }
@@ -395,6 +401,7 @@ mod tests {
             wait: Wait::For(Duration::from_millis(1500)),
             shared: true,
             slots: Some(3),
+            fair: true,
         };
         assert_eq!(
             args(&r),
@@ -407,6 +414,7 @@ mod tests {
                 "--shared",
                 "--slots",
                 "3",
+                "--fair",
                 "hold",
                 "demo",
                 "mkdir:/srv/x?stale_after=30s"

@@ -33,7 +33,7 @@ use constant {
     MAX_SLOTS => 1024,
 };
 
-my %OPTION = map { $_ => 1 } qw(profiles wait shared slots helper);
+my %OPTION = map { $_ => 1 } qw(profiles wait shared slots fair helper);
 
 # The locks alive in this process (weak references), so that a child made by fork() can
 # close its copies of their pipes (see after_fork).
@@ -75,7 +75,7 @@ sub _options {
     }
     for my $key (sort keys %opts) {
         NetLock::Error::Usage->throw(message =>
-              "unknown option `$key` (known: helper, profiles, shared, slots, wait)")
+              "unknown option `$key` (known: fair, helper, profiles, shared, slots, wait)")
           unless $OPTION{$key};
     }
     return \%opts;
@@ -121,6 +121,17 @@ sub _slots_arg {
     return 0 + $slots;
 }
 
+# Whether to pass --fair: 1 (or '1') passes it; 0, '0', '' or undef passes nothing (the
+# profile decides); anything else ('maybe', 2, a reference) dies with a usage error, before
+# anything is spawned.
+sub _fair_arg {
+    my ($fair) = @_;
+    return 0 unless defined $fair;
+    NetLock::Error::Usage->throw(message => "fair => '$fair': expected 1 or 0")
+      unless !ref $fair && $fair =~ /\A[01]?\z/;
+    return $fair ? 1 : 0;
+}
+
 # Refuses what could never be a profile name or lock address, before anything is
 # spawned: an empty tag, one starting with `-` (it would read as an option), control
 # characters. The helper judges the rest (and says `ERROR usage:`).
@@ -136,15 +147,17 @@ sub _check_tag {
     return $tag;
 }
 
-# `--watch-stdin [--profiles FILE] [--wait D] [--shared] [--slots N] hold TAG [TAG...]`;
-# $tags is one tag or an array reference of them; $slots is _slots_arg's.
+# `--watch-stdin [--profiles FILE] [--wait D] [--shared] [--slots N] [--fair] hold TAG
+# [TAG...]`; $tags is one tag or an array reference of them; $slots is _slots_arg's, $fair
+# _fair_arg's.
 sub _helper_args {
-    my ($tags, $opts, $wait, $slots) = @_;
+    my ($tags, $opts, $wait, $slots, $fair) = @_;
     my @args = ('--watch-stdin');
     push @args, '--profiles', "$opts->{profiles}" if defined $opts->{profiles};
     push @args, '--wait',     $wait               if defined $wait;
     push @args, '--shared' if $opts->{shared};
     push @args, '--slots', $slots if defined $slots;
+    push @args, '--fair' if $fair;
     push @args, 'hold', ref $tags eq 'ARRAY' ? @$tags : $tags;
     return @args;
 }
@@ -158,6 +171,7 @@ sub _acquire {
       unless @given;
     _check_tag($_) for @given;
     my $slots = _slots_arg($opts->{slots});
+    my $fair  = _fair_arg($opts->{fair});
     # Each name once, in the order first given; $places[i] is $given[i]'s place among them,
     # which is its lock's place on the OK line.
     my (@sent, %place, @places);
@@ -184,7 +198,7 @@ sub _acquire {
     }, ref($class) || $class;
     # Until the OK line, DESTROY must not act: _abandon cleans up instead.
     $self->{released} = 1;
-    @{$self}{qw(pid to_child from_child)} = _spawn($path, $shown, _helper_args(\@sent, $opts, $wait, $slots));
+    @{$self}{qw(pid to_child from_child)} = _spawn($path, $shown, _helper_args(\@sent, $opts, $wait, $slots, $fair));
 
     my ($line, $parsed);
     my $read_ok = eval {
@@ -927,6 +941,9 @@ NetLock - crash-safe locks held by a locksmith helper process
     my $gpu = NetLock->new('/var/lock/gpu', slots => 2);
     print "training on GPU ", $gpu->slot, "\n";
 
+    # A fair queue: waiters served in the order they began to wait
+    my $turn = NetLock->new('mkdir:/shared/locks/deploy', fair => 1);
+
     # Waiting a while, and telling errors apart
     my $deploy = eval { NetLock->new('deploy', { wait => 30 }) };
     if (!$deploy) {
@@ -945,7 +962,7 @@ means is written in the profiles file the helper reads, so no password travels o
 command line.
 
 How it works: C<new> runs
-C<locksmith --watch-stdin [--profiles FILE] [--wait D] [--shared] [--slots N] hold TAG [TAG...]> with its stdin
+C<locksmith --watch-stdin [--profiles FILE] [--wait D] [--shared] [--slots N] [--fair] hold TAG [TAG...]> with its stdin
 and stdout on pipes this object keeps, and its stderr inherited (the helper's waiting
 message and logs appear on your stderr). It reads one line: C<OK E<lt>profileE<gt>
 backend=... [token=N] [prev=crashed] [slot=K slots=N] ...>, or C<ERROR E<lt>kindE<gt>: E<lt>messageE<gt>>
@@ -1003,6 +1020,19 @@ C<shared> with more than one slot, or a backend without slots (the helper's READ
 which have them), dies with C<NetLock::Error::Usage>. C<< slots => 1 >> is the plain lock.
 Default: the profile's or the address's (C<?slots=N>), else 1. Each slot is a whole lock:
 released on C<unlock> or process death, fencing tokens rising across slots.
+
+=item fair => 1
+
+Wait in the lock's fair queue (C<--fair>): waiters are served in the order they began to
+wait, for one slot or several, on every backend. B<Every contender of the lock should say
+it> (C<< fair => 1 >>, the profile's C<fair = true> or the address's C<?fair=true>): one
+that does not is not in line and may go first. A waiter that gives up (its C<wait> runs
+out) or whose process goes leaves the line at once; one killed leaves it as a dead holder
+leaves a lock. C<locksmith --fair status LOCK> lists the line in order (C<status --json>:
+C<"waiters">, by the helper's pid, C<helper_pid>). The helper keeps 32 places in line;
+more waiters wait for a place in no order. C<1> passes C<--fair>; C<0>, C<''> or undef (the
+default) pass nothing, so the profile's or address's C<fair> stands; anything else
+(C<'maybe'>, C<2>) dies with C<NetLock::Error::Usage> before anything is spawned.
 
 =item helper => PATH
 
@@ -1123,8 +1153,8 @@ next, so two programs naming the same locks in different orders never deadlock.
 
 =item *
 
-C<wait>, C<shared>, C<slots> and C<profiles> apply to every lock; an address's own
-C<?wait=>, C<?slots=> or a profile's keys override them for that lock.
+C<wait>, C<shared>, C<slots>, C<fair> and C<profiles> apply to every lock; an address's
+own C<?wait=>, C<?slots=> or a profile's keys override them for that lock.
 
 =item *
 
@@ -1230,8 +1260,8 @@ directory on C<$PATH> that is owned by root or you and writable by nobody else, 
 file itself and its real location if it is a symlink (ancestor directories may be
 world-writable only with the sticky bit, as C</tmp>). Empty and relative C<$PATH> entries
 are skipped, and the directory of the script is never searched. Only the tag, the profiles
-path, the wait, C<--shared> and C<--slots> appear on the helper's command line (visible in
-C<ps>).
+path, the wait, C<--shared>, C<--slots> and C<--fair> appear on the helper's command line
+(visible in C<ps>).
 
 =head1 SEE ALSO
 

@@ -280,6 +280,17 @@ subtest 'wait and tag arguments' => sub {
         [ NetLock::_helper_args([ 'a', 'b' ], { shared => 1 }, '0', 3) ],
         [qw(--watch-stdin --wait 0 --shared --slots 3 hold a b)]
     );
+    is(NetLock::_fair_arg($_), 1, "fair => '$_'") for 1, '1';
+    is(NetLock::_fair_arg($_), 0, 'fair => ' . ($_ // 'undef') . ': the profile decides')
+      for 0, '0', '', undef;
+    for my $bad ('maybe', 'yes', 'true', 2, -1, '01', ' 1', "1\n", [1], {}) {
+        my $e = dies_with(sub { NetLock::_fair_arg($bad) }, 'NetLock::Error::Usage', "fair => '$bad'");
+        like($e->message, qr/expected 1 or 0/) if $e;
+    }
+    is_deeply(
+        [ NetLock::_helper_args([ 'a', 'b' ], {}, '0', 3, 1) ],
+        [qw(--watch-stdin --wait 0 --slots 3 --fair hold a b)]
+    );
     for my $good ('demo', 'phone.stuff_1-2', '/var/lock/x.lock') {
         is(NetLock::_check_tag($good), $good, "tag $good");
     }
@@ -475,6 +486,26 @@ subtest 'the guard against a fake helper' => sub {
         dies_with(sub { NetLock->new($tag, %h, slots => $n) }, 'NetLock::Error::Usage', "slots => $n");
         dies_with(sub { NetLock->try_new($tag, %h, slots => $n) }, 'NetLock::Error::Usage', "try_new slots => $n");
         ok(!-e "$dir/$tag.args", "slots => $n: refused before spawning");
+    }
+
+    # Fair queues: --fair after --slots; 0 passes nothing; not a boolean: refused.
+    $lock = NetLock->new('plain3', %h, fair => 1);
+    is(read_file("$dir/plain3.args"), join('', map {"$_\n"} qw(--watch-stdin --fair hold plain3)),
+        'fair => 1 is --fair');
+    $lock->unlock;
+    $lock = NetLock->try_new('sem6', %h, slots => 2, fair => 1);
+    is(read_file("$dir/sem6.args"),
+        join('', map {"$_\n"} qw(--watch-stdin --wait 0 --slots 2 --fair hold sem6)));
+    $lock->unlock;
+    $lock = NetLock->new('plain4', { %h, fair => 0 });
+    is(read_file("$dir/plain4.args"), join('', map {"$_\n"} qw(--watch-stdin hold plain4)),
+        'fair => 0 passes nothing');
+    $lock->unlock;
+    for my $case ([ 'maybe', 'plain5' ], [ 2, 'plain6' ], [ 'yes', 'plain7' ]) {
+        my ($v, $tag) = @$case;
+        dies_with(sub { NetLock->new($tag, %h, fair => $v) }, 'NetLock::Error::Usage', "fair => $v");
+        dies_with(sub { NetLock->try_new($tag, %h, fair => $v) }, 'NetLock::Error::Usage', "try_new fair => $v");
+        ok(!-e "$dir/$tag.args", "fair => $v: refused before spawning");
     }
 
     my @warnings;

@@ -8,6 +8,7 @@ use FindBin;
 use lib "$FindBin::Bin/../lib", "$FindBin::Bin/lib";
 
 use Test::More;
+use JSON::PP ();
 use POSIX ();
 use Time::HiRes ();
 
@@ -425,6 +426,131 @@ subtest 'slots: a set where one lock has slots' => sub {
     ok($f[0] != $s[1] && $f[1] != $s[0], 'two holders of each, in two slots');
     ok(!defined NetLock->try_new($x, slots => 2), 'full');
     $_->unlock for $first, $second;
+    no_children();
+};
+
+# Fair queues (--fair, SPEC 3b).
+
+# The waiters in $lock's fair queue as `locksmith [--fair] status --json LOCK` lists them:
+# their pids (each a NetLock's helper), in order.
+sub line_of {
+    my ($lock, $fair_flag) = @_;
+    my @cmd = ($helper, ($fair_flag ? '--fair' : ()), 'status', '--json', $lock);
+    open(my $out, '-|', @cmd) or die "@cmd: $!";
+    my $json = do { local $/; <$out> };
+    close $out;
+    my $code = $? >> 8;
+    die "@cmd: exit $code: $json" unless $code == 0 || $code == 1;    # 0 free, 1 held
+    return map { $_->{pid} } @{ JSON::PP::decode_json($json)->{waiters} };
+}
+
+# $holder holds $lock; $n children each take it with NetLock->new($lock, %opts), beginning to
+# wait one after another, each seen in line (status --json) before the next starts; then the
+# holder lets go. Each child, once it holds the lock, writes "I HELPER_PID" to a pipe and lets
+# go: the lines come in the order they were served, which must be the order they came, pid
+# for pid.
+sub served_in_order {
+    my ($lock, $holder, $n, $fair_flag, %opts) = @_;
+    pipe(my $r, my $w) or die $!;
+    my (@children, @line);
+    for my $i (1 .. $n) {
+        my $pid = fork // die "fork: $!";
+        if ($pid == 0) {
+            close $r;
+            my $status = eval {
+                my $l = NetLock->new($lock, %opts, wait => 60);
+                syswrite $w, "$i " . $l->helper_pid . "\n";
+                $l->unlock;
+                0;
+            } // do { syswrite $w, "error $@\n"; 1 };
+            POSIX::_exit($status);
+        }
+        push @children, $pid;
+        my $deadline = Time::HiRes::time() + 30;
+        my @now;
+        while (1) {
+            @now = line_of($lock, $fair_flag);
+            last if @now > @line || Time::HiRes::time() > $deadline;
+            Time::HiRes::sleep(0.02);
+        }
+        is(scalar @now, @line + 1, "waiter $i is in line") or diag("line: @now");
+        is_deeply([ @now[ 0 .. $#line ] ], \@line, 'the line keeps its order');
+        @line = @now;
+    }
+    close $w;
+    $holder->unlock;
+    my @served = map { scalar <$r> } 1 .. $n;
+    chomp @served;
+    is_deeply(\@served, [ map { "$_ $line[$_ - 1]" } 1 .. $n ], 'served in the order they came');
+    for my $pid (@children) {
+        waitpid $pid, 0;
+        is($?, 0, "waiter $pid exited 0");
+    }
+    is_deeply([ line_of($lock, $fair_flag) ], [], 'nobody left in line');
+}
+
+for my $case ([ flock => "$dir/deploy-f" ], [ mkdir => "mkdir:$dir/deploy-m" ]) {
+    my ($backend, $lock) = @$case;
+    subtest "fair: waiters served in the order they came ($backend)" => sub {
+        my $holder = NetLock->new($lock, fair => 1, wait => 20);
+        served_in_order($lock, $holder, 3, 1, fair => 1);
+        no_children();
+    };
+}
+
+subtest 'fair: a waiter that gives up leaves the line' => sub {
+    # Its wait runs out: Busy, and it is gone from the line at once; the one behind it keeps
+    # its place and gets the lock when the holder lets go.
+    my $lock   = "mkdir:$dir/fair-quit";
+    my $holder = NetLock->new($lock, fair => 1, wait => 20);
+    pipe(my $r, my $w) or die $!;
+    my @children;
+    for my $wait (3, 60) {
+        my $pid = fork // die "fork: $!";
+        if ($pid == 0) {
+            close $r;
+            my $l = eval { NetLock->new($lock, fair => 1, wait => $wait) };
+            my $said = $l ? 'got ' . $l->helper_pid : ref $@;
+            syswrite $w, "$said\n";
+            $l->unlock if $l;
+            POSIX::_exit(0);
+        }
+        push @children, $pid;
+        my $deadline = Time::HiRes::time() + 30;
+        Time::HiRes::sleep(0.02) until line_of($lock, 1) == @children || Time::HiRes::time() > $deadline;
+    }
+    my @line = line_of($lock, 1);
+    is(scalar @line, 2, 'both in line') or diag("line: @line");
+    is(scalar <$r>, "NetLock::Error::Busy\n", 'the first gave up');
+    waitpid $children[0], 0;
+    is_deeply([ line_of($lock, 1) ], [ $line[1] ], 'and left the line');
+    $holder->unlock;
+    is(scalar <$r>, "got $line[1]\n", 'the next in line got it');
+    waitpid $children[1], 0;
+    is_deeply([ line_of($lock, 1) ], [], 'nobody left in line');
+    no_children();
+};
+
+subtest 'fair: ?fair=true&slots=2 in an address puts plain locks in line' => sub {
+    my $lock = "mkdir:$dir/fx?fair=true&slots=2";
+    my ($first, $second) = map { NetLock->new($lock, wait => 20) } 1, 2;
+    is($first->profile, $lock);
+    is_deeply([ $first->slot_count, $second->slot_count ], [ 2, 2 ]);
+    served_in_order($lock, $first, 3, 0);
+    ok($second->is_held, 'the other slot was held all along');
+    $second->unlock;
+    no_children();
+};
+
+subtest 'fair: not a boolean is refused before spawning' => sub {
+    for my $bad ('maybe', 'yes', 2, -1, [1]) {
+        my $e = dies_with(sub { NetLock->new('/tmp/never-taken', fair => $bad, helper => '/nonexistent/locksmith') },
+            'NetLock::Error::Usage', "fair => $bad");
+        ok($e && !defined $e->exit_code, 'nothing ran');
+        like($e->message, qr/expected 1 or 0/) if $e;
+        dies_with(sub { NetLock->try_new('/tmp/never-taken', fair => $bad, helper => '/nonexistent/locksmith') },
+            'NetLock::Error::Usage', "try_new fair => $bad");
+    }
     no_children();
 };
 

@@ -28,13 +28,16 @@ the order named.
 A semaphore: ``netlock.lock("/var/lock/gpu", slots=2)`` lets up to two holders in at once,
 each in its own slot (:attr:`Lock.slot`: 0 or 1).
 
+A fair queue: ``netlock.lock("mkdir:/shared/locks/deploy", fair=True)`` waits in line, served
+in the order the waiters began to wait (every contender of the lock should say ``fair=True``).
+
 Errors keep the helper's classification: :class:`Busy`, :class:`Config`,
 :class:`Unavailable`, :class:`Denied`, :class:`Lost`, :class:`Usage`, :class:`Io`, and the
 client's own :class:`SpawnError` and :class:`ProtocolError`, all subclasses of
 :class:`Error` with ``.kind``, ``.message`` and ``.exit_code``.
 
 How it works: ``lock()`` runs ``locksmith --watch-stdin [--profiles FILE] [--wait D]
-[--shared] [--slots N] hold TAG [TAG...]`` with stdin and stdout on pipes it keeps and stderr inherited, and
+[--shared] [--slots N] [--fair] hold TAG [TAG...]`` with stdin and stdout on pipes it keeps and stderr inherited, and
 reads one line: ``OK <profile> backend=... [token=N] [prev=crashed] [slot=K slots=N] ...`` or ``ERROR
 <kind>: <message>`` (then the helper exits with a sysexits code: 64 usage, 69 unavailable,
 74 lost/io, 75 busy, 77 denied, 78 config). While held, the helper writes nothing more,
@@ -45,8 +48,8 @@ Security: the helper is ``helper=``, else ``$LOCKSMITH_BIN`` (as given: whoever 
 your environment or write that file decides what runs), else ``locksmith`` in a directory
 on ``$PATH`` that is owned by root or you and writable by nobody else (entries that are
 empty, relative, or writable by others are skipped; never the script's own directory).
-Only the tag, the profiles path, the wait, ``--shared`` and ``--slots`` appear on the helper's
-command line (visible in ``ps``).
+Only the tag, the profiles path, the wait, ``--shared``, ``--slots`` and ``--fair`` appear on
+the helper's command line (visible in ``ps``).
 
 Limits, said plainly: a holder paused longer than the profile's ``stale_after``
 (``SIGSTOP``, a VM pause) can have its lock broken by a waiter on another host; pass

@@ -454,7 +454,13 @@ def _abandon(proc: subprocess.Popen) -> Tuple[Optional[int], bool]:
 
 
 def _acquire(
-    tags: Sequence[str], profiles, wait: Optional[str], shared: bool, helper, slots: Optional[str] = None
+    tags: Sequence[str],
+    profiles,
+    wait: Optional[str],
+    shared: bool,
+    helper,
+    slots: Optional[str] = None,
+    fair: bool = False,
 ) -> Lock:
     if not tags:
         raise Usage("no lock tag given: expected a profile name such as 'phonestuff'")
@@ -470,7 +476,7 @@ def _acquire(
         places.append(sent.index(t))
     tag = tags[0]
     path, origin = _spawn.find_helper(helper)
-    args = _spawn.helper_args(sent, profiles, wait, shared, slots)
+    args = _spawn.helper_args(sent, profiles, wait, shared, slots, fair)
     shown = f"`{path}` ({origin})"
     try:
         proc = subprocess.Popen(
@@ -547,6 +553,7 @@ def lock(
     wait: WaitArg = None,
     shared: bool = False,
     slots: Optional[int] = None,
+    fair: bool = False,
     helper=None,
 ) -> Lock:
     """Takes the lock named by ``tag`` (a profile name or a lock address) and returns the
@@ -567,6 +574,14 @@ def lock(
       with more than one slot, or a backend without slots (the helper's README says which
       have them), is :class:`Usage`. Default: the profile's or address's (``?slots=N``),
       else 1.
+    - ``fair``: wait in the lock's fair queue (``--fair``, ``True`` or ``False``, anything
+      else :class:`Usage` before anything is spawned): waiters are served in the order they
+      began to wait, for one slot or several, on every backend. **Every contender of the
+      lock should say it** (``fair=True``, the profile's ``fair = true`` or the address's
+      ``?fair=true``): one that does not is not in line and may go first. A waiter that
+      gives up (``wait`` runs out) or whose process goes leaves the line at once; one
+      killed, as a dead holder leaves a lock. Default ``False``: pass nothing (the profile's
+      or address's ``fair`` stands).
     - ``helper``: the ``locksmith`` binary; default ``$LOCKSMITH_BIN``, else ``locksmith``
       in a directory on ``$PATH`` that only root or you can write.
 
@@ -584,8 +599,8 @@ def lock(
       set) or fails, those already taken are given back and that lock's error is raised
       (:class:`Busy`: :func:`try_lock` returns ``None``).
     - Losing any one is losing the set (:attr:`Lock.lost`).
-    - ``wait``, ``shared``, ``slots`` and ``profiles`` apply to every lock; an address's own
-      ``?wait=``, ``?slots=`` or a profile's keys override them for that lock.
+    - ``wait``, ``shared``, ``slots``, ``fair`` and ``profiles`` apply to every lock; an
+      address's own ``?wait=``, ``?slots=`` or a profile's keys override them for that lock.
     - :attr:`Lock.token` and :attr:`Lock.slot` are ``None`` for a set; :attr:`Lock.tokens`,
       :attr:`Lock.slots` and :attr:`Lock.backends` have one entry per name, in the order
       named.
@@ -594,7 +609,13 @@ def lock(
       lock once, and which token belongs to which name could not be told.
     """
     return _acquire(
-        (tag,) + more, profiles, _spawn.wait_arg(wait), bool(shared), helper, _spawn.slots_arg(slots)
+        (tag,) + more,
+        profiles,
+        _spawn.wait_arg(wait),
+        bool(shared),
+        helper,
+        _spawn.slots_arg(slots),
+        _spawn.fair_arg(fair),
     )
 
 
@@ -605,6 +626,7 @@ def try_lock(
     wait: WaitArg = 0,
     shared: bool = False,
     slots: Optional[int] = None,
+    fair: bool = False,
     helper=None,
 ) -> Optional[Lock]:
     """Like :func:`lock`, but returns ``None`` when the lock is busy (for several locks:
@@ -614,6 +636,8 @@ def try_lock(
     failures still raise.
     """
     try:
-        return lock(tag, *more, profiles=profiles, wait=wait, shared=shared, slots=slots, helper=helper)
+        return lock(
+            tag, *more, profiles=profiles, wait=wait, shared=shared, slots=slots, fair=fair, helper=helper
+        )
     except _errors.Busy:
         return None

@@ -85,10 +85,27 @@ def slots_arg(slots: object) -> Optional[str]:
     return str(slots)
 
 
+def fair_arg(fair: object) -> bool:
+    """Whether to pass ``--fair`` for ``fair``: ``True`` passes it; ``False`` or ``None``
+    passes nothing (the profile decides); anything else (``"yes"``, ``1``) raises
+    :class:`Usage` before anything is spawned."""
+    if fair is None or fair is False:
+        return False
+    if fair is True:
+        return True
+    raise Usage(f"fair={fair!r}: expected True or False")
+
+
 def helper_args(
-    tags: Union[str, List[str]], profiles, wait: Optional[str], shared: bool, slots: Optional[str] = None
+    tags: Union[str, List[str]],
+    profiles,
+    wait: Optional[str],
+    shared: bool,
+    slots: Optional[str] = None,
+    fair: bool = False,
 ) -> List[str]:
-    """``--watch-stdin [--profiles FILE] [--wait D] [--shared] [--slots N] hold TAG [TAG...]``."""
+    """``--watch-stdin [--profiles FILE] [--wait D] [--shared] [--slots N] [--fair] hold TAG
+    [TAG...]``."""
     args = ["--watch-stdin"]
     if profiles is not None:
         args += ["--profiles", os.fspath(profiles)]
@@ -98,6 +115,8 @@ def helper_args(
         args.append("--shared")
     if slots is not None:
         args += ["--slots", slots]
+    if fair:
+        args.append("--fair")
     args.append("hold")
     args += [tags] if isinstance(tags, str) else tags
     return args

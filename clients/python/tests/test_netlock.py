@@ -3,6 +3,7 @@ temporary directory. Nothing here sleeps to synchronise: the tests wait on the h
 lines (``lock()``, ``wait_lost()``), on its exit (``unlock()``), or on a child's output."""
 
 import datetime
+import json
 import os
 import shutil
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import unittest
 from pathlib import Path
@@ -331,6 +333,141 @@ class NetlockTest(unittest.TestCase):
         self.assertIsNone(netlock.try_lock(a, slots=2))
         first.unlock()
         second.unlock()
+        support.assert_no_children(self)
+
+    # -- fair queues (--fair) ---------------------------------------------------------
+
+    def _waiters(self, status_args):
+        """The pids of the waiters a ``status --json`` command lists, in order (it exits 0 when
+        the lock is free, 1 when held)."""
+        done = subprocess.run(status_args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, timeout=60)
+        self.assertIn(done.returncode, (0, 1), f"{status_args}: {done.stdout!r}")
+        return [w["pid"] for w in json.loads(done.stdout)["waiters"]]
+
+    def _line(self, lock, fair_flag=True):
+        """The waiters in ``lock``'s fair queue as ``locksmith [--fair] status --json`` lists
+        them: their pids (each a Lock's helper), in order."""
+        args = [os.environ["LOCKSMITH_BIN"]] + (["--fair"] if fair_flag else []) + ["status", "--json", lock]
+        return self._waiters(args)
+
+    def _one_more_in_line(self, lock, before, fair_flag=True):
+        """Polls the line until the waiter that just began to wait is in it, after ``before``."""
+        deadline = time.monotonic() + 30
+        while True:
+            now = self._line(lock, fair_flag)
+            if len(now) > len(before):
+                self.assertEqual(now[: len(before)], before, "the line keeps its order")
+                self.assertEqual(len(now), len(before) + 1, f"one waiter at a time: {now}")
+                return now
+            self.assertLess(time.monotonic(), deadline, f"the waiter never showed in line: {now}")
+            time.sleep(0.02)
+
+    def _served_in_order(self, lock, holder, waiter, n=3, fair_flag=True):
+        """``holder`` holds; ``n`` waiters (threads calling ``waiter()``) begin to wait one after
+        another, each seen in line (``status --json``) before the next starts; then the holder
+        lets go. Each waiter, once it holds the lock, records (its number, its helper's pid) and
+        lets go: the records must be in the order they came, pid for pid."""
+        served, errors, threads, line = [], [], [], []
+
+        def wait_in_line(i):
+            try:
+                with waiter() as lk:
+                    served.append((i, lk.helper_pid))
+            except BaseException as e:  # reported by the main thread
+                errors.append(e)
+
+        try:
+            for i in range(1, n + 1):
+                t = threading.Thread(target=wait_in_line, args=(i,))
+                t.start()
+                threads.append(t)
+                line = self._one_more_in_line(lock, line, fair_flag)
+            holder.unlock()
+        finally:
+            holder.unlock()
+            for t in threads:
+                t.join(90)
+        self.assertEqual(errors, [])
+        self.assertEqual(served, list(zip(range(1, n + 1), line)), "served in the order they came")
+        self.assertEqual(self._line(lock, fair_flag), [], "nobody left in line")
+
+    def _three_fair_waiters(self, lock):
+        holder = netlock.lock(lock, fair=True, wait=20)
+        self._served_in_order(lock, holder, lambda: netlock.lock(lock, fair=True, wait=60))
+        support.assert_no_children(self)
+
+    def test_fair_flock_waiters_are_served_in_the_order_they_came(self):
+        self._three_fair_waiters(str(self.sb.path("deploy")))
+
+    def test_fair_mkdir_waiters_are_served_in_the_order_they_came(self):
+        self._three_fair_waiters(f"mkdir:{self.sb.path('deploy')}")
+
+    def test_fair_waiter_that_gives_up_leaves_the_line(self):
+        # Its wait runs out: Busy, and it is gone from the line at once; the one behind it
+        # keeps its place and gets the lock when the holder lets go.
+        lock = f"mkdir:{self.sb.path('x')}"
+        holder = netlock.lock(lock, fair=True, wait=20)
+        outcome = {}
+
+        def quit_():
+            try:
+                netlock.lock(lock, fair=True, wait=3)
+            except netlock.Busy as e:
+                outcome["quitter"] = e
+
+        def stay():
+            with netlock.lock(lock, fair=True, wait=60) as lk:
+                outcome["stayer"] = lk.helper_pid
+
+        quitter = threading.Thread(target=quit_)
+        quitter.start()
+        first = self._one_more_in_line(lock, [])
+        stayer = threading.Thread(target=stay)
+        stayer.start()
+        both = self._one_more_in_line(lock, first)
+        quitter.join(30)
+        self.assertEqual(outcome["quitter"].exit_code, 75)
+        self.assertEqual(self._line(lock), [both[1]], "the one that gave up left the line")
+        holder.unlock()
+        stayer.join(60)
+        self.assertEqual(outcome.get("stayer"), both[1], "the next in line got it")
+        self.assertEqual(self._line(lock), [])
+        support.assert_no_children(self)
+
+    def test_fair_by_address_with_slots_puts_plain_locks_in_line(self):
+        # ?fair=true&slots=2 in the address, nothing as arguments: two holders fill both
+        # slots, three plain waiters line up and go through the slot given back, in order.
+        lock = f"mkdir:{self.sb.path('x')}?fair=true&slots=2"
+        a, b = netlock.lock(lock, wait=20), netlock.lock(lock, wait=20)
+        self.assertEqual((a.profile, a.slot_count, b.slot_count), (lock, 2, 2))
+        self._served_in_order(lock, a, lambda: netlock.lock(lock, wait=60), fair_flag=False)
+        self.assertTrue(b.held, "the other slot was held all along")
+        b.unlock()
+        support.assert_no_children(self)
+
+    def test_fair_by_profile_key(self):
+        # A profile that says fair = true: plain lock() calls wait in line.
+        with open(self.sb.profiles, "a") as f:
+            f.write(f'\n[profile.fairq]\nbackend = "mkdir"\npath = "{self.sb.dir}/fairq.lock"\nfair = true\n')
+        holder = self.sb.lock("fairq")
+        profiles = str(self.sb.profiles)
+
+        def line_of(_lock, fair_flag=True):
+            return self._waiters([os.environ["LOCKSMITH_BIN"], "--profiles", profiles, "status", "--json", "fairq"])
+
+        with mock.patch.object(self, "_line", line_of):
+            self._served_in_order("fairq", holder, lambda: self.sb.lock("fairq", wait=60), n=2)
+        support.assert_no_children(self)
+
+    def test_fair_not_a_boolean_is_refused_before_spawning(self):
+        for bad in ("yes", "true", 1, 0, [True]):
+            with self.subTest(fair=bad):
+                with self.assertRaises(netlock.Usage) as c:
+                    netlock.lock("/tmp/never-taken", fair=bad, helper="/nonexistent/locksmith")
+                self.assertIsNone(c.exception.exit_code, "nothing ran")
+                self.assertIn("expected True or False", c.exception.message)
+                with self.assertRaises(netlock.Usage):
+                    netlock.try_lock("/tmp/never-taken", fair=bad, helper="/nonexistent/locksmith")
         support.assert_no_children(self)
 
     # -- busy, waiting, errors --------------------------------------------------------

@@ -356,6 +356,19 @@ class ArgsTest(unittest.TestCase):
             ["--watch-stdin", "--wait", "0", "--shared", "--slots", "3", "hold", "a", "b"],
         )
 
+    def test_fair_arguments(self):
+        self.assertIs(_spawn.fair_arg(True), True)
+        self.assertIs(_spawn.fair_arg(False), False)
+        self.assertIs(_spawn.fair_arg(None), False)
+        for bad in ["yes", "true", "", 1, 0, 1.0, [True]]:
+            with self.assertRaisesRegex(netlock.Usage, "expected True or False", msg=repr(bad)):
+                _spawn.fair_arg(bad)
+        self.assertEqual(
+            _spawn.helper_args(["a", "b"], None, "0", False, "3", True),
+            ["--watch-stdin", "--wait", "0", "--slots", "3", "--fair", "hold", "a", "b"],
+        )
+        self.assertEqual(_spawn.helper_args("a", None, None, False, None, False), ["--watch-stdin", "hold", "a"])
+
     def test_tags(self):
         for good in ["demo", "a", "phone.stuff_1-2", "x-", "/var/lock/x.lock"]:
             self.assertEqual(_spawn.check_tag(good), good)
@@ -560,6 +573,28 @@ class FakeHelperTest(unittest.TestCase):
             with self.assertRaises(netlock.Usage, msg=repr(n)):
                 netlock.try_lock(tag, slots=n, helper=self.fake)
             self.assertFalse((self.dir / f"{tag}.args").exists(), f"spawned with slots={n!r}")
+        support.assert_no_children(self)
+
+    def test_fair(self):
+        lk = self.lock("plain3", fair=True)
+        self.assertEqual((self.dir / "plain3.args").read_text(), "--watch-stdin\n--fair\nhold\nplain3\n")
+        lk.unlock()
+        lk = netlock.try_lock("sem6", slots=2, fair=True, helper=self.fake)
+        self.assertEqual(
+            (self.dir / "sem6.args").read_text(), "--watch-stdin\n--wait\n0\n--slots\n2\n--fair\nhold\nsem6\n"
+        )
+        lk.unlock()
+        # False (the default) passes nothing: the profile decides.
+        lk = self.lock("plain4", fair=False)
+        self.assertEqual((self.dir / "plain4.args").read_text(), "--watch-stdin\nhold\nplain4\n")
+        lk.unlock()
+        # Not a boolean: refused before anything is spawned.
+        for bad, tag in [("yes", "plain5"), (1, "plain6"), ("", "plain7")]:
+            with self.assertRaisesRegex(netlock.Usage, "expected True or False", msg=repr(bad)):
+                self.lock(tag, fair=bad)
+            with self.assertRaises(netlock.Usage, msg=repr(bad)):
+                netlock.try_lock(tag, fair=bad, helper=self.fake)
+            self.assertFalse((self.dir / f"{tag}.args").exists(), f"spawned with fair={bad!r}")
         support.assert_no_children(self)
 
     def test_error_kinds(self):

@@ -858,56 +858,13 @@ fn etcd_cluster_survives_the_leaders_death() {
 fn etcd_slots_admit_n_holders_with_rising_tokens_and_refuse_another_number() {
     let Some(e) = Etcd::start() else { return };
     let sb = e.sandbox();
-    let held: Vec<Held> = (0..3).map(|_| sb.hold(["--slots", "3", "e"])).collect();
-    let mut slots: Vec<String> = held
-        .iter()
-        .map(|h| {
-            crate::slots::field(h.ok(), "slot")
-                .unwrap_or_else(|| panic!("{}", h.ok()))
-                .to_string()
-        })
-        .collect();
-    slots.sort();
-    assert_eq!(slots, ["0", "1", "2"]);
-    let mut tokens: Vec<u64> = held.iter().map(|h| token_of(h.ok())).collect();
-    tokens.sort();
-    tokens.dedup();
-    assert_eq!(tokens.len(), 3);
-    // status names each holder with the token of its OK line.
-    let o = sb.output(["--slots", "3", "status", "--json", "e"]);
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let mut shown: Vec<u64> = v["holders"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["token"].as_u64().unwrap())
-        .collect();
-    shown.sort();
-    assert_eq!(shown, tokens, "{}", stdout(&o));
-    let o = sb.output(["--slots", "3", "--wait", "0", "e"]);
-    assert_eq!(code(o.status), 75, "{}", stdout(&o));
-    for other in ["1", "4"] {
-        let o = sb.output(["--slots", other, "--wait", "0", "e"]);
-        assert_eq!(code(o.status), 78, "--slots {other}: {}", stdout(&o));
-        assert!(
-            stdout(&o).contains(&format!("asks for {other}")),
-            "{}",
-            stdout(&o)
-        );
-    }
+    let (held, tokens) = crate::slots::three_holders(&|a| sb.cmd(a), "e");
     let last = *tokens.last().unwrap();
     drop(held);
     eventually(T, "every slot free", || {
         code(sb.output(["--slots", "3", "status", "e"]).status) == 0
     });
-    let (inside, tokens, overlaps) = crate::slots::race(&sb, "e", 3, 5, 5);
-    assert_eq!(overlaps, 0, "two holders in one slot");
-    assert_eq!(inside.len(), 25);
-    assert!(inside.iter().all(|n| *n <= 3), "{inside:?}");
-    let mut sorted = tokens.clone();
-    sorted.sort();
-    sorted.dedup();
-    assert_eq!(sorted.len(), 25, "a token per grant: {tokens:?}");
+    let sorted = crate::slots::race_checked(&sb, "e", 5, 5, &[]);
     assert!(sorted[0] > last);
     // Once nobody holds, a lock of one slot again, its token above every slot's.
     let one = sb.hold(["e"]);

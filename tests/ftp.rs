@@ -811,47 +811,19 @@ fn lock_directory_removed_between_our_two_mkds_is_taken_again() {
 /// lock's one state, another number is refused (78), and nothing is left on the server.
 pub fn slots_admit_n_holders_and_no_more_with_rising_tokens(srv: &mut dyn TestFtp) {
     let sb = sandbox(srv);
-    let held: Vec<Held> = (0..3).map(|_| sb.hold(["--slots", "3", "race"])).collect();
-    let mut slots: Vec<String> = held
-        .iter()
-        .map(|h| {
-            crate::slots::field(h.ok(), "slot")
-                .unwrap_or_else(|| panic!("{}", h.ok()))
-                .to_string()
-        })
-        .collect();
-    slots.sort();
-    assert_eq!(slots, ["0", "1", "2"], "{}", srv.name());
+    let (held, _) = crate::slots::three_holders(&|a| sb.cmd(a), "race");
     for k in 0..3 {
         assert!(
             srv.path(&format!("locks/p.slot-{k}")).exists(),
-            "slot {k} on the server"
+            "{}: slot {k} on the server",
+            srv.name()
         );
     }
-    let o = sb.output(["--slots", "3", "--wait", "0", "race"]);
-    assert_eq!(code(o.status), 75, "{}", stdout(&o));
-    let o = sb.output(["--wait", "0", "race"]);
-    assert_eq!(code(o.status), 78, "one slot beside three: {}", stdout(&o));
-    assert!(stdout(&o).contains("asks for 1"), "{}", stdout(&o));
     drop(held);
     eventually(T, "every slot free", || {
         code(sb.output(["--slots", "3", "status", "race"]).status) == 0
     });
-    let (inside, tokens, overlaps) = crate::slots::race(&sb, "race", 3, 5, 6);
-    assert_eq!(overlaps, 0, "{}: two holders in one slot", srv.name());
-    assert_eq!(inside.len(), 30);
-    let most = *inside.iter().max().unwrap();
-    assert!(most <= 3, "{}: {most} inside", srv.name());
-    let mut sorted = tokens.clone();
-    sorted.sort();
-    sorted.dedup();
-    assert_eq!(
-        sorted.len(),
-        30,
-        "{}: a token per grant: {tokens:?}",
-        srv.name()
-    );
-    eprintln!("ftp ({}) slots: at most {most} of 3 inside", srv.name());
+    crate::slots::race_checked(&sb, "race", 5, 6, &[]);
     assert!(leftovers(srv).is_empty(), "{:?}", leftovers(srv));
 }
 

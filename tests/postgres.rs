@@ -382,48 +382,13 @@ fn slots_admit_n_sessions_issue_rising_tokens_and_refuse_another_number() {
          CREATE TABLE IF NOT EXISTS locksmith.tokens (lock text PRIMARY KEY, token bigint NOT NULL, clean boolean NOT NULL); \
          GRANT ALL ON SCHEMA locksmith TO locker; ALTER TABLE locksmith.tokens OWNER TO locker",
     );
-    let held: Vec<_> = (0..3).map(|_| sb.hold(["--slots", "3", "pg"])).collect();
-    let mut slots: Vec<String> = held
-        .iter()
-        .map(|h| {
-            crate::slots::field(h.ok(), "slot")
-                .unwrap_or_else(|| panic!("{}", h.ok()))
-                .to_string()
-        })
-        .collect();
-    slots.sort();
-    assert_eq!(slots, ["0", "1", "2"]);
-    let mut tokens: Vec<u64> = held.iter().map(|h| token_of(h.ok())).collect();
-    tokens.sort();
+    let (held, tokens) = crate::slots::three_holders(&|a| sb.cmd(a), "pg");
     assert_eq!(tokens, [1, 2, 3], "one counter for every slot");
-    let o = sb.output(["--slots", "3", "--wait", "0", "pg"]);
-    assert_eq!(code(o.status), 75, "{}", stdout(&o));
-    // Another number while they hold: 78 naming both, nothing taken. (A contender of fewer
-    // slots, all of them busy, waits as anyone would; it is refused once it gets one.)
-    for other in ["1", "4"] {
-        let o = sb.output(["--slots", other, "--wait", "0", "pg"]);
-        assert_eq!(code(o.status), 78, "--slots {other}: {}", stdout(&o));
-        assert!(
-            stdout(&o).contains("3 slot") && stdout(&o).contains(&format!("asks for {other}")),
-            "{}",
-            stdout(&o)
-        );
-    }
     drop(held);
     eventually(Duration::from_secs(10), "every slot free", || {
         code(sb.output(["--slots", "3", "status", "pg"]).status) == 0
     });
-    let (inside, tokens, overlaps) = crate::slots::race(&sb, "pg", 3, 5, 6);
-    assert_eq!(overlaps, 0, "two sessions in one slot");
-    assert_eq!(inside.len(), 30);
-    assert!(
-        inside.iter().all(|n| *n <= 3),
-        "more than 3 inside: {inside:?}"
-    );
-    let mut sorted = tokens.clone();
-    sorted.sort();
-    sorted.dedup();
-    assert_eq!(sorted.len(), 30, "a token per grant: {tokens:?}");
+    let sorted = crate::slots::race_checked(&sb, "pg", 5, 6, &[]);
     // Once nobody holds, a lock of one slot again.
     let one = sb.hold(["pg"]);
     assert!(

@@ -708,19 +708,7 @@ fn s3_slots_admit_n_holders_with_rising_tokens_and_refuse_another_number() {
         .call("PUT", "t/s.state", &[], Cond::None, b"state~1~41~1\n", T)
         .unwrap();
     assert!(r.ok(), "{}", r.text());
-    let held: Vec<Held> = (0..3).map(|_| s.hold(["--slots", "3", "sfast"])).collect();
-    let mut slots: Vec<String> = held
-        .iter()
-        .map(|h| {
-            crate::slots::field(h.ok(), "slot")
-                .unwrap_or_else(|| panic!("{}", h.ok()))
-                .to_string()
-        })
-        .collect();
-    slots.sort();
-    assert_eq!(slots, ["0", "1", "2"]);
-    let mut tokens: Vec<u64> = held.iter().map(|h| token_of(h.ok())).collect();
-    tokens.sort();
+    let (held, tokens) = crate::slots::three_holders(&|a| s.cmd(a), "sfast");
     assert_eq!(
         tokens,
         [42, 43, 44],
@@ -739,54 +727,12 @@ fn s3_slots_admit_n_holders_with_rising_tokens_and_refuse_another_number() {
         state.trim().ends_with("~3"),
         "the number of slots recorded: {state}"
     );
-    // status: every slot's holder, with the token and pid of its OK line.
-    let o = s.output(["--slots", "3", "status", "--json", "sfast"]);
-    assert_eq!(code(o.status), 1, "{}", stdout(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let mut shown: Vec<(u64, u64, i64)> = v["holders"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| {
-            (
-                h["slot"].as_u64().unwrap(),
-                h["token"].as_u64().unwrap(),
-                h["pid"].as_i64().unwrap(),
-            )
-        })
-        .collect();
-    shown.sort();
-    let mut want: Vec<(u64, u64, i64)> = held
-        .iter()
-        .map(|h| {
-            let slot = crate::slots::field(h.ok(), "slot")
-                .unwrap()
-                .parse()
-                .unwrap();
-            (slot, token_of(h.ok()), i64::from(h.pid()))
-        })
-        .collect();
-    want.sort();
-    assert_eq!(shown, want, "{}", stdout(&o));
     let o = s.output(["--slots", "3", "status", "sfast"]);
     assert_eq!(stdout(&o).lines().count(), 3, "{}", stdout(&o));
-    assert!(stdout(&o).contains("slot=1"), "{}", stdout(&o));
-    // Full: the fourth is busy, naming the slots' holders.
-    let o = s.output(["--slots", "3", "--wait", "0", "sfast"]);
-    assert_eq!(code(o.status), 75, "{}", stdout(&o));
-    assert!(stdout(&o).contains("slot="), "{}", stdout(&o));
-    // Another number while they hold: 78 naming both, nothing taken or left.
-    for (other, recorded) in [("1", "3 slot"), ("4", "3 slot"), ("2", "more than 2 slots")] {
-        let o = s.output(["--slots", other, "--wait", "0", "sfast"]);
-        let out = stdout(&o);
-        assert_eq!(code(o.status), 78, "--slots {other}: {out}");
-        assert!(
-            out.starts_with("ERROR config:")
-                && out.contains(recorded)
-                && out.contains(&format!("asks for {other}")),
-            "--slots {other}: {out}"
-        );
-    }
+    // A contender of fewer slots than recorded, all of its own busy: refused at once too.
+    let o = s.output(["--slots", "2", "--wait", "0", "sfast"]);
+    assert_eq!(code(o.status), 78, "{}", stdout(&o));
+    assert!(stdout(&o).contains("more than 2 slots"), "{}", stdout(&o));
     assert_eq!(
         s.keys("t/s"),
         ["t/s.slot-0", "t/s.slot-1", "t/s.slot-2", "t/s.state"],
@@ -804,16 +750,7 @@ fn s3_slots_admit_n_holders_with_rising_tokens_and_refuse_another_number() {
     // 1-second steps, past `sfast`'s 3 s (seen: one run of 630 on `sfast` exited 69, "PUT
     // t/s.slot-0 …: timed out reading response").
     let env = [ENV[0], ENV[1], ("SPIN", "100000")];
-    let (inside, tokens, overlaps) = crate::slots::race_env(&s.sb, "s", 3, 6, 5, &env);
-    assert_eq!(overlaps, 0, "two holders in one slot");
-    assert_eq!(inside.len(), 30, "every run ran once");
-    let most = *inside.iter().max().unwrap();
-    assert!(most <= 3, "{most} inside a lock of 3 slots: {inside:?}");
-    eprintln!("s3 slots: at most {most} of 3 inside over 30 runs");
-    let mut sorted = tokens.clone();
-    sorted.sort();
-    sorted.dedup();
-    assert_eq!(sorted.len(), 30, "a token per grant: {tokens:?}");
+    let sorted = crate::slots::race_checked(&s.sb, "s", 6, 5, &env);
     assert!(sorted[0] > last);
     assert_eq!(s.keys("t/s"), ["t/s.state"], "every slot's object gone");
     // Once nobody holds, a lock of one slot again, its token above every slot's, and the

@@ -435,3 +435,105 @@ fn a_slot_contender_beside_readers_of_the_lock_itself_is_refused() {
         assert_eq!(field(held.ok(), "slots"), Some("2"), "{}", held.ok());
     }
 }
+
+/// The part of every backend's semaphore test that is the same everywhere (each backend adds
+/// its layout and counter): three holders of `lock` with `--slots 3` (commands made by `ls`)
+/// get slots 0, 1 and 2 and a token each, which `status --json` shows beside each slot's
+/// holder with its pid; a fourth is busy (75) and names the slots' holders; `--slots 1` and
+/// `--slots 4` are refused with 78 naming both numbers. Returns the holders, still holding,
+/// and their tokens in order.
+pub fn three_holders(ls: crate::fair::Locksmith<'_>, lock: &str) -> (Vec<Held>, Vec<u64>) {
+    let out = |args: &[&str]| output_within(ls(args), Duration::from_secs(60));
+    let held: Vec<Held> = (0..3)
+        .map(|_| {
+            let mut c = ls(&["--slots", "3", lock]);
+            c.stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            let mut h = Held::spawn(c);
+            h.read_line(Duration::from_secs(20));
+            h
+        })
+        .collect();
+    let mut want: Vec<(u64, u64, i64)> = held
+        .iter()
+        .map(|h| {
+            let slot = field(h.ok(), "slot")
+                .unwrap_or_else(|| panic!("{lock}: {}", h.ok()))
+                .parse()
+                .unwrap();
+            (slot, token_of(h.ok()), i64::from(h.pid()))
+        })
+        .collect();
+    want.sort();
+    let slots: Vec<u64> = want.iter().map(|w| w.0).collect();
+    assert_eq!(slots, [0, 1, 2], "{lock}: three holders, three slots");
+    let mut tokens: Vec<u64> = want.iter().map(|w| w.1).collect();
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 3, "{lock}: a token per grant: {want:?}");
+    // status: every slot's holder, with the token and pid of its OK line.
+    let o = out(&["--slots", "3", "status", "--json", lock]);
+    assert_eq!(code(o.status), 1, "{lock}: {}", stdout(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut shown: Vec<(u64, u64, i64)> = v["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["slot"].as_u64().unwrap(),
+                h["token"].as_u64().unwrap_or(0),
+                h["pid"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    shown.sort();
+    assert_eq!(shown, want, "{lock}: {}", stdout(&o));
+    // Full: the fourth is busy, naming the slots' holders.
+    let o = out(&["--slots", "3", "--wait", "0", lock]);
+    assert_eq!(code(o.status), 75, "{lock}: {}", stdout(&o));
+    assert!(stdout(&o).contains("slot="), "{lock}: {}", stdout(&o));
+    // Another number while they hold: 78 naming both, nothing taken.
+    for other in ["1", "4"] {
+        let o = out(&["--slots", other, "--wait", "0", lock]);
+        let text = stdout(&o);
+        assert_eq!(code(o.status), 78, "{lock} --slots {other}: {text}");
+        assert!(
+            text.starts_with("ERROR config:")
+                && text.contains("3 slot")
+                && text.contains(&format!("asks for {other}")),
+            "{lock} --slots {other}: {text}"
+        );
+    }
+    (held, tokens)
+}
+
+/// The race every backend's semaphore test runs ([`race_env`] on 3 slots): never two holders
+/// in one slot, never more than three inside, every run once, a token per grant. Returns the
+/// tokens in order.
+pub fn race_checked(
+    sb: &Sandbox,
+    lock: &str,
+    workers: usize,
+    rounds: usize,
+    env: &[(&str, &str)],
+) -> Vec<u64> {
+    let (inside, tokens, overlaps) = race_env(sb, lock, 3, workers, rounds, env);
+    assert_eq!(overlaps, 0, "{lock}: two holders in one slot");
+    assert_eq!(inside.len(), workers * rounds, "{lock}: every run ran once");
+    let most = *inside.iter().max().unwrap();
+    assert!(most <= 3, "{lock}: {most} inside 3 slots: {inside:?}");
+    eprintln!(
+        "{lock}: at most {most} of 3 inside over {} runs",
+        inside.len()
+    );
+    let mut sorted = tokens.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        workers * rounds,
+        "{lock}: a token per grant: {tokens:?}"
+    );
+    sorted
+}

@@ -189,8 +189,8 @@ impl Fair {
         Ok(true)
     }
 
-    /// Keeps our place alive; a place lost (broken while we were stopped) is taken again at
-    /// the end of the line.
+    /// Keeps our place alive; a place lost (broken while we were stopped or silent) is taken
+    /// again at the end of the line. Never an error: a place is not worth failing a wait for.
     fn beat(&mut self) -> Result<()> {
         let Some(place) = self.place.as_mut() else {
             return Ok(());
@@ -203,12 +203,20 @@ impl Fair {
             return Ok(());
         }
         let period = place.held.period().unwrap_or(self.common.heartbeat());
-        match place.held.heartbeat(now + period / 2) {
+        match place.held.heartbeat(now + period) {
             Ok(()) => {
                 place.next_beat = Some(Instant::now() + period);
                 Ok(())
             }
-            Err(e) if e.kind() == Kind::Lost => {
+            // A heartbeat not confirmed (a slow or unreachable server) does not end the wait:
+            // the place is only a place in line. It is tried again soon; if it was broken
+            // meanwhile, the next heartbeat says so and the waiter goes to the end of the line.
+            Err(e) if e.kind() != Kind::Lost => {
+                debug!("lock {}: its place in line not confirmed: {e}", self.name);
+                place.next_beat = Some(Instant::now() + self.common.poll.min(period));
+                Ok(())
+            }
+            Err(e) => {
                 info!(
                     "lock {}: lost its place in line ({e}); going to the end of the line",
                     self.name
@@ -219,7 +227,6 @@ impl Fair {
                 self.watched = None;
                 Ok(())
             }
-            Err(e) => Err(e),
         }
     }
 

@@ -44,11 +44,58 @@ const REMOTE: &[(u64, &str)] = &[
     (0x786F_4256, "vboxsf"),
 ];
 
+/// A filesystem's name for messages: the mount's type (`fuse.sshfs`, `nfs4`, `ext4`) and
+/// source, read from `/proc/self/mountinfo` only when a message needs it on a local
+/// filesystem (issue 29: a lock taken on ext4 reads no mount table).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsName {
+    name: std::sync::OnceLock<String>,
+    /// `statfs(2)` type and device, to look the mount up.
+    magic: u64,
+    dev: Option<(u64, u64)>,
+}
+
+impl FsName {
+    pub fn as_str(&self) -> &str {
+        self.name.get_or_init(|| {
+            let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            let mount = self
+                .dev
+                .and_then(|(maj, min)| mount_for_dev(&info, maj, min));
+            name_of(mount.as_ref(), family(self.magic), self.magic)
+        })
+    }
+}
+
+impl From<&str> for FsName {
+    fn from(name: &str) -> FsName {
+        FsName {
+            name: std::sync::OnceLock::from(name.to_string()),
+            magic: 0,
+            dev: None,
+        }
+    }
+}
+
+impl std::fmt::Display for FsName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn name_of(mount: Option<&Mount<'_>>, family: Option<&str>, magic: u64) -> String {
+    match (mount, family) {
+        (Some(m), _) => format!("{} ({})", m.fstype, m.source),
+        (None, Some(f)) => f.to_string(),
+        (None, None) => format!("filesystem type {magic:#x}"),
+    }
+}
+
 /// The filesystem a lock lives on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fs {
-    /// For messages: the mount's type (`fuse.sshfs`, `nfs4`, `ext4`) and source.
-    pub name: String,
+    /// For messages: the mount's type and source.
+    pub name: FsName,
     /// Another machine (or a FUSE daemon) holds the data.
     pub remote: bool,
     /// How long it may serve stale data, where locksmith can read it: NFS's mount options,
@@ -81,20 +128,31 @@ fn family(magic: u64) -> Option<&'static str> {
 }
 
 /// What filesystem `fd` (a directory or file) is on, by `statfs(2)` type, named from
-/// `/proc/self/mountinfo`.
+/// `/proc/self/mountinfo` (read here for a network or FUSE filesystem, whose mount says
+/// more; for a local one only if a message names it).
 pub fn detect(fd: BorrowedFd<'_>) -> Fs {
     let magic = magic(fd);
     let family = family(magic);
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let dev = fstat(fd)
         .ok()
         .map(|st| (major(st.st_dev), minor(st.st_dev)));
-    let mount = dev.and_then(|(maj, min)| mount_for_dev(&info, maj, min));
-    let name = match (&mount, family) {
-        (Some(m), _) => format!("{} ({})", m.fstype, m.source),
-        (None, Some(f)) => f.to_string(),
-        (None, None) => format!("filesystem type {magic:#x}"),
+    let name = FsName {
+        name: std::sync::OnceLock::new(),
+        magic,
+        dev,
     };
+    if family.is_none() {
+        return Fs {
+            name,
+            remote: false,
+            cache: None,
+            cache_how: String::new(),
+            client: None,
+        };
+    }
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mount = dev.and_then(|(maj, min)| mount_for_dev(&info, maj, min));
+    let _ = name.name.set(name_of(mount.as_ref(), family, magic));
     let (cache, cache_how) = match (family, &mount) {
         (Some("NFS"), Some(m)) => (
             Some(Duration::from_secs(attr_cache_secs(m.opts))),

@@ -1250,9 +1250,13 @@ impl Dir {
             heartbeats,
         )
         .and_then(|()| match s.scheme {
-            Scheme::Symlink => {
-                super::check_shared(&s.cfg.path, s.fs.remote, &s.fs.name, s.mode, s.cfg.local)
-            }
+            Scheme::Symlink => super::check_shared(
+                &s.cfg.path,
+                s.fs.remote,
+                s.fs.name.as_str(),
+                s.mode,
+                s.cfg.local,
+            ),
             _ => Ok(()),
         })
     }

@@ -220,6 +220,8 @@ fn hold(cli: &Cli, locks: &[Profile]) -> Result<i32> {
             }
         }
     };
+    // Nothing is spawned in hold mode: what the wait left to close can go now.
+    sys::close_parked();
     match written {
         Written::Done(Ok(())) => {
             // A person at a terminal has no pipe to close: say how to let go.
@@ -444,6 +446,8 @@ fn run(cli: &Cli, locks: &[Profile], cmd: &[OsString]) -> Result<i32> {
             return Ok(cannot_run(cli, &cmd[0], &e));
         }
     };
+    // CMD has exec'd (the spawn waited for it): what the wait left to close can go now.
+    sys::close_parked();
     let pid = child.id() as i32;
     let target = Pid::from_raw(if own_group { -pid } else { pid });
     let pidfd = sys::pidfd_open(pid).ok();

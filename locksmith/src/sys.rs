@@ -43,6 +43,57 @@ pub fn dir_notify(dir: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// Installs a handler for `sig` that writes the signal's number, one byte, to the socket
+/// `fd` (a self-pipe for `poll`). `fd` must stay open for the rest of the process: the handler
+/// may run at any time. A full socket drops the byte; those already in it still wake the poll.
+pub fn signal_to_socket(sig: libc::c_int, fd: RawFd) -> io::Result<()> {
+    let number = sig as u8;
+    // SAFETY: the action calls only send(2), which is async-signal-safe (the registry saves
+    // errno around it), on a descriptor the caller never closes.
+    unsafe {
+        signal_hook::low_level::register(sig, move || {
+            libc::send(
+                fd,
+                (&raw const number).cast(),
+                1,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            );
+        })
+    }
+    .map(|_| ())
+}
+
+/// Descriptors whose last close is slow, parked until no child can inherit them
+/// ([`park_slow_close`]).
+static PARKED: std::sync::Mutex<Vec<OwnedFd>> = std::sync::Mutex::new(Vec::new());
+
+/// Parks `fd` (an inotify instance) until [`close_parked`]. Closing the last reference to an
+/// inotify instance waits for the kernel's fsnotify SRCU grace period (10–20 ms here). Closed
+/// on a thread right away, it would still be open in a command spawned meanwhile (the thread
+/// may not have run yet when `posix_spawn` copies the descriptor table), and then the command's
+/// `execve` closes the last reference and waits — and with it locksmith, which `vfork` holds
+/// until the exec is done: a 10–30 ms stall between taking a lock and running CMD, measured on
+/// every contended handoff of the lock-directory backends (issue 29).
+pub fn park_slow_close(fd: OwnedFd) {
+    if let Ok(mut parked) = PARKED.lock() {
+        parked.push(fd);
+    }
+}
+
+/// Closes the parked descriptors on a thread of their own: call it once CMD runs (the spawn
+/// has returned: the child has exec'd and dropped its copies) or once nothing will be spawned.
+/// Without a thread (none can start), they are closed here.
+pub fn close_parked() {
+    let fds = match PARKED.lock() {
+        Ok(mut parked) if !parked.is_empty() => std::mem::take(&mut *parked),
+        _ => return,
+    };
+    let _ = std::thread::Builder::new()
+        .name("slow-close".into())
+        .stack_size(16 * 1024)
+        .spawn(move || drop(fds));
+}
+
 /// `clock_gettime(CLOCK_BOOTTIME)`: monotonic time that keeps counting through suspend,
 /// so a holder that slept notices how long it was away.
 pub fn boottime() -> Duration {

@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -66,8 +66,8 @@ pub struct Watcher {
     stdout: bool,
     stdin: bool,
     parent: Option<Parent>,
-    /// One self-pipe per signal, so the cause is known without reading a number.
-    signals: Vec<(Signal, UnixStream)>,
+    /// One self-pipe for every signal watched: its handler writes the signal's number.
+    signals: UnixStream,
 }
 
 struct Parent {
@@ -84,14 +84,17 @@ impl Watcher {
     /// Installs the signal handlers and opens the parent's pidfd. Call it before taking the
     /// lock, so that a signal never kills the helper with the lock half-taken.
     pub fn new(opts: WatchOpts) -> Result<Watcher> {
-        let mut signals = Vec::with_capacity(SIGNALS.len());
+        let what = "cannot make the socket pair that watches for signals";
+        let (signals, tx) = UnixStream::pair().map_err(|e| Error::io(what, e))?;
+        signals
+            .set_nonblocking(true)
+            .map_err(|e| Error::io(what, e))?;
+        // The handlers may run at any time from now on, for the whole process: the writing
+        // end stays open for as long (one descriptor per watcher made).
+        let tx = tx.into_raw_fd();
         for sig in SIGNALS {
-            let what = "cannot make the socket pair that watches for signals";
-            let (rx, tx) = UnixStream::pair().map_err(|e| Error::io(what, e))?;
-            rx.set_nonblocking(true).map_err(|e| Error::io(what, e))?;
-            signal_hook::low_level::pipe::register(sig as i32, tx)
+            sys::signal_to_socket(sig as i32, tx)
                 .map_err(|e| Error::io(format!("installing a {sig} handler"), e))?;
-            signals.push((sig, rx));
         }
         let parent = if opts.parent {
             let pid = nix::unistd::getppid().as_raw();
@@ -175,10 +178,7 @@ impl Watcher {
                 .as_ref()
                 .and_then(|p| p.pidfd.as_ref())
                 .map(|fd| push(&mut fds, fd.as_fd(), PollFlags::POLLIN));
-            let i_sig = fds.len();
-            for (_, rx) in &self.signals {
-                push(&mut fds, rx.as_fd(), PollFlags::POLLIN);
-            }
+            let i_sig = push(&mut fds, self.signals.as_fd(), PollFlags::POLLIN);
             let i_extra = fds.len();
             for fd in extra {
                 push(&mut fds, *fd, PollFlags::POLLIN);
@@ -199,14 +199,13 @@ impl Watcher {
                 i.and_then(|i| fds[i].revents())
                     .is_some_and(|r| !r.is_empty())
             };
-            for (k, (sig, _)) in self.signals.iter().enumerate() {
-                if fired(Some(i_sig + k)) {
-                    let sig = *sig;
-                    drop(fds);
-                    self.drain_signal(k);
+            if fired(Some(i_sig)) {
+                drop(fds);
+                if let Some(sig) = self.pending_signal() {
                     trace!("{sig} received");
                     return Ok(Event::Release(Cause::Signal(sig)));
                 }
+                continue;
             }
             let out = i_stdout
                 .and_then(|i| fds[i].revents())
@@ -232,26 +231,16 @@ impl Watcher {
         }
     }
 
-    /// Takes pending signals without blocking: `Some(signal)` for each that arrived.
+    /// Takes the next pending signal without blocking: `Some(signal)` for each that arrived,
+    /// in the order they arrived.
     pub fn pending_signal(&mut self) -> Option<Signal> {
-        for k in 0..self.signals.len() {
-            if self.drain_signal(k) {
-                return Some(self.signals[k].0);
+        let mut number = [0u8; 1];
+        while let Ok(1) = self.signals.read(&mut number) {
+            if let Some(sig) = SIGNALS.into_iter().find(|s| *s as u8 == number[0]) {
+                return Some(sig);
             }
         }
         None
-    }
-
-    fn drain_signal(&mut self, k: usize) -> bool {
-        let mut buf = [0u8; 64];
-        let mut any = false;
-        while let Ok(n) = self.signals[k].1.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            any = true;
-        }
-        any
     }
 
     /// The `getppid()` re-check: the pidfd was opened on the original parent's pid, but that

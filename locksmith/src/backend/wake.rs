@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use nix::fcntl::OFlag;
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use nix::sys::stat::Mode as FileMode;
 
 use crate::log::{debug, trace};
@@ -89,6 +89,8 @@ pub struct Wakeups {
     /// The directory to watch for releases, once asked to ([`watch_dir`](Self::watch_dir)).
     dir: Option<PathBuf>,
     inotify: Option<Inotify>,
+    /// The watch on `dir` in `inotify`.
+    wd: Option<WatchDescriptor>,
     /// inotify was tried and could not be had: poll (said once).
     unwatched: bool,
     queue: Queue,
@@ -168,11 +170,14 @@ impl Wakeups {
                     dir.as_path(),
                     AddWatchFlags::IN_DELETE | AddWatchFlags::IN_MOVED_FROM,
                 )
-                .map(|_| ino)
+                .map(|wd| (ino, wd))
                 .map_err(|e| ("inotify_add_watch", e))
             });
         match r {
-            Ok(ino) => self.inotify = Some(ino),
+            Ok((ino, wd)) => {
+                self.inotify = Some(ino);
+                self.wd = Some(wd);
+            }
             Err((call, e)) => {
                 debug!(
                     "cannot watch {} for releases ({call}: {}): polling with backoff",
@@ -213,13 +218,14 @@ impl Wakeups {
         self.queue = Queue::Out;
         self.holder = None;
         // Closing an inotify instance waits for an SRCU grace period (10–20 ms measured
-        // here): not on the way from taking the lock to the OK line or the command. A thread
-        // closes it (if none can start, dropping the closure closes it here).
+        // here): not on the way from taking the lock to the OK line or the command. Its watch
+        // goes now (the kernel frees the mark asynchronously: no events while we hold); the
+        // instance is closed once the command runs (`sys::park_slow_close` says why).
         if let Some(ino) = self.inotify.take() {
-            let _ = std::thread::Builder::new()
-                .name("inotify-close".into())
-                .stack_size(16 * 1024)
-                .spawn(move || drop(ino));
+            if let Some(wd) = self.wd.take() {
+                let _ = ino.rm_watch(wd);
+            }
+            sys::park_slow_close(ino.into());
         }
     }
 

@@ -16,7 +16,8 @@ const BUCKET: &str = "locks";
 
 /// The server, its bucket, a client of it, and a sandbox whose profiles lock in it:
 /// `s` (stale_after 60 s), `sfast` (the same object, stale_after 3 s, keepalive 500 ms),
-/// `sclosed` (nothing listens).
+/// `spatient` (the same object, stale_after 60 s, keepalive 500 ms: a holder that outlives a
+/// paused server and never looks silent to an `sfast` waiter), `sclosed` (nothing listens).
 struct S3 {
     sw: Seaweed,
     client: Client,
@@ -67,6 +68,7 @@ impl S3 {
         sb.write_profiles(&format!(
             "[profile.s]\nbackend = \"s3\"\n{ep}key = \"t/s\"\n\n\
              [profile.sfast]\nbackend = \"s3\"\n{ep}key = \"t/s\"\nstale_after = \"3s\"\nkeepalive = \"500ms\"\npoll = \"50ms\"\nmax_poll = \"300ms\"\n\n\
+             [profile.spatient]\nbackend = \"s3\"\n{ep}key = \"t/s\"\nstale_after = \"60s\"\nkeepalive = \"500ms\"\n\n\
              [profile.sclosed]\nbackend = \"s3\"\nendpoint = \"http://127.0.0.1:{}\"\nbucket = \"{BUCKET}\"\nkey = \"t/s\"\n",
             free_port()
         ));
@@ -310,6 +312,74 @@ fn s3_server_killed_while_holding_is_lost() {
     assert!(line.starts_with("LOST "), "{line}");
     assert_eq!(code(a.wait_exit(T)), 74);
     assert!(took < Duration::from_secs(3), "LOST after {took:?}");
+}
+
+fn pause_server(s: &S3, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(s.sw.pid()), sig).unwrap();
+}
+
+/// Issue 27: one request that gets no answer does not end a wait. A waiter (profile `s`:
+/// requests bounded by 10 s) queues behind a holder; the server is paused (SIGSTOP) until the
+/// waiter says its request got no answer, then resumed: the waiter keeps waiting, gets the lock
+/// when the holder lets go, with a higher token, and nothing of either is left on the server.
+#[test]
+fn s3_waiter_outlives_a_paused_server_and_gets_the_lock() {
+    use nix::sys::signal::Signal;
+    let Some(s) = S3::start() else { return };
+    let a = s.hold(["spatient"]);
+    let t1 = token_of(a.ok());
+    let mut b = s.spawn_hold(["--wait", "120s", "s"]);
+    b.wait_stderr("waiting for lock", T);
+    pause_server(&s, Signal::SIGSTOP);
+    let said = b.stderr_within("no answer", Duration::from_secs(30));
+    pause_server(&s, Signal::SIGCONT);
+    let said = said.expect("the waiter saw no timeout");
+    assert!(said.contains("still waiting"), "{said}");
+    assert_eq!(b.exited(), None, "the waiter ended: {}", b.stderr_text());
+    b.wait_stderr("the server answers again", T);
+    assert_eq!(b.line, None);
+    drop(a);
+    let line = b.read_line(T).expect("the waiter got nothing");
+    let t2 = token_of(&line);
+    assert!(t2 > t1, "{line}");
+    assert_eq!(line, format!("OK s backend=s3 mode=exclusive token={t2}\n"));
+    drop(b);
+    eventually(T, "the lock object gone", || s.keys("t/s") == ["t/s.state"]);
+}
+
+/// Issue 27: a waiter whose server stays away past its `--wait` ends with 69 (unavailable:
+/// nobody can say whether the lock is busy), naming the failure and the wait, once the wait
+/// is over and not before; the holder, whose lease outlasts the pause, keeps the lock.
+#[test]
+fn s3_waiter_whose_server_stays_away_past_its_wait_exits_69() {
+    use nix::sys::signal::Signal;
+    let Some(s) = S3::start() else { return };
+    let mut a = s.hold(["spatient"]);
+    let t1 = token_of(a.ok());
+    // sfast: requests bounded by 3 s, so that more than one goes unanswered within the wait.
+    let mut b = s.spawn_hold(["--wait", "5s", "sfast"]);
+    b.wait_stderr("waiting for lock", T);
+    let began = Instant::now();
+    pause_server(&s, Signal::SIGSTOP);
+    let line = b.read_line(Duration::from_secs(30));
+    let took = began.elapsed();
+    let status = b.wait_exit(T);
+    pause_server(&s, Signal::SIGCONT);
+    let err = b.stderr_text();
+    assert_eq!(code(status), 69, "{err}");
+    let line = line.unwrap_or_default();
+    assert!(line.starts_with("ERROR unavailable: "), "{line}");
+    assert!(line.contains("gave up after waiting 5s"), "{line}");
+    assert!(line.contains("t/s"), "{line}");
+    assert!(err.contains("no answer"), "{err}");
+    assert!(took >= Duration::from_secs(4), "ended after {took:?}");
+    // The holder still holds, and its release leaves nothing.
+    assert_eq!(a.exited(), None);
+    let rec = s.record().unwrap();
+    assert!(rec.contains(&format!(" token={t1} ")), "{rec}");
+    a.close_stdout();
+    assert_eq!(code(a.wait_exit(T)), 0);
+    assert_eq!(s.keys("t/s"), ["t/s.state"]);
 }
 
 /// SPEC §6: a holder paused (SIGSTOP) past stale_after is broken on the server's clock; the

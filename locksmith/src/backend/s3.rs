@@ -568,6 +568,9 @@ pub struct S3 {
     beats: u64,
     /// Our object, once written.
     mine: Option<Mine>,
+    /// The key of a create of ours that got no answer (it may have landed): the next create
+    /// finds it by our nonce, and dropping the backend removes it if it is there.
+    unsure: Option<String>,
     /// The state's ETag after our swap (a writer's clean release swaps it again).
     state_etag: Option<String>,
     token: Option<u64>,
@@ -592,6 +595,7 @@ impl S3 {
             record: Record::ours(&named.name),
             beats: 0,
             mine: None,
+            unsure: None,
             state_etag: None,
             token: None,
             written: None,
@@ -620,6 +624,8 @@ impl S3 {
         let body = self.next_body();
         let limit = self.site.timeout;
         let sent = Instant::now();
+        // Unanswered, it may still land: remembered until an answer settles it.
+        self.unsure = Some(key.clone());
         let r = self
             .site
             .call("PUT", &key, &[], Cond::Absent, &body, limit)?;
@@ -628,29 +634,44 @@ impl S3 {
             200 | 201 | 204 => {
                 let etag = r.etag.unwrap_or_default();
                 self.mine = Some(Mine { key, etag, body });
+                self.unsure = None;
                 Ok(true)
             }
-            412 => {
-                // Ours after all? A create whose answer was lost (a timeout) and is tried
-                // again finds its own object: the record's nonce says so.
-                let r = self.site.call("GET", &key, &[], Cond::None, &[], limit)?;
-                let ours = matches!(
-                    Record::parse(&r.text()),
-                    super::owner::Parsed::V1(rec) if rec.nonce == self.record.nonce
-                );
-                if r.ok() && ours {
-                    let etag = r.etag.clone().unwrap_or_default();
-                    self.mine = Some(Mine {
-                        key,
-                        etag,
-                        body: r.body,
-                    });
-                    return Ok(true);
-                }
-                Ok(false)
-            }
+            // Ours after all? A create whose answer was lost (a timeout) and is tried again
+            // finds its own object: the record's nonce says so.
+            412 => self.adopt(&key, limit),
             _ => Err(self.site.odd("PUT", &key, &r)),
         }
+    }
+
+    /// Whether the object at `key` is ours — written by a create of ours whose answer was
+    /// lost, as the owner record's nonce says (no one else writes our nonce: a breaker
+    /// deletes, a successor writes its own) — and if so, takes it as `mine`. Either way the
+    /// unanswered create is settled: the key holds one object, ours or not.
+    fn adopt(&mut self, key: &str, limit: Duration) -> Result<bool> {
+        let r = self.site.call("GET", key, &[], Cond::None, &[], limit)?;
+        if r.status == 404 {
+            // Gone meanwhile: whatever was there, nothing of ours is.
+            self.unsure = None;
+            return Ok(false);
+        }
+        if !r.ok() {
+            return Err(self.site.odd("GET", key, &r));
+        }
+        self.unsure = None;
+        let ours = matches!(
+            Record::parse(&r.text()),
+            super::owner::Parsed::V1(rec) if rec.nonce == self.record.nonce
+        );
+        if ours {
+            let etag = r.etag.clone().unwrap_or_default();
+            self.mine = Some(Mine {
+                key: key.to_string(),
+                etag,
+                body: r.body,
+            });
+        }
+        Ok(ours)
     }
 
     /// Rewrites our object with a new beat, `If-Match` our last ETag, within `limit`.
@@ -853,8 +874,17 @@ impl Drop for S3 {
     /// A waiter that gives up takes its object away (a writer's waiting `KEY`, a reader's
     /// name); a holder's was released already.
     fn drop(&mut self) {
+        let limit = Duration::from_secs(2);
+        if self.mine.is_none()
+            && let Some(key) = self.unsure.clone()
+            && let Err(e) = self.adopt(&key, limit)
+        {
+            info!(
+                "a create of {key} got no answer and may have landed; if it did, it stays until it is stale ({e})"
+            );
+        }
         if self.mine.is_some()
-            && let Err(e) = self.withdraw(Duration::from_secs(2))
+            && let Err(e) = self.withdraw(limit)
         {
             debug!("cannot take our object away: {e}");
         }
@@ -866,9 +896,11 @@ impl Backend for S3 {
         "s3"
     }
 
+    /// A try whose server did not answer comes back with the backend (its nonce, an unsure
+    /// create): the next try recognises a write of ours that landed ([`S3::adopt`]).
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
-        let tried = self.attempt()?;
-        Ok(tried.on_server(self))
+        let tried = self.attempt();
+        Tried::or_unanswered(tried, self)
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {

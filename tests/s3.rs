@@ -7,6 +7,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use locksmith_helper::backend::s3::http::{Client, Cond, Creds};
+use testkit::faulty::{Fault, Proxy, Then};
 use testkit::seaweed::Seaweed;
 
 use crate::support::*;
@@ -380,6 +381,139 @@ fn s3_waiter_whose_server_stays_away_past_its_wait_exits_69() {
     a.close_stdout();
     assert_eq!(code(a.wait_exit(T)), 0);
     assert_eq!(s.keys("t/s"), ["t/s.state"]);
+}
+
+/// A proxy before the server ([`testkit::faulty`]) and a sandbox whose profiles lock the
+/// object `t/p` through it: `p` (stale_after 60 s), `pfast` (stale_after 3 s: requests
+/// bounded by 3 s).
+fn via_proxy(s: &S3) -> (Proxy, Sandbox) {
+    let up = format!("{}:{}", s.sw.host, s.sw.port).parse().unwrap();
+    let proxy = Proxy::start(up);
+    let sb = Sandbox::new("");
+    let ep = format!(
+        "endpoint = \"{}\"\nbucket = \"{BUCKET}\"\nkey = \"t/p\"\n",
+        proxy.endpoint()
+    );
+    sb.write_profiles(&format!(
+        "[profile.p]\nbackend = \"s3\"\n{ep}\n\
+         [profile.pfast]\nbackend = \"s3\"\n{ep}stale_after = \"3s\"\nkeepalive = \"500ms\"\npoll = \"50ms\"\nmax_poll = \"300ms\"\n"
+    ));
+    (proxy, sb)
+}
+
+/// The create of lock `t/p`: its conditional PUT.
+fn create_of_p(then: Then) -> Fault {
+    Fault {
+        method: "PUT",
+        path: format!("/{BUCKET}/t/p"),
+        header: Some("if-none-match"),
+        then,
+    }
+}
+
+fn run_via(sb: &Sandbox, args: &[&str]) -> Output {
+    let mut c = sb.cmd(args);
+    creds(&mut c);
+    output_within(c, Duration::from_secs(60))
+}
+
+/// Issue 27: 409 `ConditionalRequestConflict` (AWS: another conditional write on the same key
+/// in flight) is tried again, not an error. No real server here answers it on demand:
+/// [`testkit::faulty`] answers the create's PUT ONCE with it, the next PUT goes to SeaweedFS.
+#[test]
+fn s3_a_409_conditional_request_conflict_is_tried_again() {
+    let Some(s) = S3::start() else { return };
+    let (proxy, sb) = via_proxy(&s);
+    proxy.arm(create_of_p(Then::Answer(409, "ConditionalRequestConflict")));
+    let o = run_via(
+        &sb,
+        &["run", "p", "--", "sh", "-c", "echo $LOCKSMITH_TOKEN"],
+    );
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "1");
+    assert_eq!(proxy.fired(), [format!("PUT /{BUCKET}/t/p")]);
+    assert_eq!(s.keys("t/p"), ["t/p.state"]);
+}
+
+/// A server that rejects the conditional header (501 NotImplemented, 400 InvalidArgument —
+/// unit-tested in `s3::tests` too; here through the whole helper, the answers injected by
+/// [`testkit::faulty`]): one `ERROR config:` line naming the header, 78, nothing left behind.
+#[test]
+fn s3_a_server_rejecting_conditional_writes_is_config_78_and_leaves_nothing() {
+    let Some(s) = S3::start() else { return };
+    let (proxy, sb) = via_proxy(&s);
+    for (status, code_word) in [(501, "NotImplemented"), (400, "InvalidArgument")] {
+        proxy.arm(create_of_p(Then::Answer(status, code_word)));
+        let o = run_via(&sb, &["--wait", "10s", "run", "p", "--", "true"]);
+        let err = stderr(&o);
+        assert_eq!(code(o.status), 78, "{err}");
+        assert_eq!(stdout(&o), "");
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("ERROR")).collect();
+        assert_eq!(errors.len(), 1, "{err}");
+        assert!(errors[0].starts_with("ERROR config: "), "{err}");
+        assert!(errors[0].contains("`If-None-Match`"), "{err}");
+        assert!(errors[0].contains(code_word), "{err}");
+        assert!(s.keys("t/p").is_empty(), "{:?}", s.keys("t/p"));
+    }
+    assert_eq!(proxy.fired().len(), 2);
+}
+
+/// Issue 27, the safety of trying again: a create that lands on the server while its answer
+/// is lost ([`testkit::faulty`] passes the PUT on and drops the answer; the client times out
+/// after 3 s). A waiter with time left tries again, finds the object by its record's nonce,
+/// takes it as its own (not a second object, not someone else's lock) and leaves nothing
+/// behind; a contender with no time left (`--wait 0`) exits 69 and, dropping the backend,
+/// removes the object that landed.
+#[test]
+fn s3_a_create_whose_answer_is_lost_is_recognised_by_its_nonce() {
+    let Some(s) = S3::start() else { return };
+    let (proxy, sb) = via_proxy(&s);
+    proxy.arm(create_of_p(Then::Swallow));
+    let t0 = Instant::now();
+    let o = run_via(
+        &sb,
+        &[
+            "--wait",
+            "30s",
+            "run",
+            "pfast",
+            "--",
+            "sh",
+            "-c",
+            "echo $LOCKSMITH_TOKEN",
+        ],
+    );
+    let err = stderr(&o);
+    assert_eq!(code(o.status), 0, "{err}");
+    assert!(err.contains("no answer"), "{err}");
+    assert_eq!(stdout(&o).trim(), "1");
+    assert!(t0.elapsed() >= Duration::from_secs(3));
+    assert_eq!(proxy.fired(), [format!("PUT /{BUCKET}/t/p")]);
+    assert_eq!(s.keys("t/p"), ["t/p.state"]);
+
+    proxy.arm(create_of_p(Then::Swallow));
+    let o = run_via(&sb, &["--wait", "0", "run", "pfast", "--", "true"]);
+    let err = stderr(&o);
+    assert_eq!(code(o.status), 69, "{err}");
+    assert!(err.starts_with("ERROR unavailable: "), "{err}");
+    assert_eq!(proxy.fired().len(), 2);
+    // The object that landed is gone: the lock is free at once, with the next token.
+    assert_eq!(s.keys("t/p"), ["t/p.state"]);
+    let o = run_via(
+        &sb,
+        &[
+            "--wait",
+            "0",
+            "run",
+            "pfast",
+            "--",
+            "sh",
+            "-c",
+            "echo $LOCKSMITH_TOKEN",
+        ],
+    );
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "2");
 }
 
 /// SPEC §6: a holder paused (SIGSTOP) past stale_after is broken on the server's clock; the

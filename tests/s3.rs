@@ -516,6 +516,57 @@ fn s3_a_create_whose_answer_is_lost_is_recognised_by_its_nonce() {
     assert_eq!(stdout(&o).trim(), "2");
 }
 
+/// Issue 27: the AWS credentials locksmith locked with are not CMD's (as `$PGPASSWORD` and
+/// `$REDISCLI_AUTH` are not): `run` removes `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` and
+/// `AWS_ACCESS_KEY_ID` (half a set would keep an AWS tool from its other sources) from CMD's
+/// environment, and its other variables pass.
+#[test]
+fn s3_cmd_does_not_see_the_aws_credentials() {
+    let Some(s) = S3::start() else { return };
+    let show = "echo id=${AWS_ACCESS_KEY_ID:-unset} secret=${AWS_SECRET_ACCESS_KEY:-unset} \
+                token=${AWS_SESSION_TOKEN:-unset} other=${OTHER:-unset} \
+                profile=$LOCKSMITH_PROFILE";
+    let expect = "id=unset secret=unset token=unset other=kept profile=s";
+    let mut c = s.cmd(["run", "s", "--", "sh", "-c", show]);
+    c.env("OTHER", "kept");
+    let o = output_within(c, T);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), expect);
+    // By address, the credentials from a credentials file (SeaweedFS refuses session
+    // tokens: a token in the environment is only stripped here, not used).
+    let file = s.sb.join("aws-credentials");
+    std::fs::write(
+        &file,
+        format!(
+            "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+            Seaweed::ACCESS,
+            Seaweed::SECRET
+        ),
+    )
+    .unwrap();
+    let mut c = s.cmd([
+        "run",
+        &s.address("t/s"),
+        "--",
+        "sh",
+        "-c",
+        &show.replace("profile=$LOCKSMITH_PROFILE", ""),
+    ]);
+    c.env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env("AWS_SHARED_CREDENTIALS_FILE", &file)
+        .env("OTHER", "kept")
+        .env("AWS_SESSION_TOKEN", "session-secret");
+    let o = output_within(c, T);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o).trim(),
+        "id=unset secret=unset token=unset other=kept"
+    );
+    assert!(!stderr(&o).contains("session-secret"));
+    assert!(!stderr(&o).contains(Seaweed::SECRET));
+}
+
 /// SPEC §6: a holder paused (SIGSTOP) past stale_after is broken on the server's clock; the
 /// successor gets in with prev=crashed; the paused holder, resumed, says LOST and its late
 /// release leaves the successor's object alone.

@@ -389,4 +389,14 @@ pub trait Registered {
     fn password(_cfg: &Self::Config) -> Option<&Password> {
         None
     }
+    /// The environment variables that carry the lock's server secrets: locksmith's, never
+    /// CMD's (`run` removes them from CMD's environment, issues 15 and 27). By default the
+    /// one the password comes from (`password_env`, or a convention such as `$PGPASSWORD`
+    /// or `$REDISCLI_AUTH`).
+    fn secret_env(cfg: &Self::Config) -> Vec<&str> {
+        match Self::password(cfg) {
+            Some(Password::Env(var)) => vec![var.as_str()],
+            _ => Vec::new(),
+        }
+    }
 }

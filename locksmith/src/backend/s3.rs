@@ -624,11 +624,17 @@ impl S3 {
         let body = self.next_body();
         let limit = self.site.timeout;
         let sent = Instant::now();
-        // Unanswered, it may still land: remembered until an answer settles it.
+        // Unanswered (or a 5xx: a gateway's timeout), it may still land: remembered until an
+        // answer settles it. Refused (403, 400…), it did not.
         self.unsure = Some(key.clone());
         let r = self
             .site
-            .call("PUT", &key, &[], Cond::Absent, &body, limit)?;
+            .call("PUT", &key, &[], Cond::Absent, &body, limit)
+            .inspect_err(|e| {
+                if e.kind() != Kind::Unavailable {
+                    self.unsure = None;
+                }
+            })?;
         self.written = Some(sent);
         match r.status {
             200 | 201 | 204 => {

@@ -567,6 +567,76 @@ fn s3_cmd_does_not_see_the_aws_credentials() {
     assert!(!stderr(&o).contains(Seaweed::SECRET));
 }
 
+/// Issue 27: the `netlock` client takes an `s3://` address — with a query (`?endpoint=…&
+/// stale_after=…`) and a key with a `%20` (the object `t/with space`) — from the real helper
+/// against SeaweedFS: held (the object there), busy for a second taker, gone when `unlock`
+/// returns, free again with the next token. The client passes its own environment to the
+/// helper, so the helper here is a wrapper that exports the fixture's credentials (in a file,
+/// never in an argv) and execs locksmith.
+#[test]
+fn s3_netlock_takes_an_s3_address_with_a_query_and_an_escaped_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(s) = S3::start() else { return };
+    let helper = s.sb.join("locksmith-with-aws");
+    std::fs::write(
+        &helper,
+        format!(
+            "#!/bin/sh\nexport AWS_ACCESS_KEY_ID='{}' AWS_SECRET_ACCESS_KEY='{}'\n\
+             unset AWS_SESSION_TOKEN AWS_PROFILE AWS_REGION\nexec '{}' \"$@\"\n",
+            Seaweed::ACCESS,
+            Seaweed::SECRET,
+            bin()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let addr = format!(
+        "s3://{BUCKET}/t/with%20space?endpoint={}&stale_after=30s",
+        s.sw.endpoint()
+    );
+    let builder = || {
+        netlock::NetLock::builder(&addr)
+            .helper(&helper)
+            .wait(Duration::from_secs(20))
+    };
+    let lock = builder().lock().expect("an s3 address through netlock");
+    assert!(lock.is_held());
+    lock.check().unwrap();
+    assert_eq!(lock.backend(), "s3");
+    assert_eq!(lock.profile(), addr, "{}", lock.status_line());
+    let t1 = lock.token().expect("a token");
+    assert_eq!(s.keys("t/with"), ["t/with space", "t/with space.state"]);
+    let rec = String::from_utf8(
+        s.client
+            .call("GET", "t/with space", &[], Cond::None, &[], T)
+            .unwrap()
+            .body,
+    )
+    .unwrap();
+    assert!(
+        rec.contains(&format!(" pid={} ", lock.helper_pid())),
+        "{rec}"
+    );
+    assert!(
+        netlock::NetLock::builder(&addr)
+            .helper(&helper)
+            .try_lock()
+            .unwrap()
+            .is_none(),
+        "a second taker got a held lock"
+    );
+    lock.unlock().unwrap();
+    assert_eq!(s.keys("t/with"), ["t/with space.state"]);
+    let again = netlock::NetLock::builder(&addr)
+        .helper(&helper)
+        .try_lock()
+        .unwrap()
+        .expect("free right after unlock");
+    assert!(again.token().unwrap() > t1);
+    again.unlock().unwrap();
+    assert_eq!(s.keys("t/with"), ["t/with space.state"]);
+}
+
 /// SPEC §6: a holder paused (SIGSTOP) past stale_after is broken on the server's clock; the
 /// successor gets in with prev=crashed; the paused holder, resumed, says LOST and its late
 /// release leaves the successor's object alone.

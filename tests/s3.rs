@@ -516,6 +516,43 @@ fn s3_a_create_whose_answer_is_lost_is_recognised_by_its_nonce() {
     assert_eq!(stdout(&o).trim(), "2");
 }
 
+/// Issue 27: a try that took its fencing token and then lost the answer to its next write
+/// (the rewrite of the lock object that records the token: passed on by
+/// [`testkit::faulty`], its answer dropped) is tried again: the object is recognised by its
+/// nonce, the token taken is kept (the state is still exactly our swap: no token issued
+/// since), so the grant has token 1 and no `prev=crashed` of our own dirty mark.
+#[test]
+fn s3_a_write_whose_answer_is_lost_after_the_token_keeps_the_token() {
+    let Some(s) = S3::start() else { return };
+    let (proxy, sb) = via_proxy(&s);
+    let rewrite = || Fault {
+        method: "PUT",
+        path: format!("/{BUCKET}/t/p"),
+        header: Some("if-match"),
+        then: Then::Swallow,
+    };
+    proxy.arm(rewrite());
+    let o = run_via(
+        &sb,
+        &[
+            "--wait",
+            "30s",
+            "run",
+            "pfast",
+            "--",
+            "sh",
+            "-c",
+            "echo $LOCKSMITH_TOKEN ${LOCKSMITH_PREV:-clean}",
+        ],
+    );
+    let err = stderr(&o);
+    assert_eq!(code(o.status), 0, "{err}");
+    assert!(err.contains("no answer"), "{err}");
+    assert_eq!(stdout(&o).trim(), "1 clean");
+    assert_eq!(proxy.fired(), [format!("PUT /{BUCKET}/t/p")]);
+    assert_eq!(s.keys("t/p"), ["t/p.state"]);
+}
+
 /// Issue 27: the AWS credentials locksmith locked with are not CMD's (as `$PGPASSWORD` and
 /// `$REDISCLI_AUTH` are not): `run` removes `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` and
 /// `AWS_ACCESS_KEY_ID` (half a set would keep an AWS tool from its other sources) from CMD's

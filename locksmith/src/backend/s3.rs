@@ -246,12 +246,11 @@ pub fn client(cfg: &S3Config) -> Result<Client> {
     )
 }
 
-/// An object we wrote: its key, the ETag of our last write, and that write's body.
+/// An object we wrote: its key and the ETag of our last write.
 #[derive(Clone, Debug)]
 struct Mine {
     key: String,
     etag: String,
-    body: Vec<u8>,
 }
 
 /// Where the lock is, and how to talk to it: what the waiting views need besides the judge.
@@ -573,6 +572,8 @@ pub struct S3 {
     unsure: Option<String>,
     /// The state's ETag after our swap (a writer's clean release swaps it again).
     state_etag: Option<String>,
+    /// The token our swap took, and whether the state was dirty before it.
+    taken: Option<(u64, bool)>,
     token: Option<u64>,
     /// When our last write was sent.
     written: Option<Instant>,
@@ -597,6 +598,7 @@ impl S3 {
             mine: None,
             unsure: None,
             state_etag: None,
+            taken: None,
             token: None,
             written: None,
             slots: named.common.slots.max(1),
@@ -639,7 +641,7 @@ impl S3 {
         match r.status {
             200 | 201 | 204 => {
                 let etag = r.etag.unwrap_or_default();
-                self.mine = Some(Mine { key, etag, body });
+                self.mine = Some(Mine { key, etag });
                 self.unsure = None;
                 Ok(true)
             }
@@ -674,7 +676,6 @@ impl S3 {
             self.mine = Some(Mine {
                 key: key.to_string(),
                 etag,
-                body: r.body,
             });
         }
         Ok(ours)
@@ -697,21 +698,14 @@ impl S3 {
                 self.mine = Some(Mine {
                     key: mine.key,
                     etag: r.etag.unwrap_or_default(),
-                    body,
                 });
                 Ok(true)
             }
             412 | 404 => {
-                // Our own earlier write may have landed without its answer reaching us: the
-                // object then holds exactly the body we sent last time.
-                let r = self
-                    .site
-                    .call("GET", &mine.key, &[], Cond::None, &[], limit)?;
-                if r.ok() && r.body == mine.body && r.etag.is_some() {
-                    self.mine = Some(Mine {
-                        etag: r.etag.unwrap_or_default(),
-                        ..mine
-                    });
+                // Our own earlier write may have landed without its answer reaching us (a
+                // timed-out heartbeat): the object then carries our nonce, and only we write
+                // it — a breaker deletes, a successor writes its own.
+                if self.adopt(&mine.key, limit)? {
                     return self.rewrite(limit);
                 }
                 Ok(false)
@@ -750,6 +744,15 @@ impl S3 {
                 std::thread::sleep(Duration::from_micros(fastrand::u64(500..5_000)));
             }
             let (state, etag) = self.site.state()?;
+            // A try that took a token and then got no answer: if the state is still exactly
+            // our swap, no token was issued since, and ours is still the newest — taken
+            // again, it would be counted twice and say prev=crashed of our own dirty mark.
+            if let Some(t) = self.taken
+                && etag.is_some()
+                && etag == self.state_etag
+            {
+                return Ok(t);
+            }
             if let (Some(st), Some(agree)) = (state, &self.agree)
                 && st.slots() != self.slots
             {
@@ -770,6 +773,7 @@ impl S3 {
                 200 | 201 | 204 => {
                     self.state_etag = r.etag;
                     let dirty = !several && state.is_some_and(|s| !s.clean);
+                    self.taken = Some((token, dirty));
                     return Ok((token, dirty));
                 }
                 412 | 404 => {
@@ -983,6 +987,7 @@ impl Beats for S3 {
     fn free(&mut self) -> Result<()> {
         let limit = self.site.timeout;
         self.site.held = false;
+        self.taken = None;
         let Some(mine) = self.mine.clone() else {
             return Err(self.not_ours());
         };

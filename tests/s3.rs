@@ -604,14 +604,15 @@ fn s3_cmd_does_not_see_the_aws_credentials() {
     assert!(!stderr(&o).contains(Seaweed::SECRET));
 }
 
-/// Issue 27: the `netlock` client takes an `s3://` address — with a query (`?endpoint=…&
+/// Issue 27: the Rust `netlock` client takes an `s3://` address — with a query (`?endpoint=…&
 /// stale_after=…`) and a key with a `%20` (the object `t/with space`) — from the real helper
 /// against SeaweedFS: held (the object there), busy for a second taker, gone when `unlock`
-/// returns, free again with the next token. The client passes its own environment to the
-/// helper, so the helper here is a wrapper that exports the fixture's credentials (in a file,
+/// returns, free again with the next token; then the Python and Perl clients, each with the
+/// next token and nothing left held. The Rust client passes its own environment to the
+/// helper, so its helper here is a wrapper that exports the fixture's credentials (in a file,
 /// never in an argv) and execs locksmith.
 #[test]
-fn s3_netlock_takes_an_s3_address_with_a_query_and_an_escaped_key() {
+fn s3_clients_take_an_s3_address_with_a_query_and_an_escaped_key() {
     use std::os::unix::fs::PermissionsExt;
     let Some(s) = S3::start() else { return };
     let helper = s.sb.join("locksmith-with-aws");
@@ -669,9 +670,53 @@ fn s3_netlock_takes_an_s3_address_with_a_query_and_an_escaped_key() {
         .try_lock()
         .unwrap()
         .expect("free right after unlock");
-    assert!(again.token().unwrap() > t1);
+    let mut last = again.token().unwrap();
+    assert!(last > t1);
     again.unlock().unwrap();
     assert_eq!(s.keys("t/with"), ["t/with space.state"]);
+    // The Python and Perl clients (clients/), the same address, through the real helper.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = "import sys, netlock\nl = netlock.lock(sys.argv[1])\nprint(l.token)\nl.unlock()\n";
+    let perl = "use NetLock; my $l = NetLock->new($ARGV[0]); print $l->token, \"\\n\"; $l->unlock;";
+    let runs: [(&str, Vec<String>); 2] = [
+        ("python3", vec!["-c".into(), python.into(), addr.clone()]),
+        (
+            "perl",
+            vec![
+                format!("-I{}", root.join("clients/perl/lib").display()),
+                "-e".into(),
+                perl.into(),
+                addr.clone(),
+            ],
+        ),
+    ];
+    for (prog, args) in runs {
+        if on_path(prog).is_none() {
+            missing(
+                &format!("`{prog}` not found"),
+                ".ci/run installs python3 and perl",
+            );
+            continue;
+        }
+        let mut c = Command::new(prog);
+        c.args(&args)
+            .env("PYTHONPATH", root.join("clients/python"))
+            .env("LOCKSMITH_BIN", bin());
+        creds(&mut c);
+        let o = output_within(c, T);
+        assert!(o.status.success(), "{prog}: {}", stderr(&o));
+        let t: u64 = stdout(&o)
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{prog}: {}", stdout(&o)));
+        assert!(t > last, "{prog}: token {t} after {last}");
+        last = t;
+        assert_eq!(
+            s.keys("t/with"),
+            ["t/with space.state"],
+            "{prog} left it held"
+        );
+    }
 }
 
 /// SPEC §6: a holder paused (SIGSTOP) past stale_after is broken on the server's clock; the

@@ -18,7 +18,7 @@ use crate::error::{Error, Kind, Result, closest, err, shown};
 use crate::log::{self, debug, info};
 use crate::profile::{self, ProfilesFile};
 use crate::protocol::{self, Mode, OkLine};
-use crate::settings::{Env, Overrides, Password, Wait};
+use crate::settings::{Env, Overrides, Wait};
 use crate::sys;
 use crate::watch::{Cause, Event, WatchOpts, Watcher};
 
@@ -411,8 +411,8 @@ fn run(cli: &Cli, locks: &[Profile], cmd: &[OsString]) -> Result<i32> {
     } else {
         command.env_remove("LOCKSMITH_PREV");
     }
-    // The variable that holds the server password is locksmith's, not CMD's (issue 15).
-    for var in locks.iter().filter_map(password_env) {
+    // The variables that hold the server secrets are locksmith's, not CMD's (issues 15, 27).
+    for var in locks.iter().flat_map(|p| p.backend.secret_env()) {
         command.env_remove(var);
     }
     if cli.no_fork {
@@ -543,14 +543,6 @@ fn descriptor(cli: &Cli, fd: i32, unlock: bool) -> Result<i32> {
             sys::strerror(&e)
         )),
         Err(e) => Err(Error::io(format!("flock on descriptor {fd}"), e)),
-    }
-}
-
-/// The environment variable a profile's `password_env` names, if any.
-fn password_env(p: &Profile) -> Option<&str> {
-    match p.backend.password()? {
-        Password::Env(var) => Some(var),
-        _ => None,
     }
 }
 

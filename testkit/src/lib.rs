@@ -8,12 +8,15 @@
 //! - [`net`]: private networks of namespaces (hosts on a bridge, cuts and heals).
 //! - [`postgres`]: a throwaway PostgreSQL cluster.
 //! - [`seaweed`]: a throwaway SeaweedFS S3 server.
+//! - [`faulty`]: an HTTP proxy before a real server that gives ONE chosen request a fault
+//!   (an answer no server gives on demand, or a write whose answer is lost).
 //! - [`redis`]: a throwaway Redis server.
 //! - [`sshfs`]: one directory served over SFTP and mounted twice (two "hosts").
 //! - [`smb`]: one share on a private Samba server, mounted twice with smbnetfs (two "hosts").
 //! - this file: [`NotStarted`] (why a fixture did not start, and the tests' reading of it), [`missing`] (the one rule for what a machine lacks), [`free_port`],
 //!   [`token_of`].
 
+pub mod faulty;
 pub mod net;
 pub mod postgres;
 pub mod proc;

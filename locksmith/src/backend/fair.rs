@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use super::lock::{Attempt, Backend, Break, BreakOutcome, Held, Holder, WaitHint};
 use super::slots::{Opener, Slots};
-use crate::error::{Kind, Result};
+use crate::error::{Error, Kind, Result};
 use crate::log::{debug, info};
 use crate::settings::Common;
 use crate::watch::Watcher;
@@ -58,6 +58,8 @@ pub struct Fair {
     watched: Option<(u32, Box<dyn Backend>)>,
     /// Who holds the lock, as last seen (for messages).
     holders: Vec<Holder>,
+    /// A try of this round whose server did not answer ([`Attempt::Unanswered`]).
+    unanswered: Option<Error>,
 }
 
 /// Our place in line: its lock held, its number, and when it heartbeats next.
@@ -80,6 +82,7 @@ impl Fair {
             ahead: Vec::new(),
             watched: None,
             holders: Vec::new(),
+            unanswered: None,
         }
     }
 
@@ -119,6 +122,10 @@ impl Fair {
                     super::lock::describe(&seen)
                 );
                 self.entering = Some(queue);
+            }
+            Attempt::Unanswered(queue, e) => {
+                self.entering = Some(queue);
+                self.unanswered = Some(e);
             }
         }
         Ok(())
@@ -182,6 +189,11 @@ impl Fair {
                         continue;
                     }
                     self.watched = Some((k, other));
+                    return Ok(false);
+                }
+                Attempt::Unanswered(other, e) => {
+                    self.watched = Some((k, other));
+                    self.unanswered = Some(e);
                     return Ok(false);
                 }
             }
@@ -264,6 +276,9 @@ impl Backend for Fair {
             }
         }
         if self.place.is_none() || !self.at_head()? {
+            if let Some(e) = self.unanswered.take() {
+                return Ok(Attempt::Unanswered(self, e));
+            }
             let holders = self.holders.clone();
             return Ok(Attempt::Busy(self, holders));
         }
@@ -277,6 +292,10 @@ impl Backend for Fair {
                 self.lock = Some(lock);
                 self.holders.clone_from(&holders);
                 Ok(Attempt::Busy(self, holders))
+            }
+            Attempt::Unanswered(lock, e) => {
+                self.lock = Some(lock);
+                Ok(Attempt::Unanswered(self, e))
             }
         }
     }

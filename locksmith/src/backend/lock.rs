@@ -126,10 +126,17 @@ impl Lease {
 }
 
 /// The outcome of one attempt: the backend becomes the held lock, or comes back with the
-/// holders it saw.
+/// holders it saw, or comes back without an answer from its server.
 pub enum Attempt {
     Acquired(Box<dyn Held>),
     Busy(Box<dyn Backend>, Vec<Holder>),
+    /// The server did not answer a request of this try (a timeout, a refused connection, a
+    /// 5xx): the error says which; [`super::wait::acquire`] decides whether that ends the
+    /// wait. A backend returns this — rather than `Err` — only if its next try on the same
+    /// value is safe whatever became of the unanswered request: a write that landed
+    /// without its answer is recognised as its own (a nonce it keeps) and neither held
+    /// twice nor left behind.
+    Unanswered(Box<dyn Backend>, Error),
 }
 
 /// One try's outcome inside a backend, before it becomes an [`Attempt`]: taken, with its
@@ -146,6 +153,17 @@ impl Tried {
         match self {
             Tried::Took(grant) => Attempt::Acquired(Box::new(OnServer { lock, grant })),
             Tried::Busy(holders) => Attempt::Busy(lock, holders),
+        }
+    }
+
+    /// As [`on_server`](Tried::on_server), for a backend whose tries are safe to repeat
+    /// after a request went unanswered (see [`Attempt::Unanswered`]): an `Unavailable`
+    /// error of the try comes back with the backend, for the wait to judge.
+    pub fn or_unanswered<B: Beats>(tried: Result<Tried>, lock: Box<B>) -> Result<Attempt> {
+        match tried {
+            Ok(t) => Ok(t.on_server(lock)),
+            Err(e) if e.kind() == Kind::Unavailable => Ok(Attempt::Unanswered(lock, e)),
+            Err(e) => Err(e),
         }
     }
 }
@@ -370,5 +388,15 @@ pub trait Registered {
     /// Where the server password comes from, for the server backends.
     fn password(_cfg: &Self::Config) -> Option<&Password> {
         None
+    }
+    /// The environment variables that carry the lock's server secrets: locksmith's, never
+    /// CMD's (`run` removes them from CMD's environment, issues 15 and 27). By default the
+    /// one the password comes from (`password_env`, or a convention such as `$PGPASSWORD`
+    /// or `$REDISCLI_AUTH`).
+    fn secret_env(cfg: &Self::Config) -> Vec<&str> {
+        match Self::password(cfg) {
+            Some(Password::Env(var)) => vec![var.as_str()],
+            _ => Vec::new(),
+        }
     }
 }

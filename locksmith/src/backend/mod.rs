@@ -133,6 +133,13 @@ macro_rules! backends {
                 }
             }
 
+            /// The environment variables that carry the lock's server secrets (never CMD's).
+            pub fn secret_env(&self) -> Vec<&str> {
+                match self {
+                    $($(#[cfg($cfg)])? BackendConfig::$variant(c) => <$module::$ty as Registered>::secret_env(c),)+
+                }
+            }
+
             /// Whether the backend locks a file a second mount may show (`verify --peer`).
             fn on_files(&self) -> bool {
                 match self {

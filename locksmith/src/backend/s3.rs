@@ -246,12 +246,11 @@ pub fn client(cfg: &S3Config) -> Result<Client> {
     )
 }
 
-/// An object we wrote: its key, the ETag of our last write, and that write's body.
+/// An object we wrote: its key and the ETag of our last write.
 #[derive(Clone, Debug)]
 struct Mine {
     key: String,
     etag: String,
-    body: Vec<u8>,
 }
 
 /// Where the lock is, and how to talk to it: what the waiting views need besides the judge.
@@ -568,8 +567,13 @@ pub struct S3 {
     beats: u64,
     /// Our object, once written.
     mine: Option<Mine>,
+    /// The key of a create of ours that got no answer (it may have landed): the next create
+    /// finds it by our nonce, and dropping the backend removes it if it is there.
+    unsure: Option<String>,
     /// The state's ETag after our swap (a writer's clean release swaps it again).
     state_etag: Option<String>,
+    /// The token our swap took, and whether the state was dirty before it.
+    taken: Option<(u64, bool)>,
     token: Option<u64>,
     /// When our last write was sent.
     written: Option<Instant>,
@@ -592,7 +596,9 @@ impl S3 {
             record: Record::ours(&named.name),
             beats: 0,
             mine: None,
+            unsure: None,
             state_etag: None,
+            taken: None,
             token: None,
             written: None,
             slots: named.common.slots.max(1),
@@ -620,37 +626,59 @@ impl S3 {
         let body = self.next_body();
         let limit = self.site.timeout;
         let sent = Instant::now();
+        // Unanswered (or a 5xx: a gateway's timeout), it may still land: remembered until an
+        // answer settles it. Refused (403, 400…), it did not.
+        self.unsure = Some(key.clone());
         let r = self
             .site
-            .call("PUT", &key, &[], Cond::Absent, &body, limit)?;
+            .call("PUT", &key, &[], Cond::Absent, &body, limit)
+            .inspect_err(|e| {
+                if e.kind() != Kind::Unavailable {
+                    self.unsure = None;
+                }
+            })?;
         self.written = Some(sent);
         match r.status {
             200 | 201 | 204 => {
                 let etag = r.etag.unwrap_or_default();
-                self.mine = Some(Mine { key, etag, body });
+                self.mine = Some(Mine { key, etag });
+                self.unsure = None;
                 Ok(true)
             }
-            412 => {
-                // Ours after all? A create whose answer was lost (a timeout) and is tried
-                // again finds its own object: the record's nonce says so.
-                let r = self.site.call("GET", &key, &[], Cond::None, &[], limit)?;
-                let ours = matches!(
-                    Record::parse(&r.text()),
-                    super::owner::Parsed::V1(rec) if rec.nonce == self.record.nonce
-                );
-                if r.ok() && ours {
-                    let etag = r.etag.clone().unwrap_or_default();
-                    self.mine = Some(Mine {
-                        key,
-                        etag,
-                        body: r.body,
-                    });
-                    return Ok(true);
-                }
-                Ok(false)
-            }
+            // Ours after all? A create whose answer was lost (a timeout) and is tried again
+            // finds its own object: the record's nonce says so.
+            412 => self.adopt(&key, limit),
             _ => Err(self.site.odd("PUT", &key, &r)),
         }
+    }
+
+    /// Whether the object at `key` is ours — written by a create of ours whose answer was
+    /// lost, as the owner record's nonce says (no one else writes our nonce: a breaker
+    /// deletes, a successor writes its own) — and if so, takes it as `mine`. Either way the
+    /// unanswered create is settled: the key holds one object, ours or not.
+    fn adopt(&mut self, key: &str, limit: Duration) -> Result<bool> {
+        let r = self.site.call("GET", key, &[], Cond::None, &[], limit)?;
+        if r.status == 404 {
+            // Gone meanwhile: whatever was there, nothing of ours is.
+            self.unsure = None;
+            return Ok(false);
+        }
+        if !r.ok() {
+            return Err(self.site.odd("GET", key, &r));
+        }
+        self.unsure = None;
+        let ours = matches!(
+            Record::parse(&r.text()),
+            super::owner::Parsed::V1(rec) if rec.nonce == self.record.nonce
+        );
+        if ours {
+            let etag = r.etag.clone().unwrap_or_default();
+            self.mine = Some(Mine {
+                key: key.to_string(),
+                etag,
+            });
+        }
+        Ok(ours)
     }
 
     /// Rewrites our object with a new beat, `If-Match` our last ETag, within `limit`.
@@ -670,21 +698,14 @@ impl S3 {
                 self.mine = Some(Mine {
                     key: mine.key,
                     etag: r.etag.unwrap_or_default(),
-                    body,
                 });
                 Ok(true)
             }
             412 | 404 => {
-                // Our own earlier write may have landed without its answer reaching us: the
-                // object then holds exactly the body we sent last time.
-                let r = self
-                    .site
-                    .call("GET", &mine.key, &[], Cond::None, &[], limit)?;
-                if r.ok() && r.body == mine.body && r.etag.is_some() {
-                    self.mine = Some(Mine {
-                        etag: r.etag.unwrap_or_default(),
-                        ..mine
-                    });
+                // Our own earlier write may have landed without its answer reaching us (a
+                // timed-out heartbeat): the object then carries our nonce, and only we write
+                // it — a breaker deletes, a successor writes its own.
+                if self.adopt(&mine.key, limit)? {
                     return self.rewrite(limit);
                 }
                 Ok(false)
@@ -723,6 +744,15 @@ impl S3 {
                 std::thread::sleep(Duration::from_micros(fastrand::u64(500..5_000)));
             }
             let (state, etag) = self.site.state()?;
+            // A try that took a token and then got no answer: if the state is still exactly
+            // our swap, no token was issued since, and ours is still the newest — taken
+            // again, it would be counted twice and say prev=crashed of our own dirty mark.
+            if let Some(t) = self.taken
+                && etag.is_some()
+                && etag == self.state_etag
+            {
+                return Ok(t);
+            }
             if let (Some(st), Some(agree)) = (state, &self.agree)
                 && st.slots() != self.slots
             {
@@ -743,6 +773,7 @@ impl S3 {
                 200 | 201 | 204 => {
                     self.state_etag = r.etag;
                     let dirty = !several && state.is_some_and(|s| !s.clean);
+                    self.taken = Some((token, dirty));
                     return Ok((token, dirty));
                 }
                 412 | 404 => {
@@ -853,8 +884,17 @@ impl Drop for S3 {
     /// A waiter that gives up takes its object away (a writer's waiting `KEY`, a reader's
     /// name); a holder's was released already.
     fn drop(&mut self) {
+        let limit = Duration::from_secs(2);
+        if self.mine.is_none()
+            && let Some(key) = self.unsure.clone()
+            && let Err(e) = self.adopt(&key, limit)
+        {
+            info!(
+                "a create of {key} got no answer and may have landed; if it did, it stays until it is stale ({e})"
+            );
+        }
         if self.mine.is_some()
-            && let Err(e) = self.withdraw(Duration::from_secs(2))
+            && let Err(e) = self.withdraw(limit)
         {
             debug!("cannot take our object away: {e}");
         }
@@ -866,9 +906,11 @@ impl Backend for S3 {
         "s3"
     }
 
+    /// A try whose server did not answer comes back with the backend (its nonce, an unsure
+    /// create): the next try recognises a write of ours that landed ([`S3::adopt`]).
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
-        let tried = self.attempt()?;
-        Ok(tried.on_server(self))
+        let tried = self.attempt();
+        Tried::or_unanswered(tried, self)
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
@@ -945,6 +987,7 @@ impl Beats for S3 {
     fn free(&mut self) -> Result<()> {
         let limit = self.site.timeout;
         self.site.held = false;
+        self.taken = None;
         let Some(mine) = self.mine.clone() else {
             return Err(self.not_ours());
         };

@@ -180,6 +180,12 @@ impl Backend for Slots {
                     }
                     holders.extend(seen);
                 }
+                Attempt::Unanswered(lock, e) => {
+                    // The other slots are tried at the next try: this one's server (the
+                    // same for all) did not answer.
+                    self.slots[k] = Some(lock);
+                    return Ok(Attempt::Unanswered(self, e));
+                }
             }
         }
         // Every slot busy: once, look where a contender of another number would be — the

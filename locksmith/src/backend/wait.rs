@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::lock::{Attempt, Backend, Held, Lease, describe};
+use super::lock::{Attempt, Backend, Held, Lease, WaitHint, describe};
 use crate::error::{Error, Kind, Result};
 use crate::log::info;
 use crate::settings::{Common, Wait, fmt_duration};
@@ -52,6 +52,26 @@ impl Backoff {
 /// and broken in, and nothing done after that moment proves otherwise. `open` opens the
 /// backend: once, and again after such a give-back. The wait counts from `began` (for several
 /// locks, when the set began: one deadline for all).
+///
+/// **A try the server did not answer** ([`Attempt::Unanswered`]: a request timed out, the
+/// connection was refused, a 5xx) ends the wait only if the contender is not waiting: it
+/// has never seen the lock busy and has no `--wait` time left (`--wait 0`, or the default
+/// `forever` before any answer — an endpoint that is wrong from the start is told at once,
+/// 69, as SPEC §4 says of an unreachable server). A waiter — one that saw the lock busy, or
+/// has time left before its deadline — says once on stderr that the server does not
+/// answer and tries again at its next poll: one slow request (SeaweedFS holds the losers of
+/// racing creates in 1-second steps) or a server paused for a moment must not end a wait
+/// that the lock's holder would not have ended. Its deadline still holds: a server away
+/// when the wait runs out ends it with 69 (unavailable, not 75: nobody knows whether the
+/// lock is busy), naming the last failure; release causes (parent gone, a signal) still end
+/// it at once (75).
+///
+/// Why trying again is safe: only backends whose next try recognises their own unanswered
+/// write return `Unanswered` (the contract says so): a request that timed out may have
+/// succeeded on the server, and the backend keeps what it sent (its nonce) so that the next
+/// try adopts the object it finds as its own — never holding twice, never leaving it behind
+/// (`s3`: the create's `If-None-Match: *` answers 412 and the owner record's nonce is ours).
+/// Other backends still end the wait with the error.
 pub fn acquire(
     mut open: impl FnMut() -> Result<Box<dyn Backend>>,
     profile: &str,
@@ -67,9 +87,14 @@ pub fn acquire(
     let mut backoff = Backoff::new(common);
     let mut said = false;
     let mut prepared = false;
+    // Whether the lock was ever seen busy; the holders last seen; the failure of the last
+    // try, if the server did not answer it.
+    let mut seen_busy = false;
+    let mut holders = Vec::new();
+    let mut unanswered: Option<Error> = None;
     loop {
         let began = crate::sys::boottime();
-        let holders = match lock.try_acquire()? {
+        match lock.try_acquire()? {
             Attempt::Acquired(held) => {
                 let began = held.began().map_or(began, |b| b.max(began));
                 let took = crate::sys::boottime().saturating_sub(began);
@@ -84,7 +109,8 @@ pub fn acquire(
                             info!("giving back lock `{profile}`: {}", e.error);
                         }
                         lock = open()?;
-                        Vec::new()
+                        holders = Vec::new();
+                        unanswered = None;
                     }
                     _ => {
                         return Ok(Taken { held, since: began });
@@ -93,9 +119,27 @@ pub fn acquire(
             }
             Attempt::Busy(backend, h) => {
                 lock = backend;
-                h
+                holders = h;
+                seen_busy = true;
+                if unanswered.take().is_some() {
+                    info!("lock `{profile}`: the server answers again");
+                }
             }
-        };
+            Attempt::Unanswered(backend, e) => {
+                lock = backend;
+                let time_left = deadline.is_some_and(|d| Instant::now() < d);
+                if !seen_busy && !time_left {
+                    return Err(e);
+                }
+                if unanswered.is_none() {
+                    info!(
+                        "lock `{profile}`: no answer ({}); still waiting, trying again",
+                        e.message()
+                    );
+                }
+                unanswered = Some(e);
+            }
+        }
         let now = Instant::now();
         let busy = |why: String| -> Error {
             Error::new(
@@ -104,21 +148,36 @@ pub fn acquire(
             )
         };
         if deadline.is_some_and(|d| now >= d) {
+            if let Some(e) = unanswered {
+                let waited = match common.wait {
+                    Wait::For(d) => fmt_duration(d),
+                    Wait::Forever => unreachable!("no deadline without a wait"),
+                };
+                return Err(Error::new(
+                    Kind::Unavailable,
+                    format!("{}; gave up after waiting {waited}", e.message()),
+                ));
+            }
             return Err(match common.wait {
                 Wait::For(d) if d.is_zero() => busy(String::new()),
                 Wait::For(d) => busy(format!("; gave up after waiting {}", fmt_duration(d))),
                 Wait::Forever => unreachable!("no deadline without a wait"),
             });
         }
-        if !said {
+        if !said && unanswered.is_none() {
             info!(
                 "waiting for lock `{profile}`, held by {}",
                 describe(&holders)
             );
             said = true;
         }
-        let hint = lock.prepare_wait()?;
-        if !prepared {
+        let hint = if unanswered.is_some() {
+            // Not yet: what watches for a release talks to the server too.
+            WaitHint { poll: true }
+        } else {
+            lock.prepare_wait()?
+        };
+        if !prepared && unanswered.is_none() {
             // A release between our failed try and the notification set-up would be missed:
             // try once more now that the backend watches.
             prepared = true;

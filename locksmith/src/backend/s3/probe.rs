@@ -328,6 +328,12 @@ impl Registered for S3 {
     fn verify(cfg: &S3Config, lock: &Named, _peer: Option<&std::path::Path>) -> Result<Report> {
         verify(lock, cfg)
     }
+    /// The AWS conventions' variables ([`super::http::credentials`]): the key id too, so
+    /// that an AWS tool run as CMD does not find half a set and fail, but falls back to its
+    /// other sources (`AWS_PROFILE`, `~/.aws/credentials`) as it would without them.
+    fn secret_env(_c: &S3Config) -> Vec<&str> {
+        vec!["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"]
+    }
     fn location(c: &S3Config) -> String {
         match &c.endpoint {
             Some(e) => format!("{e}/{}/{}", c.bucket, c.key),

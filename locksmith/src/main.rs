@@ -1,11 +1,33 @@
 //! `locksmith`: parse → load the profile → act → map to an exit code.
-
-use std::process::ExitCode;
+//!
+//! The entry point is the C `main`, not std's: std's start-up shim reads `/proc/self/maps` at
+//! every start (glibc's `pthread_getattr_np`, for the main thread's stack-overflow guard) and
+//! sets up an alternate signal stack — ~0.1 ms of a 0.9 ms start here (issue 29). What the
+//! shim did that locksmith relies on is done in [`locksmith_helper::sys::init_process`]: descriptors 0–2 opened
+//! on `/dev/null` when closed, SIGPIPE ignored. `process::exit` flushes stdout as std's exit
+//! path does. Lost: std's "stack overflow" message (an overflow is a plain SIGSEGV).
+// The test harness brings its own `main` (cargo test builds this target too).
+#![cfg_attr(not(test), no_main)]
 
 use locksmith_helper::cli::{self, Command, doc, usage};
 use locksmith_helper::{commands, log, protocol};
 
-fn main() -> ExitCode {
+// SAFETY: `main` is the one C entry point of this executable (`#![no_main]`: std defines
+// none); glibc calls it once, with the arguments std reads by itself.
+#[cfg(not(test))]
+#[allow(unsafe_code)]
+#[unsafe(no_mangle)]
+extern "C" fn main(
+    _argc: std::ffi::c_int,
+    _argv: *const *const std::ffi::c_char,
+) -> std::ffi::c_int {
+    locksmith_helper::sys::init_process();
+    let code = run();
+    std::process::exit(code.into())
+}
+
+#[cfg_attr(test, allow(dead_code))]
+fn run() -> u8 {
     // Backoff jitter must differ between helpers started together (fastrand's own seed is
     // the clock; see host::random_u64).
     fastrand::seed(locksmith_helper::host::random_u64());
@@ -18,7 +40,7 @@ fn main() -> ExitCode {
             .file_name()
             .is_some_and(|n| n == "flock")
     {
-        return ExitCode::from(locksmith_helper::flock1::main(name, args) as u8);
+        return locksmith_helper::flock1::main(name, args) as u8;
     }
     if let Some(level) = std::env::var("LOCKSMITH_LOG")
         .ok()
@@ -30,7 +52,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             protocol::error(&e, cli::looks_like_hold(&args));
-            return ExitCode::from(e.kind().exit_code() as u8);
+            return e.kind().exit_code() as u8;
         }
     };
     if cli.quiet {
@@ -62,7 +84,7 @@ fn main() -> ExitCode {
         None => commands::dispatch(&cli),
     };
     match result {
-        Ok(code) => ExitCode::from(code as u8),
+        Ok(code) => code as u8,
         Err(e) => {
             if on_stdout {
                 // Nothing is held now: a parent that does not read must not keep us in
@@ -70,7 +92,7 @@ fn main() -> ExitCode {
                 locksmith_helper::sys::default_termination_signals();
             }
             protocol::error(&e, on_stdout);
-            ExitCode::from(e.kind().exit_code() as u8)
+            e.kind().exit_code() as u8
         }
     }
 }

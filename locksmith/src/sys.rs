@@ -43,6 +43,46 @@ pub fn dir_notify(dir: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// What std's start-up does that locksmith relies on, for an executable with its own C
+/// `main` (`main.rs`): descriptors 0, 1 and 2 that are not open are opened on `/dev/null` —
+/// else the first file locksmith opens (a lock file) could become its stdout and receive the
+/// OK line — and SIGPIPE is ignored, so that a write to a pipe nobody reads is `EPIPE`, not
+/// death with the lock held. (Commands still start with SIGPIPE's default action: std resets
+/// it in every child it spawns.) Aborts if a closed descriptor cannot be opened, as std does.
+pub fn init_process() {
+    // SAFETY: poll, fcntl, open and signal on plain values and a local array; nothing else
+    // runs yet (no thread, no handler).
+    unsafe {
+        let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+            fd,
+            events: 0,
+            revents: 0,
+        });
+        let closed: [bool; 3] = loop {
+            if libc::poll(fds.as_mut_ptr(), 3, 0) >= 0 {
+                break fds.map(|p| p.revents & libc::POLLNVAL != 0);
+            }
+            match io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                // poll itself unusable (an rlimit of 0 descriptors, say): ask each one.
+                _ => {
+                    break [0, 1, 2].map(|fd| {
+                        libc::fcntl(fd, libc::F_GETFD) == -1
+                            && io::Error::last_os_error().raw_os_error() == Some(libc::EBADF)
+                    });
+                }
+            }
+        };
+        // In order: open(2) returns the lowest free descriptor, the one being filled.
+        for closed in closed {
+            if closed && libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) == -1 {
+                libc::abort();
+            }
+        }
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
 /// Installs a handler for `sig` that writes the signal's number, one byte, to the socket
 /// `fd` (a self-pipe for `poll`). `fd` must stay open for the rest of the process: the handler
 /// may run at any time. A full socket drops the byte; those already in it still wake the poll.

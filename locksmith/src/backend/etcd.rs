@@ -1005,6 +1005,24 @@ impl Backend for Etcd {
         self.agree = Some(agree);
     }
 
+    /// `LOCK.slots` (absent: 1), by a linearizable read.
+    fn recorded_slots(&mut self) -> Result<Option<u32>> {
+        let key = self.slots_key();
+        let limit = self.timeout;
+        let read = self.call(limit, |mut c| {
+            let key = key.clone();
+            async move { c.get(&key).await }
+        })?;
+        let r = read.map_err(|why| self.fail("cannot read the lock's number of slots", why))?;
+        Ok(Some(r.kvs.first().map_or(1, |kv| {
+            std::str::from_utf8(&kv.value)
+                .ok()
+                .and_then(|v| v.parse::<u32>().ok())
+                .unwrap_or(1)
+                .max(1)
+        })))
+    }
+
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
         let mut v: Vec<BorrowedFd<'_>> = self.waiter.iter().map(|w| w.rx.as_fd()).collect();
         v.extend(self.wake.fds());

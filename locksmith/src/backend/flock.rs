@@ -472,6 +472,15 @@ impl Backend for Flock {
         self.agree = Some(agree);
     }
 
+    fn recorded_slots(&mut self) -> Result<Option<u32>> {
+        if self.cfg.token_name().len() > super::lockdir::MAX_LOCK_NAME {
+            return Ok(None); // no state beside it (see `grant`)
+        }
+        with_state(&self.cfg, self.slots, None, state::read)
+            .transpose()
+            .map(|s| s.map(|s| s.map_or(1, |s| s.slots())))
+    }
+
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.waiter.iter().map(Blocking::fd).collect()
     }

@@ -231,6 +231,14 @@ pub trait Backend: Send {
     /// recorded number of slots ([`Agree`]). Others have no counter to ask from.
     fn agree_on_slots(&mut self, _agree: Agree) {}
 
+    /// A lock that keeps slots (SPEC §3b): the number of slots its one counter records now
+    /// (1 before any was recorded), read without taking or changing anything, so that a
+    /// contender the counter never asks (a reader, a waiter) can be judged by `slots.rs`.
+    /// `None`: the record cannot be read (or the backend keeps none).
+    fn recorded_slots(&mut self) -> Result<Option<u32>> {
+        Ok(None)
+    }
+
     /// Descriptors that become readable when another attempt is worthwhile.
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>>;
 

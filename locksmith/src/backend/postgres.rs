@@ -923,6 +923,32 @@ impl Backend for Postgres {
         self.agree = Some(agree);
     }
 
+    /// The row's `slots` (no table or row yet: 1; a table from before slots has no such
+    /// column, read through `to_jsonb` so that it counts as 1 too).
+    fn recorded_slots(&mut self) -> Result<Option<u32>> {
+        let schema = self.cfg.schema.clone();
+        let lock = self.cfg.token_lock().to_string();
+        let q = format!(
+            "SELECT COALESCE((to_jsonb(t)->>'slots')::int, 1) FROM {schema}.tokens t WHERE lock = $1"
+        );
+        let r = self.client()?.query_opt(&q, &[&lock]);
+        match r {
+            Ok(row) => Ok(Some(row.map_or(1, |r| r.get::<_, i32>(0).max(1) as u32))),
+            Err(e)
+                if e.as_db_error().is_some_and(|d| {
+                    matches!(*d.code(), SqlState::UNDEFINED_TABLE | SqlState::INVALID_SCHEMA_NAME)
+                }) =>
+            {
+                Ok(Some(1))
+            }
+            Err(e) if e.as_db_error().is_some() => {
+                debug!("cannot read the lock's number of slots: {e}");
+                Ok(None)
+            }
+            Err(e) => Err(self.error("cannot read the lock's number of slots", &e)),
+        }
+    }
+
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.waiter.iter().map(|w| w.call.fd()).collect()
     }

@@ -320,6 +320,18 @@ if redis.call('GET', KEYS[5]) == ARGV[1] then return redis.call('DEL', KEYS[5]) 
 return 0
 ";
 
+/// The lock's number of slots as recorded (`"N VERSION"`, `''` before any), read only.
+const RECORDED: &str = "return redis.call('GET', KEYS[6]) or ''";
+
+/// The number of slots a record of [`RECORDED`] says: 1 before any.
+fn recorded(rec: &str) -> u32 {
+    rec.split(' ')
+        .next()
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
 /// The holders, read only: `{writer's value or '', token counter or '', readers...}`.
 const HOLDERS: &str = r"
 local t = redis.call('TIME')
@@ -781,6 +793,12 @@ impl Backend for Redis {
 
     fn agree_on_slots(&mut self, agree: super::lock::Agree) {
         self.agree = Some(agree);
+    }
+
+    fn recorded_slots(&mut self) -> Result<Option<u32>> {
+        let v = self.run("cannot read the lock's number of slots", RECORDED, &[])?;
+        let rec = v.text().unwrap_or_default();
+        Ok(Some(recorded(&rec)))
     }
 
     fn wake_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {

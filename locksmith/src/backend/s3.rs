@@ -879,6 +879,11 @@ impl Backend for S3 {
         self.agree = Some(agree);
     }
 
+    fn recorded_slots(&mut self) -> Result<Option<u32>> {
+        let (state, _) = self.site.state()?;
+        Ok(Some(state.map_or(1, |s| s.slots())))
+    }
+
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.wake.fds()
     }

@@ -644,6 +644,9 @@ pub fn mixed_race(
     rounds: usize,
     env: &[(&str, &str)],
 ) -> (usize, usize, Vec<String>) {
+    // Exclusive contenders of one slot do not wait: a waiter behind its own kind would keep
+    // the lock itself taken by that kind for good. (Readers wait only for writers.)
+    let wait = if one.is_empty() { "0" } else { "60s" };
     let d = sb.join("mixed");
     let _ = fs::remove_dir_all(&d);
     fs::create_dir(&d).unwrap();
@@ -657,9 +660,7 @@ pub fn mixed_race(
                     } else {
                         (one.to_vec(), "s")
                     };
-                    // Not waiting: a waiter of one kind behind its own would keep the
-                    // lock taken by that kind for good.
-                    args.extend(["--wait", "0", "run", lock, "--", "sh", "-c", MIXED]);
+                    args.extend(["--wait", wait, "run", lock, "--", "sh", "-c", MIXED]);
                     let mut c: Command = sb.cmd(args);
                     c.env("D", &d)
                         .env("KIND", kind)

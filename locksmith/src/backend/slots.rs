@@ -14,6 +14,14 @@
 //! record is left as it was. Otherwise it issues over exactly the state it read, so that of
 //! two contenders that disagree, the second to issue finds the first's lock taken (each
 //! took its lock before reading). Once nobody holds, the next contender's number stands.
+//!
+//! Readers (`--shared`, one slot) take no token, so no counter asks them: this file looks
+//! for them instead, after either side took its lock (`Slots::disagree`), reading the
+//! number the counter records ([`Backend::recorded_slots`]). A contender whose slots are all
+//! busy reads it too, once, so that one of another number is refused at once rather than
+//! when a slot frees. Only holders record their number: a waiter's is not kept anywhere, so
+//! while it waits a contender of another number may take the lock once the holders left (the
+//! waiter is then refused when it gets a slot).
 
 use std::os::fd::BorrowedFd;
 

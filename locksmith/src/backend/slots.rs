@@ -202,7 +202,8 @@ impl Backend for Slots {
                 .expect("every slot is back between tries");
             match lock.try_acquire()? {
                 Attempt::Acquired(held) => {
-                    if let Some(e) = self.disagree()? {
+                    // Refused, or the look failed: the lock goes back either way.
+                    if let Some(e) = self.disagree().unwrap_or_else(Some) {
                         if let Err(nr) = held.release() {
                             debug!("giving back lock {}: {}", self.lock, nr.error);
                         }

@@ -710,7 +710,9 @@ pub fn mixed_race(
 }
 
 /// [`mixed_race`], checked: never a contender of 2 slots inside beside one of one slot
-/// (acting at the same time, at least one of them is refused), and both kinds got in.
+/// (acting at the same time, at least one of them is refused), and both kinds got in — on a
+/// slow backend one kind may keep the other out for a whole race, so up to three more races
+/// are run until each kind got in once.
 pub fn mixed_race_checked(
     sb: &Sandbox,
     lock: &str,
@@ -719,20 +721,24 @@ pub fn mixed_race_checked(
     rounds: usize,
     env: &[(&str, &str)],
 ) {
-    let (slots, ones, overlaps) = mixed_race(sb, lock, one, workers, rounds, env);
-    eprintln!(
-        "{lock} {one:?}: {slots} runs of 2 slots and {ones} of one admitted of {}, {} overlaps",
-        workers * rounds,
-        overlaps.len()
-    );
-    assert!(
-        overlaps.is_empty(),
-        "{lock} {one:?}: another number inside beside: {overlaps:?}"
-    );
-    assert!(
-        slots > 0 && ones > 0,
-        "{lock} {one:?}: both kinds admitted ({slots}, {ones})"
-    );
+    let (mut slots, mut ones) = (0, 0);
+    for race in 0..4 {
+        let (s, o, overlaps) = mixed_race(sb, lock, one, workers, rounds, env);
+        eprintln!(
+            "{lock} {one:?} race {race}: {s} runs of 2 slots and {o} of one admitted of {}, {} overlaps",
+            workers * rounds,
+            overlaps.len()
+        );
+        assert!(
+            overlaps.is_empty(),
+            "{lock} {one:?}: another number inside beside: {overlaps:?}"
+        );
+        (slots, ones) = (slots + s, ones + o);
+        if slots > 0 && ones > 0 {
+            return;
+        }
+    }
+    panic!("{lock} {one:?}: both kinds admitted ({slots}, {ones})");
 }
 
 /// Readers and contenders of 2 slots (flock, symlink: the backends that share), and

@@ -657,9 +657,19 @@ impl Etcd {
                 Some(None) => (true, None),
             };
             if self.mode == Mode::Shared {
+                let recorded = read.as_ref().map(|(_, sl)| {
+                    sl.kvs.first().map_or(1, |kv| {
+                        std::str::from_utf8(&kv.value)
+                            .ok()
+                            .and_then(|v| v.parse::<u32>().ok())
+                            .unwrap_or(1)
+                            .max(1)
+                    })
+                });
                 return Ok(Grant {
                     token: epoch,
                     prev_crashed: false,
+                    recorded_slots: recorded,
                     ..Grant::default()
                 });
             }

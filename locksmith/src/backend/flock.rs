@@ -200,6 +200,7 @@ impl Flock {
             if shared {
                 state::read(at).map(|s| Grant {
                     token: s.map(|s| s.token),
+                    recorded_slots: Some(s.map_or(1, |s| s.slots())),
                     ..Grant::default()
                 })
             } else {

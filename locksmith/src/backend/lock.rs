@@ -86,6 +86,10 @@ pub struct Grant {
     pub prev_crashed: bool,
     /// The slot held, of a lock with several (SPEC §3b).
     pub slot: Option<u32>,
+    /// A reader's: the number of slots the lock's counter recorded, read in the same step as
+    /// its token, after taking the lock (SPEC §3b; `slots.rs` judges it). `None`: not read
+    /// (`slots.rs` asks [`Backend::recorded_slots`] instead).
+    pub recorded_slots: Option<u32>,
 }
 
 /// Asked by a backend that keeps slots (SPEC §3b) when its counter recorded another number of

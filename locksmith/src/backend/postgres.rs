@@ -608,11 +608,17 @@ impl Postgres {
             return Ok(None);
         };
         if shared {
-            let q = format!("SELECT token FROM {schema}.tokens WHERE lock = $1");
+            // The number of slots through `to_jsonb`: a table from before slots has no such
+            // column (it records 1).
+            let q = format!(
+                "SELECT token, COALESCE((to_jsonb(t)->>'slots')::int, 1) \
+                 FROM {schema}.tokens t WHERE lock = $1"
+            );
             return Ok(match client.query_opt(&q, &[&lock]) {
                 Ok(row) => Some(Grant {
-                    token: row.map(|r| r.get::<_, i64>(0) as u64),
+                    token: row.as_ref().map(|r| r.get::<_, i64>(0) as u64),
                     prev_crashed: false,
+                    recorded_slots: Some(row.map_or(1, |r| r.get::<_, i32>(1).max(1) as u32)),
                     ..Grant::default()
                 }),
                 Err(e) => {

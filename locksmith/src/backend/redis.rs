@@ -211,7 +211,7 @@ pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
 /// its token counter, its state, its waiting writer, the lock's number of slots (`"N
 /// VERSION"`, SPEC §3b). ARGV: mode, owner record, stale_after in ms, our nonce, our number of
 /// slots, the record we were told to take over (empty: only our own number). `{"took",
-/// value, prev state, token}`, `{"busy"}`, `{"ask", record}` (another number recorded: nothing
+/// value, prev state, token}` (a reader's adds the record of the number of slots), `{"busy"}`, `{"ask", record}` (another number recorded: nothing
 /// taken) or `{"again"}` (the record changed since).
 const ACQUIRE: &str = r"
 if redis.replicate_commands then pcall(redis.replicate_commands) end
@@ -247,7 +247,7 @@ end
 if redis.call('EXISTS', KEYS[5]) == 1 then return {'busy'} end
 redis.call('ZADD', KEYS[2], now + px, ARGV[2])
 if redis.call('PTTL', KEYS[2]) < px then redis.call('PEXPIRE', KEYS[2], px) end
-return {'took', ARGV[2], '', redis.call('GET', KEYS[3]) or ''}
+return {'took', ARGV[2], '', redis.call('GET', KEYS[3]) or '', redis.call('GET', KEYS[6]) or ''}
 ";
 
 /// Renews our expiry if the value is still ours: 1, else 0. ARGV: mode, our value, ms.
@@ -695,9 +695,11 @@ impl Redis {
                 if self.mode == Mode::Exclusive {
                     self.token = token;
                 }
+                let shared = self.mode == Mode::Shared;
                 return Ok(Tried::Took(Grant {
                     token,
                     prev_crashed: text(2).starts_with("dirty") || self.prev_unreadable(&text(2)),
+                    recorded_slots: shared.then(|| recorded(&text(4))),
                     ..Grant::default()
                 }));
             }

@@ -837,7 +837,9 @@ impl S3 {
                 let (state, _) = self.site.state()?;
                 self.site.held = true;
                 let epoch = state.map(|s| s.token);
-                Ok(Some(Tried::Took(self.judge.grant(&mut self.wake, epoch))))
+                let mut grant = self.judge.grant(&mut self.wake, epoch);
+                grant.recorded_slots = Some(state.map_or(1, |s| s.slots()));
+                Ok(Some(Tried::Took(grant)))
             }
             200 => {
                 // A writer holds or waits: step back, then judge it.

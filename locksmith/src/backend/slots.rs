@@ -17,11 +17,12 @@
 //!
 //! Readers (`--shared`, one slot) take no token, so no counter asks them: this file looks
 //! for them instead, after either side took its lock (`Slots::disagree`), reading the
-//! number the counter records ([`Backend::recorded_slots`]). A contender whose slots are all
-//! busy reads it too, once, so that one of another number is refused at once rather than
-//! when a slot frees. Only holders record their number: a waiter's is not kept anywhere, so
-//! while it waits a contender of another number may take the lock once the holders left (the
-//! waiter is then refused when it gets a slot).
+//! number the counter records (with the reader's token, [`Grant::recorded_slots`], or by
+//! [`Backend::recorded_slots`]). A contender whose slots are all busy reads it too, once,
+//! so that one of another number is refused at once rather than when a slot frees. Only
+//! holders record their number: a waiter's is not kept anywhere, so while it waits a
+//! contender of another number may take the lock once the holders left (the waiter is then
+//! refused when it gets a slot).
 
 use std::os::fd::BorrowedFd;
 
@@ -102,8 +103,10 @@ impl Slots {
     ///
     /// - holding a slot (N > 1): a holder of the lock itself, which can only be a reader
     ///   (an exclusive one took a token, and the counter asked);
-    /// - holding the lock itself shared: the number the counter records now, and when it is
-    ///   more than 1, a holder of any of those slots ([`agreement`]'s look).
+    /// - holding the lock itself shared: the number the counter records, read after taking
+    ///   it (with its token where the backend could: [`Grant::recorded_slots`]; else by
+    ///   [`Backend::recorded_slots`]), and when it is more than 1, a holder of any of those
+    ///   slots ([`agreement`]'s look).
     ///
     /// Of a reader R and a slot contender S acting at once, at least one is refused, never
     /// both admitted: each acts (takes its lock) before it looks, and S records its number
@@ -114,12 +117,16 @@ impl Slots {
     /// and S finds R: S is refused. (Both may be, as for two contenders the counter judges.)
     /// An exclusive holder of one slot needs no look here: the counter asked before issuing
     /// its token, over exactly the record it read (see the module's docs).
-    fn disagree(&self) -> Result<Option<crate::error::Error>> {
+    fn disagree(&self, grant: &Grant) -> Result<Option<crate::error::Error>> {
         if self.n == 1 {
             if !self.shared {
                 return Ok(None);
             }
-            let recorded = (self.open)(None).recorded_slots()?;
+            // Read with the reader's token where the backend could (no second session).
+            let recorded = match grant.recorded_slots {
+                Some(m) => Some(m),
+                None => (self.open)(None).recorded_slots()?,
+            };
             return Ok(match recorded {
                 Some(m) if m > 1 => {
                     agreement(self.lock.clone(), 1, None, self.open.clone())(m).err()
@@ -203,7 +210,7 @@ impl Backend for Slots {
             match lock.try_acquire()? {
                 Attempt::Acquired(held) => {
                     // Refused, or the look failed: the lock goes back either way.
-                    if let Some(e) = self.disagree().unwrap_or_else(Some) {
+                    if let Some(e) = self.disagree(held.grant()).unwrap_or_else(Some) {
                         if let Err(nr) = held.release() {
                             debug!("giving back lock {}: {}", self.lock, nr.error);
                         }

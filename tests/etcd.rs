@@ -858,7 +858,8 @@ fn etcd_cluster_survives_the_leaders_death() {
 fn etcd_slots_admit_n_holders_with_rising_tokens_and_refuse_another_number() {
     let Some(e) = Etcd::start() else { return };
     let sb = e.sandbox();
-    let (held, tokens) = crate::slots::three_holders(&|a| sb.cmd(a), "e");
+    let (mut held, tokens) = crate::slots::three_holders(&|a| sb.cmd(a), "e");
+    crate::slots::beside_three_holders(&|a| sb.cmd(a), "e", &mut held, true);
     let last = *tokens.last().unwrap();
     drop(held);
     eventually(T, "every slot free", || {
@@ -866,6 +867,7 @@ fn etcd_slots_admit_n_holders_with_rising_tokens_and_refuse_another_number() {
     });
     let sorted = crate::slots::race_checked(&sb, "e", 5, 5, &[]);
     assert!(sorted[0] > last);
+    crate::slots::mixed_race_checked(&sb, "e", &["--shared"], 6, 8, &[]);
     // Once nobody holds, a lock of one slot again, its token above every slot's.
     let one = sb.hold(["e"]);
     assert!(one.ok().starts_with("OK e backend=etcd"), "{}", one.ok());

@@ -811,7 +811,7 @@ fn lock_directory_removed_between_our_two_mkds_is_taken_again() {
 /// lock's one state, another number is refused (78), and nothing is left on the server.
 pub fn slots_admit_n_holders_and_no_more_with_rising_tokens(srv: &mut dyn TestFtp) {
     let sb = sandbox(srv);
-    let (held, _) = crate::slots::three_holders(&|a| sb.cmd(a), "race");
+    let (mut held, _) = crate::slots::three_holders(&|a| sb.cmd(a), "race");
     for k in 0..3 {
         assert!(
             srv.path(&format!("locks/p.slot-{k}")).exists(),
@@ -819,11 +819,16 @@ pub fn slots_admit_n_holders_and_no_more_with_rising_tokens(srv: &mut dyn TestFt
             srv.name()
         );
     }
+    crate::slots::beside_three_holders(&|a| sb.cmd(a), "race", &mut held, true);
     drop(held);
     eventually(T, "every slot free", || {
         code(sb.output(["--slots", "3", "status", "race"]).status) == 0
     });
     crate::slots::race_checked(&sb, "race", 5, 6, &[]);
+    crate::slots::mixed_race_checked(&sb, "race", &["--shared"], 4, 10, &[]);
+    // The readers' directory stays after the last reader (by design): a writer drains it.
+    let o = sb.output(["--wait", "20s", "run", "race", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
     assert!(leftovers(srv).is_empty(), "{:?}", leftovers(srv));
 }
 

@@ -382,13 +382,15 @@ fn slots_admit_n_sessions_issue_rising_tokens_and_refuse_another_number() {
          CREATE TABLE IF NOT EXISTS locksmith.tokens (lock text PRIMARY KEY, token bigint NOT NULL, clean boolean NOT NULL); \
          GRANT ALL ON SCHEMA locksmith TO locker; ALTER TABLE locksmith.tokens OWNER TO locker",
     );
-    let (held, tokens) = crate::slots::three_holders(&|a| sb.cmd(a), "pg");
+    let (mut held, tokens) = crate::slots::three_holders(&|a| sb.cmd(a), "pg");
     assert_eq!(tokens, [1, 2, 3], "one counter for every slot");
+    crate::slots::beside_three_holders(&|a| sb.cmd(a), "pg", &mut held, true);
     drop(held);
     eventually(Duration::from_secs(10), "every slot free", || {
         code(sb.output(["--slots", "3", "status", "pg"]).status) == 0
     });
     let sorted = crate::slots::race_checked(&sb, "pg", 5, 6, &[]);
+    crate::slots::mixed_race_checked(&sb, "pg", &["--shared"], 6, 10, &[]);
     // Once nobody holds, a lock of one slot again.
     let one = sb.hold(["pg"]);
     assert!(

@@ -925,7 +925,8 @@ fn redis_cluster_node_is_refused() {
 fn redis_slots_admit_n_holders_with_rising_tokens_and_refuse_another_number() {
     let Some(r) = start() else { return };
     let sb = sandbox(&r);
-    let (held, tokens) = crate::slots::three_holders(&|a| sb.cmd(a), "rfast");
+    let (mut held, tokens) = crate::slots::three_holders(&|a| sb.cmd(a), "rfast");
+    crate::slots::beside_three_holders(&|a| sb.cmd(a), "rfast", &mut held, true);
     let last = *tokens.last().unwrap();
     drop(held);
     eventually(Duration::from_secs(10), "every slot free", || {
@@ -933,6 +934,7 @@ fn redis_slots_admit_n_holders_with_rising_tokens_and_refuse_another_number() {
     });
     let sorted = crate::slots::race_checked(&sb, "rfast", 5, 6, &[]);
     assert!(sorted[0] > last);
+    crate::slots::mixed_race_checked(&sb, "rfast", &["--shared"], 6, 10, &[]);
     let one = sb.hold(["rfast"]);
     assert!(
         one.ok().starts_with("OK rfast backend=redis"),

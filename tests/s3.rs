@@ -1116,7 +1116,7 @@ fn s3_slots_admit_n_holders_with_rising_tokens_and_refuse_another_number() {
         .call("PUT", "t/s.state", &[], Cond::None, b"state~1~41~1\n", T)
         .unwrap();
     assert!(r.ok(), "{}", r.text());
-    let (held, tokens) = crate::slots::three_holders(&|a| s.cmd(a), "sfast");
+    let (mut held, tokens) = crate::slots::three_holders(&|a| s.cmd(a), "sfast");
     assert_eq!(
         tokens,
         [42, 43, 44],
@@ -1145,6 +1145,12 @@ fn s3_slots_admit_n_holders_with_rising_tokens_and_refuse_another_number() {
         s.keys("t/s"),
         ["t/s.slot-0", "t/s.slot-1", "t/s.slot-2", "t/s.state"],
         "the refused left nothing"
+    );
+    crate::slots::beside_three_holders(&|a| s.cmd(a), "sfast", &mut held, true);
+    assert_eq!(
+        s.keys("t/s"),
+        ["t/s.slot-0", "t/s.slot-1", "t/s.state"],
+        "the refused reader and waiter left nothing"
     );
     let last = *tokens.last().unwrap();
     drop(held);

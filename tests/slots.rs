@@ -537,3 +537,223 @@ pub fn race_checked(
     );
     sorted
 }
+
+/// A reader (`--shared`, one slot) arriving while slots are held is refused too (SPEC §3b:
+/// never more holders than the recorded N), and takes nothing: on the file backends that
+/// share, then the part every backend shares ([`beside_three_holders`]) on each.
+#[test]
+fn a_reader_or_a_waiter_of_another_number_beside_slot_holders_is_refused_at_once() {
+    let sb = Sandbox::standard();
+    for backend in FILE_BACKENDS {
+        let lock = address(&sb, backend, &format!("{backend}.beside"), "");
+        // (Not `three_holders`: flock's status shows no tokens.)
+        let mut held: Vec<Held> = (0..3)
+            .map(|_| sb.hold(["--slots", "3", lock.as_str()]))
+            .collect();
+        let shared = matches!(backend, "flock" | "symlink");
+        beside_three_holders(&|a| sb.cmd(a), &lock, &mut held, shared);
+        drop(held);
+        // Once nobody holds, a reader's number stands again.
+        eventually(Duration::from_secs(10), "the semaphore is free", || {
+            code(sb.output(["--slots", "3", "status", lock.as_str()]).status) == 0
+        });
+        if shared {
+            let reader = sb.hold(["--shared", lock.as_str()]);
+            assert!(reader.ok().starts_with("OK "), "{backend}: {}", reader.ok());
+        }
+    }
+}
+
+/// Beside the three holders of `lock` (`--slots 3`) that [`three_holders`] returned: a reader
+/// (where `shared`) is refused with 78 naming both numbers; with slot 2 freed, a contender of
+/// 2 slots, whose own slots are all held by contenders of 3, is refused at once rather than
+/// waiting for a slot to free; neither leaves anything behind. `held` keeps slots 0 and 1.
+pub fn beside_three_holders(
+    ls: crate::fair::Locksmith<'_>,
+    lock: &str,
+    held: &mut Vec<Held>,
+    shared: bool,
+) {
+    let out = |args: &[&str]| output_within(ls(args), Duration::from_secs(60));
+    if shared {
+        let o = out(&["--shared", "--wait", "0", lock]);
+        let text = stdout(&o);
+        assert_eq!(code(o.status), 78, "{lock} --shared: {text}");
+        assert!(
+            text.starts_with("ERROR config:")
+                && text.contains("3 slot(s) recorded")
+                && text.contains("asks for 1"),
+            "{lock} --shared: {text}"
+        );
+    }
+    let k = held
+        .iter()
+        .position(|h| field(h.ok(), "slot") == Some("2"))
+        .expect("a holder of slot 2");
+    let mut gone = held.remove(k);
+    gone.close_stdout();
+    assert!(gone.wait_exit(Duration::from_secs(20)).success(), "{lock}");
+    let began = std::time::Instant::now();
+    let o = out(&["--slots", "2", "--wait", "30s", lock]);
+    let text = stdout(&o);
+    assert_eq!(code(o.status), 78, "{lock} --slots 2 behind 3: {text}");
+    assert!(
+        text.contains("3 slot(s) recorded") && text.contains("asks for 2"),
+        "{lock} --slots 2 behind 3: {text}"
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(20),
+        "{lock}: the waiter of 2 was refused only after {:?}",
+        began.elapsed()
+    );
+    // Only slots 0 and 1 held: the refused took nothing (slot 2 is free).
+    let o = out(&["--slots", "3", "status", "--json", lock]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut slots: Vec<u64> = v["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["slot"].as_u64().unwrap_or(99))
+        .collect();
+    slots.sort();
+    assert_eq!(slots, [0, 1], "{lock}: {}", stdout(&o));
+}
+
+/// Each run of CMD in [`mixed_race`]: a marker `$D/$KIND.PID`, then every marker of the
+/// other kind there is written down as an overlap (of two runs inside at once, the later
+/// to make its marker sees the earlier's), then out after `$SPIN` turns.
+const MIXED: &str = r#"
+touch "$D/$KIND.$$"
+for o in "$D/$OTHER".*; do [ -e "$o" ] && echo "$KIND.$$ beside $o" >> "$D/overlaps"; done
+echo "$KIND $$ ${LOCKSMITH_SLOT:--} ${LOCKSMITH_TOKEN:--}" >> "$D/ran"
+i=0; while [ $i -lt "${SPIN:-300}" ]; do i=$((i+1)); done
+rm "$D/$KIND.$$"
+"#;
+
+/// `workers` loops of `rounds` runs each on `lock`, each run a contender of 2 slots or one
+/// of one slot with `one` (`--shared`, or nothing: exclusive), in turn (half the workers
+/// start with each: a kind that holds refuses the other, and its runs alone would go on);
+/// each run ends admitted (0), busy (75) or refused for the other number (78). Returns how many runs
+/// of each kind (slots, one) were admitted, and the overlaps: a run of one kind inside
+/// beside a run of the other (with every admitted run's kind, pid, slot and token).
+pub fn mixed_race(
+    sb: &Sandbox,
+    lock: &str,
+    one: &[&str],
+    workers: usize,
+    rounds: usize,
+    env: &[(&str, &str)],
+) -> (usize, usize, Vec<String>) {
+    // Exclusive contenders of one slot do not wait: a waiter behind its own kind would keep
+    // the lock itself taken by that kind for good. (Readers wait only for writers.)
+    let wait = if one.is_empty() { "0" } else { "60s" };
+    let d = sb.join("mixed");
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir(&d).unwrap();
+    let threads: Vec<_> = (0..workers)
+        .map(|w| {
+            let runs: Vec<Command> = ["s", "o"]
+                .into_iter()
+                .map(|kind| {
+                    let (mut args, other): (Vec<&str>, _) = if kind == "s" {
+                        (vec!["--slots", "2"], "o")
+                    } else {
+                        (one.to_vec(), "s")
+                    };
+                    args.extend(["--wait", wait, "run", lock, "--", "sh", "-c", MIXED]);
+                    let mut c: Command = sb.cmd(args);
+                    c.env("D", &d)
+                        .env("KIND", kind)
+                        .env("OTHER", other)
+                        .envs(env.iter().copied());
+                    c
+                })
+                .collect();
+            std::thread::spawn(move || {
+                let mut runs = runs;
+                for k in 0..rounds {
+                    let kind = (w + k) % 2;
+                    let o = runs[kind].output().unwrap();
+                    let said = format!("{}{}", stdout(&o), stderr(&o));
+                    let refused = code(o.status) == 78
+                        && said.lines().any(|l| {
+                            l.starts_with("ERROR config:")
+                                && l.contains("all contenders of one lock must agree")
+                        });
+                    assert!(
+                        o.status.success() || refused || code(o.status) == 75,
+                        "{} round {k}: exit {}: {said}",
+                        ["s", "o"][kind],
+                        code(o.status),
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a worker failed");
+    }
+    let ran = fs::read_to_string(d.join("ran")).unwrap_or_default();
+    let mut overlaps: Vec<String> = fs::read_to_string(d.join("overlaps"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    if !overlaps.is_empty() {
+        overlaps.push(format!("ran: {ran}"));
+    }
+    (
+        ran.lines().filter(|l| l.starts_with("s ")).count(),
+        ran.lines().filter(|l| l.starts_with("o ")).count(),
+        overlaps,
+    )
+}
+
+/// [`mixed_race`], checked: never a contender of 2 slots inside beside one of one slot
+/// (acting at the same time, at least one of them is refused), and both kinds got in — on a
+/// slow backend one kind may keep the other out for a whole race, so up to three more races
+/// are run until each kind got in once.
+pub fn mixed_race_checked(
+    sb: &Sandbox,
+    lock: &str,
+    one: &[&str],
+    workers: usize,
+    rounds: usize,
+    env: &[(&str, &str)],
+) {
+    let (mut slots, mut ones) = (0, 0);
+    for race in 0..4 {
+        let (s, o, overlaps) = mixed_race(sb, lock, one, workers, rounds, env);
+        eprintln!(
+            "{lock} {one:?} race {race}: {s} runs of 2 slots and {o} of one admitted of {}, {} overlaps",
+            workers * rounds,
+            overlaps.len()
+        );
+        assert!(
+            overlaps.is_empty(),
+            "{lock} {one:?}: another number inside beside: {overlaps:?}"
+        );
+        (slots, ones) = (slots + s, ones + o);
+        if slots > 0 && ones > 0 {
+            return;
+        }
+    }
+    panic!("{lock} {one:?}: both kinds admitted ({slots}, {ones})");
+}
+
+/// Readers and contenders of 2 slots (flock, symlink: the backends that share), and
+/// exclusive contenders of one slot and of 2 (every file backend), all at once, many
+/// rounds: never both kinds inside together.
+#[test]
+fn contenders_of_one_slot_and_of_two_acting_at_once_are_never_both_admitted() {
+    let _heavy = heavy();
+    let sb = Sandbox::standard();
+    for backend in FILE_BACKENDS {
+        if matches!(backend, "flock" | "symlink") {
+            let lock = address(&sb, backend, &format!("{backend}.mixr"), "");
+            mixed_race_checked(&sb, &lock, &["--shared"], 8, 30, &[]);
+        }
+        let lock = address(&sb, backend, &format!("{backend}.mixx"), "");
+        mixed_race_checked(&sb, &lock, &[], 8, 20, &[]);
+    }
+}

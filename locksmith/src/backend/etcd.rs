@@ -657,9 +657,19 @@ impl Etcd {
                 Some(None) => (true, None),
             };
             if self.mode == Mode::Shared {
+                let recorded = read.as_ref().map(|(_, sl)| {
+                    sl.kvs.first().map_or(1, |kv| {
+                        std::str::from_utf8(&kv.value)
+                            .ok()
+                            .and_then(|v| v.parse::<u32>().ok())
+                            .unwrap_or(1)
+                            .max(1)
+                    })
+                });
                 return Ok(Grant {
                     token: epoch,
                     prev_crashed: false,
+                    recorded_slots: recorded,
                     ..Grant::default()
                 });
             }
@@ -1003,6 +1013,24 @@ impl Backend for Etcd {
 
     fn agree_on_slots(&mut self, agree: super::lock::Agree) {
         self.agree = Some(agree);
+    }
+
+    /// `LOCK.slots` (absent: 1), by a linearizable read.
+    fn recorded_slots(&mut self) -> Result<Option<u32>> {
+        let key = self.slots_key();
+        let limit = self.timeout;
+        let read = self.call(limit, |mut c| {
+            let key = key.clone();
+            async move { c.get(&key).await }
+        })?;
+        let r = read.map_err(|why| self.fail("cannot read the lock's number of slots", why))?;
+        Ok(Some(r.kvs.first().map_or(1, |kv| {
+            std::str::from_utf8(&kv.value)
+                .ok()
+                .and_then(|v| v.parse::<u32>().ok())
+                .unwrap_or(1)
+                .max(1)
+        })))
     }
 
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {

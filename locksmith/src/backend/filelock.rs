@@ -170,6 +170,11 @@ impl<S: Scheme> Backend for FileLock<S> {
         self.files.dir_mut().agree_on_slots(agree);
     }
 
+    fn recorded_slots(&mut self) -> Result<Option<u32>> {
+        let st = self.files.dir_mut().read_state()?;
+        Ok(Some(st.map_or(1, |s| s.slots())))
+    }
+
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.wake.fds()
     }

@@ -200,6 +200,7 @@ impl Flock {
             if shared {
                 state::read(at).map(|s| Grant {
                     token: s.map(|s| s.token),
+                    recorded_slots: Some(s.map_or(1, |s| s.slots())),
                     ..Grant::default()
                 })
             } else {
@@ -470,6 +471,15 @@ impl Backend for Flock {
 
     fn agree_on_slots(&mut self, agree: super::lock::Agree) {
         self.agree = Some(agree);
+    }
+
+    fn recorded_slots(&mut self) -> Result<Option<u32>> {
+        if self.cfg.token_name().len() > super::lockdir::MAX_LOCK_NAME {
+            return Ok(None); // no state beside it (see `grant`)
+        }
+        with_state(&self.cfg, self.slots, None, state::read)
+            .transpose()
+            .map(|s| s.map(|s| s.map_or(1, |s| s.slots())))
     }
 
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {

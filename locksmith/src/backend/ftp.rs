@@ -118,6 +118,11 @@ impl Backend for Ftp {
         self.g.s.agree = Some(agree);
     }
 
+    fn recorded_slots(&mut self) -> Result<Option<u32>> {
+        let st = self.g.s.read_state()?;
+        Ok(Some(st.map_or(1, |(_, s)| s.slots())))
+    }
+
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.g.wake.fds()
     }

@@ -86,6 +86,10 @@ pub struct Grant {
     pub prev_crashed: bool,
     /// The slot held, of a lock with several (SPEC §3b).
     pub slot: Option<u32>,
+    /// A reader's: the number of slots the lock's counter recorded, read in the same step as
+    /// its token, after taking the lock (SPEC §3b; `slots.rs` judges it). `None`: not read
+    /// (`slots.rs` asks [`Backend::recorded_slots`] instead).
+    pub recorded_slots: Option<u32>,
 }
 
 /// Asked by a backend that keeps slots (SPEC §3b) when its counter recorded another number of
@@ -248,6 +252,14 @@ pub trait Backend: Send {
     /// A lock that keeps slots (SPEC §3b): what to ask before issuing a token over another
     /// recorded number of slots ([`Agree`]). Others have no counter to ask from.
     fn agree_on_slots(&mut self, _agree: Agree) {}
+
+    /// A lock that keeps slots (SPEC §3b): the number of slots its one counter records now
+    /// (1 before any was recorded), read without taking or changing anything, so that a
+    /// contender the counter never asks (a reader, a waiter) can be judged by `slots.rs`.
+    /// `None`: the record cannot be read (or the backend keeps none).
+    fn recorded_slots(&mut self) -> Result<Option<u32>> {
+        Ok(None)
+    }
 
     /// Descriptors that become readable when another attempt is worthwhile.
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>>;

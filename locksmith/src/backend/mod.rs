@@ -235,7 +235,8 @@ pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
         &profile.name,
         profile.common.slots,
         slots_of(cfg, named.clone()),
-    );
+    )
+    .shared(profile.common.shared);
     match profile.queue() {
         Some((queue, named)) if profile.common.fair => {
             let common = named.common.clone();

@@ -608,11 +608,17 @@ impl Postgres {
             return Ok(None);
         };
         if shared {
-            let q = format!("SELECT token FROM {schema}.tokens WHERE lock = $1");
+            // The number of slots through `to_jsonb`: a table from before slots has no such
+            // column (it records 1).
+            let q = format!(
+                "SELECT token, COALESCE((to_jsonb(t)->>'slots')::int, 1) \
+                 FROM {schema}.tokens t WHERE lock = $1"
+            );
             return Ok(match client.query_opt(&q, &[&lock]) {
                 Ok(row) => Some(Grant {
-                    token: row.map(|r| r.get::<_, i64>(0) as u64),
+                    token: row.as_ref().map(|r| r.get::<_, i64>(0) as u64),
                     prev_crashed: false,
+                    recorded_slots: Some(row.map_or(1, |r| r.get::<_, i32>(1).max(1) as u32)),
                     ..Grant::default()
                 }),
                 Err(e) => {
@@ -921,6 +927,32 @@ impl Backend for Postgres {
 
     fn agree_on_slots(&mut self, agree: super::lock::Agree) {
         self.agree = Some(agree);
+    }
+
+    /// The row's `slots` (no table or row yet: 1; a table from before slots has no such
+    /// column, read through `to_jsonb` so that it counts as 1 too).
+    fn recorded_slots(&mut self) -> Result<Option<u32>> {
+        let schema = self.cfg.schema.clone();
+        let lock = self.cfg.token_lock().to_string();
+        let q = format!(
+            "SELECT COALESCE((to_jsonb(t)->>'slots')::int, 1) FROM {schema}.tokens t WHERE lock = $1"
+        );
+        let r = self.client()?.query_opt(&q, &[&lock]);
+        match r {
+            Ok(row) => Ok(Some(row.map_or(1, |r| r.get::<_, i32>(0).max(1) as u32))),
+            Err(e)
+                if e.as_db_error().is_some_and(|d| {
+                    matches!(*d.code(), SqlState::UNDEFINED_TABLE | SqlState::INVALID_SCHEMA_NAME)
+                }) =>
+            {
+                Ok(Some(1))
+            }
+            Err(e) if e.as_db_error().is_some() => {
+                debug!("cannot read the lock's number of slots: {e}");
+                Ok(None)
+            }
+            Err(e) => Err(self.error("cannot read the lock's number of slots", &e)),
+        }
     }
 
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {

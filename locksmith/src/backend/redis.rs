@@ -211,7 +211,7 @@ pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
 /// its token counter, its state, its waiting writer, the lock's number of slots (`"N
 /// VERSION"`, SPEC §3b). ARGV: mode, owner record, stale_after in ms, our nonce, our number of
 /// slots, the record we were told to take over (empty: only our own number). `{"took",
-/// value, prev state, token}`, `{"busy"}`, `{"ask", record}` (another number recorded: nothing
+/// value, prev state, token}` (a reader's adds the record of the number of slots), `{"busy"}`, `{"ask", record}` (another number recorded: nothing
 /// taken) or `{"again"}` (the record changed since).
 const ACQUIRE: &str = r"
 if redis.replicate_commands then pcall(redis.replicate_commands) end
@@ -247,7 +247,7 @@ end
 if redis.call('EXISTS', KEYS[5]) == 1 then return {'busy'} end
 redis.call('ZADD', KEYS[2], now + px, ARGV[2])
 if redis.call('PTTL', KEYS[2]) < px then redis.call('PEXPIRE', KEYS[2], px) end
-return {'took', ARGV[2], '', redis.call('GET', KEYS[3]) or ''}
+return {'took', ARGV[2], '', redis.call('GET', KEYS[3]) or '', redis.call('GET', KEYS[6]) or ''}
 ";
 
 /// Renews our expiry if the value is still ours: 1, else 0. ARGV: mode, our value, ms.
@@ -319,6 +319,18 @@ const UNMARK: &str = r"
 if redis.call('GET', KEYS[5]) == ARGV[1] then return redis.call('DEL', KEYS[5]) end
 return 0
 ";
+
+/// The lock's number of slots as recorded (`"N VERSION"`, `''` before any), read only.
+const RECORDED: &str = "return redis.call('GET', KEYS[6]) or ''";
+
+/// The number of slots a record of [`RECORDED`] says: 1 before any.
+fn recorded(rec: &str) -> u32 {
+    rec.split(' ')
+        .next()
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(1)
+        .max(1)
+}
 
 /// The holders, read only: `{writer's value or '', token counter or '', readers...}`.
 const HOLDERS: &str = r"
@@ -683,9 +695,11 @@ impl Redis {
                 if self.mode == Mode::Exclusive {
                     self.token = token;
                 }
+                let shared = self.mode == Mode::Shared;
                 return Ok(Tried::Took(Grant {
                     token,
                     prev_crashed: text(2).starts_with("dirty") || self.prev_unreadable(&text(2)),
+                    recorded_slots: shared.then(|| recorded(&text(4))),
                     ..Grant::default()
                 }));
             }
@@ -781,6 +795,12 @@ impl Backend for Redis {
 
     fn agree_on_slots(&mut self, agree: super::lock::Agree) {
         self.agree = Some(agree);
+    }
+
+    fn recorded_slots(&mut self) -> Result<Option<u32>> {
+        let v = self.run("cannot read the lock's number of slots", RECORDED, &[])?;
+        let rec = v.text().unwrap_or_default();
+        Ok(Some(recorded(&rec)))
     }
 
     fn wake_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {

@@ -868,7 +868,9 @@ impl S3 {
                 let (state, _) = self.site.state()?;
                 self.site.held = true;
                 let epoch = state.map(|s| s.token);
-                Ok(Some(Tried::Took(self.judge.grant(&mut self.wake, epoch))))
+                let mut grant = self.judge.grant(&mut self.wake, epoch);
+                grant.recorded_slots = Some(state.map_or(1, |s| s.slots()));
+                Ok(Some(Tried::Took(grant)))
             }
             200 => {
                 // A writer holds or waits: step back, then judge it.
@@ -919,6 +921,11 @@ impl Backend for S3 {
 
     fn agree_on_slots(&mut self, agree: Agree) {
         self.agree = Some(agree);
+    }
+
+    fn recorded_slots(&mut self) -> Result<Option<u32>> {
+        let (state, _) = self.site.state()?;
+        Ok(Some(state.map_or(1, |s| s.slots())))
     }
 
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {

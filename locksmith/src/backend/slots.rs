@@ -14,6 +14,15 @@
 //! record is left as it was. Otherwise it issues over exactly the state it read, so that of
 //! two contenders that disagree, the second to issue finds the first's lock taken (each
 //! took its lock before reading). Once nobody holds, the next contender's number stands.
+//!
+//! Readers (`--shared`, one slot) take no token, so no counter asks them: this file looks
+//! for them instead, after either side took its lock (`Slots::disagree`), reading the
+//! number the counter records (with the reader's token, [`Grant::recorded_slots`], or by
+//! [`Backend::recorded_slots`]). A contender whose slots are all busy reads it too, once,
+//! so that one of another number is refused at once rather than when a slot frees. Only
+//! holders record their number: a waiter's is not kept anywhere, so while it waits a
+//! contender of another number may take the lock once the holders left (the waiter is then
+//! refused when it gets a slot).
 
 use std::os::fd::BorrowedFd;
 
@@ -39,6 +48,8 @@ pub struct Slots {
     /// The lock as messages name it, and how to open its other locks.
     lock: String,
     open: Opener,
+    /// A reader's (`--shared`, one slot): the counter never asks it, so it looks itself.
+    shared: bool,
     /// Whether a busy attempt looked for holders of another number of slots yet.
     looked: bool,
     /// Slot K's backend (`n` = 1: the lock itself), `None` while trying it.
@@ -68,10 +79,17 @@ impl Slots {
             n,
             lock: lock.to_string(),
             open,
+            shared: false,
             looked: false,
             slots,
             watched: None,
         }
+    }
+
+    /// A lock taken `--shared` (with one slot: SPEC §3b refuses more).
+    pub fn shared(mut self, shared: bool) -> Slots {
+        self.shared = shared;
+        self
     }
 
     /// Slot `k`'s number as the OK line and `status` say it (`None` for the lock itself).
@@ -79,13 +97,42 @@ impl Slots {
         (self.n > 1).then_some(k as u32)
     }
 
-    /// Holding a slot, whether a contender of one slot holds the lock itself beside us where
-    /// no counter asks it: readers (shared, they take no token) may hold it whatever number
-    /// the counter last recorded. (The other way round — a reader arriving while slots are
-    /// held — needs the recorded number, which the backends do not show yet: see issue 26.)
-    fn disagree(&self) -> Result<Option<crate::error::Error>> {
+    /// Holding our lock, whether a contender of another number holds beside us where no
+    /// counter asks it — readers (shared, one slot) take no token, so the counter never
+    /// judges them, whichever of the two comes second:
+    ///
+    /// - holding a slot (N > 1): a holder of the lock itself, which can only be a reader
+    ///   (an exclusive one took a token, and the counter asked);
+    /// - holding the lock itself shared: the number the counter records, read after taking
+    ///   it (with its token where the backend could: [`Grant::recorded_slots`]; else by
+    ///   [`Backend::recorded_slots`]), and when it is more than 1, a holder of any of those
+    ///   slots ([`agreement`]'s look).
+    ///
+    /// Of a reader R and a slot contender S acting at once, at least one is refused, never
+    /// both admitted: each acts (takes its lock) before it looks, and S records its number
+    /// in the counter as it takes its token, before its look. If S's look comes before R's
+    /// act, then S's record does too, so R reads S's number (it stays while S holds: a
+    /// contender of another number may only change it after finding none of S's slots held)
+    /// and then finds S's slot taken: R is refused. Otherwise R's act comes before S's look,
+    /// and S finds R: S is refused. (Both may be, as for two contenders the counter judges.)
+    /// An exclusive holder of one slot needs no look here: the counter asked before issuing
+    /// its token, over exactly the record it read (see the module's docs).
+    fn disagree(&self, grant: &Grant) -> Result<Option<crate::error::Error>> {
         if self.n == 1 {
-            return Ok(None);
+            if !self.shared {
+                return Ok(None);
+            }
+            // Read with the reader's token where the backend could (no second session).
+            let recorded = match grant.recorded_slots {
+                Some(m) => Some(m),
+                None => (self.open)(None).recorded_slots()?,
+            };
+            return Ok(match recorded {
+                Some(m) if m > 1 => {
+                    agreement(self.lock.clone(), 1, None, self.open.clone())(m).err()
+                }
+                _ => None,
+            });
         }
         let mut b = (self.open)(None);
         Ok(b.status()?
@@ -162,7 +209,8 @@ impl Backend for Slots {
                 .expect("every slot is back between tries");
             match lock.try_acquire()? {
                 Attempt::Acquired(held) => {
-                    if let Some(e) = self.disagree()? {
+                    // Refused, or the look failed: the lock goes back either way.
+                    if let Some(e) = self.disagree(held.grant()).unwrap_or_else(Some) {
                         if let Err(nr) = held.release() {
                             debug!("giving back lock {}: {}", self.lock, nr.error);
                         }
@@ -189,8 +237,9 @@ impl Backend for Slots {
             }
         }
         // Every slot busy: once, look where a contender of another number would be — the
-        // lock itself (1 slot) or slot N (more than ours) — so that one who disagrees is told
-        // now rather than when a slot frees (the first attempt of a wait; the number is still
+        // lock itself (1 slot), slot N (more than ours), and, where the counter records
+        // another number, that number's slots — so that one who disagrees is told now
+        // rather than when a slot frees (the first attempt of a wait; the number is still
         // judged at every grant).
         if self.n > 1 && !self.looked {
             self.looked = true;
@@ -204,6 +253,18 @@ impl Backend for Slots {
                     };
                     return Err(refusal(&self.lock, &recorded, &held_as, &h, self.n));
                 }
+            }
+            // The counter's number changes only when none of its slots is held (module
+            // docs): another number recorded and one of its slots held, ours would be
+            // refused when it frees (fewer than recorded: slot N may well be free).
+            let recorded = self.slots[0]
+                .as_mut()
+                .expect("every slot is back")
+                .recorded_slots()?;
+            if let Some(m) = recorded
+                && m != self.n
+            {
+                agreement(self.lock.clone(), self.n, None, self.open.clone())(m)?;
             }
         }
         Ok(Attempt::Busy(self, holders))

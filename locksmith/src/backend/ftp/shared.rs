@@ -73,6 +73,7 @@ impl State {
         // gate so that no writer is between its token and its hold.
         let registered = g.s.read_state().and_then(|st| {
             grant.token = Some(st.as_ref().map_or(0, |(_, s)| s.token));
+            grant.recorded_slots = Some(st.as_ref().map_or(1, |(_, s)| s.slots()));
             grant.prev_crashed |= st.is_some_and(|(_, s)| !s.clean);
             self.register(g)
         });

@@ -947,9 +947,14 @@ fn smb_verify_leaves_nothing_on_the_server() {
             .into_iter()
             .filter(|n| !before.contains(n))
             .collect();
-        // mkdir relies on nothing SMB lacks: the verdict is ok (exit 0).
+        // mkdir relies on nothing SMB lacks: the verdict is ok (exit 0). It publishes its
+        // lock there by a rename onto NAME, refused while NAME holds a lock: checked and relied on.
+        let onto_full = stdout(&o)
+            .lines()
+            .any(|l| l.trim_start().starts_with("rename onto a full dir") && l.contains(" ok "));
         if code(o.status) != 0
             || !stdout(&o).contains("verdict: ok")
+            || !onto_full
             || !left.is_empty()
             || stdout(&o).contains("could not remove")
         {

@@ -790,8 +790,8 @@ on_each_backend!(gluster: crate::support::Gluster; mkdir, link, symlink);
 // empty (mkdir.rs, `create_published`): a killed locker leaves a lock proof of death breaks at
 // once. Measured with `CI=true` on two loaded cores: before, 7 of 160 (153 kills, most of them
 // of waiters stuck behind such locks); after, 120, 121, 120, 121, 126, 127, 132, 130, 137, 133
-// of 160 in 10 runs (27–53 kills each: a run now takes 8–15 s, not 45 s). The safety checks
-// are the soak's own, unchanged.
+// of 160 in 10 runs alone, 108 beside the other SMB tests (27–59 kills each: a run now takes
+// 8–15 s, not 45 s). The safety checks are the soak's own, unchanged.
 on_each_backend!(smb: crate::support::Smb; mkdir);
 
 /// flock(2) through FUSE is node-local as far as locksmith can know (sshfs: it is; GlusterFS

@@ -12,6 +12,9 @@ pub enum Stall {
     Beat,
     /// While taking the lock: the token state's write.
     Taking,
+    /// Between making the directory that becomes the lock (mkdir: NAME itself, or on SMB the
+    /// `.new` published by rename) and writing its records.
+    Making,
 }
 
 /// A switch that turns another code path on.
@@ -29,11 +32,12 @@ pub enum Switch {
 #[cfg(feature = "test-hooks")]
 pub fn stall(at: Stall) {
     use std::sync::atomic::{AtomicBool, Ordering};
-    static DONE: [AtomicBool; 3] = [const { AtomicBool::new(false) }; 3];
+    static DONE: [AtomicBool; 4] = [const { AtomicBool::new(false) }; 4];
     let (i, var) = match at {
         Stall::Taken => (0, "LOCKSMITH_TEST_STALL_TAKEN_MS"),
         Stall::Beat => (1, "LOCKSMITH_TEST_STALL_BEAT_MS"),
         Stall::Taking => (2, "LOCKSMITH_TEST_STALL_TAKING_MS"),
+        Stall::Making => (3, "LOCKSMITH_TEST_STALL_MAKING_MS"),
     };
     if let Some(ms) = std::env::var_os(var).and_then(|v| v.to_str()?.parse::<u64>().ok())
         && !DONE[i].swap(true, Ordering::Relaxed)

@@ -9,7 +9,8 @@
 //! PARENT/NAME/releasing.<nonce>    the same record, renamed by its holder while releasing
 //! PARENT/NAME/breaker.<nonce>      symlink; the record of a breaker, made before it claims
 //! PARENT/NAME/claimed.<nonce>      the holder's record entry, renamed by breaker <nonce>
-//! PARENT/.NAME.<nonce>.new/        a lock being prepared (published by renameat2 NOREPLACE)
+//! PARENT/.NAME.<nonce>.new/        a lock being prepared (published by renameat2 NOREPLACE,
+//!                                  or on SMB by rename)
 //! PARENT/.NAME.<nonce>.tomb/       a released or broken lock on its way out
 //! PARENT/.NAME.state/              the state: one entry state~1~TOKEN~CLEAN (`lockdir::state`)
 //! ```
@@ -25,7 +26,10 @@
 //! Where `renameat2(RENAME_NOREPLACE)` exists, the lock directory is prepared complete (owner
 //! record inside) under a private name and published atomically: NAME never exists without
 //! a record, so a locker killed at any moment leaves a lock proof of death breaks at once.
-//! On NFS (no NOREPLACE) it is `mkdir` then the record.
+//! Where there is neither NOREPLACE nor `symlink(2)` (SMB through smbnetfs) it is published
+//! by a plain `rename(2)`, which never replaces a directory that is not empty: the same
+//! promise (`create_published` says why that is exclusive there). On NFS and sshfs (no
+//! NOREPLACE) it is `mkdir` then the record.
 //!
 //! # Removal is a claim
 //! The holder releasing claims its acquisition by renaming `owner.<nonce>` to
@@ -48,8 +52,8 @@
 //! the claim on `owner.<nonce>` of exactly that holder.
 //!
 //! # Limits
-//! A lock directory without a record (a locker on NFS killed between `mkdir` and its owner
-//! entry, or a foreign
+//! A lock directory without a record (a locker on NFS or sshfs killed between `mkdir` and
+//! its owner entry, or a foreign
 //! tool's plain `mkdir`) is broken after `stale_after` of no change; that path re-checks the directory's inode just
 //! before renaming it, which leaves a window of microseconds between two such breakers. A
 //! reader holding `NAME/beat` open on the releaser's mount keeps the tombstone from being
@@ -108,6 +112,10 @@ pub struct Files {
     group: Option<u32>,
     /// The filesystem has no `RENAME_NOREPLACE` (NFS, sshfs): plain `mkdir` then records.
     plain_mkdir: bool,
+    /// The filesystem has neither `RENAME_NOREPLACE` nor `symlink(2)` (SMB through
+    /// smbnetfs): the complete lock directory is published by a plain `rename(2)`
+    /// ([`Files::create_published`]).
+    publish_by_rename: bool,
 }
 
 /// What a waiter compares between looks: the heartbeat record's content (read fresh), and
@@ -183,19 +191,53 @@ impl Files {
         let name = self.dir.name.clone();
         self.make_dir(&new, rec)?;
         let parent = self.dir.fd()?;
-        match renameat2(
-            parent,
-            new.as_os_str(),
-            parent,
-            name.as_os_str(),
-            RenameFlags::RENAME_NOREPLACE,
-        ) {
+        let (from, to) = (new.as_os_str(), name.as_os_str());
+        let published = if self.publish_by_rename {
+            // SMB refuses to rename while a directory is open on some mount: the lock (a
+            // waiter listing it: taken), or our own `.new`, whose close FUSE sends after
+            // `close(2)` returned (a moment: again). ENOENT with our `.new` still there: NAME
+            // was there and went as we renamed (smbnetfs answers a collision by removing the
+            // target, which fails on a lock that is not empty): taken, look again.
+            let there =
+                |n: &std::ffi::OsStr| fstatat(parent, n, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok();
+            lockdir::soon(|| match renameat(parent, from, parent, to) {
+                Err(Errno::EACCES | Errno::EBUSY) if there(to) => Err(Errno::EEXIST),
+                Err(Errno::ENOENT) if there(from) => Err(Errno::EEXIST),
+                r => r,
+            })
+        } else {
+            renameat2(parent, from, parent, to, RenameFlags::RENAME_NOREPLACE)
+        };
+        match published {
             Ok(()) => Ok(true),
             Err(e) => {
                 let _ = tidy(parent, &new);
                 match e {
                     Errno::EEXIST | Errno::ENOTEMPTY => Ok(false),
-                    Errno::EINVAL | Errno::ENOSYS => {
+                    // Without `symlink(2)` too (SMB through smbnetfs, where `mkdir` is the
+                    // only backend): a plain rename publishes as exclusively. rename(2) never
+                    // replaces a directory that is not empty (ENOTEMPTY or EEXIST, atomically,
+                    // on the server), and on such a filesystem no locksmith ever makes NAME
+                    // empty: this one always publishes it complete (beat and owner entry
+                    // inside), and earlier ones could not lock there at all (their owner
+                    // entry was a symbolic link). So NAME never exists without a record, and
+                    // a locker killed at any moment leaves a lock that proof of death breaks
+                    // at once, not one without a record that waits out `stale_after` — the
+                    // kill -9 soak on SMB got as few as 5 of 160 acquisitions through with
+                    // `mkdir(NAME)` then records (tests/netfs.rs). What it gives up: an
+                    // empty NAME made by a foreign tool's plain `mkdir` is replaced, not
+                    // waited out for `stale_after` (README, "Tried on SMB").
+                    Errno::EINVAL | Errno::ENOSYS
+                        if !self.publish_by_rename && !self.dir.symlinks().get() =>
+                    {
+                        debug!(
+                            "no RENAME_NOREPLACE nor symlink(2) on {}: publishing by rename",
+                            self.dir.parent.display()
+                        );
+                        self.publish_by_rename = true;
+                        self.create_published(rec)
+                    }
+                    Errno::EINVAL | Errno::ENOSYS if !self.publish_by_rename => {
                         debug!(
                             "no RENAME_NOREPLACE on {}: using mkdir",
                             self.dir.parent.display()
@@ -230,10 +272,14 @@ impl Files {
         let (group, mode) = (self.group, self.dir_mode());
         let chmod = self.file_mode.is_some();
         let budget = self.dir.making_budget();
+        let becomes_the_lock = *dir == self.dir.name || self.publish_by_rename;
         let parent = self.dir.fd()?;
         let began = crate::sys::boottime();
         let late = || crate::sys::boottime().saturating_sub(began) >= budget;
         match mkdirat(parent, dir.as_os_str(), mode) {
+            Ok(()) if becomes_the_lock => {
+                faults::stall(faults::Stall::Making);
+            }
             Ok(()) => {}
             // EPERM: sshfs's and GlusterFS's answer when a racer made it first (and may
             // have removed it again since: on a network filesystem, look again).
@@ -692,6 +738,7 @@ impl Scheme for Files {
             // A test switch: behave as on NFS (no RENAME_NOREPLACE), so the tests cover the
             // path NFS users take on a machine that cannot mount NFS.
             plain_mkdir: faults::on(Switch::MkdirPlain),
+            publish_by_rename: false,
         }
     }
 

@@ -15,7 +15,8 @@
 //!   `symlink`), raced by two contenders (one through `--peer`), judged as the backend judges
 //!   (`link` by the content the name holds, `symlink` by its target read fresh);
 //! - `rename(2)` of a symlink over an existing name (the state record), read back fresh after
-//!   each; and, for information, how often a reader (through the peer) finds a file missing
+//!   each; for mkdir, `rename(2)` of a directory onto one that is not empty refused (how it
+//!   publishes its lock without `RENAME_NOREPLACE` and `symlink(2)`: SMB); and, for information, how often a reader (through the peer) finds a file missing
 //!   in the instant it is renamed over (no backend relies on that: see `rename_gaps`);
 //! - a hard link to a symlink read back (the pins through which records are read fresh on a
 //!   network filesystem), link counts (measured, relied on by no backend), a symlink's own
@@ -592,6 +593,35 @@ fn rename_gaps(ctx: &Ctx) -> Probed {
     )))
 }
 
+/// A directory renamed onto a directory that is not empty is refused, both kept as they were:
+/// how mkdir publishes its lock where there is neither `RENAME_NOREPLACE` nor `symlink(2)`
+/// (SMB through smbnetfs; mkdir.rs, `create_published`).
+fn rename_onto_full_dir(ctx: &Ctx) -> Probed {
+    let here = ctx.lock();
+    let (full, entry, new) = (ctx.name("full"), ctx.name("full/f"), ctx.name("full.new"));
+    let mode = FileMode::from_bits_truncate(0o700);
+    mkdirat(here, full.as_os_str(), mode).map_err(|e| failed("cannot make", &full, e))?;
+    create(here, &entry, "verify-full")?;
+    mkdirat(here, new.as_os_str(), mode).map_err(|e| failed("cannot make", &new, e))?;
+    // SMB: EBUSY or EACCES while the file just closed is still open on the server (a moment).
+    let renamed = super::soon(|| renameat(here, new.as_os_str(), here, full.as_os_str()));
+    let there = |n: &OsString| fstatat(here, n.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW).is_ok();
+    match renamed {
+        Ok(()) => Ok(Outcome::Breaks(
+            "a directory renamed onto one that is not empty replaced it".into(),
+        )),
+        Err(e @ (Errno::ENOTEMPTY | Errno::EEXIST)) if there(&entry) && there(&new) => {
+            Ok(Outcome::Holds(format!(
+                "a directory renamed onto one that is not empty was refused ({e}); both kept"
+            )))
+        }
+        Err(e @ (Errno::ENOTEMPTY | Errno::EEXIST)) => Ok(Outcome::Breaks(format!(
+            "a directory renamed onto one that is not empty was refused ({e}), but one of the two changed"
+        ))),
+        Err(e) => Err(failed("cannot rename a directory onto", &full, e)),
+    }
+}
+
 /// A hard link to a symlink (a pin) is a symlink with the same target.
 fn pin_symlink(ctx: &Ctx) -> Probed {
     let (name, pin_name) = (ctx.name("pin"), ctx.name("pin.p"));
@@ -943,6 +973,14 @@ fn probes(
         "without symbolic links mkdir renames only onto free names (its records are files, its state entry a directory)",
         rename_over,
     ));
+    if scheme == Scheme::Mkdir {
+        v.push(probed(
+            "rename onto a full dir",
+            plain,
+            "mkdir publishes its lock by rename(2) only without RENAME_NOREPLACE and symlink(2), as on SMB",
+            rename_onto_full_dir,
+        ));
+    }
     v.push(probed("token state moves", true, "", state_moves));
     v.push(probed(
         "rename atomicity",

@@ -487,6 +487,24 @@ impl Ctx {
         self.cycle("flock F true", &mut c)
     }
 
+    /// `flock --version`: start-up and exit of flock(1), nothing locked.
+    pub fn startup_flock1(&self) -> Result<Duration> {
+        self.cycle(
+            "flock --version",
+            &mut Self::plain_cmd("flock", &["--version"]),
+        )
+    }
+
+    /// `locksmith --version`: start-up and exit of the helper, nothing locked.
+    pub fn startup_locksmith(&self) -> Result<Duration> {
+        let mut c = Command::new(&self.locksmith);
+        c.arg("--version")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.cycle("locksmith --version", &mut c)
+    }
+
     pub fn cycle_true(&self) -> Result<Duration> {
         self.cycle("true", &mut Self::plain_cmd("true", &[]))
     }

@@ -299,6 +299,7 @@ impl Drop for Smb {
         if let Some(mut smbd) = self.smbd.take() {
             // smbd leads its own group: its children (one per connection) go too.
             let pg = nix::unistd::Pid::from_raw(smbd.id() as i32);
+            let members = crate::sshfs::group_members(smbd.id() as i32);
             let _ = nix::sys::signal::killpg(pg, nix::sys::signal::Signal::SIGTERM);
             let deadline = Instant::now() + Duration::from_secs(5);
             while smbd.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
@@ -306,6 +307,15 @@ impl Drop for Smb {
             }
             let _ = nix::sys::signal::killpg(pg, nix::sys::signal::Signal::SIGKILL);
             let _ = smbd.wait();
+            // The other members are not our children and die when the kernel gets to them
+            // (the clean-clone CI on 8227266 found one still running right after drop):
+            // gone, within bounds, before drop returns.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while members.iter().any(|&p| !crate::proc::exited(p as u32))
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
         if let Some(root) = self.root.take()
             && self.mounts.iter().any(|(m, _)| mounted(m))

@@ -185,6 +185,8 @@ impl Reply {
 #[derive(Clone)]
 pub struct Client {
     agent: ureq::Agent,
+    /// TLS for `https` endpoints (kept to build another agent: [`Client::unpooled`]).
+    tls: Option<Arc<Tls>>,
     /// `scheme://host[:port]` of every request.
     base: String,
     /// The `Host` header (signed).
@@ -210,16 +212,15 @@ impl Client {
             None => (format!("https://{bucket}.s3.{region}.amazonaws.com"), String::new()),
         };
         let host = base.split_once("://").map_or("", |(_, h)| h).to_string();
-        let mut b = ureq::AgentBuilder::new()
-            .redirects(0)
-            .timeout_connect(Duration::from_secs(5))
-            .user_agent(concat!("locksmith/", env!("CARGO_PKG_VERSION")));
-        if base.starts_with("https://") {
+        let tls = if base.starts_with("https://") {
             let config = crate::tls::client_config(ca_file, true)?;
-            b = b.tls_connector(Arc::new(Tls(Arc::new(config))));
-        }
+            Some(Arc::new(Tls(Arc::new(config))))
+        } else {
+            None
+        };
         Ok(Client {
-            agent: b.build(),
+            agent: agent(tls.as_ref(), true),
+            tls,
             base,
             host,
             prefix,
@@ -342,6 +343,35 @@ impl Client {
     pub fn base(&self) -> &str {
         &self.base
     }
+
+    /// The same client, every request on a connection of its own. For requests that follow
+    /// a refusal within microseconds (`verify`): a server that answers a conditional write's
+    /// 412 before reading its body (hyper's, as in s3s-fs) closes that connection just after
+    /// the answer; ureq's look for a closed connection before reusing one can run before the
+    /// close arrives, and a PUT with a body is not sent again (ureq 2 repeats only bodiless
+    /// requests), so the next PUT failed with "Unexpected EOF" (the stop's CI of session 19).
+    pub fn unpooled(&self) -> Client {
+        Client {
+            agent: agent(self.tls.as_ref(), false),
+            ..self.clone()
+        }
+    }
+}
+
+/// An agent with our settings: no redirects, a 5 s connect bound, TLS as given, and idle
+/// connections kept for reuse or not.
+fn agent(tls: Option<&Arc<Tls>>, pooled: bool) -> ureq::Agent {
+    let mut b = ureq::AgentBuilder::new()
+        .redirects(0)
+        .timeout_connect(Duration::from_secs(5))
+        .user_agent(concat!("locksmith/", env!("CARGO_PKG_VERSION")));
+    if !pooled {
+        b = b.max_idle_connections(0).max_idle_connections_per_host(0);
+    }
+    if let Some(t) = tls {
+        b = b.tls_connector(Arc::clone(t));
+    }
+    b.build()
 }
 
 /// TLS for ureq on our own rustls settings ([`crate::tls`]: `ca_file` or the system CAs, the

@@ -49,6 +49,9 @@ struct Session {
 impl Session {
     fn open(p: &Named, cfg: &S3Config) -> Result<Session> {
         let mut site = Site::new(cfg.clone(), p);
+        // Every probe request on a new connection: they follow refusals at once
+        // ([`Client::unpooled`]).
+        site.client = Some(super::client(cfg)?.unpooled());
         let base = format!("{}.verify.{}/", cfg.key, crate::host::nonce());
         // Credentials, bucket and server first: a LIST of our (empty) prefix.
         let limit = site.timeout;

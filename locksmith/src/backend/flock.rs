@@ -49,7 +49,7 @@ use super::lock::{
 use super::wake::Blocking;
 use super::lockdir::FsConfig;
 use super::lockdir::state::{self, StateAt};
-use crate::error::{Error, Result};
+use crate::error::{Error, Kind, Result};
 use crate::host;
 use crate::log::{debug, info};
 use crate::protocol::Mode;
@@ -215,8 +215,12 @@ impl Flock {
         };
         match r {
             // Something planted there: said as the other backends say it, never a token
-            // silently dropped (issue 15).
-            Err(e) if e.kind() == crate::error::Kind::Config => Err(e),
+            // silently dropped (issue 15). Another number of slots held beside us (Config),
+            // or the state moved on under us round after round (Lost): the counter that keeps
+            // different numbers of slots apart did not record us, so we are not admitted —
+            // the lock is let go as `self` drops (issue 26: admitting here was the one
+            // suspect of an overlap of an exclusive holder and `--slots 2` holders).
+            Err(e) if matches!(e.kind(), Kind::Config | Kind::Lost) => Err(e),
             // Never silently (issue 28): a directory we may not write, descriptor pressure.
             Err(e) => no_token(&e.message()),
             ok => ok,
@@ -345,7 +349,7 @@ impl Flock {
                 }
                 Ok(Some(file))
             }
-            Err(e) if e.kind() == crate::error::Kind::Config => Err(e),
+            Err(e) if e.kind() == Kind::Config => Err(e),
             Err(e) => {
                 if create {
                     debug!("no writer preference: {e}");

@@ -344,9 +344,13 @@ pub fn issue(at: &StateAt<'_>, floor: u64) -> Result<Issued> {
             from.token
         );
     }
+    // Lost, not Io: a holder is never admitted on it (flock admits a holder without a token
+    // only where no token can be written at all). Others kept issuing while we held: we were
+    // broken, or contenders of another number of slots hold — admitted, ours would run beside
+    // them, as the counter is what keeps different numbers apart (SPEC §3b).
     Err(err!(
-        Io,
-        "cannot issue a fencing token for {}: its state keeps changing while we hold the lock",
+        Lost,
+        "cannot issue a fencing token for {}: its state keeps changing while we hold the lock (another holder issues from it)",
         at.shown.display()
     ))
 }

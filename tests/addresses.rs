@@ -182,7 +182,18 @@ fn query_keys_are_validated_like_profile_keys() {
     ));
     assert!(h.ok().starts_with("OK "), "{}", h.ok());
     drop(h);
+    // A short `stale_after` alone is a working lock: the `keepalive` nobody gave follows it
+    // (a third of it), so the built-in 5s is not "not below stale_after" (issue 28). A
+    // `keepalive` given is checked as given.
+    for query in ["?stale_after=5s", "?stale_after=2s&wait=0"] {
+        let h = hold(bare(dir, [format!("{base}{query}")]));
+        assert!(h.ok().starts_with("OK "), "{query}: {}", h.ok());
+    }
     for (query, needle) in [
+        (
+            "?stale_after=5s&keepalive=5s",
+            "`keepalive` (5s) must be below `stale_after` (5s)",
+        ),
         ("?bogus=1", "unknown key `bogus`"),
         ("?poll=0", "`poll`"),
         ("?keepalive=2m", "`keepalive`"),

@@ -81,6 +81,12 @@ fn bad_durations_and_timing_rules() {
         78,
         "must be below `stale_after`",
     );
+    rejects(
+        &format!("[defaults]\nkeepalive = \"3s\"\n{GOOD}stale_after = \"3s\"\n"),
+        &["p"],
+        78,
+        "must be below `stale_after`",
+    );
     rejects(GOOD, &["--wait", "soon", "p"], 64, "--wait");
 }
 

@@ -55,6 +55,9 @@ pub struct Common {
     /// fencing-token state, no writer-preference gate beside it (issue 25, finding 12). Not a
     /// profile key: the command line's form says it.
     pub flock1: bool,
+    /// Whether `keepalive` was given (in `[defaults]`, a profile or an address); if not, it
+    /// follows `stale_after` ([`Common::settle`]).
+    pub keepalive_given: bool,
 }
 
 impl Common {
@@ -70,6 +73,18 @@ impl Common {
             slots: 1,
             fair: false,
             flock1: false,
+            keepalive_given: false,
+        }
+    }
+
+    /// Once every source was applied: a `keepalive` nobody gave is the built-in one or a
+    /// third of `stale_after`, whichever is shorter (never below its floor), so that
+    /// `stale_after = "5s"` alone is a working lock, not a refusal that the built-in
+    /// `keepalive` (5s) is not below it (issue 28). The heartbeat period is the same either
+    /// way; a `keepalive` given is checked as given ([`Common::check`]).
+    pub fn settle(&mut self) {
+        if !self.keepalive_given {
+            self.keepalive = self.keepalive.min(self.stale_after / 3).max(MIN_KEEPALIVE);
         }
     }
 
@@ -630,7 +645,7 @@ pub static COMMON_KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "keepalive",
         example: "\"5s\"",
-        doc: "keep the connection, lease or heartbeat alive this often; the heartbeat runs every min(keepalive, stale_after/3) [default: 5s]",
+        doc: "keep the connection, lease or heartbeat alive this often; the heartbeat runs every min(keepalive, stale_after/3) [default: 5s, or stale_after/3 if shorter]",
     },
     KeyDoc {
         key: "stale_after",
@@ -922,6 +937,9 @@ pub fn apply_timing(f: &mut Fields, c: &mut Common) -> Result<()> {
     ] {
         if let Some(s) = f.string(key)? {
             *slot = parse_duration(&s).map_err(|m| f.error(&format!("`{key}`: {m}")))?;
+            if key == "keepalive" {
+                c.keepalive_given = true;
+            }
         }
     }
     Ok(())

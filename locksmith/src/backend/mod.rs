@@ -353,6 +353,7 @@ pub fn configure(
     if overrides.fair {
         common.fair = true;
     }
+    common.settle();
     common
         .check()
         .map_err(|m| Error::new(origin.kind, format!("{}: {m}", origin.ctx)))?;

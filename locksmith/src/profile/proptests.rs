@@ -902,12 +902,20 @@ impl Spec {
             wait: self.over_wait.unwrap_or(wait),
             poll: effective(poll, builtin.poll),
             max_poll: effective(max_poll, builtin.max_poll),
-            keepalive: effective(keepalive, builtin.keepalive),
+            // A keepalive nobody gave follows stale_after (Common::settle).
+            keepalive: match keepalive {
+                Place::Builtin => builtin
+                    .keepalive
+                    .min(effective(stale_after, builtin.stale_after) / 3)
+                    .max(MIN_KEEPALIVE),
+                given => effective(given, builtin.keepalive),
+            },
             stale_after: effective(stale_after, builtin.stale_after),
             shared: shared_from_profile || self.over_shared,
             slots: 1,
             fair: false,
             flock1: false,
+            keepalive_given: !matches!(keepalive, Place::Builtin),
         };
         let backend = match &self.backend {
             BackendSpec::Fs(f) => {

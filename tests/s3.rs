@@ -1167,6 +1167,14 @@ fn s3_slots_admit_n_holders_with_rising_tokens_and_refuse_another_number() {
     let sorted = crate::slots::race_checked(&s.sb, "s", 6, 5, &env);
     assert!(sorted[0] > last);
     assert_eq!(s.keys("t/s"), ["t/s.state"], "every slot's object gone");
+    // Contenders of one slot (readers, then exclusive ones) and of 2 acting at once: never
+    // both kinds inside together (issue 26: S3 had the beside check only).
+    let creds = [ENV[0], ENV[1]];
+    crate::slots::mixed_race_checked(&s.sb, "s", &["--shared"], 4, 8, &creds);
+    crate::slots::mixed_race_checked(&s.sb, "s", &[], 4, 8, &creds);
+    eventually(T, "the mixed races' objects gone", || {
+        s.keys("t/s") == ["t/s.state"]
+    });
     // Once nobody holds, a lock of one slot again, its token above every slot's, and the
     // state says one slot again.
     let one = s.hold(["sfast"]);

@@ -203,22 +203,21 @@ impl Fair {
 
     /// Keeps our place alive; a place lost (broken while we were stopped or silent) is taken
     /// again at the end of the line. Never an error: a place is not worth failing a wait for.
-    fn beat(&mut self) -> Result<()> {
+    fn beat(&mut self) {
         let Some(place) = self.place.as_mut() else {
-            return Ok(());
+            return;
         };
         let Some(next) = place.next_beat else {
-            return Ok(());
+            return;
         };
         let now = Instant::now();
         if now < next {
-            return Ok(());
+            return;
         }
         let period = place.held.period().unwrap_or(self.common.heartbeat());
         match place.held.heartbeat(now + period) {
             Ok(()) => {
                 place.next_beat = Some(Instant::now() + period);
-                Ok(())
             }
             // A heartbeat not confirmed (a slow or unreachable server) does not end the wait:
             // the place is only a place in line. It is tried again soon; if it was broken
@@ -226,7 +225,6 @@ impl Fair {
             Err(e) if e.kind() != Kind::Lost => {
                 debug!("lock {}: its place in line not confirmed: {e}", self.name);
                 place.next_beat = Some(Instant::now() + self.common.poll.min(period));
-                Ok(())
             }
             Err(e) => {
                 info!(
@@ -237,7 +235,6 @@ impl Fair {
                 let _ = place.held.release();
                 self.ahead.clear();
                 self.watched = None;
-                Ok(())
             }
         }
     }
@@ -267,7 +264,7 @@ impl Backend for Fair {
     }
 
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
-        self.beat()?;
+        self.beat();
         if self.place.is_none() {
             self.enter()?;
             if self.place.is_some() && !self.ahead.is_empty() {

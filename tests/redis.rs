@@ -800,47 +800,8 @@ fn redis_addresses_through_the_three_clients() {
     assert!(r.cli(&["GET", "t:c"]).ends_with(&format!(" token={t1}")));
     lock.unlock().unwrap();
     assert_eq!(r.cli(&["EXISTS", "t:c"]), "0");
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let python = "import sys, netlock\nl = netlock.lock(sys.argv[1])\nprint(l.token)\nl.unlock()\n"
-        .to_string();
-    let perl = "use NetLock; my $l = NetLock->new($ARGV[0]); print $l->token, \"\\n\"; $l->unlock;";
-    let runs: [(&str, Vec<String>); 2] = [
-        ("python3", vec!["-c".into(), python, address.clone()]),
-        (
-            "perl",
-            vec![
-                format!("-I{}", root.join("clients/perl/lib").display()),
-                "-e".into(),
-                perl.into(),
-                address.clone(),
-            ],
-        ),
-    ];
-    let mut last = t1;
-    for (prog, args) in runs {
-        if on_path(prog).is_none() {
-            missing(
-                &format!("`{prog}` not found"),
-                ".ci/run installs python3 and perl",
-            );
-            continue;
-        }
-        let o = std::process::Command::new(prog)
-            .args(&args)
-            .env("PYTHONPATH", root.join("clients/python"))
-            .env("LOCKSMITH_BIN", bin())
-            .current_dir(sb.path())
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{prog}: {}", stderr(&o));
-        let t: u64 = stdout(&o)
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{prog}: {}", stdout(&o)));
-        assert!(t > last, "{prog}: token {t} after {last}");
-        last = t;
-        assert_eq!(r.cli(&["EXISTS", "t:c"]), "0", "{prog} left it held");
-    }
+    let left = |prog: &str| assert_eq!(r.cli(&["EXISTS", "t:c"]), "0", "{prog} left it held");
+    token_through_clients(&address, sb.path(), &|_| {}, t1, &left);
 }
 
 /// SPEC §3b: a redis lock and a file lock taken as one; the OK line lists both in

@@ -418,6 +418,14 @@ fn run_via(sb: &Sandbox, args: &[&str]) -> Output {
     output_within(c, Duration::from_secs(60))
 }
 
+/// `--wait WAIT run pfast -- sh -c SCRIPT` through [`run_via`].
+fn run_pfast(sb: &Sandbox, wait: &str, script: &str) -> Output {
+    run_via(
+        sb,
+        &["--wait", wait, "run", "pfast", "--", "sh", "-c", script],
+    )
+}
+
 /// Issue 27: 409 `ConditionalRequestConflict` (AWS: another conditional write on the same key
 /// in flight) is tried again, not an error. No real server here answers it on demand:
 /// [`testkit::faulty`] answers the create's PUT ONCE with it, the next PUT goes to SeaweedFS.
@@ -471,19 +479,7 @@ fn s3_a_create_whose_answer_is_lost_is_recognised_by_its_nonce() {
     let (proxy, sb) = via_proxy(&s);
     proxy.arm(create_of_p(Then::Swallow));
     let t0 = Instant::now();
-    let o = run_via(
-        &sb,
-        &[
-            "--wait",
-            "30s",
-            "run",
-            "pfast",
-            "--",
-            "sh",
-            "-c",
-            "echo $LOCKSMITH_TOKEN",
-        ],
-    );
+    let o = run_pfast(&sb, "30s", "echo $LOCKSMITH_TOKEN");
     let err = stderr(&o);
     assert_eq!(code(o.status), 0, "{err}");
     assert!(err.contains("no answer"), "{err}");
@@ -493,26 +489,14 @@ fn s3_a_create_whose_answer_is_lost_is_recognised_by_its_nonce() {
     assert_eq!(s.keys("t/p"), ["t/p.state"]);
 
     proxy.arm(create_of_p(Then::Swallow));
-    let o = run_via(&sb, &["--wait", "0", "run", "pfast", "--", "true"]);
+    let o = run_pfast(&sb, "0", "true");
     let err = stderr(&o);
     assert_eq!(code(o.status), 69, "{err}");
     assert!(err.starts_with("ERROR unavailable: "), "{err}");
     assert_eq!(proxy.fired().len(), 2);
     // The object that landed is gone: the lock is free at once, with the next token.
     assert_eq!(s.keys("t/p"), ["t/p.state"]);
-    let o = run_via(
-        &sb,
-        &[
-            "--wait",
-            "0",
-            "run",
-            "pfast",
-            "--",
-            "sh",
-            "-c",
-            "echo $LOCKSMITH_TOKEN",
-        ],
-    );
+    let o = run_pfast(&sb, "0", "echo $LOCKSMITH_TOKEN");
     assert_eq!(code(o.status), 0, "{}", stderr(&o));
     assert_eq!(stdout(&o).trim(), "2");
 }
@@ -533,19 +517,7 @@ fn s3_a_write_whose_answer_is_lost_after_the_token_keeps_the_token() {
         then: Then::Swallow,
     };
     proxy.arm(rewrite());
-    let o = run_via(
-        &sb,
-        &[
-            "--wait",
-            "30s",
-            "run",
-            "pfast",
-            "--",
-            "sh",
-            "-c",
-            "echo $LOCKSMITH_TOKEN ${LOCKSMITH_PREV:-clean}",
-        ],
-    );
+    let o = run_pfast(&sb, "30s", "echo $LOCKSMITH_TOKEN ${LOCKSMITH_PREV:-clean}");
     let err = stderr(&o);
     assert_eq!(code(o.status), 0, "{err}");
     assert!(err.contains("no answer"), "{err}");
@@ -671,53 +643,19 @@ fn s3_clients_take_an_s3_address_with_a_query_and_an_escaped_key() {
         .try_lock()
         .unwrap()
         .expect("free right after unlock");
-    let mut last = again.token().unwrap();
+    let last = again.token().unwrap();
     assert!(last > t1);
     again.unlock().unwrap();
     assert_eq!(s.keys("t/with"), ["t/with space.state"]);
     // The Python and Perl clients (clients/), the same address, through the real helper.
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let python = "import sys, netlock\nl = netlock.lock(sys.argv[1])\nprint(l.token)\nl.unlock()\n";
-    let perl = "use NetLock; my $l = NetLock->new($ARGV[0]); print $l->token, \"\\n\"; $l->unlock;";
-    let runs: [(&str, Vec<String>); 2] = [
-        ("python3", vec!["-c".into(), python.into(), addr.clone()]),
-        (
-            "perl",
-            vec![
-                format!("-I{}", root.join("clients/perl/lib").display()),
-                "-e".into(),
-                perl.into(),
-                addr.clone(),
-            ],
-        ),
-    ];
-    for (prog, args) in runs {
-        if on_path(prog).is_none() {
-            missing(
-                &format!("`{prog}` not found"),
-                ".ci/run installs python3 and perl",
-            );
-            continue;
-        }
-        let mut c = Command::new(prog);
-        c.args(&args)
-            .env("PYTHONPATH", root.join("clients/python"))
-            .env("LOCKSMITH_BIN", bin());
-        creds(&mut c);
-        let o = output_within(c, T);
-        assert!(o.status.success(), "{prog}: {}", stderr(&o));
-        let t: u64 = stdout(&o)
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{prog}: {}", stdout(&o)));
-        assert!(t > last, "{prog}: token {t} after {last}");
-        last = t;
+    let left = |prog: &str| {
         assert_eq!(
             s.keys("t/with"),
             ["t/with space.state"],
             "{prog} left it held"
-        );
-    }
+        )
+    };
+    token_through_clients(&addr, s.sb.path(), &creds, last, &left);
 }
 
 /// SPEC §6: a holder paused (SIGSTOP) past stale_after is broken on the server's clock; the

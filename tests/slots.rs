@@ -24,14 +24,17 @@ fn address(sb: &Sandbox, backend: &str, name: &str, query: &str) -> String {
     format!("{backend}:{}{query}", sb.join(name).display())
 }
 
+/// Three holders of `lock` with `--slots 3`, taken one after the other.
+fn held_three(sb: &Sandbox, lock: &str) -> Vec<Held> {
+    (0..3).map(|_| sb.hold(["--slots", "3", lock])).collect()
+}
+
 #[test]
 fn n_holders_get_n_different_slots_and_the_next_is_busy_on_every_file_backend() {
     let sb = Sandbox::standard();
     for backend in FILE_BACKENDS {
         let lock = address(&sb, backend, &format!("{backend}.sem"), "");
-        let mut held: Vec<Held> = (0..3)
-            .map(|_| sb.hold(["--slots", "3", lock.as_str()]))
-            .collect();
+        let mut held = held_three(&sb, &lock);
         let mut slots = BTreeSet::new();
         let mut tokens = BTreeSet::new();
         for h in &held {
@@ -547,9 +550,7 @@ fn a_reader_or_a_waiter_of_another_number_beside_slot_holders_is_refused_at_once
     for backend in FILE_BACKENDS {
         let lock = address(&sb, backend, &format!("{backend}.beside"), "");
         // (Not `three_holders`: flock's status shows no tokens.)
-        let mut held: Vec<Held> = (0..3)
-            .map(|_| sb.hold(["--slots", "3", lock.as_str()]))
-            .collect();
+        let mut held = held_three(&sb, &lock);
         let shared = matches!(backend, "flock" | "symlink");
         beside_three_holders(&|a| sb.cmd(a), &lock, &mut held, shared);
         drop(held);

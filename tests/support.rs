@@ -331,3 +331,60 @@ pub fn monotonic() -> f64 {
 // A second real network filesystem (GlusterFS) for the file backends.
 pub mod fs2;
 pub use fs2::*;
+
+/// The Python and Perl clients (`clients/`) each take `address` once through the real helper
+/// and print its token: the tokens, in that order, each asserted greater than the one before
+/// (starting above `after`); `check` runs after each client (the lock left free?). A client
+/// whose language is missing is skipped (under CI: fails). `setup` gives the clients their
+/// variables (credentials); they run in `dir`.
+pub fn token_through_clients(
+    address: &str,
+    dir: &Path,
+    setup: &dyn Fn(&mut Command),
+    after: u64,
+    check: &dyn Fn(&str),
+) -> Vec<u64> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = "import sys, netlock\nl = netlock.lock(sys.argv[1])\nprint(l.token)\nl.unlock()\n";
+    let perl = "use NetLock; my $l = NetLock->new($ARGV[0]); print $l->token, \"\\n\"; $l->unlock;";
+    let runs: [(&str, Vec<String>); 2] = [
+        ("python3", vec!["-c".into(), python.into(), address.into()]),
+        (
+            "perl",
+            vec![
+                format!("-I{}", root.join("clients/perl/lib").display()),
+                "-e".into(),
+                perl.into(),
+                address.into(),
+            ],
+        ),
+    ];
+    let mut tokens = Vec::new();
+    let mut last = after;
+    for (prog, args) in runs {
+        if on_path(prog).is_none() {
+            missing(
+                &format!("`{prog}` not found"),
+                ".ci/run installs python3 and perl",
+            );
+            continue;
+        }
+        let mut c = Command::new(prog);
+        c.args(&args)
+            .env("PYTHONPATH", root.join("clients/python"))
+            .env("LOCKSMITH_BIN", bin())
+            .current_dir(dir);
+        setup(&mut c);
+        let o = output_within(c, Duration::from_secs(60));
+        assert!(o.status.success(), "{prog}: {}", stderr(&o));
+        let t: u64 = stdout(&o)
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{prog}: {}", stdout(&o)));
+        assert!(t > last, "{prog}: token {t} after {last}");
+        last = t;
+        tokens.push(t);
+        check(prog);
+    }
+    tokens
+}

@@ -517,17 +517,29 @@ impl Site {
 
     /// The fencing state and its ETag (`None`: none yet).
     fn state(&mut self) -> Result<(Option<State>, Option<String>)> {
+        self.state_by().map(|(s, etag, _)| (s, etag))
+    }
+
+    /// [`Site::state`], and the nonce of the acquisition that wrote it (`by=`), if named.
+    fn state_by(&mut self) -> Result<(Option<State>, Option<String>, Option<String>)> {
         let key = self.state_key();
         let limit = self.timeout;
         let r = self.call("GET", &key, &[], Cond::None, &[], limit)?;
         if r.status == 404 {
-            return Ok((None, None));
+            return Ok((None, None, None));
         }
         if !r.ok() {
             return Err(self.odd("GET", &key, &r));
         }
-        match parse_state_entry(r.text().trim()) {
-            Some(s) if s.token < u64::MAX => Ok((Some(s), r.etag)),
+        let text = r.text();
+        let by = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("by="))
+            .map(str::to_string);
+        // The entry is the first line; a second, `by=NONCE`, names the acquisition that
+        // issued it ([`S3::take_token`]).
+        match parse_state_entry(r.text().lines().next().unwrap_or_default().trim()) {
+            Some(s) if s.token < u64::MAX => Ok((Some(s), r.etag, by)),
             _ => Err(err!(
                 Config,
                 "lock state {} ({}) says {:?}: this locksmith cannot issue a fencing token after it; if no other locksmith version uses this lock, delete the object (tokens then start again at 1)",
@@ -574,6 +586,9 @@ pub struct S3 {
     state_etag: Option<String>,
     /// The token our swap took, and whether the state was dirty before it.
     taken: Option<(u64, bool)>,
+    /// A swap sent and not answered yet (or whose answer was lost): its token, and whether
+    /// the state was dirty before it.
+    swapping: Option<(u64, bool)>,
     token: Option<u64>,
     /// When our last write was sent.
     written: Option<Instant>,
@@ -599,6 +614,7 @@ impl S3 {
             unsure: None,
             state_etag: None,
             taken: None,
+            swapping: None,
             token: None,
             written: None,
             slots: named.common.slots.max(1),
@@ -743,7 +759,7 @@ impl S3 {
                 // Contention between slots: a short jittered pause, not a doubling one.
                 std::thread::sleep(Duration::from_micros(fastrand::u64(500..5_000)));
             }
-            let (state, etag) = self.site.state()?;
+            let (state, etag, by) = self.site.state_by()?;
             // A try that took a token and then got no answer: if the state is still exactly
             // our swap, no token was issued since, and ours is still the newest — taken
             // again, it would be counted twice and say prev=crashed of our own dirty mark.
@@ -752,6 +768,18 @@ impl S3 {
                 && etag == self.state_etag
             {
                 return Ok(t);
+            }
+            // The same for a swap whose own answer was lost (it timed out, or the connection
+            // closed): the state names the acquisition that issued it, and the token and mark
+            // we read before it are kept (issue 27: it said a false prev=crashed).
+            if let (Some((t, dirty)), Some(st)) = (self.swapping, state)
+                && by.as_deref() == Some(self.record.nonce.as_str())
+                && st.token == t
+            {
+                self.state_etag = etag;
+                self.taken = Some((t, dirty));
+                self.swapping = None;
+                return Ok((t, dirty));
             }
             if let (Some(st), Some(agree)) = (state, &self.agree)
                 && st.slots() != self.slots
@@ -764,15 +792,18 @@ impl S3 {
                 clean: several && state.is_none_or(|s| s.clean),
                 slots: self.slots,
             };
-            let body = format!("{}\n", state_entry(next));
+            let body = format!("{}\nby={}\n", state_entry(next), self.record.nonce);
             let cond = etag.as_deref().map_or(Cond::Absent, Cond::Is);
+            let dirty = !several && state.is_some_and(|s| !s.clean);
+            // Until an answer settles it, this swap may have landed.
+            self.swapping = Some((token, dirty));
             let r = self
                 .site
                 .call("PUT", &key, &[], cond, body.as_bytes(), limit)?;
+            self.swapping = None;
             match r.status {
                 200 | 201 | 204 => {
                     self.state_etag = r.etag;
-                    let dirty = !several && state.is_some_and(|s| !s.clean);
                     self.taken = Some((token, dirty));
                     return Ok((token, dirty));
                 }

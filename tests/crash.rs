@@ -16,7 +16,7 @@ fn killed_holder_on_this_host_is_broken_at_once() {
     let sb = Sandbox::standard();
     // Killed while a waiter blocks (the waiter watches the holder's pidfd) ...
     let a = sb.hold(["m"]);
-    a.ok();
+    let first = token_of(a.ok());
     let mut w = sb.spawn_hold(["--wait", "20s", "m"]);
     w.wait_stderr("waiting for lock", T);
     let t0 = Instant::now();
@@ -25,7 +25,10 @@ fn killed_holder_on_this_host_is_broken_at_once() {
     let took = t0.elapsed();
     assert_eq!(
         line,
-        "OK m backend=mkdir mode=exclusive token=2 prev=crashed\n"
+        format!(
+            "OK m backend=mkdir mode=exclusive token={} prev=crashed\n",
+            first + 1
+        )
     );
     assert!(took < Duration::from_secs(1), "took {took:?}");
     drop(w);
@@ -37,7 +40,13 @@ fn killed_holder_on_this_host_is_broken_at_once() {
     let c = sb.hold(["--wait", "0", "m"]);
     assert_eq!(
         c.line.as_deref(),
-        Some("OK m backend=mkdir mode=exclusive token=4 prev=crashed\n")
+        Some(
+            format!(
+                "OK m backend=mkdir mode=exclusive token={} prev=crashed\n",
+                first + 3
+            )
+            .as_str()
+        )
     );
 }
 
@@ -63,8 +72,8 @@ fn other_host_holder_is_broken_only_after_stale_after() {
     let took = t0.elapsed();
     let line = w.line.clone();
     assert_eq!(
-        line.as_deref(),
-        Some("OK fast backend=mkdir mode=exclusive token=2 prev=crashed\n"),
+        line.as_deref().map(token_hidden).as_deref(),
+        Some("OK fast backend=mkdir mode=exclusive token=T prev=crashed\n"),
         "{}",
         w.stderr_text()
     );
@@ -99,8 +108,8 @@ fn forged_foreign_record_waits_for_stale_after() {
     let mut w = sb.hold(["--wait", "10s", "fast"]);
     let took = t0.elapsed();
     assert_eq!(
-        w.line.as_deref(),
-        Some("OK fast backend=mkdir mode=exclusive token=1 prev=crashed\n")
+        w.line.as_deref().map(token_hidden).as_deref(),
+        Some("OK fast backend=mkdir mode=exclusive token=T prev=crashed\n")
     );
     assert!(took >= Duration::from_millis(1500), "{took:?}");
     w.wait_stderr("no heartbeat for 1s500ms", T);
@@ -341,14 +350,15 @@ fn killed_holder_is_broken_at_once_with_plain_mkdir() {
         h
     };
     let mut a = spawn(&["m"]);
-    a.ok();
+    let first = token_of(a.ok());
     kill9(a.pid());
     a.wait_exit(T);
     let b = spawn(&["--wait", "0", "m"]);
     assert_eq!(
-        b.line.as_deref(),
-        Some("OK m backend=mkdir mode=exclusive token=2 prev=crashed\n")
+        b.line.as_deref().map(token_hidden).as_deref(),
+        Some("OK m backend=mkdir mode=exclusive token=T prev=crashed\n")
     );
+    assert_eq!(token_of(b.ok()), first + 1, "{}", b.ok());
 }
 
 #[test]
@@ -356,9 +366,10 @@ fn killed_link_holder_is_broken_at_once() {
     let sb = Sandbox::standard();
     let a = sb.hold(["l"]);
     assert_eq!(
-        a.line.as_deref(),
-        Some("OK l backend=link mode=exclusive token=1\n")
+        a.line.as_deref().map(token_hidden).as_deref(),
+        Some("OK l backend=link mode=exclusive token=T\n")
     );
+    let first = token_of(a.ok());
     let mut w = sb.spawn_hold(["--wait", "20s", "l"]);
     w.wait_stderr("waiting for lock", T);
     let t0 = Instant::now();
@@ -366,7 +377,10 @@ fn killed_link_holder_is_broken_at_once() {
     let line = w.read_line(T).expect("waiter got nothing");
     assert_eq!(
         line,
-        "OK l backend=link mode=exclusive token=2 prev=crashed\n"
+        format!(
+            "OK l backend=link mode=exclusive token={} prev=crashed\n",
+            first + 1
+        )
     );
     assert!(
         t0.elapsed() < Duration::from_secs(1),

@@ -175,7 +175,7 @@ impl Files {
         let mut rec = Record::ours(&self.profile);
         // The token our records carry: once we hold the name exactly this one is taken, or
         // the name given back (`finish_create`).
-        rec.token = Some(super::owner::next_token(self.dir.read_state()?));
+        rec.token = Some(self.dir.next_token()?);
         let taken = if self.plain_mkdir {
             self.create_plain(&rec)?
         } else {

@@ -638,3 +638,80 @@ fn late_state_write_of_a_stalled_taker_never_reissues_a_token() {
         "a token was issued twice: {problems:#?}"
     );
 }
+
+/// Issue 28: a locker killed while its private `.NAME.<nonce>.new/` exists (prepared with its
+/// records, not yet published) leaves it behind; the next acquisition removes it — proof of
+/// death, the judge of every dead holder — but never a live locker's (it goes on to publish
+/// and hold), nor another host's (its maker may be alive).
+#[test]
+fn a_killed_lockers_unpublished_directory_is_tidied_by_the_next_acquisition() {
+    let sb = Sandbox::standard();
+    let unpublished = || -> Vec<String> {
+        sb.listing()
+            .into_iter()
+            .filter(|n| n.starts_with(".m.lock.") && n.ends_with(".new"))
+            .collect()
+    };
+    let stalled = |ms: &str, wait: &str| {
+        let mut c = sb.cmd(["--wait", wait, "m"]);
+        c.env("LOCKSMITH_TEST_STALL_PUBLISHING_MS", ms)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        Held::spawn(c)
+    };
+    // The locker is stalled before its publish once its `.new` holds its owner entry.
+    let prepared = |known: &[String]| -> String {
+        let t0 = Instant::now();
+        loop {
+            let ready = unpublished().into_iter().find(|n| {
+                !known.contains(n)
+                    && fs::read_dir(sb.join(n)).is_ok_and(|mut d| {
+                        d.any(|e| {
+                            e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("owner."))
+                        })
+                    })
+            });
+            if let Some(n) = ready {
+                return n;
+            }
+            assert!(t0.elapsed() < T, "no prepared .new: {:?}", sb.listing());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let mut dead = stalled("60000", "0");
+    let dead_new = prepared(&[]);
+    kill9(dead.pid());
+    dead.wait_exit(T);
+    let mut live = stalled("6000", "20s");
+    let live_new = prepared(std::slice::from_ref(&dead_new));
+    let foreign = ".m.lock.0123456789abcdef.new";
+    fs::create_dir(sb.join(foreign)).unwrap();
+    symlink(
+        "locksmith v=1 host=elsewhere pid=4242 ppid=1 start=1 boot=not-this-boot pidns=pid:[1] since=2026-01-01T00:00:00Z profile=m nonce=0123456789abcdef",
+        sb.join(foreign).join("owner.0123456789abcdef"),
+    )
+    .unwrap();
+
+    let mut h = sb.hold(["--wait", "0", "m"]);
+    h.ok();
+    let left = unpublished();
+    assert!(!left.contains(&dead_new), "the dead locker's: {left:?}");
+    assert!(left.contains(&live_new), "the live locker's: {left:?}");
+    assert!(
+        left.contains(&foreign.to_string()),
+        "another host's: {left:?}"
+    );
+
+    // The live locker goes on: it publishes once we release, and holds.
+    h.close_stdout();
+    assert_eq!(code(h.wait_exit(T)), 0);
+    let line = live.read_line(Duration::from_secs(20));
+    assert!(
+        line.as_deref().is_some_and(|l| l.starts_with("OK m ")),
+        "{line:?}: {}",
+        live.stderr_text()
+    );
+    live.close_stdout();
+    assert_eq!(code(live.wait_exit(T)), 0);
+    assert_eq!(unpublished(), [foreign.to_string()]);
+}

@@ -53,8 +53,10 @@
 //!
 //! # Leftovers
 //! A locker killed between making its `.NAME.<nonce>.new` and publishing it leaves that
-//! directory; the next locker that takes the lock removes it if its maker is provably dead
-//! (`Files::tidy_unpublished`: one listing of the parent per acquisition, none per wait).
+//! directory; on a local filesystem the next locker that takes the lock removes it if its
+//! maker is provably dead (`Files::tidy_unpublished`: one listing of the parent per
+//! acquisition, none per wait). On a network filesystem (SMB) it stays: looking into another
+//! mount's `.new` there makes its live maker fail.
 //!
 //! # Limits
 //! A lock directory without a record (a locker on NFS or sshfs killed between `mkdir` and
@@ -394,7 +396,8 @@ impl Files {
     /// directories whose maker is provably dead ([`stale::provably_dead`]: this host, its
     /// process gone or its pid reused). Another host's is left, and so is one with no record
     /// yet (its maker was killed between `mkdir` and its first record, or is there now): its
-    /// maker may be alive, and an unpublished directory has no heartbeat to fall silent.
+    /// maker may be alive, and an unpublished directory has no heartbeat to fall silent. Only on
+    /// a local filesystem (below).
     ///
     /// One listing of the parent, only after an acquisition succeeded: waiters never pay for
     /// it, and a lock taken and released in a loop pays one `getdents` pass per cycle. Best
@@ -404,7 +407,10 @@ impl Files {
         prefix.extend_from_slice(self.dir.name.as_bytes());
         prefix.push(b'.');
         let at = self.dir.parent.clone();
-        let Ok(parent) = self.dir.fd() else {
+        // Not on a network or FUSE filesystem: there even a `stat` of another mount's `.new`
+        // being published made its maker fail (smbnetfs: EIO on its records, its `.new` left
+        // behind; `netfs::smb::mkdir::counter_race_across_mounts` lost 31 to 92 of 200 increments).
+        let Ok((parent, false)) = self.dir.fd_remote() else {
             return;
         };
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
@@ -612,9 +618,7 @@ impl Files {
 }
 
 /// The owner record inside an unpublished `.NAME.<nonce>.new`: its `owner.<nonce>` entry,
-/// else its heartbeat record (written first); `None` if it has neither yet. Looked into
-/// without opening the directory on the server (`O_PATH`: SMB refuses to rename a directory
-/// another client has open).
+/// else its heartbeat record (written first); `None` if it has neither yet.
 fn unpublished_record(parent: BorrowedFd<'_>, new: &OsStr, nonce: &str) -> Option<Parsed> {
     let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let fd = openat(parent, new, flags, FileMode::empty()).ok()?;

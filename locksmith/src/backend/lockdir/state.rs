@@ -467,3 +467,26 @@ pub fn mark_clean(at: &StateAt<'_>, token: u64) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_state_starts_at_the_clock_and_a_present_one_goes_on() {
+        let before = floor();
+        assert!(next_token(None) > before);
+        assert_eq!(next_token(Some(State::one(5, true))), 6);
+    }
+
+    #[test]
+    fn a_read_of_no_state_is_fresh_for_min_stale_after_and_a_second() {
+        let now = floor();
+        assert!(read_is_fresh(now, Duration::from_secs(60)));
+        // A clock set back meanwhile: the read is above the floor, taken.
+        assert!(read_is_fresh(now + 5_000_000, Duration::from_secs(60)));
+        assert!(!read_is_fresh(now - 2_000_000, Duration::from_secs(60)));
+        assert!(!read_is_fresh(now - 300_000, Duration::from_millis(100)));
+        assert!(read_is_fresh(now - 300_000, Duration::from_secs(60)));
+    }
+}

@@ -16,7 +16,7 @@ fn killed_holder_on_this_host_is_broken_at_once() {
     let sb = Sandbox::standard();
     // Killed while a waiter blocks (the waiter watches the holder's pidfd) ...
     let a = sb.hold(["m"]);
-    a.ok();
+    let first = token_of(a.ok());
     let mut w = sb.spawn_hold(["--wait", "20s", "m"]);
     w.wait_stderr("waiting for lock", T);
     let t0 = Instant::now();
@@ -25,7 +25,10 @@ fn killed_holder_on_this_host_is_broken_at_once() {
     let took = t0.elapsed();
     assert_eq!(
         line,
-        "OK m backend=mkdir mode=exclusive token=2 prev=crashed\n"
+        format!(
+            "OK m backend=mkdir mode=exclusive token={} prev=crashed\n",
+            first + 1
+        )
     );
     assert!(took < Duration::from_secs(1), "took {took:?}");
     drop(w);
@@ -37,7 +40,13 @@ fn killed_holder_on_this_host_is_broken_at_once() {
     let c = sb.hold(["--wait", "0", "m"]);
     assert_eq!(
         c.line.as_deref(),
-        Some("OK m backend=mkdir mode=exclusive token=4 prev=crashed\n")
+        Some(
+            format!(
+                "OK m backend=mkdir mode=exclusive token={} prev=crashed\n",
+                first + 3
+            )
+            .as_str()
+        )
     );
 }
 
@@ -63,8 +72,8 @@ fn other_host_holder_is_broken_only_after_stale_after() {
     let took = t0.elapsed();
     let line = w.line.clone();
     assert_eq!(
-        line.as_deref(),
-        Some("OK fast backend=mkdir mode=exclusive token=2 prev=crashed\n"),
+        line.as_deref().map(token_hidden).as_deref(),
+        Some("OK fast backend=mkdir mode=exclusive token=T prev=crashed\n"),
         "{}",
         w.stderr_text()
     );
@@ -99,8 +108,8 @@ fn forged_foreign_record_waits_for_stale_after() {
     let mut w = sb.hold(["--wait", "10s", "fast"]);
     let took = t0.elapsed();
     assert_eq!(
-        w.line.as_deref(),
-        Some("OK fast backend=mkdir mode=exclusive token=1 prev=crashed\n")
+        w.line.as_deref().map(token_hidden).as_deref(),
+        Some("OK fast backend=mkdir mode=exclusive token=T prev=crashed\n")
     );
     assert!(took >= Duration::from_millis(1500), "{took:?}");
     w.wait_stderr("no heartbeat for 1s500ms", T);
@@ -341,14 +350,15 @@ fn killed_holder_is_broken_at_once_with_plain_mkdir() {
         h
     };
     let mut a = spawn(&["m"]);
-    a.ok();
+    let first = token_of(a.ok());
     kill9(a.pid());
     a.wait_exit(T);
     let b = spawn(&["--wait", "0", "m"]);
     assert_eq!(
-        b.line.as_deref(),
-        Some("OK m backend=mkdir mode=exclusive token=2 prev=crashed\n")
+        b.line.as_deref().map(token_hidden).as_deref(),
+        Some("OK m backend=mkdir mode=exclusive token=T prev=crashed\n")
     );
+    assert_eq!(token_of(b.ok()), first + 1, "{}", b.ok());
 }
 
 #[test]
@@ -356,9 +366,10 @@ fn killed_link_holder_is_broken_at_once() {
     let sb = Sandbox::standard();
     let a = sb.hold(["l"]);
     assert_eq!(
-        a.line.as_deref(),
-        Some("OK l backend=link mode=exclusive token=1\n")
+        a.line.as_deref().map(token_hidden).as_deref(),
+        Some("OK l backend=link mode=exclusive token=T\n")
     );
+    let first = token_of(a.ok());
     let mut w = sb.spawn_hold(["--wait", "20s", "l"]);
     w.wait_stderr("waiting for lock", T);
     let t0 = Instant::now();
@@ -366,7 +377,10 @@ fn killed_link_holder_is_broken_at_once() {
     let line = w.read_line(T).expect("waiter got nothing");
     assert_eq!(
         line,
-        "OK l backend=link mode=exclusive token=2 prev=crashed\n"
+        format!(
+            "OK l backend=link mode=exclusive token={} prev=crashed\n",
+            first + 1
+        )
     );
     assert!(
         t0.elapsed() < Duration::from_secs(1),
@@ -623,4 +637,81 @@ fn late_state_write_of_a_stalled_taker_never_reissues_a_token() {
         problems.is_empty(),
         "a token was issued twice: {problems:#?}"
     );
+}
+
+/// Issue 28: a locker killed while its private `.NAME.<nonce>.new/` exists (prepared with its
+/// records, not yet published) leaves it behind; the next acquisition removes it — proof of
+/// death, the judge of every dead holder — but never a live locker's (it goes on to publish
+/// and hold), nor another host's (its maker may be alive).
+#[test]
+fn a_killed_lockers_unpublished_directory_is_tidied_by_the_next_acquisition() {
+    let sb = Sandbox::standard();
+    let unpublished = || -> Vec<String> {
+        sb.listing()
+            .into_iter()
+            .filter(|n| n.starts_with(".m.lock.") && n.ends_with(".new"))
+            .collect()
+    };
+    let stalled = |ms: &str, wait: &str| {
+        let mut c = sb.cmd(["--wait", wait, "m"]);
+        c.env("LOCKSMITH_TEST_STALL_PUBLISHING_MS", ms)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        Held::spawn(c)
+    };
+    // The locker is stalled before its publish once its `.new` holds its owner entry.
+    let prepared = |known: &[String]| -> String {
+        let t0 = Instant::now();
+        loop {
+            let ready = unpublished().into_iter().find(|n| {
+                !known.contains(n)
+                    && fs::read_dir(sb.join(n)).is_ok_and(|mut d| {
+                        d.any(|e| {
+                            e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("owner."))
+                        })
+                    })
+            });
+            if let Some(n) = ready {
+                return n;
+            }
+            assert!(t0.elapsed() < T, "no prepared .new: {:?}", sb.listing());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let mut dead = stalled("60000", "0");
+    let dead_new = prepared(&[]);
+    kill9(dead.pid());
+    dead.wait_exit(T);
+    let mut live = stalled("6000", "20s");
+    let live_new = prepared(std::slice::from_ref(&dead_new));
+    let foreign = ".m.lock.0123456789abcdef.new";
+    fs::create_dir(sb.join(foreign)).unwrap();
+    symlink(
+        "locksmith v=1 host=elsewhere pid=4242 ppid=1 start=1 boot=not-this-boot pidns=pid:[1] since=2026-01-01T00:00:00Z profile=m nonce=0123456789abcdef",
+        sb.join(foreign).join("owner.0123456789abcdef"),
+    )
+    .unwrap();
+
+    let mut h = sb.hold(["--wait", "0", "m"]);
+    h.ok();
+    let left = unpublished();
+    assert!(!left.contains(&dead_new), "the dead locker's: {left:?}");
+    assert!(left.contains(&live_new), "the live locker's: {left:?}");
+    assert!(
+        left.contains(&foreign.to_string()),
+        "another host's: {left:?}"
+    );
+
+    // The live locker goes on: it publishes once we release, and holds.
+    h.close_stdout();
+    assert_eq!(code(h.wait_exit(T)), 0);
+    let line = live.read_line(Duration::from_secs(20));
+    assert!(
+        line.as_deref().is_some_and(|l| l.starts_with("OK m ")),
+        "{line:?}: {}",
+        live.stderr_text()
+    );
+    live.close_stdout();
+    assert_eq!(code(live.wait_exit(T)), 0);
+    assert_eq!(unpublished(), [foreign.to_string()]);
 }

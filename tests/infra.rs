@@ -331,7 +331,7 @@ fn names_too_long_for_the_state_are_config_errors_and_flock_says_it_has_no_token
     sb.write_profiles(&toml);
     for b in ["mkdir", "link", "symlink", "flock"] {
         let h = sb.hold(["--wait", "0", b]);
-        assert!(h.ok().contains(" token=1"), "{b}: {}", h.ok());
+        assert!(token_of(h.ok()) > 0, "{b}: {}", h.ok());
         drop(h);
         let _ = fs::remove_dir_all(sb.join(&format!(".{name}.state")));
     }

@@ -156,17 +156,22 @@ fn one_deadline_for_the_whole_set() {
 fn ok_line_environment_and_the_same_lock_twice() {
     let sb = Sandbox::standard();
     let mut h = sb.hold(["hold", "m", "f"]);
-    // flock's first token is the clock's floor (issue 28: its state may be cleaned away).
-    let f_token = h
+    // Every file backend's first token is the clock's floor (issue 28: its state may be
+    // cleaned away).
+    let (m_token, f_token) = h
         .ok()
         .split_whitespace()
-        .find_map(|w| w.strip_prefix("token=1,"))
-        .unwrap_or("none")
-        .to_string();
+        .find_map(|w| w.strip_prefix("token="))
+        .and_then(|t| t.split_once(','))
+        .map(|(m, f)| (m.to_string(), f.to_string()))
+        .unwrap_or_default();
+    assert!(m_token.parse::<u64>().is_ok_and(|t| t > 1), "{}", h.ok());
     assert!(f_token.parse::<u64>().is_ok_and(|t| t > 1), "{}", h.ok());
     assert_eq!(
         h.ok().trim_end(),
-        format!("OK m backend=mkdir,flock mode=exclusive,exclusive token=1,{f_token} locks=2")
+        format!(
+            "OK m backend=mkdir,flock mode=exclusive,exclusive token={m_token},{f_token} locks=2"
+        )
     );
     assert!(!free(&sb, "m") && !free(&sb, "f"));
     h.close_stdout();
@@ -183,14 +188,22 @@ fn ok_line_environment_and_the_same_lock_twice() {
         "-c",
         "echo $LOCKSMITH_PROFILE $LOCKSMITH_TOKEN",
     ]);
-    let next = f_token.parse::<u64>().unwrap() + 1;
-    assert_eq!(stdout(&o), format!("f {next},2\n"), "{}", stderr(&o));
+    let next = |t: &str| t.parse::<u64>().unwrap() + 1;
+    assert_eq!(
+        stdout(&o),
+        format!("f {},{}\n", next(&f_token), next(&m_token)),
+        "{}",
+        stderr(&o)
+    );
     // The same lock named twice, once as a profile and once as an address: taken once.
     let addr = format!("mkdir:{}", sb.join("m.lock").display());
     let mut h = sb.hold(["hold", "m", &addr, "m"]);
     assert_eq!(
         h.ok().trim_end(),
-        "OK m backend=mkdir mode=exclusive token=3"
+        format!(
+            "OK m backend=mkdir mode=exclusive token={}",
+            next(&m_token) + 1
+        )
     );
     h.close_stdout();
     assert_eq!(code(h.wait_exit(T)), 0);

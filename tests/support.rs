@@ -17,7 +17,7 @@ pub use testkit::net::{Net, command_in};
 pub use testkit::proc::{
     Held, alive, code, digest, eventually, kill9, on_path, output_within, stderr, stdout,
 };
-pub use testkit::{NotStarted, free_port, missing, token_of};
+pub use testkit::{NotStarted, free_port, missing, token_hidden, token_of};
 
 /// The helper under test.
 pub fn bin() -> &'static str {

@@ -105,7 +105,9 @@ fn run_exports_the_token() {
     let sb = Sandbox::standard();
     let a = sb.output(["run", "m", "--", "sh", "-c", "echo $LOCKSMITH_TOKEN"]);
     let b = sb.output(["run", "m", "--", "sh", "-c", "echo $LOCKSMITH_TOKEN"]);
-    assert_eq!((stdout(&a), stdout(&b)), ("1\n".into(), "2\n".into()));
+    let a: u64 = stdout(&a).trim().parse().unwrap();
+    let b: u64 = stdout(&b).trim().parse().unwrap();
+    assert_eq!(b, a + 1);
 }
 
 /// A `.NAME.state` that is not the directory of LAYOUT.md (here a symlink in a pre-release
@@ -131,11 +133,75 @@ fn a_state_that_is_not_the_directory_is_in_the_way() {
         std::fs::remove_file(&state).unwrap();
         let h = sb.hold([p]);
         let t = token_of(h.ok());
-        if p == "f" {
-            // A new flock state starts at the clock's floor (issue 28): microseconds.
-            assert!(t > 1_000_000_000_000_000, "{p}: {t}");
-        } else {
-            assert_eq!(t, 1, "{p}: tokens start at 1 once it is removed");
+        // A new state starts at the clock's floor (issue 28): microseconds.
+        assert!(t > 1_000_000_000_000_000, "{p}: {t}");
+    }
+}
+
+/// The clock's microseconds now: the floor below every token a new state issues.
+fn micros_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
+/// Issue 28: a cleaner (systemd-tmpfiles) removes `.NAME.state/` while nobody holds the lock;
+/// the next token is still greater than every earlier one — every file backend.
+#[test]
+fn tokens_keep_increasing_after_a_cleaner_removes_the_state() {
+    let sb = Sandbox::standard();
+    for p in ["m", "l", "s", "f"] {
+        let mut seen = Vec::new();
+        for round in 0..3 {
+            for _ in 0..3 {
+                let mut h = sb.hold(["--wait", "5s", p]);
+                seen.push(token_of(h.ok()));
+                h.close_stdout();
+                assert_eq!(code(h.wait_exit(T)), 0);
+            }
+            // Lock free: the cleaner removes the state, as `rm -rf` does.
+            let state = sb.join(&format!(".{p}.lock.state"));
+            assert!(state.is_dir(), "{p}: no state at {}", state.display());
+            std::fs::remove_dir_all(&state).unwrap();
+            let before = micros_now();
+            let h = sb.hold(["--wait", "5s", p]);
+            let t = token_of(h.ok());
+            let earlier = *seen.iter().max().unwrap();
+            assert!(
+                t > earlier,
+                "{p} round {round}: token {t} after {earlier} (all: {seen:?})"
+            );
+            assert!(t > before, "{p}: token {t} below the clock {before}");
+            seen.push(t);
         }
+        assert!(seen.windows(2).all(|w| w[1] > w[0]), "{p}: tokens {seen:?}");
+    }
+}
+
+/// A taker whose read of "no state" is old by the time it holds the name (it stalled more
+/// than a second while taking: a network filesystem) does not start the state from that old
+/// read: it gives the name back, reads again and takes a token from the clock after the
+/// stall — so a token issued and cleaned away meanwhile is never undercut.
+#[test]
+fn a_taker_stalled_with_no_state_takes_a_token_from_after_the_stall() {
+    let sb = Sandbox::standard();
+    for p in ["m", "l", "s"] {
+        let before = micros_now();
+        let mut c = sb.cmd(["--wait", "10s", p]);
+        c.env("LOCKSMITH_TEST_STALL_TAKING_MS", "1500")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut h = Held::spawn(c);
+        let line = h
+            .read_line(T)
+            .unwrap_or_else(|| panic!("{p}: {}", h.stderr_text()));
+        let t = token_of(&line);
+        assert!(
+            t > before + 1_400_000,
+            "{p}: token {t} from the read before the stall (started {before})"
+        );
+        h.close_stdout();
+        assert_eq!(code(h.wait_exit(T)), 0);
     }
 }

@@ -204,7 +204,7 @@ impl Flock {
                     ..Grant::default()
                 })
             } else {
-                state::issue(at, token_floor()).map(|i| Grant {
+                state::issue(at).map(|i| Grant {
                     token: Some(i.token),
                     prev_crashed: i.prev_crashed,
                     ..Grant::default()
@@ -543,18 +543,6 @@ impl Held for FlockHeld {
             self.cfg.path.display()
         ))
     }
-}
-
-/// Where a missing token state starts: the microseconds since the Unix epoch. The state
-/// beside a flock file goes when a cleaner (systemd-tmpfiles on /tmp) removes it, and with it
-/// every memory of the tokens issued; the clock is what survives. No acquisition takes less
-/// than a microsecond, so a state started again later starts above every token the lost one
-/// issued — as long as the wall clock has not been set back by more than that time (the
-/// documented limit; issue 28). 0 for a clock before 1970.
-fn token_floor() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
 }
 
 /// `f` on the state record beside the semaphore file (`.NAME.state`, as for mkdir); `None`

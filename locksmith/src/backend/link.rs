@@ -266,7 +266,7 @@ impl Scheme for Files {
             return Ok(Take::Taken);
         }
         let mut rec = Record::ours(&self.profile);
-        rec.token = Some(super::owner::next_token(self.dir.read_state()?));
+        rec.token = Some(self.dir.next_token()?);
         match self.link_new(&rec, &name)? {
             Linked::Ours => match self.finish_create(&rec) {
                 Ok(Some(prev_crashed)) => {

@@ -51,6 +51,13 @@
 //! (same host: proof of death; elsewhere: no change for `stale_after`), and the removal is
 //! the claim on `owner.<nonce>` of exactly that holder.
 //!
+//! # Leftovers
+//! A locker killed between making its `.NAME.<nonce>.new` and publishing it leaves that
+//! directory; on a local filesystem the next locker that takes the lock removes it if its
+//! maker is provably dead (`Files::tidy_unpublished`: one listing of the parent per
+//! acquisition, none per wait). On a network filesystem (SMB) it stays: looking into another
+//! mount's `.new` there makes its live maker fail.
+//!
 //! # Limits
 //! A lock directory without a record (a locker on NFS or sshfs killed between `mkdir` and
 //! its owner entry, or a foreign
@@ -59,8 +66,12 @@
 //! reader holding `NAME/beat` open on the releaser's mount keeps the tombstone from being
 //! removed (a `.nfsXXXX` / `.fuse_hiddenXXXX` file): the removal is retried for about a
 //! second, then the tombstone is left (the name is free at once either way).
+//! Another host's `.NAME.<nonce>.new` left by a locker killed before publishing, or one without
+//! a record (killed between its `mkdir` and its first record), stays: nothing can tell its
+//! maker is dead.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -79,7 +90,7 @@ use super::lock::Named;
 use super::lockdir::probe::Scheme as Probe;
 use super::lockdir::{self, FsConfig, LockDir};
 use super::owner::{Parsed, Record};
-use super::stale::{Evidence, Holders};
+use super::stale::{self, Evidence, Holders};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info, trace};
 use crate::protocol::Mode;
@@ -175,7 +186,7 @@ impl Files {
         let mut rec = Record::ours(&self.profile);
         // The token our records carry: once we hold the name exactly this one is taken, or
         // the name given back (`finish_create`).
-        rec.token = Some(super::owner::next_token(self.dir.read_state()?));
+        rec.token = Some(self.dir.next_token()?);
         let taken = if self.plain_mkdir {
             self.create_plain(&rec)?
         } else {
@@ -190,6 +201,7 @@ impl Files {
         let new = self.dir.beside(&format!(".{}.new", rec.nonce));
         let name = self.dir.name.clone();
         self.make_dir(&new, rec)?;
+        faults::stall(faults::Stall::Publishing);
         let parent = self.dir.fd()?;
         let (from, to) = (new.as_os_str(), name.as_os_str());
         let published = if self.publish_by_rename {
@@ -380,6 +392,65 @@ impl Files {
         }
     }
 
+    /// Removes what lockers killed before publishing left beside the lock: `.NAME.<nonce>.new/`
+    /// directories whose maker is provably dead ([`stale::provably_dead`]: this host, its
+    /// process gone or its pid reused). Another host's is left, and so is one with no record
+    /// yet (its maker was killed between `mkdir` and its first record, or is there now): its
+    /// maker may be alive, and an unpublished directory has no heartbeat to fall silent. Only on
+    /// a local filesystem (below).
+    ///
+    /// One listing of the parent, only after an acquisition succeeded: waiters never pay for
+    /// it, and a lock taken and released in a loop pays one `getdents` pass per cycle. Best
+    /// effort: what fails is said at debug level and left.
+    fn tidy_unpublished(&mut self, ours: &str) {
+        let mut prefix = b".".to_vec();
+        prefix.extend_from_slice(self.dir.name.as_bytes());
+        prefix.push(b'.');
+        let at = self.dir.parent.clone();
+        // Not on a network or FUSE filesystem: there even a `stat` of another mount's `.new`
+        // being published made its maker fail (smbnetfs: EIO on its records, its `.new` left
+        // behind; `netfs::smb::mkdir::counter_race_across_mounts` lost 31 to 92 of 200 increments).
+        let Ok((parent, false)) = self.dir.fd_remote() else {
+            return;
+        };
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let mut listing = match nix::dir::Dir::openat(parent, ".", flags, FileMode::empty()) {
+            Ok(d) => d,
+            Err(e) => {
+                debug!("cannot list {} for leftovers: {e}", at.display());
+                return;
+            }
+        };
+        let left: Vec<OsString> = listing
+            .iter()
+            .flatten()
+            .filter_map(|e| {
+                let n = e.file_name().to_bytes();
+                let nonce = n.strip_prefix(prefix.as_slice())?.strip_suffix(b".new")?;
+                let theirs = nonce.len() == 16
+                    && nonce.iter().all(u8::is_ascii_hexdigit)
+                    && nonce != ours.as_bytes();
+                theirs.then(|| OsString::from_vec(n.to_vec()))
+            })
+            .collect();
+        drop(listing);
+        for new in left {
+            let nonce = String::from_utf8_lossy(&new.as_bytes()[prefix.len()..prefix.len() + 16]);
+            let shown = at.join(&new);
+            match unpublished_record(parent, &new, &nonce) {
+                Some(rec) if stale::provably_dead(&rec) => match tidy(parent, &new) {
+                    Ok(()) | Err(Errno::ENOENT) => debug!(
+                        "removed {}, left by a locker that died before publishing it ({})",
+                        shown.display(),
+                        describe_maker(&rec)
+                    ),
+                    Err(e) => debug!("cannot remove {}: {e}", shown.display()),
+                },
+                _ => trace!("left {}: its maker may be alive", shown.display()),
+            }
+        }
+    }
+
     fn open_lock(&mut self) -> Result<Option<OwnedFd>> {
         let path = self.path().to_path_buf();
         let name = self.dir.name.clone();
@@ -543,6 +614,25 @@ impl Files {
             );
         }
         Ok(true)
+    }
+}
+
+/// The owner record inside an unpublished `.NAME.<nonce>.new`: its `owner.<nonce>` entry,
+/// else its heartbeat record (written first); `None` if it has neither yet.
+fn unpublished_record(parent: BorrowedFd<'_>, new: &OsStr, nonce: &str) -> Option<Parsed> {
+    let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = openat(parent, new, flags, FileMode::empty()).ok()?;
+    let text = lockdir::read_entry(fd.as_fd(), &format!("{OWNER_PREFIX}{nonce}"))
+        .or_else(|_| lockdir::read_entry(fd.as_fd(), BEAT))
+        .ok()?;
+    Some(Record::parse(&String::from_utf8_lossy(&text)))
+}
+
+/// `pid=… host=…` of a record, for messages.
+fn describe_maker(rec: &Parsed) -> String {
+    match rec {
+        Parsed::V1(r) => format!("pid {} on {}", r.pid, r.host),
+        Parsed::Foreign(_) => "a record of another format".into(),
     }
 }
 
@@ -762,6 +852,7 @@ impl Scheme for Files {
         let issued = self.dir.issue_token_exactly(token);
         if let Ok(Some(super::lockdir::state::Issued { prev_crashed, .. })) = issued {
             trace!("took the name: nonce {} token {token}", rec.nonce);
+            self.tidy_unpublished(&rec.nonce);
             let token = rec.token;
             return Ok(Take::Held((rec, 0), token, prev_crashed));
         }

@@ -341,13 +341,14 @@ pub fn no_token_after(shown: &Path, uid: u32, says: &str) -> Error {
         Config,
         "lock state {}, owned by {}, says {says}: this locksmith cannot issue a fencing token \
          after it; if no other locksmith version uses this lock, remove it (tokens then start \
-         again at 1)",
+         again above the clock's microseconds)",
         shown.display(),
         crate::files::owner_name(uid)
     )
 }
 
-/// The token after `state` (1 for none).
+/// The token after `state` on a server no cleaner touches (FTP's and S3's states): 1 for none.
+/// The file backends' states start at the clock (`lockdir::state::next_token`).
 pub fn next_token(state: Option<State>) -> u64 {
     // state_of refuses u64::MAX: no overflow here.
     state.map_or(1, |s| s.token + 1)

@@ -146,10 +146,17 @@ impl Observations {
     /// `stale_after` (another host's, or something planted there).
     pub fn abandoned(&mut self, key: &OsStr, record: &Parsed, sign: &[u8]) -> bool {
         match record {
-            Parsed::V1(r) if r.same_host() => !crate::host::alive(r.pid, r.start),
+            Parsed::V1(r) if r.same_host() => provably_dead(record),
             _ => self.silent_for_stale(key, sign),
         }
     }
+}
+
+/// Whether the process a record names is provably gone: a record of this host (its boot id
+/// and pid namespace) whose pid is dead or reused (its start time differs). Never for another
+/// host's record, nor one of another format: those may be alive.
+pub fn provably_dead(record: &Parsed) -> bool {
+    matches!(record, Parsed::V1(r) if r.alive() == Some(false))
 }
 
 /// The waiter's (or breaker's) memory of what it saw, and its rule.

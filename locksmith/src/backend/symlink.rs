@@ -717,7 +717,7 @@ impl Files {
     /// One exclusive try.
     fn take_exclusive(&mut self) -> Result<Take<Held>> {
         let mut rec = Record::ours(&self.profile);
-        rec.token = Some(owner::next_token(self.dir.read_state()?));
+        rec.token = Some(self.dir.next_token()?);
         let target = rec.render();
         let name = self.dir.name.clone();
         match self.make_link(&target, Path::new(&name))? {

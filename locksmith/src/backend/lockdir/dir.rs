@@ -149,10 +149,17 @@ impl LockDir {
         self.with_state(super::state::read)
     }
 
+    /// The token the next acquisition takes ([`super::state::next_token`]): one above the
+    /// state, or above the clock's floor where there is none.
+    pub fn next_token(&mut self) -> Result<u64> {
+        self.read_state().map(super::state::next_token)
+    }
+
     /// Issues exactly `token`, holding the lock ([`super::state::issue_exactly`]): `Ok(None)` when
     /// the state moved past it.
     pub fn issue_token_exactly(&mut self, token: u64) -> Result<Option<Issued>> {
-        let issued = self.with_state(|at| super::state::issue_exactly(at, token))?;
+        let stale_after = self.stale_after;
+        let issued = self.with_state(|at| super::state::issue_exactly(at, token, stale_after))?;
         // A holder that stalls just after taking its token, before it can use it: the
         // process's first token.
         if issued.is_some() {

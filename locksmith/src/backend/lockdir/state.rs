@@ -283,20 +283,50 @@ impl StateAt<'_> {
     }
 }
 
-/// The absent state: no token issued, clean, one slot.
+/// The absent state: clean, one slot; its token is the [`floor`] when it was read.
 const FIRST: State = State {
     token: 0,
     clean: true,
     slots: 1,
 };
 
+/// Where a missing token state starts: the microseconds since the Unix epoch (the first token
+/// of a new lock is `floor() + 1`). The state beside a lock goes when a cleaner
+/// (systemd-tmpfiles on /tmp) removes it while nobody holds the lock, and with it every memory
+/// of the tokens issued; the clock is what survives. No acquisition takes less than a
+/// microsecond, so a state started again later starts above every token the lost one issued —
+/// as long as the wall clock has not been set back by more than that time (the documented
+/// limit; issue 28). 0 for a clock before 1970. The rule of every file backend (flock, mkdir,
+/// link, symlink); FTP and S3 keep their states on a server no cleaner touches, and start at 0.
+pub fn floor() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
+}
+
+/// The token the next acquisition takes after reading `state` ([`read`]): one above it, or
+/// above the [`floor`] where there is no state. What a locker's records carry before it takes
+/// the name, then takes exactly ([`issue_exactly`]).
+pub fn next_token(state: Option<State>) -> u64 {
+    // find refuses u64::MAX: no overflow here.
+    state.map_or_else(|| floor() + 1, |s| s.token + 1)
+}
+
+/// How far below the [`floor`] a token read as "no state" may be when [`issue_exactly`] starts
+/// the state from it: at most `stale_after` and at most a second ([`issue_exactly`] says why).
+pub fn read_is_fresh(prev: u64, stale_after: Duration) -> bool {
+    let late = stale_after.min(Duration::from_secs(1));
+    let late = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
+    floor().saturating_sub(prev) <= late
+}
+
 /// Issues the next token, holding the lock: the state moved from TOKEN to TOKEN+1, marked
-/// not clean until our release; a missing state starts at `floor` (the first token is
-/// `floor + 1`). A state that keeps moving while we hold the lock (we were broken and others
+/// not clean until our release; a missing state starts at the [`floor`] (the first token is
+/// `floor() + 1`). A state that keeps moving while we hold the lock (we were broken and others
 /// took it) is an error: we are not the holder — unless the lock has several slots, whose
 /// holders all issue from this one state, and a move only means another slot's holder
 /// issued first (each failed rename is someone else's success).
-pub fn issue(at: &StateAt<'_>, floor: u64) -> Result<Issued> {
+pub fn issue(at: &StateAt<'_>) -> Result<Issued> {
     let rounds = if at.slots > 1 { 200 } else { 8 };
     let mut pause = Duration::from_millis(2);
     for round in 0..rounds {
@@ -319,7 +349,7 @@ pub fn issue(at: &StateAt<'_>, floor: u64) -> Result<Issued> {
             }
             Found::Nothing => {
                 let first = State {
-                    token: floor,
+                    token: floor(),
                     ..FIRST
                 };
                 if !at.start(first)? {
@@ -361,7 +391,24 @@ pub fn issue(at: &StateAt<'_>, floor: u64) -> Result<Issued> {
 /// from the names `token - 1` may have (clean first: the usual end of an acquisition; our
 /// number of slots first); only when none is there is the directory listed — the state
 /// moved on, it records other slots, or it is not started yet.
-pub fn issue_exactly(at: &StateAt<'_>, token: u64) -> Result<Option<Issued>> {
+///
+/// A state found missing starts at `token - 1` (what our records carry: the [`floor`] when we
+/// read "no state", or the token of a state a cleaner removed since) — but only if that is at
+/// most `min(stale_after, 1 s)` below the floor now ([`read_is_fresh`]); else the name is given
+/// back (`Ok(None)`) and the caller reads again, and then starts at the floor. The argument:
+/// a token issued by someone else between our read and this start is above our `token - 1`,
+/// and would be repeated or undercut if we started from it. For one to be issued there,
+/// (a) we were broken while holding the name — we stalled longer than `stale_after`, refused
+/// here — or (b) we stalled before taking the name while another took, used and released the
+/// lock, and a cleaner then removed the state it had just moved: a cleaner removes by age
+/// (systemd-tmpfiles' `age`: minutes to days), and never a state moved less than a second
+/// ago. Our own clock on both ends: no skew between hosts; one set forward by more than the
+/// bound meanwhile costs one more try, one set back leaves `token - 1` above the floor (taken).
+pub fn issue_exactly(
+    at: &StateAt<'_>,
+    token: u64,
+    stale_after: Duration,
+) -> Result<Option<Issued>> {
     let Some(prev) = token.checked_sub(1) else {
         return Ok(None);
     };
@@ -378,10 +425,21 @@ pub fn issue_exactly(at: &StateAt<'_>, token: u64) -> Result<Option<Issued>> {
     }
     let from = match at.find()? {
         Found::Nothing => {
-            if prev != 0 || !at.start(FIRST)? {
+            let first = State {
+                token: prev,
+                ..FIRST
+            };
+            if !read_is_fresh(prev, stale_after) {
+                debug!(
+                    "lock state {} is missing and our read of it is old: reading it again",
+                    at.shown.display()
+                );
                 return Ok(None);
             }
-            FIRST
+            if !at.start(first)? {
+                return Ok(None);
+            }
+            first
         }
         // Another number of slots recorded: the lock's say first.
         Found::Dir(Some(st)) if st.token == prev => {
@@ -412,4 +470,27 @@ pub fn mark_clean(at: &StateAt<'_>, token: u64) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_state_starts_at_the_clock_and_a_present_one_goes_on() {
+        let before = floor();
+        assert!(next_token(None) > before);
+        assert_eq!(next_token(Some(State::one(5, true))), 6);
+    }
+
+    #[test]
+    fn a_read_of_no_state_is_fresh_for_min_stale_after_and_a_second() {
+        let now = floor();
+        assert!(read_is_fresh(now, Duration::from_secs(60)));
+        // A clock set back meanwhile: the read is above the floor, taken.
+        assert!(read_is_fresh(now + 5_000_000, Duration::from_secs(60)));
+        assert!(!read_is_fresh(now - 2_000_000, Duration::from_secs(60)));
+        assert!(!read_is_fresh(now - 300_000, Duration::from_millis(100)));
+        assert!(read_is_fresh(now - 300_000, Duration::from_secs(60)));
+    }
 }

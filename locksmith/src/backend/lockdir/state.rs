@@ -313,10 +313,9 @@ pub fn next_token(state: Option<State>) -> u64 {
 }
 
 /// How far below the [`floor`] a token read as "no state" may be when [`issue_exactly`] starts
-/// the state from it: at most `stale_after` and at most a second ([`issue_exactly`] says why).
+/// the state from it: at most `stale_after` ([`issue_exactly`] says why).
 pub fn read_is_fresh(prev: u64, stale_after: Duration) -> bool {
-    let late = stale_after.min(Duration::from_secs(1));
-    let late = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
+    let late = u64::try_from(stale_after.as_micros()).unwrap_or(u64::MAX);
     floor().saturating_sub(prev) <= late
 }
 
@@ -394,16 +393,19 @@ pub fn issue(at: &StateAt<'_>) -> Result<Issued> {
 ///
 /// A state found missing starts at `token - 1` (what our records carry: the [`floor`] when we
 /// read "no state", or the token of a state a cleaner removed since) — but only if that is at
-/// most `min(stale_after, 1 s)` below the floor now ([`read_is_fresh`]); else the name is given
-/// back (`Ok(None)`) and the caller reads again, and then starts at the floor. The argument:
-/// a token issued by someone else between our read and this start is above our `token - 1`,
-/// and would be repeated or undercut if we started from it. For one to be issued there,
-/// (a) we were broken while holding the name — we stalled longer than `stale_after`, refused
-/// here — or (b) we stalled before taking the name while another took, used and released the
-/// lock, and a cleaner then removed the state it had just moved: a cleaner removes by age
-/// (systemd-tmpfiles' `age`: minutes to days), and never a state moved less than a second
-/// ago. Our own clock on both ends: no skew between hosts; one set forward by more than the
-/// bound meanwhile costs one more try, one set back leaves `token - 1` above the floor (taken).
+/// most `stale_after` below the floor now ([`read_is_fresh`]); else the name is given back
+/// (`Ok(None)`) and the caller reads again, and then starts at the floor. The argument: a
+/// token issued by someone else between our read and this start is above our `token - 1`, and
+/// would be repeated or undercut if we started from it. For one to be issued there, (a) we
+/// were broken while holding the name — we stalled longer than `stale_after`, refused here —
+/// or (b) we stalled before taking the name while another took, used and released the lock,
+/// and a cleaner then removed the state it had just moved: a cleaner removes by age
+/// (systemd-tmpfiles' `age`: minutes to days), not a state moved within `stale_after` (the
+/// documented limit: a cleaner whose age is below `stale_after`). Not a tighter bound: an
+/// acquisition slower than it (a network filesystem's first one) would give the name back at
+/// every try and never take a new lock. Our own clock on both ends: no skew between hosts; one
+/// set forward by more than the bound meanwhile costs one more try, one set back leaves
+/// `token - 1` above the floor (taken).
 pub fn issue_exactly(
     at: &StateAt<'_>,
     token: u64,
@@ -484,12 +486,13 @@ mod tests {
     }
 
     #[test]
-    fn a_read_of_no_state_is_fresh_for_min_stale_after_and_a_second() {
+    fn a_read_of_no_state_is_fresh_for_stale_after() {
         let now = floor();
         assert!(read_is_fresh(now, Duration::from_secs(60)));
         // A clock set back meanwhile: the read is above the floor, taken.
         assert!(read_is_fresh(now + 5_000_000, Duration::from_secs(60)));
-        assert!(!read_is_fresh(now - 2_000_000, Duration::from_secs(60)));
+        assert!(!read_is_fresh(now - 61_000_000, Duration::from_secs(60)));
+        assert!(read_is_fresh(now - 2_000_000, Duration::from_secs(60)));
         assert!(!read_is_fresh(now - 300_000, Duration::from_millis(100)));
         assert!(read_is_fresh(now - 300_000, Duration::from_secs(60)));
     }

@@ -9,12 +9,20 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// One relayed connection: its client side, its server side, and whether it was abandoned.
+type Conn = (TcpStream, TcpStream, Arc<AtomicBool>);
 
 pub struct Relay {
     port: u16,
     muted: Arc<AtomicBool>,
+    /// Every connection so far (its client side, its server side), to
+    /// [`cut`](Relay::cut) or [`abandon`](Relay::abandon) them.
+    conns: Arc<Mutex<Vec<Conn>>>,
+    /// The server sides of abandoned connections, kept open.
+    kept: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 impl Relay {
@@ -23,19 +31,52 @@ impl Relay {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the relay");
         let port = listener.local_addr().unwrap().port();
         let muted = Arc::new(AtomicBool::new(false));
-        let m = Arc::clone(&muted);
+        let conns = Arc::new(Mutex::new(Vec::new()));
+        let (m, all) = (Arc::clone(&muted), Arc::clone(&conns));
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 let Ok(server) = TcpStream::connect(upstream) else {
                     continue;
                 };
+                let ab = Arc::new(AtomicBool::new(false));
+                all.lock().unwrap().push((
+                    client.try_clone().unwrap(),
+                    server.try_clone().unwrap(),
+                    Arc::clone(&ab),
+                ));
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                std::thread::spawn(move || pump(client, server, None));
+                let (ab1, ab2) = (Arc::clone(&ab), Arc::clone(&ab));
+                std::thread::spawn(move || pump(client, server, None, &ab1));
                 let m = Arc::clone(&m);
-                std::thread::spawn(move || pump(s2, c2, Some(m)));
+                std::thread::spawn(move || pump(s2, c2, Some(m), &ab2));
             }
         });
-        Relay { port, muted }
+        Relay {
+            port,
+            muted,
+            conns,
+            kept: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Breaks every connection made so far (both sides see it close, as after a reset
+    /// between them); new ones are relayed as before.
+    pub fn cut(&self) {
+        for (c, _, _) in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Breaks the client side of every connection made so far and keeps the server side
+    /// open and silent: the client sees its connection close, the server a session that
+    /// simply goes quiet (a half-open connection, as after a network cut it has not noticed
+    /// yet). Connections made afterwards are relayed as before.
+    pub fn abandon(&self) {
+        for (c, srv, ab) in self.conns.lock().unwrap().drain(..) {
+            ab.store(true, Ordering::SeqCst);
+            self.kept.lock().unwrap().push(srv);
+            let _ = c.shutdown(Shutdown::Both);
+        }
     }
 
     /// The relay's port on 127.0.0.1.
@@ -49,8 +90,14 @@ impl Relay {
     }
 }
 
-/// Copies `from` to `to` until either closes; while `muted`, what is read is dropped.
-fn pump(mut from: TcpStream, mut to: TcpStream, muted: Option<Arc<AtomicBool>>) {
+/// Copies `from` to `to` until either closes; while `muted`, what is read is dropped. When a
+/// connection ends while `abandoned`, its server side is left alone.
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    muted: Option<Arc<AtomicBool>>,
+    abandoned: &AtomicBool,
+) {
     let mut buf = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf) {
@@ -63,6 +110,10 @@ fn pump(mut from: TcpStream, mut to: TcpStream, muted: Option<Arc<AtomicBool>>) 
         if to.write_all(&buf[..n]).is_err() {
             break;
         }
+    }
+    if abandoned.load(Ordering::SeqCst) {
+        // Our descriptors close; the kept clone holds the server side open.
+        return;
     }
     let _ = to.shutdown(Shutdown::Both);
     let _ = from.shutdown(Shutdown::Both);

@@ -360,6 +360,11 @@ pub struct Postgres {
     slots: u32,
     /// What to ask before issuing over another recorded number of slots.
     agree: Option<super::lock::Agree>,
+    /// The server pid of our session (`pg_backend_pid()`, read when it was opened).
+    session: Option<i32>,
+    /// Sessions of ours given up after a request got no answer (issue 27): the next try
+    /// ends them on the server before it tries the lock ([`Postgres::end_lost_sessions`]).
+    lost: Vec<i32>,
 }
 
 /// A thread blocked in `pg_advisory_lock` on our connection, and how to cancel its query.
@@ -384,7 +389,52 @@ impl Postgres {
             token: None,
             slots: profile.common.slots,
             agree: None,
+            session: None,
+            lost: Vec::new(),
         }
+    }
+
+    /// **A request of a try that got no answer** (issue 27): the session is given up, and
+    /// the wait goes on ([`Attempt::Unanswered`]). An advisory lock is its session's: no
+    /// other session can adopt it, so a request that may have landed (a
+    /// `pg_try_advisory_lock` that took it, a `pg_advisory_lock` granted while its answer
+    /// was lost) leaves the lock with a session we no longer talk to. Dropping the session
+    /// frees it where the server sees the connection close (a broken connection, a server
+    /// restart: nothing is left); where it does not (a half-open connection, the network
+    /// cut), the server would keep it until its keepalive gives up (`stale_after`, told at
+    /// connect) — so the next try first ends our own lost sessions by their server pid
+    /// (`pg_terminate_backend`, allowed for a session of the same role), checked against our
+    /// `application_name` (a reused server pid is not ours). Recognising the old session's
+    /// lock as ours instead would need that session back, which is what did not answer.
+    /// Never two holders: the new session takes the lock only once the old one has let go.
+    fn give_up_session(&mut self) {
+        self.client = None;
+        // The thread blocked on the old session ends with it (detached).
+        self.waiter = None;
+        if let Some(pid) = self.session.take() {
+            self.lost.push(pid);
+        }
+    }
+
+    /// Ends our sessions given up after a lost answer ([`Postgres::give_up_session`]).
+    fn end_lost_sessions(&mut self) -> Result<()> {
+        if self.lost.is_empty() {
+            return Ok(());
+        }
+        let pids = self.lost.clone();
+        let app = app_name(None);
+        let r = self.client()?.query(
+            "SELECT pid FROM pg_stat_activity WHERE pid = ANY($1) AND application_name = $2 \
+             AND pid <> pg_backend_pid() AND pg_terminate_backend(pid)",
+            &[&pids, &app],
+        );
+        let rows = r.map_err(|e| self.error("cannot end a session of ours that did not answer", &e))?;
+        for row in rows {
+            let pid: i32 = row.get(0);
+            info!("ended a session of ours whose answer was lost (server pid {pid}): it may have held the lock");
+        }
+        self.lost.clear();
+        Ok(())
     }
 
     /// What every session tells the server: give up on this connection once nothing has
@@ -531,6 +581,16 @@ impl Postgres {
             .map_err(|e| self.error("cannot connect", &e))?;
             self.client = Some(c);
             self.tell_server_when_to_give_up()?;
+            // Its server pid, to end it should a request of it go unanswered.
+            self.session = self.client.as_mut().and_then(|c| {
+                c.simple_query("SELECT pg_backend_pid()")
+                    .ok()?
+                    .into_iter()
+                    .find_map(|m| match m {
+                        postgres::SimpleQueryMessage::Row(r) => r.get(0)?.parse().ok(),
+                        _ => None,
+                    })
+            });
         }
         Ok(self.client.as_mut().expect("connected above"))
     }
@@ -806,6 +866,7 @@ impl Postgres {
             }
             return Ok(Tried::Took(self.grant()?));
         }
+        self.end_lost_sessions()?;
         let q = self.lock_fn(true);
         let lock = self.cfg.lock.clone();
         let got = {
@@ -902,9 +963,14 @@ impl Backend for Postgres {
         "postgres"
     }
 
+    /// A try whose request got no answer gives its session up and comes back with the
+    /// backend ([`Postgres::give_up_session`] argues why that is safe).
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
-        let tried = self.attempt()?;
-        Ok(tried.on_server(self))
+        let tried = self.attempt();
+        if tried.as_ref().is_err_and(|e| e.kind() == Kind::Unavailable) {
+            self.give_up_session();
+        }
+        Tried::or_unanswered(tried, self)
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {

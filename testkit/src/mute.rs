@@ -18,6 +18,10 @@ type Conn = (TcpStream, TcpStream, Arc<AtomicBool>);
 pub struct Relay {
     port: u16,
     muted: Arc<AtomicBool>,
+    /// While set, a new connection is closed as soon as it is accepted.
+    refusing: Arc<AtomicBool>,
+    /// Armed by [`Relay::fail_from`]: the bytes whose sending starts the failure.
+    trigger: Arc<Mutex<Option<Vec<u8>>>>,
     /// Every connection so far (its client side, its server side), to
     /// [`cut`](Relay::cut) or [`abandon`](Relay::abandon) them.
     conns: Arc<Mutex<Vec<Conn>>>,
@@ -33,8 +37,15 @@ impl Relay {
         let muted = Arc::new(AtomicBool::new(false));
         let conns = Arc::new(Mutex::new(Vec::new()));
         let (m, all) = (Arc::clone(&muted), Arc::clone(&conns));
+        let refusing = Arc::new(AtomicBool::new(false));
+        let trigger: Arc<Mutex<Option<Vec<u8>>>> = Arc::new(Mutex::new(None));
+        let (rf, tr) = (Arc::clone(&refusing), Arc::clone(&trigger));
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
+                if rf.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(upstream) else {
                     continue;
                 };
@@ -46,17 +57,39 @@ impl Relay {
                 ));
                 let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
                 let (ab1, ab2) = (Arc::clone(&ab), Arc::clone(&ab));
-                std::thread::spawn(move || pump(client, server, None, &ab1));
+                let fail = Failing {
+                    trigger: Arc::clone(&tr),
+                    muted: Arc::clone(&m),
+                    refusing: Arc::clone(&rf),
+                };
+                std::thread::spawn(move || pump(client, server, None, &ab1, Some(&fail)));
                 let m = Arc::clone(&m);
-                std::thread::spawn(move || pump(s2, c2, Some(m), &ab2));
+                std::thread::spawn(move || pump(s2, c2, Some(m), &ab2, None));
             }
         });
         Relay {
             port,
             muted,
             conns,
+            refusing,
+            trigger,
             kept: Arc::new(Mutex::new(Vec::new())),
         }
+    }
+
+    /// Arms a failure: once a client sends `needle` (e.g. an FTP command), that request is
+    /// passed on (it lands) and from then on every answer is muted and every new connection
+    /// closed at once — a server that went away just after taking a write — until
+    /// [`Relay::restore`].
+    pub fn fail_from(&self, needle: &[u8]) {
+        *self.trigger.lock().unwrap() = Some(needle.to_vec());
+    }
+
+    /// Answers and new connections pass again.
+    pub fn restore(&self) {
+        *self.trigger.lock().unwrap() = None;
+        self.refusing.store(false, Ordering::SeqCst);
+        self.muted.store(false, Ordering::SeqCst);
     }
 
     /// Breaks every connection made so far (both sides see it close, as after a reset
@@ -90,13 +123,36 @@ impl Relay {
     }
 }
 
+/// What a client→server pump watches for ([`Relay::fail_from`]).
+struct Failing {
+    trigger: Arc<Mutex<Option<Vec<u8>>>>,
+    muted: Arc<AtomicBool>,
+    refusing: Arc<AtomicBool>,
+}
+
+impl Failing {
+    /// Fires if `sent` holds the armed needle.
+    fn saw(&self, sent: &[u8]) {
+        let mut t = self.trigger.lock().unwrap();
+        if let Some(needle) = t.as_ref()
+            && sent.windows(needle.len()).any(|w| w == needle.as_slice())
+        {
+            self.muted.store(true, Ordering::SeqCst);
+            self.refusing.store(true, Ordering::SeqCst);
+            *t = None;
+        }
+    }
+}
+
 /// Copies `from` to `to` until either closes; while `muted`, what is read is dropped. When a
-/// connection ends while `abandoned`, its server side is left alone.
+/// connection ends while `abandoned`, its server side is left alone. `fail`: what a
+/// client→server pump watches for.
 fn pump(
     mut from: TcpStream,
     mut to: TcpStream,
     muted: Option<Arc<AtomicBool>>,
     abandoned: &AtomicBool,
+    fail: Option<&Failing>,
 ) {
     let mut buf = [0u8; 16 * 1024];
     loop {
@@ -104,6 +160,9 @@ fn pump(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        if let Some(f) = fail {
+            f.saw(&buf[..n]);
+        }
         if muted.as_ref().is_some_and(|m| m.load(Ordering::SeqCst)) {
             continue;
         }

@@ -123,6 +123,10 @@ impl Backend for Ftp {
         Tried::or_unanswered(tried, self)
     }
 
+    fn answer_by(&mut self, by: Option<Instant>) {
+        self.g.by = by;
+    }
+
     fn prepare_wait(&mut self) -> Result<WaitHint> {
         Ok(WaitHint { poll: true })
     }

@@ -73,7 +73,8 @@ impl Backoff {
 /// (`s3`: the create's `If-None-Match: *` answers 412 and the owner record's nonce is ours).
 /// Other backends still end the wait with the error.
 ///
-/// **The deadline bounds the requests too**: each try is told it ([`Backend::answer_by`]),
+/// **The deadline bounds the requests too** (but `--wait 0`'s one try, which gets its whole
+/// request bound): each try is told it ([`Backend::answer_by`]),
 /// and a backend that talks to a server bounds each request of the try by it, leaving at
 /// least [`LAST_BOUND`](super::lock::LAST_BOUND): a server that stops answering keeps a wait
 /// past its deadline by about a second, not by a whole request bound (up to 10 s). Where a
@@ -89,6 +90,9 @@ pub fn acquire(
         Wait::Forever => None,
         Wait::For(d) => Some(began + d),
     };
+    // What bounds a try's requests: the deadline of a wait; not of `--wait 0`, whose one try
+    // gets its whole request bound (a cap would only make a slow answer look like none).
+    let by = deadline.filter(|_| matches!(common.wait, Wait::For(d) if !d.is_zero()));
     let mut lock = open()?;
     let mut backoff = Backoff::new(common);
     let mut said = false;
@@ -100,7 +104,7 @@ pub fn acquire(
     let mut unanswered: Option<Error> = None;
     loop {
         let began = crate::sys::boottime();
-        lock.answer_by(deadline);
+        lock.answer_by(by);
         match lock.try_acquire()? {
             Attempt::Acquired(held) => {
                 let began = held.began().map_or(began, |b| b.max(began));

@@ -10,7 +10,7 @@ use super::config::FtpConfig;
 use super::marker::{is_marker, parse_marker};
 use super::ours::{Claimed, Ours, Place};
 use super::session::{self, ACQUIRE_TIMEOUT, Look, Session};
-use crate::backend::lock::{Grant, Holder, Named, Tried};
+use crate::backend::lock::{Grant, Holder, Named, Tried, request_by};
 use crate::backend::owner::{Parsed, Record};
 use crate::backend::stale::{Evidence, Holders, Judge};
 use crate::backend::wake::Wakeups;
@@ -34,6 +34,9 @@ pub(super) struct Gate {
     rec: Option<Record>,
     /// An `MKD PATH` of ours went unanswered and may have made an empty lock directory.
     unsure_dir: bool,
+    /// While waiting: the wait's deadline, which bounds each command of a try too
+    /// ([`Backend::answer_by`](crate::backend::lock::Backend::answer_by)).
+    pub(super) by: Option<std::time::Instant>,
 }
 
 impl Gate {
@@ -48,6 +51,7 @@ impl Gate {
             wake: Wakeups::default(),
             rec: None,
             unsure_dir: false,
+            by: None,
         }
     }
 
@@ -241,7 +245,9 @@ impl Gate {
     }
 
     pub(super) fn try_gate(&mut self) -> Result<Tried> {
-        self.s.set_timeout(ACQUIRE_TIMEOUT);
+        let bound = request_by(ACQUIRE_TIMEOUT, self.by);
+        self.s
+            .set_timeout(bound.saturating_duration_since(std::time::Instant::now()));
         // A connection that worked and then broke (server restart, a dropped session) is
         // re-established a few times; a server that cannot be reached at all is an error.
         let mut retries = 0;

@@ -108,17 +108,13 @@ impl Backend for Ftp {
         "ftp"
     }
 
-    /// An exclusive try whose server did not answer comes back with the backend: its owner
-    /// record (nonce) is kept across tries, so a marker of ours that landed without its reply
-    /// is found and taken as ours, an empty lock directory our unanswered `MKD` may have made
-    /// is removed, and a token rename of ours that landed is recognised (`Gate::recognise`,
-    /// `Session::issue_token`). A reader's registration makes a new marker each time (not
-    /// yet recognised): a reader's unanswered try still ends its wait.
+    /// A try whose server did not answer comes back with the backend: its owner record
+    /// (nonce) is kept across tries, so a marker of ours that landed without its reply is
+    /// found and taken as ours (the gate's, a reader's registration), an empty lock directory
+    /// our unanswered `MKD` may have made is removed, and a token rename of ours that landed is
+    /// recognised (`Gate::recognise`, `shared::State::register`, `Session::issue_token`).
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
         let tried = self.sh.attempt(&mut self.g, self.shared);
-        if self.shared {
-            return Ok(tried?.on_server(self));
-        }
         self.unsure = tried.as_ref().is_err_and(|e| e.kind() == Kind::Unavailable);
         Tried::or_unanswered(tried, self)
     }
@@ -220,6 +216,7 @@ impl Drop for Ftp {
         // A locker that gives up after a try got no answer takes away what that try may have
         // left: our marker (found by our nonce) and its lock directory.
         if self.unsure {
+            self.sh.give_back_reader(&mut self.g);
             self.g.give_back();
         }
     }

@@ -73,8 +73,7 @@ impl Backoff {
 /// (`s3`: the create's `If-None-Match: *` answers 412 and the owner record's nonce is ours;
 /// `redis`: the key's value is our record; `etcd`: the key is named by our lease; `ftp`: the
 /// owner marker's nonce; `postgres` gives the session up instead and ends it on the server —
-/// each backend's `try_acquire` says how). Other backends (and `ftp` readers) still end the
-/// wait with the error.
+/// each backend's `try_acquire` says how). Other backends still end the wait with the error.
 ///
 /// **The deadline bounds the requests too** (but `--wait 0`'s one try, which gets its whole
 /// request bound): each try is told it ([`Backend::answer_by`]),

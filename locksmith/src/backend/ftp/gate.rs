@@ -55,11 +55,16 @@ impl Gate {
         }
     }
 
+    /// This acquisition's owner record (made once, kept across tries).
+    pub(super) fn record(&mut self) -> Record {
+        let profile = &self.profile;
+        self.rec.get_or_insert_with(|| Record::ours(profile)).clone()
+    }
+
     /// `MKD`, then the owner marker inside. `Ok(false)`: refused (exists, or see below).
     fn create(&mut self) -> Result<bool> {
         let path = self.s.cfg.path.clone();
-        let profile = &self.profile;
-        let rec = self.rec.get_or_insert_with(|| Record::ours(profile)).clone();
+        let rec = self.record();
         let was_unsure = self.unsure_dir;
         // Unanswered, it may still land: remembered until a look settles it.
         self.unsure_dir = true;

@@ -1130,3 +1130,55 @@ fn redis_a_landed_take_of_a_locker_that_gives_up_is_given_back() {
     c.close_stdout();
     assert_eq!(code(c.wait_exit(T)), 0);
 }
+
+/// Issue 27, a reader: its `ZADD` lands while its answer is lost, and a writer comes to wait
+/// behind it (its `K.writer` mark keeps new readers out). Unmuted, the reader's next try finds
+/// its member (its record) live in `K.readers` and holds shared with it — not "busy" behind
+/// the writer that waits for it, which would leave both waiting until the member expired —
+/// one member, its expiry renewed; its release lets the writer in.
+#[test]
+fn redis_a_reader_whose_answer_is_lost_is_recognised_as_ours() {
+    let Some(r) = start() else { return };
+    let (relay, sb) = via_relay(&r);
+    relay.mute(true);
+    let mut b = sb.spawn_hold(["--wait", "120s", "--shared", "rrelay"]);
+    let pid = format!(" pid={} ", b.pid());
+    eventually(T, "the reader's member landed", || {
+        r.cli(&["ZRANGE", "t:r.readers", "0", "-1"]).contains(&pid)
+    });
+    let mut c = sb.spawn_hold(["--wait", "60s", "r"]);
+    c.wait_stderr("waiting for lock", T);
+    assert_eq!(r.cli(&["EXISTS", "t:r.writer"]), "1");
+    b.wait_stderr("no answer", Duration::from_secs(20));
+    relay.mute(false);
+    let line = b.read_line(T).expect("the reader got nothing");
+    assert!(
+        line.starts_with("OK rrelay backend=redis mode=shared"),
+        "{line}"
+    );
+    assert_eq!(c.line, None, "the writer got in beside a reader");
+    assert_eq!(r.cli(&["ZCARD", "t:r.readers"]), "1");
+    // Its score (expiry) renewed from the adopting try: ≥ 15 s ahead of the server's clock.
+    let now: i64 = r
+        .cli(&["TIME"])
+        .lines()
+        .next()
+        .unwrap()
+        .parse::<i64>()
+        .unwrap()
+        * 1000;
+    let member = r.cli(&["ZRANGE", "t:r.readers", "0", "-1"]);
+    let score: f64 = r
+        .cli(&["ZSCORE", "t:r.readers", member.trim()])
+        .parse()
+        .unwrap();
+    assert!(score as i64 - now > 15_000, "score {score} now {now}");
+    b.close_stdout();
+    assert_eq!(code(b.wait_exit(T)), 0, "{}", b.stderr_text());
+    assert_eq!(r.cli(&["ZCARD", "t:r.readers"]), "0");
+    let line = c.read_line(T).expect("the writer got nothing");
+    assert!(
+        line.starts_with("OK r backend=redis mode=exclusive"),
+        "{line}"
+    );
+}

@@ -1021,8 +1021,10 @@ fn redis_waiter_whose_server_stays_away_past_its_wait_exits_69() {
         "{line}"
     );
     assert!(err.contains("no answer"), "{err}");
-    // The deadline bounds the request: about 1 s past it at most, not 10 s.
-    assert!(took < Duration::from_millis(5500), "ended after {took:?}");
+    // The deadline bounds the request: about 1 s past it (and up to 1 s to give back what
+    // the wait left), not a 10 s request bound.
+    eprintln!("redis: a 3 s wait with the server paused ended after {took:?}");
+    assert!(took < Duration::from_millis(7000), "ended after {took:?}");
     assert_eq!(a.exited(), None);
     let v = r.cli(&["GET", "t:r"]);
     assert!(v.contains(&format!(" pid={} ", a.pid())), "{v}");
@@ -1115,7 +1117,8 @@ fn redis_a_landed_take_of_a_locker_that_gives_up_is_given_back() {
     assert!(line.starts_with("ERROR unavailable: "), "{line}");
     assert!(line.contains("gave up after waiting 3s"), "{line}");
     assert!(err.contains("no answer"), "{err}");
-    assert!(took < Duration::from_millis(6500), "ended after {took:?}");
+    eprintln!("redis: a 3 s wait whose take landed unanswered ended after {took:?}");
+    assert!(took < Duration::from_millis(8000), "ended after {took:?}");
     relay.mute(false);
     assert_eq!(
         r.cli(&["EXISTS", "t:r"]),

@@ -1009,3 +1009,50 @@ fn etcd_a_locker_whose_answers_are_lost_takes_the_lock_once_and_leaves_nothing()
     assert_eq!(code(b.wait_exit(T)), 0, "{}", b.stderr_text());
     assert!(e.keys("/t/e/").is_empty(), "{}", e.keys("/t/e/"));
 }
+
+/// Issue 27: the `dirty` mark of a grant lands while its answer is lost (a relay passes the
+/// transaction on, then mutes every answer and refuses new connections,
+/// [`testkit::mute::Relay::fail_from`]). The waiter's try gets no answer and it keeps
+/// waiting; the member back, its next grant finds the mark as its own (`dirty R`, R its key's
+/// revision) and takes `prev` from what it read before marking: the holder before it
+/// released cleanly, so no `prev=crashed` (a grant that read its own mark as a stranger's
+/// would say so).
+#[test]
+fn etcd_a_dirty_mark_whose_answer_is_lost_is_recognised_as_ours() {
+    let Some(e) = Etcd::start() else { return };
+    let upstream = format!("{}:{}", e.host, e.port).parse().unwrap();
+    let relay = testkit::mute::Relay::start(upstream);
+    let sb = e.sandbox();
+    let profiles = fs::read_to_string(sb.path().join("profiles.toml")).unwrap();
+    sb.write_profiles(&format!(
+        "{profiles}\n[profile.erelay]\nbackend = \"etcd\"\nendpoints = [\"http://127.0.0.1:{}\"]\n\
+         prefix = \"/t/e\"\nstale_after = \"6s\"\n",
+        relay.port()
+    ));
+    let mut a = sb.hold(["e"]);
+    let t1 = token_of(a.ok());
+    let mut b = sb.spawn_hold(["--wait", "120s", "erelay"]);
+    b.wait_stderr("waiting for lock", T);
+    relay.fail_from(b"dirty ");
+    a.close_stdout();
+    assert_eq!(code(a.wait_exit(T)), 0);
+    eventually(T, "the waiter's mark landed", || {
+        let o = e.ctl(&["get", "/t/e.state", "--print-value-only"]);
+        stdout(&o).starts_with("dirty ")
+    });
+    b.wait_stderr("no answer", Duration::from_secs(30));
+    assert_eq!(b.line, None);
+    relay.restore();
+    let line = b
+        .read_line(Duration::from_secs(30))
+        .expect("the waiter got nothing");
+    let t2 = token_of(&line);
+    assert!(t2 > t1, "{line}");
+    assert_eq!(
+        line,
+        format!("OK erelay backend=etcd mode=exclusive token={t2}\n")
+    );
+    b.close_stdout();
+    assert_eq!(code(b.wait_exit(T)), 0, "{}", b.stderr_text());
+    assert!(e.keys("/t/e/").is_empty(), "{}", e.keys("/t/e/"));
+}

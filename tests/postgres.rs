@@ -516,3 +516,31 @@ fn postgres_waiter_ends_its_own_lost_session_before_trying_again() {
     assert!(err.contains("ended a session of ours"), "{err}");
     eventually(T, "nothing held", || advisory(&pg, true) == "0\n");
 }
+
+/// Issue 27: a server that takes connections but does not answer (a relay before it mutes
+/// every answer): a locker with `--wait 3s` keeps trying and ends with 69 (unavailable) about
+/// a second after its deadline — its connect bounded by it — where the driver alone waited
+/// for the server to close the session (`authentication_timeout`, a minute). Nothing is left
+/// on the server once its sessions end.
+#[test]
+fn postgres_locker_whose_server_does_not_answer_ends_at_its_deadline_with_69() {
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
+    let (relay, sb) = via_relay(&pg);
+    relay.mute(true);
+    let t0 = Instant::now();
+    let mut b = sb.spawn_hold(["--wait", "3s", "pgrelay"]);
+    let line = b.read_line(Duration::from_secs(60)).unwrap_or_default();
+    let status = b.wait_exit(T);
+    let took = t0.elapsed();
+    let err = b.stderr_text();
+    assert_eq!(code(status), 69, "{err}");
+    assert!(line.starts_with("ERROR unavailable: "), "{line}");
+    assert!(line.contains("gave up after waiting 3s"), "{line}");
+    assert!(err.contains("no answer"), "{err}");
+    eprintln!("postgres: a 3 s wait on a server that does not answer ended after {took:?}");
+    assert!(took < Duration::from_secs(7), "ended after {took:?}");
+    relay.cut();
+    eventually(T, "no session left", || advisory(&pg, false) == "0\n");
+}

@@ -44,7 +44,10 @@ use postgres::{CancelToken, Client, Config, NoTls};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::address::Address;
-use super::lock::{Attempt, Backend, Beats, Break, BreakOutcome, Grant, Holder, Named, Tried, WaitHint};
+use super::lock::{
+    Attempt, Backend, Beats, Break, BreakOutcome, Grant, Holder, Named, Tried, WaitHint,
+    request_by,
+};
 use super::wake::Blocking;
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
@@ -365,6 +368,9 @@ pub struct Postgres {
     /// Sessions of ours given up after a request got no answer (issue 27): the next try
     /// ends them on the server before it tries the lock ([`Postgres::end_lost_sessions`]).
     lost: Vec<i32>,
+    /// While waiting with a deadline: it bounds a try's connect and its
+    /// `pg_try_advisory_lock` ([`Postgres::within`]).
+    by: Option<Instant>,
 }
 
 /// A thread blocked in `pg_advisory_lock` on our connection, and how to cancel its query.
@@ -391,6 +397,52 @@ impl Postgres {
             agree: None,
             session: None,
             lost: Vec::new(),
+            by: None,
+        }
+    }
+
+    /// Runs `f` (a request of a try) on a thread of its own and waits for it until the
+    /// request bound (`stale_after`, 2–10 s), not past the wait's deadline
+    /// ([`request_by`]): the driver has no timeout of its own, and a server that accepts the
+    /// connection but does not answer (paused, or its answers lost) would hold the try until it
+    /// closes the session (`authentication_timeout`, a minute). No answer by then:
+    /// `Unavailable`, and the thread is left to end with the session (dropping it closes the
+    /// session, which frees anything a late answer took; [`Postgres::give_up_session`]).
+    fn within<T: Send + 'static>(
+        &self,
+        what: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let bound = self
+            .stale_after
+            .clamp(Duration::from_secs(2), Duration::from_secs(10));
+        let sent = Instant::now();
+        let deadline = request_by(bound, self.by);
+        let call = Blocking::spawn("pg-request", None, f)
+            .map_err(|e| Error::io("cannot start a PostgreSQL request thread", e))?;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ms = PollTimeout::try_from(left.as_micros().div_ceil(1000)).unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(call.fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, ms) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(Error::io("poll", e.into())),
+                Ok(_) => {}
+            }
+            if call.returned() {
+                return call
+                    .join()
+                    .ok_or_else(|| err!(Io, "a PostgreSQL request thread failed"));
+            }
+            if left.is_zero() {
+                return Err(err!(
+                    Unavailable,
+                    "{what} ({}): no answer within {}",
+                    self.server(),
+                    fmt_duration(Instant::now().saturating_duration_since(sent))
+                ));
+            }
         }
     }
 
@@ -574,9 +626,16 @@ impl Postgres {
     fn client(&mut self) -> Result<&mut Client> {
         if self.client.is_none() {
             let config = self.config()?;
-            let c = match self.tls()? {
+            let tls = self.tls()?;
+            let connect = move || match tls {
                 None => config.connect(NoTls),
                 Some(tls) => config.connect(tls),
+            };
+            // While waiting with a deadline, bounded (the driver's `connect_timeout` covers
+            // the socket, not the server's answers).
+            let c = match self.by {
+                Some(_) => self.within("cannot connect", connect)?,
+                None => connect(),
             }
             .map_err(|e| self.error("cannot connect", &e))?;
             self.client = Some(c);
@@ -869,9 +928,22 @@ impl Postgres {
         self.end_lost_sessions()?;
         let q = self.lock_fn(true);
         let lock = self.cfg.lock.clone();
-        let got = {
-            let client = self.client()?;
-            client.query_one(&q, &[&lock]).map(|r| r.get::<_, bool>(0))
+        let got = match self.by {
+            // Bounded: the session goes with the thread if no answer comes in time.
+            Some(_) => {
+                self.client()?;
+                let mut c = self.client.take().expect("connected above");
+                let (c, r) = self.within("cannot take the advisory lock", move || {
+                    let r = c.query_one(&q, &[&lock]).map(|r| r.get::<_, bool>(0));
+                    (c, r)
+                })?;
+                self.client = Some(c);
+                r
+            }
+            None => {
+                let client = self.client()?;
+                client.query_one(&q, &[&lock]).map(|r| r.get::<_, bool>(0))
+            }
         }
         .map_err(|e| self.error("cannot take the advisory lock", &e))?;
         if got {
@@ -970,7 +1042,14 @@ impl Backend for Postgres {
         if tried.as_ref().is_err_and(|e| e.kind() == Kind::Unavailable) {
             self.give_up_session();
         }
+        if matches!(tried, Ok(Tried::Took(_))) {
+            self.by = None;
+        }
         Tried::or_unanswered(tried, self)
+    }
+
+    fn answer_by(&mut self, by: Option<Instant>) {
+        self.by = by;
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {

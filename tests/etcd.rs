@@ -881,3 +881,178 @@ fn etcd_fair_line_is_served_in_order_and_a_killed_waiter_does_not_stall_it() {
     let sb = e.sandbox();
     crate::fair::check_fair(&sb, &|a| sb.cmd(a), "e", "etcd");
 }
+
+fn pause_member(e: &Etcd, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(e.pid()), sig).unwrap();
+}
+
+/// Issue 27: a request that gets no answer does not end a wait. A waiter (`efast`: requests
+/// bounded by 3 s) queues behind a holder on this host; the member is paused (SIGSTOP) and the
+/// holder is killed: the waiter wakes (the holder's pidfd), its try gets no answer, it keeps
+/// waiting; the member resumed, it proves the holder dead, revokes its lease and takes the
+/// lock — `prev=crashed`, a higher token, one holder — and its release leaves nothing under
+/// the prefix. (A waiter only watching its blocker sends nothing while the member is away;
+/// the holder's death makes it try.)
+#[test]
+fn etcd_waiter_outlives_a_paused_member_and_gets_the_lock() {
+    use nix::sys::signal::Signal;
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    let mut a = sb.hold(["e"]);
+    let t1 = token_of(a.ok());
+    let mut b = sb.spawn_hold(["--wait", "120s", "efast"]);
+    b.wait_stderr("waiting for lock", T);
+    pause_member(&e, Signal::SIGSTOP);
+    a.signal(libc::SIGKILL);
+    a.wait_exit(T);
+    let said = b.stderr_within("no answer", T);
+    pause_member(&e, Signal::SIGCONT);
+    let said = said.expect("the waiter saw no timeout");
+    assert!(said.contains("still waiting"), "{said}");
+    let line = b
+        .read_line(Duration::from_secs(20))
+        .expect("the waiter got nothing");
+    let t2 = token_of(&line);
+    assert!(t2 > t1, "{line}");
+    assert_eq!(
+        line,
+        format!("OK efast backend=etcd mode=exclusive token={t2} prev=crashed\n")
+    );
+    let keys = e.keys("/t/e/");
+    assert_eq!(keys.lines().count(), 1, "{keys}");
+    b.close_stdout();
+    assert_eq!(code(b.wait_exit(T)), 0, "{}", b.stderr_text());
+    assert!(e.keys("/t/e/").is_empty(), "{}", e.keys("/t/e/"));
+}
+
+/// Issue 27: a waiter whose member stays away past its `--wait` ends with 69 (unavailable:
+/// nobody can say whether the lock is busy) about a second after its deadline — the deadline
+/// bounds its last try's request, not the 10 s request bound of its profile. The member is
+/// paused and the holder killed, which makes the waiter try (a waiter only watching its
+/// blocker sends nothing: at its deadline it says busy, 75, naming the holder it last saw).
+/// Nothing of the waiter stays once its lease runs out; the next locker proves the holder
+/// dead and says `prev=crashed`.
+#[test]
+fn etcd_waiter_whose_member_stays_away_past_its_wait_exits_69() {
+    use nix::sys::signal::Signal;
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    let profiles = fs::read_to_string(sb.path().join("profiles.toml")).unwrap();
+    sb.write_profiles(&format!(
+        "{profiles}\n[profile.eslow]\nbackend = \"etcd\"\nendpoints = [\"http://{}:{}\"]\n\
+         prefix = \"/t/e\"\nstale_after = \"10s\"\n",
+        e.host, e.port
+    ));
+    let mut a = sb.hold(["e"]);
+    let t1 = token_of(a.ok());
+    let mine = e.keys("/t/e/");
+    let mut b = sb.spawn_hold(["--wait", "3s", "eslow"]);
+    b.wait_stderr("waiting for lock", T);
+    let began = Instant::now();
+    pause_member(&e, Signal::SIGSTOP);
+    a.signal(libc::SIGKILL);
+    a.wait_exit(T);
+    let line = b.read_line(Duration::from_secs(30)).unwrap_or_default();
+    let status = b.wait_exit(T);
+    let took = began.elapsed();
+    pause_member(&e, Signal::SIGCONT);
+    let err = b.stderr_text();
+    assert_eq!(code(status), 69, "{err}");
+    assert!(line.starts_with("ERROR unavailable: "), "{line}");
+    assert!(line.contains("gave up after waiting 3s"), "{line}");
+    assert!(err.contains("no answer"), "{err}");
+    // Within about two seconds of the deadline (the last request, then the give-back of
+    // its lease on the way out, each bounded by a second), not 10 s later.
+    eprintln!("etcd: a 3 s wait with the member paused ended after {took:?}");
+    assert!(took < Duration::from_millis(8000), "ended after {took:?}");
+    eventually(Duration::from_secs(20), "the waiter's key gone", || {
+        e.keys("/t/e/") == mine
+    });
+    let c = sb.hold(["--wait", "0", "e"]);
+    let line = c.ok().to_string();
+    assert!(token_of(&line) > t1, "{line}");
+    assert!(line.contains("prev=crashed"), "{line}");
+}
+
+/// Issue 27, through a relay whose answers are muted ([`testkit::mute`]; gRPC is HTTP/2, which
+/// [`testkit::faulty`] does not speak): a locker of a free lock (`--wait 120s`, requests
+/// bounded by 3 s) whose first requests land without answers — a lease granted, perhaps its
+/// key put — keeps trying; unmuted, it takes the lock once, and after its release nothing
+/// is under the prefix (an unanswered lease expires unused; a landed key is its own).
+#[test]
+fn etcd_a_locker_whose_answers_are_lost_takes_the_lock_once_and_leaves_nothing() {
+    let Some(e) = Etcd::start() else { return };
+    let upstream = format!("{}:{}", e.host, e.port).parse().unwrap();
+    let relay = testkit::mute::Relay::start(upstream);
+    let sb = e.sandbox();
+    let profiles = fs::read_to_string(sb.path().join("profiles.toml")).unwrap();
+    sb.write_profiles(&format!(
+        "{profiles}\n[profile.erelay]\nbackend = \"etcd\"\nendpoints = [\"http://127.0.0.1:{}\"]\n\
+         prefix = \"/t/e\"\nstale_after = \"3s\"\nkeepalive = \"500ms\"\n",
+        relay.port()
+    ));
+    let t1 = token_of(sb.hold(["e"]).ok());
+    relay.mute(true);
+    let mut b = sb.spawn_hold(["--wait", "120s", "erelay"]);
+    b.wait_stderr("no answer", Duration::from_secs(20));
+    assert_eq!(b.exited(), None, "{}", b.stderr_text());
+    relay.mute(false);
+    let line = b
+        .read_line(Duration::from_secs(30))
+        .expect("the locker got nothing");
+    let t2 = token_of(&line);
+    assert!(t2 > t1, "{line}");
+    assert!(!line.contains("prev=crashed"), "{line}");
+    let keys = e.keys("/t/e/");
+    assert_eq!(keys.lines().count(), 1, "{keys}");
+    b.close_stdout();
+    assert_eq!(code(b.wait_exit(T)), 0, "{}", b.stderr_text());
+    assert!(e.keys("/t/e/").is_empty(), "{}", e.keys("/t/e/"));
+}
+
+/// Issue 27: the `dirty` mark of a grant lands while its answer is lost (a relay passes the
+/// transaction on, then mutes every answer and refuses new connections,
+/// [`testkit::mute::Relay::fail_from`]). The waiter's try gets no answer and it keeps
+/// waiting; the member back, its next grant finds the mark as its own (`dirty R`, R its key's
+/// revision) and takes `prev` from what it read before marking: the holder before it
+/// released cleanly, so no `prev=crashed` (a grant that read its own mark as a stranger's
+/// would say so).
+#[test]
+fn etcd_a_dirty_mark_whose_answer_is_lost_is_recognised_as_ours() {
+    let Some(e) = Etcd::start() else { return };
+    let upstream = format!("{}:{}", e.host, e.port).parse().unwrap();
+    let relay = testkit::mute::Relay::start(upstream);
+    let sb = e.sandbox();
+    let profiles = fs::read_to_string(sb.path().join("profiles.toml")).unwrap();
+    sb.write_profiles(&format!(
+        "{profiles}\n[profile.erelay]\nbackend = \"etcd\"\nendpoints = [\"http://127.0.0.1:{}\"]\n\
+         prefix = \"/t/e\"\nstale_after = \"6s\"\n",
+        relay.port()
+    ));
+    let mut a = sb.hold(["e"]);
+    let t1 = token_of(a.ok());
+    let mut b = sb.spawn_hold(["--wait", "120s", "erelay"]);
+    b.wait_stderr("waiting for lock", T);
+    relay.fail_from(b"dirty ");
+    a.close_stdout();
+    assert_eq!(code(a.wait_exit(T)), 0);
+    eventually(T, "the waiter's mark landed", || {
+        let o = e.ctl(&["get", "/t/e.state", "--print-value-only"]);
+        stdout(&o).starts_with("dirty ")
+    });
+    b.wait_stderr("no answer", Duration::from_secs(30));
+    assert_eq!(b.line, None);
+    relay.restore();
+    let line = b
+        .read_line(Duration::from_secs(30))
+        .expect("the waiter got nothing");
+    let t2 = token_of(&line);
+    assert!(t2 > t1, "{line}");
+    assert_eq!(
+        line,
+        format!("OK erelay backend=etcd mode=exclusive token={t2}\n")
+    );
+    b.close_stdout();
+    assert_eq!(code(b.wait_exit(T)), 0, "{}", b.stderr_text());
+    assert!(e.keys("/t/e/").is_empty(), "{}", e.keys("/t/e/"));
+}

@@ -58,6 +58,123 @@ mod libunftp {
     crate::ftp::every_server!(Some(FtpServer::start()));
     crate::ftp_shared::every_server_shared!(Some(FtpServer::start()));
     crate::ftp::ftp_suite!(Some(FtpServer::start_idle(1)); a_hold_outlives_the_server_idle_timeout);
+
+    #[test]
+    fn a_marker_whose_reply_is_lost_is_recognised_as_ours() {
+        crate::ftp::a_marker_whose_reply_is_lost_is_recognised_as_ours(&mut FtpServer::start());
+    }
+
+    #[test]
+    fn a_reader_registration_whose_reply_is_lost_is_recognised_as_ours() {
+        crate::ftp::a_reader_registration_whose_reply_is_lost_is_recognised_as_ours(
+            &mut FtpServer::start(),
+        );
+    }
+}
+
+/// [`sandbox`] plus profile `pr`: lock `locks/p` through `relay` (stale_after 30 s).
+fn sandbox_via(srv: &dyn TestFtp, relay: &testkit::mute::Relay) -> Sandbox {
+    let sb = sandbox(srv);
+    let profiles = fs::read_to_string(sb.path().join("profiles.toml")).unwrap();
+    sb.write_profiles(&format!(
+        "{profiles}\n[profile.pr]\nbackend = \"ftp\"\nhost = \"127.0.0.1\"\nport = {}\n\
+         user = \"{}\"\npassword = \"{PASSWORD}\"\npath = \"locks/p\"\nstale_after = \"30s\"\n",
+        relay.port(),
+        srv.user()
+    ));
+    sb
+}
+
+/// Issue 27, a reader: its registration lands while the server goes away (as in
+/// [`a_marker_whose_reply_is_lost_is_recognised_as_ours`]); the server back, its next try
+/// finds its reader marker by its nonce and holds shared — one reader marker, and nothing
+/// left after its release. (A new nonce would have left that marker a live reader on this
+/// host, keeping writers out until `stale_after`.)
+pub fn a_reader_registration_whose_reply_is_lost_is_recognised_as_ours(srv: &mut dyn TestFtp) {
+    let relay = testkit::mute::Relay::start(format!("127.0.0.1:{}", srv.port()).parse().unwrap());
+    let sb = sandbox_via(srv, &relay);
+    let mut a = sb.hold(["p"]);
+    a.ok();
+    // The readers' directory is there (else the first registration is refused, then made).
+    srv.mkdir("locks/p.readers");
+    let mut b = sb.spawn_hold(["--wait", "120s", "--shared", "pr"]);
+    b.wait_stderr("waiting for lock", T);
+    relay.fail_from(b"MKD locks/p.readers/reader~");
+    a.close_stdout();
+    assert_eq!(code(a.wait_exit(T)), 0);
+    let pid = format!("~{}~", b.pid());
+    let readers = || -> Vec<String> {
+        fs::read_dir(srv.path("locks/p.readers"))
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    eventually(T, "the reader's marker landed", || {
+        readers().iter().any(|m| m.contains(&pid))
+    });
+    let said = b.wait_stderr("no answer", Duration::from_secs(40));
+    assert!(said.contains("still waiting"), "{said}");
+    relay.restore();
+    let line = b.read_line(T).expect("the reader got nothing");
+    assert!(line.starts_with("OK pr backend=ftp mode=shared"), "{line}");
+    let r = readers();
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert!(r[0].contains(&pid), "{r:?}");
+    b.close_stdout();
+    assert_eq!(code(b.wait_exit(T)), 0);
+    let err = b.stderr_text();
+    assert!(
+        err.contains("a reader marker of ours whose reply was lost"),
+        "{err}"
+    );
+    assert!(readers().is_empty(), "{:?}", readers());
+    assert!(!srv.path("locks/p").exists(), "lock left behind");
+}
+
+/// Issue 27: a take whose owner marker lands while the server goes away (a relay before it,
+/// [`testkit::mute`], passes the marker's `MKD` on, then mutes every answer and refuses new
+/// connections). The waiter's try gets no answer (10 s), its clean-up cannot reach the
+/// server, it keeps waiting; the server back, its next try finds the marker by its nonce —
+/// the same acquisition's — and takes it as its own: OK with the next token, no
+/// `prev=crashed`, one marker, and its release leaves nothing. (A new nonce would have made
+/// the marker a live holder on this host until `stale_after`, 30 s here.)
+pub fn a_marker_whose_reply_is_lost_is_recognised_as_ours(srv: &mut dyn TestFtp) {
+    let relay = testkit::mute::Relay::start(format!("127.0.0.1:{}", srv.port()).parse().unwrap());
+    let sb = sandbox_via(srv, &relay);
+    let mut a = sb.hold(["p"]);
+    let t1 = token_of(a.ok());
+    let mut b = sb.spawn_hold(["--wait", "120s", "pr"]);
+    b.wait_stderr("waiting for lock", T);
+    relay.fail_from(b"MKD locks/p/owner~");
+    a.close_stdout();
+    assert_eq!(code(a.wait_exit(T)), 0);
+    let pid = format!("~{}~", b.pid());
+    eventually(T, "the waiter's marker landed", || {
+        markers(srv).iter().any(|m| m.contains(&pid))
+    });
+    let said = b.wait_stderr("no answer", Duration::from_secs(40));
+    assert!(said.contains("still waiting"), "{said}");
+    assert_eq!(b.line, None);
+    relay.restore();
+    let line = b.read_line(T).expect("the waiter got nothing");
+    assert_eq!(
+        line,
+        format!("OK pr backend=ftp mode=exclusive token={}\n", t1 + 1)
+    );
+    let m = markers(srv);
+    assert_eq!(m.len(), 1, "{m:?}");
+    assert!(m[0].contains(&pid), "{m:?}");
+    b.close_stdout();
+    assert_eq!(code(b.wait_exit(T)), 0);
+    let err = b.stderr_text();
+    assert!(
+        err.contains("an owner marker of ours whose reply was lost"),
+        "{err}"
+    );
+    assert!(!srv.path("locks/p").exists(), "lock left behind");
+    assert!(leftovers(srv).is_empty(), "litter: {:?}", leftovers(srv));
 }
 
 /// A sandbox whose profiles talk to `srv`: `p` (lock `locks/p`, short stale_after) and

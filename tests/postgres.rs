@@ -410,3 +410,137 @@ fn fair_line_is_served_in_order_and_a_killed_waiter_does_not_stall_it() {
     let sb = pg.sandbox();
     crate::fair::check_fair(&sb, &|a| sb.cmd(a), "pg", "postgres");
 }
+
+/// A relay before `pg` ([`testkit::mute`]) and a sandbox whose profile `pgrelay` locks `pg`
+/// through it, beside [`PgSandbox::sandbox`]'s profiles.
+fn via_relay(pg: &Pg) -> (testkit::mute::Relay, Sandbox) {
+    let upstream = format!("{}:{}", pg.host, pg.port).parse().unwrap();
+    let relay = testkit::mute::Relay::start(upstream);
+    let sb = pg.sandbox();
+    let profiles = fs::read_to_string(sb.path().join("profiles.toml")).unwrap();
+    sb.write_profiles(&format!(
+        "{profiles}\n[profile.pgrelay]\nbackend = \"postgres\"\nhost = \"127.0.0.1\"\nport = {}\n\
+         dbname = \"app\"\nuser = \"locker\"\nlock = \"pg\"\npassword_file = \"pw\"\n\
+         poll = \"50ms\"\nmax_poll = \"100ms\"\n",
+        relay.port()
+    ));
+    (relay, sb)
+}
+
+/// The sessions holding or waiting for an advisory lock: `granted` or not.
+fn advisory(pg: &Pg, granted: bool) -> String {
+    let not = if granted { "" } else { "NOT " };
+    pg.sql(&format!(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND {not}granted"
+    ))
+}
+
+/// Issue 27: a waiter whose connection breaks while it waits (the relay before the server
+/// breaks both sides: the server ends the session) says so, keeps waiting on a new
+/// session, and gets the lock when the holder lets go — one holder at a time, a higher
+/// token, no `prev=crashed`.
+#[test]
+fn postgres_waiter_whose_connection_breaks_keeps_waiting_and_gets_the_lock() {
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
+    let (relay, sb) = via_relay(&pg);
+    let mut a = sb.hold(["pg"]);
+    let t1 = token_of(a.ok());
+    let mut b = sb.spawn_hold(["--wait", "120s", "pgrelay"]);
+    b.wait_stderr("waiting for lock", T);
+    eventually(T, "the waiter waits in the server", || {
+        advisory(&pg, false) == "1\n"
+    });
+    relay.cut();
+    let said = b.wait_stderr("no answer", T);
+    assert!(said.contains("still waiting"), "{said}");
+    b.wait_stderr("the server answers again", T);
+    eventually(T, "the waiter waits on a new session", || {
+        advisory(&pg, false) == "1\n"
+    });
+    assert_eq!(b.line, None, "in while the holder holds");
+    a.close_stdout();
+    assert_eq!(code(a.wait_exit(T)), 0);
+    let line = b.read_line(T).expect("the waiter got nothing");
+    let t2 = token_of(&line);
+    assert!(t2 > t1, "{line}");
+    assert_eq!(
+        line,
+        format!("OK pgrelay backend=postgres mode=exclusive token={t2}\n")
+    );
+    assert_eq!(advisory(&pg, true), "1\n");
+    b.close_stdout();
+    assert_eq!(code(b.wait_exit(T)), 0, "{}", b.stderr_text());
+    eventually(T, "nothing held", || advisory(&pg, true) == "0\n");
+}
+
+/// Issue 27: a waiter whose connection breaks on its side only (the server keeps the session,
+/// half-open, as after a network cut it has not noticed): the old session still waits in
+/// `pg_advisory_lock` and would be granted the lock — held by no one, until the server's
+/// keepalive gives up (60 s here) — when the holder lets go. The waiter's next try ends its
+/// own lost session first, so the lock goes to the waiter, at once.
+#[test]
+fn postgres_waiter_ends_its_own_lost_session_before_trying_again() {
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
+    let (relay, sb) = via_relay(&pg);
+    let mut a = sb.hold(["pg"]);
+    let t1 = token_of(a.ok());
+    let mut b = sb.spawn_hold(["--wait", "120s", "pgrelay"]);
+    b.wait_stderr("waiting for lock", T);
+    eventually(T, "the waiter waits in the server", || {
+        advisory(&pg, false) == "1\n"
+    });
+    relay.abandon();
+    b.wait_stderr("the server answers again", T);
+    // Only the new session waits: the old one, which the server kept, was ended.
+    eventually(T, "one session waiting", || advisory(&pg, false) == "1\n");
+    a.close_stdout();
+    assert_eq!(code(a.wait_exit(T)), 0);
+    let t0 = Instant::now();
+    let line = b.read_line(T).expect("the waiter got nothing");
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "in after {:?}",
+        t0.elapsed()
+    );
+    let t2 = token_of(&line);
+    assert!(t2 > t1, "{line}");
+    assert!(!line.contains("prev=crashed"), "{line}");
+    assert_eq!(advisory(&pg, true), "1\n");
+    b.close_stdout();
+    assert_eq!(code(b.wait_exit(T)), 0);
+    let err = b.stderr_text();
+    assert!(err.contains("ended a session of ours"), "{err}");
+    eventually(T, "nothing held", || advisory(&pg, true) == "0\n");
+}
+
+/// Issue 27: a server that takes connections but does not answer (a relay before it mutes
+/// every answer): a locker with `--wait 3s` keeps trying and ends with 69 (unavailable) about
+/// a second after its deadline — its connect bounded by it — where the driver alone waited
+/// for the server to close the session (`authentication_timeout`, a minute). Nothing is left
+/// on the server once its sessions end.
+#[test]
+fn postgres_locker_whose_server_does_not_answer_ends_at_its_deadline_with_69() {
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
+    let (relay, sb) = via_relay(&pg);
+    relay.mute(true);
+    let t0 = Instant::now();
+    let mut b = sb.spawn_hold(["--wait", "3s", "pgrelay"]);
+    let line = b.read_line(Duration::from_secs(60)).unwrap_or_default();
+    let status = b.wait_exit(T);
+    let took = t0.elapsed();
+    let err = b.stderr_text();
+    assert_eq!(code(status), 69, "{err}");
+    assert!(line.starts_with("ERROR unavailable: "), "{line}");
+    assert!(line.contains("gave up after waiting 3s"), "{line}");
+    assert!(err.contains("no answer"), "{err}");
+    eprintln!("postgres: a 3 s wait on a server that does not answer ended after {took:?}");
+    assert!(took < Duration::from_secs(7), "ended after {took:?}");
+    relay.cut();
+    eventually(T, "no session left", || advisory(&pg, false) == "0\n");
+}

@@ -56,7 +56,10 @@ fn redis_hold_is_visible_busy_released_at_once_and_tokens_increase() {
     let ttl: i64 = r.cli(&["PTTL", "t:r"]).parse().unwrap();
     assert!(ttl > 50_000 && ttl <= 60_000, "PTTL {ttl}");
     assert_eq!(r.cli(&["GET", "t:r.token"]), t1.to_string());
-    assert_eq!(r.cli(&["GET", "t:r.state"]), format!("dirty {t1}"));
+    assert_eq!(
+        r.cli(&["GET", "t:r.state"]),
+        format!("dirty {t1} was=clean")
+    );
     // Busy: 75, naming the holder; the refused try changed nothing.
     let o = sb.output(["--wait", "0", "r"]);
     assert_eq!(code(o.status), 75);
@@ -911,4 +914,235 @@ fn redis_fair_line_is_served_in_order_and_a_killed_waiter_does_not_stall_it() {
     let Some(r) = start() else { return };
     let sb = sandbox(&r);
     crate::fair::check_fair(&sb, &|a| sb.cmd(a), "rfast", "redis");
+}
+
+fn pause_server(r: &Redis, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(r.pid()), sig).unwrap();
+}
+
+/// Issue 27: one request that gets no answer does not end a wait. A waiter (`rfast`: requests
+/// bounded by 2 s) queues behind a holder; the server is paused (SIGSTOP) until the waiter
+/// says it got no answer, then resumed: the waiter keeps waiting, gets the lock only when the
+/// holder lets go, with a higher token and no `prev=crashed`, and its release leaves no key.
+#[test]
+fn redis_waiter_outlives_a_paused_server_and_gets_the_lock() {
+    use nix::sys::signal::Signal;
+    let Some(r) = start() else { return };
+    let sb = sandbox(&r);
+    let a = sb.hold(["r"]);
+    let t1 = token_of(a.ok());
+    let mut b = sb.spawn_hold(["--wait", "120s", "rfast"]);
+    b.wait_stderr("waiting for lock", T);
+    pause_server(&r, Signal::SIGSTOP);
+    let said = b.stderr_within("no answer", T);
+    pause_server(&r, Signal::SIGCONT);
+    let said = said.expect("the waiter saw no timeout");
+    assert!(said.contains("still waiting"), "{said}");
+    assert_eq!(b.exited(), None, "the waiter ended: {}", b.stderr_text());
+    b.wait_stderr("the server answers again", T);
+    assert_eq!(b.line, None, "in while the holder holds");
+    drop(a);
+    let line = b.read_line(T).expect("the waiter got nothing");
+    let t2 = token_of(&line);
+    assert_eq!(t2, t1 + 1, "{line}");
+    assert_eq!(
+        line,
+        format!("OK rfast backend=redis mode=exclusive token={t2}\n")
+    );
+    drop(b);
+    eventually(T, "released", || r.cli(&["EXISTS", "t:r"]) == "0");
+    assert_eq!(r.cli(&["GET", "t:r.state"]), format!("clean {t2}"));
+}
+
+/// Issue 27: a waiter whose server stays away past its `--wait` ends with 69 (unavailable:
+/// nobody can say whether the lock is busy), naming the wait — at its deadline, not a whole
+/// request bound (10 s for `r`) later; the holder, whose lease outlasts the pause, keeps it.
+#[test]
+fn redis_waiter_whose_server_stays_away_past_its_wait_exits_69() {
+    use nix::sys::signal::Signal;
+    let Some(r) = start() else { return };
+    let sb = sandbox(&r);
+    let mut a = sb.hold(["r"]);
+    let t1 = token_of(a.ok());
+    let mut b = sb.spawn_hold(["--wait", "3s", "r"]);
+    b.wait_stderr("waiting for lock", T);
+    let began = Instant::now();
+    pause_server(&r, Signal::SIGSTOP);
+    let line = b.read_line(Duration::from_secs(30));
+    let took = began.elapsed();
+    let status = b.wait_exit(T);
+    pause_server(&r, Signal::SIGCONT);
+    let err = b.stderr_text();
+    assert_eq!(code(status), 69, "{err}");
+    let line = line.unwrap_or_default();
+    assert!(line.starts_with("ERROR unavailable: "), "{line}");
+    assert!(line.contains("gave up after waiting 3s"), "{line}");
+    assert!(
+        line.contains("cannot take the lock (Redis at redis://"),
+        "{line}"
+    );
+    assert!(err.contains("no answer"), "{err}");
+    // The deadline bounds the request: about 1 s past it (and up to 1 s to give back what
+    // the wait left), not a 10 s request bound.
+    eprintln!("redis: a 3 s wait with the server paused ended after {took:?}");
+    assert!(took < Duration::from_millis(7000), "ended after {took:?}");
+    assert_eq!(a.exited(), None);
+    let v = r.cli(&["GET", "t:r"]);
+    assert!(v.contains(&format!(" pid={} ", a.pid())), "{v}");
+    assert!(v.ends_with(&format!(" token={t1}")), "{v}");
+    a.close_stdout();
+    assert_eq!(code(a.wait_exit(T)), 0);
+    assert_eq!(r.cli(&["EXISTS", "t:r"]), "0");
+}
+
+/// A relay whose answers can be muted ([`testkit::mute`]) before `r`, and a sandbox whose
+/// profile `rrelay` (stale_after 20 s: requests bounded by 10 s; polls every 50–100 ms) locks
+/// `t:r` through it, beside `sandbox`'s profiles.
+fn via_relay(r: &Redis) -> (testkit::mute::Relay, Sandbox) {
+    let upstream = format!("{}:{}", r.host, r.port).parse().unwrap();
+    let relay = testkit::mute::Relay::start(upstream);
+    let sb = sandbox(r);
+    let profiles = fs::read_to_string(sb.path().join("profiles.toml")).unwrap();
+    sb.write_profiles(&format!(
+        "{profiles}\n[profile.rrelay]\nbackend = \"redis\"\nhost = \"127.0.0.1\"\nport = {}\n\
+         key = \"t:r\"\nstale_after = \"20s\"\npoll = \"50ms\"\nmax_poll = \"100ms\"\n",
+        relay.port()
+    ));
+    (relay, sb)
+}
+
+/// Issue 27: a take that lands while its answer is lost. With the answers muted, a locker
+/// (`--wait 120s`) takes the free lock: its key is on the server, its request times out (10 s).
+/// Unmuted, its next try finds the key as its own (its record, unique to the acquisition): OK
+/// with the token the landed take drew — no second token, not `prev=crashed`, not "busy until
+/// it expires" — the expiry renewed, and its release leaves nothing.
+#[test]
+fn redis_a_take_whose_answer_is_lost_is_recognised_as_ours() {
+    let Some(r) = start() else { return };
+    let (relay, sb) = via_relay(&r);
+    let t1 = token_of(sb.hold(["r"]).ok());
+    relay.mute(true);
+    let mut b = sb.spawn_hold(["--wait", "120s", "rrelay"]);
+    let pid = format!(" pid={} ", b.pid());
+    eventually(T, "the take landed", || {
+        r.cli(&["GET", "t:r"]).contains(&pid)
+    });
+    let t2 = t1 + 1;
+    assert!(r.cli(&["GET", "t:r"]).ends_with(&format!(" token={t2}")));
+    let said = b.wait_stderr("no answer", Duration::from_secs(20));
+    assert!(said.contains("still waiting"), "{said}");
+    assert_eq!(b.line, None);
+    relay.mute(false);
+    let line = b.read_line(T).expect("the waiter got nothing");
+    assert_eq!(
+        line,
+        format!("OK rrelay backend=redis mode=exclusive token={t2}\n")
+    );
+    assert_eq!(
+        r.cli(&["GET", "t:r.token"]),
+        t2.to_string(),
+        "a second token drawn"
+    );
+    let ttl: i64 = r.cli(&["PTTL", "t:r"]).parse().unwrap();
+    assert!(ttl > 15_000, "expiry not renewed: PTTL {ttl}");
+    b.close_stdout();
+    assert_eq!(code(b.wait_exit(T)), 0, "{}", b.stderr_text());
+    assert_eq!(r.cli(&["EXISTS", "t:r"]), "0");
+    assert_eq!(r.cli(&["GET", "t:r.state"]), format!("clean {t2}"));
+}
+
+/// Issue 27: a take that lands while its answer is lost, and the `--wait` runs out first: 69
+/// at the deadline (not a whole request bound later), and the landed take is given back on
+/// the way out — not left to block the lock until it expires — keeping what it found: the
+/// holder before it crashed (its key expired, the state `dirty`), so the next holder still
+/// says `prev=crashed`.
+#[test]
+fn redis_a_landed_take_of_a_locker_that_gives_up_is_given_back() {
+    let Some(r) = start() else { return };
+    let (relay, sb) = via_relay(&r);
+    // A holder with token 7 that crashed and whose key expired.
+    r.cli(&["SET", "t:r.token", "7"]);
+    r.cli(&["SET", "t:r.state", "dirty 7 was=clean"]);
+    relay.mute(true);
+    let began = Instant::now();
+    let mut b = sb.spawn_hold(["--wait", "3s", "rrelay"]);
+    let pid = format!(" pid={} ", b.pid());
+    eventually(T, "the take landed", || {
+        r.cli(&["GET", "t:r"]).contains(&pid)
+    });
+    let line = b.read_line(T).unwrap_or_default();
+    let status = b.wait_exit(T);
+    let took = began.elapsed();
+    let err = b.stderr_text();
+    assert_eq!(code(status), 69, "{err}");
+    assert!(line.starts_with("ERROR unavailable: "), "{line}");
+    assert!(line.contains("gave up after waiting 3s"), "{line}");
+    assert!(err.contains("no answer"), "{err}");
+    eprintln!("redis: a 3 s wait whose take landed unanswered ended after {took:?}");
+    assert!(took < Duration::from_millis(8000), "ended after {took:?}");
+    relay.mute(false);
+    assert_eq!(
+        r.cli(&["EXISTS", "t:r"]),
+        "0",
+        "the landed take was left behind"
+    );
+    assert_eq!(r.cli(&["GET", "t:r.state"]), "dirty 8 was=crashed");
+    let mut c = sb.hold(["--wait", "0", "r"]);
+    let line = c.ok().to_string();
+    assert_eq!(token_of(&line), 9, "{line}");
+    assert!(line.contains("prev=crashed"), "{line}");
+    c.close_stdout();
+    assert_eq!(code(c.wait_exit(T)), 0);
+}
+
+/// Issue 27, a reader: its `ZADD` lands while its answer is lost, and a writer comes to wait
+/// behind it (its `K.writer` mark keeps new readers out). Unmuted, the reader's next try finds
+/// its member (its record) live in `K.readers` and holds shared with it — not "busy" behind
+/// the writer that waits for it, which would leave both waiting until the member expired —
+/// one member, its expiry renewed; its release lets the writer in.
+#[test]
+fn redis_a_reader_whose_answer_is_lost_is_recognised_as_ours() {
+    let Some(r) = start() else { return };
+    let (relay, sb) = via_relay(&r);
+    relay.mute(true);
+    let mut b = sb.spawn_hold(["--wait", "120s", "--shared", "rrelay"]);
+    let pid = format!(" pid={} ", b.pid());
+    eventually(T, "the reader's member landed", || {
+        r.cli(&["ZRANGE", "t:r.readers", "0", "-1"]).contains(&pid)
+    });
+    let mut c = sb.spawn_hold(["--wait", "60s", "r"]);
+    c.wait_stderr("waiting for lock", T);
+    assert_eq!(r.cli(&["EXISTS", "t:r.writer"]), "1");
+    b.wait_stderr("no answer", Duration::from_secs(20));
+    relay.mute(false);
+    let line = b.read_line(T).expect("the reader got nothing");
+    assert!(
+        line.starts_with("OK rrelay backend=redis mode=shared"),
+        "{line}"
+    );
+    assert_eq!(c.line, None, "the writer got in beside a reader");
+    assert_eq!(r.cli(&["ZCARD", "t:r.readers"]), "1");
+    // Its score (expiry) renewed from the adopting try: ≥ 15 s ahead of the server's clock.
+    let now: i64 = r
+        .cli(&["TIME"])
+        .lines()
+        .next()
+        .unwrap()
+        .parse::<i64>()
+        .unwrap()
+        * 1000;
+    let member = r.cli(&["ZRANGE", "t:r.readers", "0", "-1"]);
+    let score: f64 = r
+        .cli(&["ZSCORE", "t:r.readers", member.trim()])
+        .parse()
+        .unwrap();
+    assert!(score as i64 - now > 15_000, "score {score} now {now}");
+    b.close_stdout();
+    assert_eq!(code(b.wait_exit(T)), 0, "{}", b.stderr_text());
+    assert_eq!(r.cli(&["ZCARD", "t:r.readers"]), "0");
+    let line = c.read_line(T).expect("the writer got nothing");
+    assert!(
+        line.starts_with("OK r backend=redis mode=exclusive"),
+        "{line}"
+    );
 }

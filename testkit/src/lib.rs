@@ -10,6 +10,8 @@
 //! - [`seaweed`]: a throwaway SeaweedFS S3 server.
 //! - [`faulty`]: an HTTP proxy before a real server that gives ONE chosen request a fault
 //!   (an answer no server gives on demand, or a write whose answer is lost).
+//! - [`mute`]: a TCP relay before a real server whose answers can be muted (any protocol: a
+//!   write that lands while its answer is lost, a server that does not answer for a while).
 //! - [`redis`]: a throwaway Redis server.
 //! - [`sshfs`]: one directory served over SFTP and mounted twice (two "hosts").
 //! - [`smb`]: one share on a private Samba server, mounted twice with smbnetfs (two "hosts").
@@ -17,6 +19,7 @@
 //!   [`token_of`].
 
 pub mod faulty;
+pub mod mute;
 pub mod net;
 pub mod postgres;
 pub mod proc;

@@ -35,7 +35,10 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
 use super::address::Address;
-use super::lock::{Attempt, Backend, Beats, Break, BreakOutcome, Grant, Holder, Named, Tried, WaitHint};
+use super::lock::{
+    Attempt, Backend, Beats, Break, BreakOutcome, Grant, Holder, Named, Tried, WaitHint,
+    request_by,
+};
 use super::owner::{Parsed, Record};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
@@ -248,6 +251,13 @@ pub struct Etcd {
     slots: u32,
     /// What to ask before granting over another recorded number of slots.
     agree: Option<super::lock::Agree>,
+    /// While waiting: the wait's deadline, which bounds each request of a try too
+    /// ([`Backend::answer_by`]).
+    by: Option<Instant>,
+    /// Whether the state was `dirty` when this acquisition first read it (before any mark of
+    /// ours), and the marks we sent: a mark of ours found later landed without its answer.
+    found: Option<bool>,
+    marks: Vec<String>,
 }
 
 struct Waiter {
@@ -318,6 +328,9 @@ impl Etcd {
             wake: Wakeups::default(),
             slots: profile.common.slots,
             agree: None,
+            by: None,
+            found: None,
+            marks: Vec::new(),
         }
     }
 
@@ -450,7 +463,7 @@ impl Etcd {
         // down makes the request fail over to the next (see `call`), where a balanced
         // channel over all of them would keep sending some requests to it.
         let n = self.cfg.endpoints.len();
-        let limit = self.timeout;
+        let limit = request_by(self.timeout, self.by).saturating_duration_since(Instant::now());
         let mut last = String::new();
         for i in 0..n {
             let at = (self.next_ep + i) % n;
@@ -483,7 +496,8 @@ impl Etcd {
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = rpc::Result<T>>,
     {
-        let deadline = Instant::now() + limit;
+        let began = Instant::now();
+        let deadline = request_by(limit, self.by);
         let n = self.cfg.endpoints.len();
         let mut tries = 0;
         loop {
@@ -525,7 +539,8 @@ impl Etcd {
                     return Ok(Err(self.error_text(&e)));
                 }
                 Err(_) => {
-                    return Ok(Err(format!("no answer within {}", fmt_duration(limit))));
+                    let waited = deadline.saturating_duration_since(began);
+                    return Ok(Err(format!("no answer within {}", fmt_duration(waited))));
                 }
             }
         }
@@ -620,12 +635,26 @@ impl Etcd {
     /// it; another number recorded is the lock's say first ([`Agree`](super::lock::Agree)).
     /// A slot's token is the revision of that transaction (create revisions are not in grant
     /// order across slots), written into its record for `status` and `break --token`.
+    ///
+    /// Holding begins only once this returns: a request of it that gets no answer is an
+    /// `Unavailable` error (not `Lost`), and the next try, our key still first, grants again
+    /// (issue 27). The `dirty` mark of a try whose answer was lost may have landed: the next
+    /// read finds our own mark (`dirty R`, R our key's create revision, unique to this
+    /// acquisition) and takes `prev` from what the first read of this acquisition found
+    /// ([`Etcd::found`]), so a landed mark neither says `prev=crashed` falsely nor hides one.
     fn grant(&mut self) -> Result<Grant> {
+        let g = self.mark()?;
         self.held = true;
+        self.by = None;
         if let Some(k) = self.keeper.take() {
             k.abort();
         }
         self.waiter = None;
+        Ok(g)
+    }
+
+    /// [`Etcd::grant`]'s reads and writes.
+    fn mark(&mut self) -> Result<Grant> {
         let (state_key, slots_key) = (self.state_key(), self.slots_key());
         let limit = self.timeout;
         let several = self.slots > 1;
@@ -636,14 +665,15 @@ impl Etcd {
                 async move { c.get_two(&sk, &nk).await }
             }) {
                 Ok(Ok((st, sl, _))) => Some((st, sl)),
-                Ok(Err(e)) => {
+                // Refused (a role that may not read them): as before slots existed.
+                Ok(Err(e)) if e.starts_with("denied: ") => {
                     debug!("cannot read {state_key} and {slots_key}: {e}");
                     None
                 }
-                Err(e) => {
-                    debug!("cannot read {state_key} and {slots_key}: {e}");
-                    None
-                }
+                // No answer: tried again (a grant without the state would lose
+                // `prev=crashed`).
+                Ok(Err(why)) => return Err(self.fail("cannot read the lock state", why)),
+                Err(e) => return Err(e),
             };
             let prev = read.as_ref().and_then(|(st, _)| {
                 st.kvs
@@ -655,6 +685,15 @@ impl Etcd {
                 None => (false, None),
                 Some(Some((word, n))) => (word != "clean", n.parse::<u64>().ok()),
                 Some(None) => (true, None),
+            };
+            // Our own mark, of a try whose answer was lost: what it replaced is what we found.
+            let ours = prev.as_deref().is_some_and(|p| self.marks.iter().any(|m| m == p));
+            let dirty = match (ours, self.found) {
+                (true, Some(found)) => found,
+                _ => {
+                    self.found = Some(dirty);
+                    dirty
+                }
             };
             if self.mode == Mode::Shared {
                 let recorded = read.as_ref().map(|(_, sl)| {
@@ -701,6 +740,9 @@ impl Etcd {
                 agree(before)?;
             }
             let mark = format!("dirty {}", self.rev);
+            if !self.marks.contains(&mark) {
+                self.marks.push(mark.clone());
+            }
             let n = self.slots.max(1).to_string();
             let wrote = self.call(limit, |mut c| {
                 let (sk, nk, mark, n) = (state_key.clone(), slots_key.clone(), mark.clone(), n.clone());
@@ -713,9 +755,9 @@ impl Etcd {
                 Ok(Ok(r)) if r.succeeded => r.header.map_or(0, |h| h.revision),
                 // Someone granted meanwhile: read again.
                 Ok(Ok(_)) => continue,
-                Ok(Err(e)) => {
-                    let why = e.to_string();
-                    if several {
+                Ok(Err(why)) => {
+                    if several || !why.starts_with("denied: ") {
+                        // No answer: it may have landed; the next try finds our mark.
                         return Err(self.fail("cannot record the lock's number of slots", why));
                     }
                     debug!("cannot mark the lock state: {why}");
@@ -848,7 +890,8 @@ impl Etcd {
         let Some(mut c) = self.client.clone() else {
             return;
         };
-        let limit = self.timeout.min(Duration::from_secs(3));
+        let limit = request_by(self.timeout.min(Duration::from_secs(3)), self.by)
+            .saturating_duration_since(Instant::now());
         match self.run(limit, async move { c.lease_revoke(lease).await }) {
             Ok(Ok(_)) => debug!("revoked lease {lease:016x}"),
             Ok(Err(e)) => debug!("cannot revoke lease {lease:016x}: {e}"),
@@ -961,6 +1004,9 @@ impl Etcd {
 
 impl Drop for Etcd {
     fn drop(&mut self) {
+        // A waiter that gives up: its revoke bounded like a try's last request (a member that
+        // does not answer lets the lease expire by itself, its keeper gone).
+        self.by = Some(Instant::now());
         self.revoke();
     }
 }
@@ -970,9 +1016,17 @@ impl Backend for Etcd {
         "etcd"
     }
 
+    /// A try whose server did not answer comes back with the backend: its key is named by
+    /// its own lease, so a put that landed without its answer is found as ours by the next
+    /// try (its place kept), a lease granted without its answer expires unused, and a `dirty`
+    /// mark that landed is recognised ([`Etcd::grant`]).
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
-        let tried = self.attempt()?;
-        Ok(tried.on_server(self))
+        let tried = self.attempt();
+        Tried::or_unanswered(tried, self)
+    }
+
+    fn answer_by(&mut self, by: Option<Instant>) {
+        self.by = by;
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {

@@ -263,6 +263,16 @@ impl Backend for Fair {
         self.lock.as_ref().expect("the lock is back").name()
     }
 
+    fn answer_by(&mut self, by: Option<Instant>) {
+        let watched = self.watched.as_mut().map(|(_, b)| b);
+        for b in [self.lock.as_mut(), self.entering.as_mut(), watched]
+            .into_iter()
+            .flatten()
+        {
+            b.answer_by(by);
+        }
+    }
+
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
         self.beat();
         if self.place.is_none() {

@@ -64,8 +64,8 @@
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
-use super::lock::{Attempt, Backend, Beats, Break, BreakOutcome, Holder, Named, WaitHint};
-use crate::error::{Result, err};
+use super::lock::{Attempt, Backend, Beats, Break, BreakOutcome, Holder, Named, Tried, WaitHint};
+use crate::error::{Kind, Result, err};
 use crate::log::info;
 use crate::watch::Watcher;
 
@@ -87,6 +87,8 @@ pub struct Ftp {
     /// A shared (reader) lock was asked for (see `shared.rs`).
     shared: bool,
     sh: shared::State,
+    /// The last try got no answer: a marker of ours may stand that no one knows of.
+    unsure: bool,
 }
 
 impl Ftp {
@@ -96,6 +98,7 @@ impl Ftp {
             heartbeat: profile.common.heartbeat(),
             shared: profile.common.shared,
             sh: shared::State::default(),
+            unsure: false,
         }
     }
 }
@@ -105,9 +108,19 @@ impl Backend for Ftp {
         "ftp"
     }
 
+    /// A try whose server did not answer comes back with the backend: its owner record
+    /// (nonce) is kept across tries, so a marker of ours that landed without its reply is
+    /// found and taken as ours (the gate's, a reader's registration), an empty lock directory
+    /// our unanswered `MKD` may have made is removed, and a token rename of ours that landed is
+    /// recognised (`Gate::recognise`, `shared::State::register`, `Session::issue_token`).
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
-        let tried = self.sh.attempt(&mut self.g, self.shared)?;
-        Ok(tried.on_server(self))
+        let tried = self.sh.attempt(&mut self.g, self.shared);
+        self.unsure = tried.as_ref().is_err_and(|e| e.kind() == Kind::Unavailable);
+        Tried::or_unanswered(tried, self)
+    }
+
+    fn answer_by(&mut self, by: Option<Instant>) {
+        self.g.by = by;
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
@@ -200,6 +213,12 @@ impl Beats for Ftp {
 impl Drop for Ftp {
     fn drop(&mut self) {
         self.sh.abandon_gate(&mut self.g);
+        // A locker that gives up after a try got no answer takes away what that try may have
+        // left: our marker (found by our nonce) and its lock directory.
+        if self.unsure {
+            self.sh.give_back_reader(&mut self.g);
+            self.g.give_back();
+        }
     }
 }
 

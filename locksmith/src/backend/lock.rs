@@ -212,6 +212,22 @@ impl<B: Beats> Held for OnServer<B> {
     }
 }
 
+/// The least bound a request of a try gets near the wait's deadline (see
+/// [`Backend::answer_by`]): a try begun as the wait runs out still gets an answer from a
+/// server that is merely slow, rather than a timeout that says nothing about the lock.
+pub const LAST_BOUND: Duration = Duration::from_secs(1);
+
+/// When a request sent now must be answered: `bound` from now, but not past `by` (the wait's
+/// deadline, [`Backend::answer_by`]) unless that leaves less than [`LAST_BOUND`].
+pub fn request_by(bound: Duration, by: Option<Instant>) -> Instant {
+    let now = Instant::now();
+    let full = now + bound;
+    match by {
+        Some(by) => full.min(by.max(now + LAST_BOUND.min(bound))),
+        None => full,
+    }
+}
+
 /// How to wait between attempts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaitHint {
@@ -263,6 +279,12 @@ pub trait Backend: Send {
 
     /// Descriptors that become readable when another attempt is worthwhile.
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>>;
+
+    /// The wait's deadline, told before each try (`None`: no deadline): a backend whose tries
+    /// talk to a server bounds each request of a try by [`request_by`], so that a server that
+    /// does not answer keeps the wait past its deadline by at most [`LAST_BOUND`], not by a
+    /// whole request bound. Others ignore it.
+    fn answer_by(&mut self, _by: Option<Instant>) {}
 
     /// At the latest, how soon to try again whatever [`WaitHint`] says (a fair queue's
     /// waiter keeps its place alive); `None`: no such bound.

@@ -44,7 +44,10 @@ use postgres::{CancelToken, Client, Config, NoTls};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::address::Address;
-use super::lock::{Attempt, Backend, Beats, Break, BreakOutcome, Grant, Holder, Named, Tried, WaitHint};
+use super::lock::{
+    Attempt, Backend, Beats, Break, BreakOutcome, Grant, Holder, Named, Tried, WaitHint,
+    request_by,
+};
 use super::wake::Blocking;
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info};
@@ -360,6 +363,14 @@ pub struct Postgres {
     slots: u32,
     /// What to ask before issuing over another recorded number of slots.
     agree: Option<super::lock::Agree>,
+    /// The server pid of our session (`pg_backend_pid()`, read when it was opened).
+    session: Option<i32>,
+    /// Sessions of ours given up after a request got no answer (issue 27): the next try
+    /// ends them on the server before it tries the lock ([`Postgres::end_lost_sessions`]).
+    lost: Vec<i32>,
+    /// While waiting with a deadline: it bounds a try's connect and its
+    /// `pg_try_advisory_lock` ([`Postgres::within`]).
+    by: Option<Instant>,
 }
 
 /// A thread blocked in `pg_advisory_lock` on our connection, and how to cancel its query.
@@ -384,7 +395,98 @@ impl Postgres {
             token: None,
             slots: profile.common.slots,
             agree: None,
+            session: None,
+            lost: Vec::new(),
+            by: None,
         }
+    }
+
+    /// Runs `f` (a request of a try) on a thread of its own and waits for it until the
+    /// request bound (`stale_after`, 2–10 s), not past the wait's deadline
+    /// ([`request_by`]): the driver has no timeout of its own, and a server that accepts the
+    /// connection but does not answer (paused, or its answers lost) would hold the try until it
+    /// closes the session (`authentication_timeout`, a minute). No answer by then:
+    /// `Unavailable`, and the thread is left to end with the session (dropping it closes the
+    /// session, which frees anything a late answer took; [`Postgres::give_up_session`]).
+    fn within<T: Send + 'static>(
+        &self,
+        what: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let bound = self
+            .stale_after
+            .clamp(Duration::from_secs(2), Duration::from_secs(10));
+        let sent = Instant::now();
+        let deadline = request_by(bound, self.by);
+        let call = Blocking::spawn("pg-request", None, f)
+            .map_err(|e| Error::io("cannot start a PostgreSQL request thread", e))?;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ms = PollTimeout::try_from(left.as_micros().div_ceil(1000)).unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(call.fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, ms) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(Error::io("poll", e.into())),
+                Ok(_) => {}
+            }
+            if call.returned() {
+                return call
+                    .join()
+                    .ok_or_else(|| err!(Io, "a PostgreSQL request thread failed"));
+            }
+            if left.is_zero() {
+                return Err(err!(
+                    Unavailable,
+                    "{what} ({}): no answer within {}",
+                    self.server(),
+                    fmt_duration(Instant::now().saturating_duration_since(sent))
+                ));
+            }
+        }
+    }
+
+    /// **A request of a try that got no answer** (issue 27): the session is given up, and
+    /// the wait goes on ([`Attempt::Unanswered`]). An advisory lock is its session's: no
+    /// other session can adopt it, so a request that may have landed (a
+    /// `pg_try_advisory_lock` that took it, a `pg_advisory_lock` granted while its answer
+    /// was lost) leaves the lock with a session we no longer talk to. Dropping the session
+    /// frees it where the server sees the connection close (a broken connection, a server
+    /// restart: nothing is left); where it does not (a half-open connection, the network
+    /// cut), the server would keep it until its keepalive gives up (`stale_after`, told at
+    /// connect) — so the next try first ends our own lost sessions by their server pid
+    /// (`pg_terminate_backend`, allowed for a session of the same role), checked against our
+    /// `application_name` (a reused server pid is not ours). Recognising the old session's
+    /// lock as ours instead would need that session back, which is what did not answer.
+    /// Never two holders: the new session takes the lock only once the old one has let go.
+    fn give_up_session(&mut self) {
+        self.client = None;
+        // The thread blocked on the old session ends with it (detached).
+        self.waiter = None;
+        if let Some(pid) = self.session.take() {
+            self.lost.push(pid);
+        }
+    }
+
+    /// Ends our sessions given up after a lost answer ([`Postgres::give_up_session`]).
+    fn end_lost_sessions(&mut self) -> Result<()> {
+        if self.lost.is_empty() {
+            return Ok(());
+        }
+        let pids = self.lost.clone();
+        let app = app_name(None);
+        let r = self.client()?.query(
+            "SELECT pid FROM pg_stat_activity WHERE pid = ANY($1) AND application_name = $2 \
+             AND pid <> pg_backend_pid() AND pg_terminate_backend(pid)",
+            &[&pids, &app],
+        );
+        let rows = r.map_err(|e| self.error("cannot end a session of ours that did not answer", &e))?;
+        for row in rows {
+            let pid: i32 = row.get(0);
+            info!("ended a session of ours whose answer was lost (server pid {pid}): it may have held the lock");
+        }
+        self.lost.clear();
+        Ok(())
     }
 
     /// What every session tells the server: give up on this connection once nothing has
@@ -524,13 +626,30 @@ impl Postgres {
     fn client(&mut self) -> Result<&mut Client> {
         if self.client.is_none() {
             let config = self.config()?;
-            let c = match self.tls()? {
+            let tls = self.tls()?;
+            let connect = move || match tls {
                 None => config.connect(NoTls),
                 Some(tls) => config.connect(tls),
+            };
+            // While waiting with a deadline, bounded (the driver's `connect_timeout` covers
+            // the socket, not the server's answers).
+            let c = match self.by {
+                Some(_) => self.within("cannot connect", connect)?,
+                None => connect(),
             }
             .map_err(|e| self.error("cannot connect", &e))?;
             self.client = Some(c);
             self.tell_server_when_to_give_up()?;
+            // Its server pid, to end it should a request of it go unanswered.
+            self.session = self.client.as_mut().and_then(|c| {
+                c.simple_query("SELECT pg_backend_pid()")
+                    .ok()?
+                    .into_iter()
+                    .find_map(|m| match m {
+                        postgres::SimpleQueryMessage::Row(r) => r.get(0)?.parse().ok(),
+                        _ => None,
+                    })
+            });
         }
         Ok(self.client.as_mut().expect("connected above"))
     }
@@ -806,11 +925,25 @@ impl Postgres {
             }
             return Ok(Tried::Took(self.grant()?));
         }
+        self.end_lost_sessions()?;
         let q = self.lock_fn(true);
         let lock = self.cfg.lock.clone();
-        let got = {
-            let client = self.client()?;
-            client.query_one(&q, &[&lock]).map(|r| r.get::<_, bool>(0))
+        let got = match self.by {
+            // Bounded: the session goes with the thread if no answer comes in time.
+            Some(_) => {
+                self.client()?;
+                let mut c = self.client.take().expect("connected above");
+                let (c, r) = self.within("cannot take the advisory lock", move || {
+                    let r = c.query_one(&q, &[&lock]).map(|r| r.get::<_, bool>(0));
+                    (c, r)
+                })?;
+                self.client = Some(c);
+                r
+            }
+            None => {
+                let client = self.client()?;
+                client.query_one(&q, &[&lock]).map(|r| r.get::<_, bool>(0))
+            }
         }
         .map_err(|e| self.error("cannot take the advisory lock", &e))?;
         if got {
@@ -902,9 +1035,21 @@ impl Backend for Postgres {
         "postgres"
     }
 
+    /// A try whose request got no answer gives its session up and comes back with the
+    /// backend ([`Postgres::give_up_session`] argues why that is safe).
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
-        let tried = self.attempt()?;
-        Ok(tried.on_server(self))
+        let tried = self.attempt();
+        if tried.as_ref().is_err_and(|e| e.kind() == Kind::Unavailable) {
+            self.give_up_session();
+        }
+        if matches!(tried, Ok(Tried::Took(_))) {
+            self.by = None;
+        }
+        Tried::or_unanswered(tried, self)
+    }
+
+    fn answer_by(&mut self, by: Option<Instant>) {
+        self.by = by;
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {

@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 use super::address::Address;
 use super::lock::{
     Attempt, Backend, Beats, Break, BreakOutcome, Grant, Holder, Named, Tried, WaitHint,
+    request_by,
 };
 use super::owner::{Parsed, Record};
 use super::wake::{Blocking, Wakeups};
@@ -213,13 +214,33 @@ pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
 /// slots, the record we were told to take over (empty: only our own number). `{"took",
 /// value, prev state, token}` (a reader's adds the record of the number of slots), `{"busy"}`, `{"ask", record}` (another number recorded: nothing
 /// taken) or `{"again"}` (the record changed since).
+///
+/// **Ours already** (issue 27): a take of this acquisition whose answer was lost may have
+/// landed. The owner record is unique per acquisition (its nonce), so a key whose value is our
+/// record plus ` token=N`, or a live member of the readers that is our record, is ours: taken
+/// again as it is — the same token, its expiry renewed from now (the holder's lease counts
+/// from this try), `prev` as the landed take found it (the state keeps it: `dirty N
+/// was=crashed|clean`). Nothing is taken twice, no token is drawn twice.
 const ACQUIRE: &str = r"
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local px = tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-if redis.call('EXISTS', KEYS[1]) == 1 then return {'busy'} end
+local mine = ARGV[2] .. ' token='
+local cur = redis.call('GET', KEYS[1])
+if ARGV[1] == 'w' and cur and string.sub(cur, 1, #mine) == mine then
+  redis.call('PEXPIRE', KEYS[1], px)
+  local st = redis.call('GET', KEYS[4]) or ''
+  local prev = string.match(st, ' was=crashed$') and 'dirty' or ''
+  return {'took', cur, prev, string.sub(cur, #mine + 1)}
+end
+if ARGV[1] == 'r' and redis.call('ZSCORE', KEYS[2], ARGV[2]) then
+  redis.call('ZADD', KEYS[2], 'XX', now + px, ARGV[2])
+  if redis.call('PTTL', KEYS[2]) < px then redis.call('PEXPIRE', KEYS[2], px) end
+  return {'took', ARGV[2], '', redis.call('GET', KEYS[3]) or '', redis.call('GET', KEYS[6]) or ''}
+end
+if cur then return {'busy'} end
 if ARGV[1] == 'w' then
   if redis.call('ZCARD', KEYS[2]) > 0 then
     local mark = redis.call('GET', KEYS[5])
@@ -236,11 +257,12 @@ if ARGV[1] == 'w' then
     return {'again'}
   end
   local tok = redis.call('INCR', KEYS[3])
-  local v = ARGV[2] .. ' token=' .. tok
+  local v = mine .. tok
   if not redis.call('SET', KEYS[1], v, 'NX', 'PX', px) then return {'busy'} end
   redis.call('SET', KEYS[6], ARGV[5] .. ' ' .. (tonumber(ver or '0') + 1))
   local prev = redis.call('GET', KEYS[4]) or ''
-  redis.call('SET', KEYS[4], 'dirty ' .. tok)
+  local was = (prev ~= '' and string.sub(prev, 1, 6) ~= 'clean ') and 'crashed' or 'clean'
+  redis.call('SET', KEYS[4], 'dirty ' .. tok .. ' was=' .. was)
   if redis.call('GET', KEYS[5]) == ARGV[4] then redis.call('DEL', KEYS[5]) end
   return {'took', v, prev, tostring(tok)}
 end
@@ -314,10 +336,28 @@ end
 return redis.call('EXISTS', KEYS[1], KEYS[5]) == 0 and 1 or 0
 ";
 
-/// A waiting writer that gives up takes its mark away. ARGV: its nonce.
-const UNMARK: &str = r"
-if redis.call('GET', KEYS[5]) == ARGV[1] then return redis.call('DEL', KEYS[5]) end
-return 0
+/// A waiter that gives up takes away what it may have left (issue 27): its waiting writer's
+/// mark, and a take of its own whose answer was lost (the key whose value is our record plus
+/// ` token=N`, or our member of the readers) — given back as the landed take found the state:
+/// `clean N`, unless that take found a crash (`was=crashed`: the state stays `dirty`, the next
+/// writer says `prev=crashed`). ARGV: our owner record, our nonce. 1 if a take was given back.
+const GIVE_BACK: &str = r"
+local n = 0
+local mine = ARGV[1] .. ' token='
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #mine) == mine then
+  redis.call('DEL', KEYS[1])
+  local st = redis.call('GET', KEYS[4]) or ''
+  if not string.match(st, ' was=crashed$') then
+    redis.call('SET', KEYS[4], 'clean ' .. string.sub(cur, #mine + 1))
+  end
+  n = 1
+elseif redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+  n = 1
+end
+if redis.call('GET', KEYS[5]) == ARGV[2] then redis.call('DEL', KEYS[5]) end
+if n == 1 then redis.pcall('PUBLISH', KEYS[1] .. '.released', '1') end
+return n
 ";
 
 /// The lock's number of slots as recorded (`"N VERSION"`, `''` before any), read only.
@@ -350,6 +390,9 @@ pub struct Redis {
     heartbeat: Duration,
     /// Bound for one request that is not a heartbeat.
     timeout: Duration,
+    /// While waiting: the wait's deadline, which bounds each request of a try too
+    /// ([`Backend::answer_by`]).
+    by: Option<Instant>,
     conn: Option<Conn>,
     tls: Option<Arc<rustls::ClientConfig>>,
     /// This acquisition's owner record (without its token) and nonce.
@@ -360,6 +403,9 @@ pub struct Redis {
     token: Option<u64>,
     /// Whether we may have left a waiting writer's mark.
     marked: bool,
+    /// Whether a take of ours got no answer (it may have landed): the next try finds it by our
+    /// record ([`ACQUIRE`]), and dropping the backend gives it back ([`GIVE_BACK`]).
+    unsure: bool,
     wake: Wakeups,
     /// While waiting: a thread blocked on a connection subscribed to `KEY.released`, which
     /// every release publishes to (an expiry publishes nothing: the backoff timer finds it).
@@ -397,6 +443,7 @@ impl Redis {
                 .common
                 .stale_after
                 .clamp(Duration::from_secs(2), Duration::from_secs(10)),
+            by: None,
             conn: None,
             tls: None,
             nonce: rec.nonce.clone(),
@@ -404,6 +451,7 @@ impl Redis {
             value: None,
             token: None,
             marked: false,
+            unsure: false,
             wake: Wakeups::default(),
             waiter: None,
             subscribed: None,
@@ -552,12 +600,13 @@ impl Redis {
         let mut conn = match self.subscribed.take() {
             Some(c) => c,
             None => {
-                let mut c = self.connect(Instant::now() + self.timeout)?;
+                // Bounded like a try's requests: a server that stops answering here must
+                // not hold the wait past its deadline.
+                let mut c = self.connect(request_by(self.timeout, self.by))?;
                 let channel = format!("{}.released", self.cfg.key);
-                let deadline = Instant::now() + self.timeout;
-                c.send(&[b"SUBSCRIBE", channel.as_bytes()], deadline)
-                    .map_err(|e| Error::io("SUBSCRIBE", e))?;
-                match c.next().map_err(|e| Error::io("SUBSCRIBE", e))? {
+                let deadline = request_by(self.timeout, self.by);
+                let reply = c.call(&[b"SUBSCRIBE", channel.as_bytes()], deadline);
+                match reply.map_err(|e| Error::io("SUBSCRIBE", e))? {
                     Value::Array(_) => {}
                     other => return Err(err!(Io, "SUBSCRIBE answered {other:?}")),
                 }
@@ -602,9 +651,9 @@ impl Redis {
         }
     }
 
-    /// One request, bounded by the usual timeout.
+    /// One request, bounded by the usual timeout (and, while waiting, by the wait's deadline).
     fn run(&mut self, what: &str, script: &str, args: &[&str]) -> Result<Value> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = request_by(self.timeout, self.by);
         self.eval(what, script, args, deadline)
     }
 
@@ -661,7 +710,12 @@ impl Redis {
             }
             let (mode, record, nonce) = (self.mode_arg(), self.record.clone(), self.nonce.clone());
             let args = [mode, record.as_str(), px.as_str(), nonce.as_str(), n.as_str(), over.as_str()];
-            let v = self.run("cannot take the lock", ACQUIRE, &args)?;
+            // Unanswered, it may still land: remembered until an answer settles it.
+            self.unsure = true;
+            let v = self
+                .run("cannot take the lock", ACQUIRE, &args)
+                .inspect_err(|e| self.unsure = e.kind() == Kind::Unavailable)?;
+            self.unsure = false;
             let items = v.items();
             let text = |i: usize| items.get(i).and_then(Value::text).unwrap_or_default();
             match text(0).as_str() {
@@ -687,6 +741,7 @@ impl Redis {
             }
             tries += 1;
             if text(0) == "took" {
+                self.by = None;
                 self.stop_waiting();
                 self.wake.forget_holder();
                 self.marked = false;
@@ -761,13 +816,20 @@ fn holder(value: &str, mode: Mode, epoch: Option<u64>) -> Holder {
 impl Drop for Redis {
     fn drop(&mut self) {
         self.stop_waiting();
-        // A waiting writer that gives up takes its mark away (else readers wait for it to
-        // expire).
-        if self.marked && self.value.is_none() && self.conn.is_some() {
-            let nonce = self.nonce.clone();
+        // A waiter that gives up takes away its waiting writer's mark (else readers wait for
+        // it to expire) and a take of its own whose answer was lost (else the lock stays
+        // taken until it expires).
+        if self.value.is_none() && (self.marked || self.unsure) {
+            let (record, nonce) = (self.record.clone(), self.nonce.clone());
             let deadline = Instant::now() + Duration::from_secs(1);
-            if let Err(e) = self.eval("cannot remove the waiting writer's mark", UNMARK, &[&nonce], deadline) {
-                debug!("{e}");
+            match self.eval("cannot give back what the wait left", GIVE_BACK, &[&record, &nonce], deadline) {
+                Ok(v) if v.int() == Some(1) => info!("gave back a take of ours whose answer was lost"),
+                Ok(_) => {}
+                Err(e) if self.unsure => info!(
+                    "a take of lock `{}` got no answer and may have landed; if it did, it stays until it expires ({e})",
+                    self.cfg.key
+                ),
+                Err(e) => debug!("{e}"),
             }
         }
     }
@@ -778,9 +840,15 @@ impl Backend for Redis {
         "redis"
     }
 
+    /// A try whose server did not answer comes back with the backend (its record, unique to
+    /// this acquisition): the next try finds a take of ours that landed ([`ACQUIRE`]).
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
-        let tried = self.attempt()?;
-        Ok(tried.on_server(self))
+        let tried = self.attempt();
+        Tried::or_unanswered(tried, self)
+    }
+
+    fn answer_by(&mut self, by: Option<Instant>) {
+        self.by = by;
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {

@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use super::address::Address;
 use super::lock::{
     Agree, Attempt, Backend, Beats, Break, BreakOutcome, Holder, Named, Tried, WaitHint,
+    request_by,
 };
 use super::owner::{Record, State, next_token, parse_state_entry, state_entry};
 use super::stale::{Evidence, Holders, Judge};
@@ -260,6 +261,9 @@ pub struct Site {
     client: Option<Client>,
     /// Bound for one request.
     timeout: Duration,
+    /// While waiting: the wait's deadline, which bounds each request of a try too
+    /// ([`Backend::answer_by`]).
+    by: Option<Instant>,
     /// Whether we hold (a failed request is then LOST, not unavailable).
     held: bool,
 }
@@ -285,8 +289,15 @@ impl Site {
                 .common
                 .stale_after
                 .clamp(Duration::from_secs(2), Duration::from_secs(10)),
+            by: None,
             held: false,
         }
+    }
+
+    /// The bound of a request sent now: `timeout`, and while waiting not past the wait's
+    /// deadline ([`request_by`]).
+    fn limit(&self) -> Duration {
+        request_by(self.timeout, self.by).saturating_duration_since(Instant::now())
     }
 
     fn shown(&self) -> String {
@@ -418,7 +429,7 @@ impl Site {
 
     /// An object's evidence from a GET: its record, ETag, age on the server's clock.
     fn evidence(&mut self, key: &str, mode: Mode) -> Result<Option<Evidence>> {
-        let limit = self.timeout;
+        let limit = self.limit();
         let r = self.call("GET", key, &[], Cond::None, &[], limit)?;
         if r.status == 404 {
             return Ok(None);
@@ -455,7 +466,7 @@ impl Site {
     fn list(&mut self, prefix: &str) -> Result<Vec<String>> {
         let mut keys = Vec::new();
         let mut token = String::new();
-        let limit = self.timeout;
+        let limit = self.limit();
         loop {
             let mut q = vec![("list-type", "2"), ("prefix", prefix)];
             if !token.is_empty() {
@@ -506,7 +517,7 @@ impl Site {
     fn remove(&mut self, ev: &Evidence) -> Result<bool> {
         let key = ev.key.to_string_lossy().into_owned();
         let etag = String::from_utf8_lossy(&ev.sign).into_owned();
-        let limit = self.timeout;
+        let limit = self.limit();
         let r = self.call("DELETE", &key, &[], Cond::Is(&etag), &[], limit)?;
         match r.status {
             200 | 204 => Ok(true),
@@ -523,7 +534,7 @@ impl Site {
     /// [`Site::state`], and the nonce of the acquisition that wrote it (`by=`), if named.
     fn state_by(&mut self) -> Result<(Option<State>, Option<String>, Option<String>)> {
         let key = self.state_key();
-        let limit = self.timeout;
+        let limit = self.limit();
         let r = self.call("GET", &key, &[], Cond::None, &[], limit)?;
         if r.status == 404 {
             return Ok((None, None, None));
@@ -640,7 +651,7 @@ impl S3 {
     fn create(&mut self) -> Result<bool> {
         let key = self.our_key();
         let body = self.next_body();
-        let limit = self.site.timeout;
+        let limit = self.site.limit();
         let sent = Instant::now();
         // Unanswered (or a 5xx: a gateway's timeout), it may still land: remembered until an
         // answer settles it. Refused (403, 400…), it did not.
@@ -751,7 +762,7 @@ impl S3 {
     /// cleanly; `prev=crashed` is each slot's own), as the other backends' slots do.
     fn take_token(&mut self) -> Result<(u64, bool)> {
         let key = self.site.state_key();
-        let limit = self.site.timeout;
+        let limit = self.site.limit();
         let several = self.slots > 1;
         let rounds = if several { 200 } else { 20 };
         for round in 0..rounds {
@@ -854,7 +865,7 @@ impl S3 {
                 return Ok(self.clear(Which::Writer)?.map(Tried::Busy));
             }
             debug!("created {}", self.site.shown());
-        } else if self.judge_due() && !self.rewrite(self.site.timeout)? {
+        } else if self.judge_due() && !self.rewrite(self.site.limit())? {
             // Our waiting object was broken (we stalled): queue again.
             info!("our object {} was taken away; trying again", self.site.shown());
             self.mine = None;
@@ -867,7 +878,7 @@ impl S3 {
         let (token, dirty) = self.take_token()?;
         self.record.token = Some(token);
         // Confirms the object is still ours, and writes its token for status and break.
-        if !self.rewrite(self.site.timeout)? {
+        if !self.rewrite(self.site.limit())? {
             self.mine = None;
             self.record.token = None;
             return Ok(None);
@@ -892,7 +903,7 @@ impl S3 {
             return Ok(None);
         }
         let key = self.site.cfg.key.clone();
-        let limit = self.site.timeout;
+        let limit = self.site.limit();
         let r = self.site.call("HEAD", &key, &[], Cond::None, &[], limit)?;
         match r.status {
             404 => {
@@ -943,7 +954,14 @@ impl Backend for S3 {
     /// create): the next try recognises a write of ours that landed ([`S3::adopt`]).
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
         let tried = self.attempt();
+        if matches!(tried, Ok(Tried::Took(_))) {
+            self.site.by = None;
+        }
         Tried::or_unanswered(tried, self)
+    }
+
+    fn answer_by(&mut self, by: Option<Instant>) {
+        self.site.by = by;
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
@@ -1023,7 +1041,7 @@ impl Beats for S3 {
     }
 
     fn free(&mut self) -> Result<()> {
-        let limit = self.site.timeout;
+        let limit = self.site.limit();
         self.site.held = false;
         self.taken = None;
         let Some(mine) = self.mine.clone() else {

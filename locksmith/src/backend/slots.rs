@@ -27,6 +27,7 @@
 use std::os::fd::BorrowedFd;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::lock::{
     Agree, Attempt, Backend, Break, BreakOutcome, Grant, Held, Holder, NotReleased, WaitHint,
@@ -194,6 +195,12 @@ fn agreement(lock: String, n: u32, ours: Option<u32>, open: Opener) -> Agree {
 impl Backend for Slots {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn answer_by(&mut self, by: Option<Instant>) {
+        for (_, lock) in self.each() {
+            lock.answer_by(by);
+        }
     }
 
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {

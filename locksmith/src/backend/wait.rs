@@ -55,7 +55,7 @@ impl Backoff {
 ///
 /// **A try the server did not answer** ([`Attempt::Unanswered`]: a request timed out, the
 /// connection was refused, a 5xx) ends the wait only if the contender is not waiting: it
-/// has never seen the lock busy and has no `--wait` time left (`--wait 0`, or the default
+/// has never seen the lock busy and has no `--wait` to wait for (`--wait 0`, or the default
 /// `forever` before any answer — an endpoint that is wrong from the start is told at once,
 /// 69, as SPEC §4 says of an unreachable server). A waiter — one that saw the lock busy, or
 /// has time left before its deadline — says once on stderr that the server does not
@@ -70,8 +70,17 @@ impl Backoff {
 /// write return `Unanswered` (the contract says so): a request that timed out may have
 /// succeeded on the server, and the backend keeps what it sent (its nonce) so that the next
 /// try adopts the object it finds as its own — never holding twice, never leaving it behind
-/// (`s3`: the create's `If-None-Match: *` answers 412 and the owner record's nonce is ours).
-/// Other backends still end the wait with the error.
+/// (`s3`: the create's `If-None-Match: *` answers 412 and the owner record's nonce is ours;
+/// `redis`: the key's value is our record; `etcd`: the key is named by our lease; `ftp`: the
+/// owner marker's nonce; `postgres` gives the session up instead and ends it on the server —
+/// each backend's `try_acquire` says how). Other backends still end the wait with the error.
+///
+/// **The deadline bounds the requests too** (but `--wait 0`'s one try, which gets its whole
+/// request bound): each try is told it ([`Backend::answer_by`]),
+/// and a backend that talks to a server bounds each request of the try by it, leaving at
+/// least [`LAST_BOUND`](super::lock::LAST_BOUND): a server that stops answering keeps a wait
+/// past its deadline by about a second, not by a whole request bound (up to 10 s). Where a
+/// backend does not (see each backend's `answer_by`), one request may still run past it.
 pub fn acquire(
     mut open: impl FnMut() -> Result<Box<dyn Backend>>,
     profile: &str,
@@ -83,6 +92,9 @@ pub fn acquire(
         Wait::Forever => None,
         Wait::For(d) => Some(began + d),
     };
+    // What bounds a try's requests: the deadline of a wait; not of `--wait 0`, whose one try
+    // gets its whole request bound (a cap would only make a slow answer look like none).
+    let by = deadline.filter(|_| matches!(common.wait, Wait::For(d) if !d.is_zero()));
     let mut lock = open()?;
     let mut backoff = Backoff::new(common);
     let mut said = false;
@@ -94,6 +106,7 @@ pub fn acquire(
     let mut unanswered: Option<Error> = None;
     loop {
         let began = crate::sys::boottime();
+        lock.answer_by(by);
         match lock.try_acquire()? {
             Attempt::Acquired(held) => {
                 let began = held.began().map_or(began, |b| b.max(began));
@@ -127,8 +140,11 @@ pub fn acquire(
             }
             Attempt::Unanswered(backend, e) => {
                 lock = backend;
-                let time_left = deadline.is_some_and(|d| Instant::now() < d);
-                if !seen_busy && !time_left {
+                // A contender that never saw the lock busy and is not waiting (`--wait 0`,
+                // or `forever` before any answer) is told at once; one with a `--wait` is
+                // told at its deadline, below, as "gave up after waiting".
+                let waits = matches!(common.wait, Wait::For(d) if !d.is_zero());
+                if !seen_busy && !waits {
                     return Err(e);
                 }
                 if unanswered.is_none() {

@@ -10,12 +10,12 @@ use super::config::FtpConfig;
 use super::marker::{is_marker, parse_marker};
 use super::ours::{Claimed, Ours, Place};
 use super::session::{self, ACQUIRE_TIMEOUT, Look, Session};
-use crate::backend::lock::{Grant, Holder, Named, Tried};
+use crate::backend::lock::{Grant, Holder, Named, Tried, request_by};
 use crate::backend::owner::{Parsed, Record};
 use crate::backend::stale::{Evidence, Holders, Judge};
 use crate::backend::wake::Wakeups;
 use crate::error::{Kind, Result, err};
-use crate::log::debug;
+use crate::log::{debug, info};
 use crate::protocol::Mode;
 
 /// The gate of one lock, and our acquisition of it.
@@ -28,6 +28,15 @@ pub(super) struct Gate {
     pub(super) judge: Judge,
     /// The pidfd of a same-host holder (no directory events over FTP).
     pub(super) wake: Wakeups,
+    /// This acquisition's owner record, kept across tries: a marker of ours made by an `MKD`
+    /// whose reply was lost is found by its nonce and taken as ours (issue 27), where a new
+    /// nonce would make it look like a live holder until `stale_after`.
+    rec: Option<Record>,
+    /// An `MKD PATH` of ours went unanswered and may have made an empty lock directory.
+    unsure_dir: bool,
+    /// While waiting: the wait's deadline, which bounds each command of a try too
+    /// ([`Backend::answer_by`](crate::backend::lock::Backend::answer_by)).
+    pub(super) by: Option<std::time::Instant>,
 }
 
 impl Gate {
@@ -40,18 +49,34 @@ impl Gate {
             ours: None,
             judge,
             wake: Wakeups::default(),
+            rec: None,
+            unsure_dir: false,
+            by: None,
         }
+    }
+
+    /// This acquisition's owner record (made once, kept across tries).
+    pub(super) fn record(&mut self) -> Record {
+        let profile = &self.profile;
+        self.rec.get_or_insert_with(|| Record::ours(profile)).clone()
     }
 
     /// `MKD`, then the owner marker inside. `Ok(false)`: refused (exists, or see below).
     fn create(&mut self) -> Result<bool> {
         let path = self.s.cfg.path.clone();
+        let rec = self.record();
+        let was_unsure = self.unsure_dir;
+        // Unanswered, it may still land: remembered until a look settles it.
+        self.unsure_dir = true;
         if let Err((code, text)) = self.s.cmd("MKD", |c| c.mkdir(path.as_str()))? {
             debug!("MKD {path}: {text} (code {code})");
+            self.unsure_dir = was_unsure;
             self.s.last_mkd = Some(text);
             return Ok(false);
         }
-        let ours = Ours::new(Place::Owner, Record::ours(&self.profile));
+        // A new gate: no token of ours can stand in the state yet.
+        self.s.issued = None;
+        let ours = Ours::new(Place::Owner, rec);
         let target = ours.path(&self.s);
         match self.s.cmd("MKD", |c| c.mkdir(target.as_str())) {
             Ok(Ok(())) => {}
@@ -84,7 +109,43 @@ impl Gate {
             }
         }
         self.ours = Some(ours);
+        self.unsure_dir = false;
         Ok(true)
+    }
+
+    /// After a refused `MKD PATH`, the lock directory as listed: our own marker, made by a
+    /// try whose reply was lost, is taken as ours — renamed at once (a heartbeat: waiters
+    /// count its silence from now, no earlier than this try) — `Ok(true)`. An empty directory
+    /// an unanswered `MKD PATH` of ours may have made is removed (`RMD` fails if a marker
+    /// appeared meanwhile; a locker between its two `MKD`s finds its directory gone and tries
+    /// again) — `Ok(false)`, to try again.
+    fn recognise(&mut self, names: &[String]) -> Result<Option<bool>> {
+        let Some(rec) = self.rec.clone() else {
+            return Ok(None);
+        };
+        let mine = names.iter().find_map(|n| {
+            let (r, seq) = parse_marker(n)?;
+            (r.nonce == rec.nonce).then(|| (n.clone(), seq))
+        });
+        if let Some((name, seq)) = mine {
+            let mut ours = Ours::found(Place::Owner, rec, name, seq);
+            ours.beat(&mut self.s)?;
+            info!(
+                "lock {}: an owner marker of ours whose reply was lost is there; it is ours",
+                self.s.url()
+            );
+            self.ours = Some(ours);
+            self.unsure_dir = false;
+            return Ok(Some(true));
+        }
+        if names.is_empty() && self.unsure_dir {
+            let path = self.s.cfg.path.clone();
+            let r = self.s.cmd("RMD", |c| c.rmdir(path.as_str()))?;
+            debug!("RMD {path} (an unanswered MKD of ours may have made it): {r:?}");
+            self.unsure_dir = false;
+            return Ok(Some(false));
+        }
+        Ok(None)
     }
 
     /// One heartbeat: rename our marker to the next sequence number.
@@ -112,19 +173,29 @@ impl Gate {
             // 550 is ambiguous (exists, missing parent, permission, a file in the way):
             // decide by looking, never by the reply's text.
             match self.s.look()? {
-                Look::Dir(names) => match self.judge.clear_dead(
-                    &mut Listing {
-                        s: &mut self.s,
-                        listed: Some(names),
-                    },
-                    &mut self.wake,
-                )? {
-                    Some(h) => {
-                        holders = h;
-                        break;
+                Look::Dir(names) => {
+                    match self.recognise(&names)? {
+                        Some(true) => {
+                            self.s.set_timeout(self.s.hold_timeout());
+                            return Ok(Tried::Took(self.judge.grant(&mut self.wake, None)));
+                        }
+                        Some(false) => continue,
+                        None => {}
                     }
-                    None => continue,
-                },
+                    match self.judge.clear_dead(
+                        &mut Listing {
+                            s: &mut self.s,
+                            listed: Some(names),
+                        },
+                        &mut self.wake,
+                    )? {
+                        Some(h) => {
+                            holders = h;
+                            break;
+                        }
+                        None => continue,
+                    }
+                }
                 Look::Gone => {
                     if let Some(parent) = self.s.parent().map(str::to_string)
                         && !self.s.is_dir(&parent)?
@@ -179,7 +250,9 @@ impl Gate {
     }
 
     pub(super) fn try_gate(&mut self) -> Result<Tried> {
-        self.s.set_timeout(ACQUIRE_TIMEOUT);
+        let bound = request_by(ACQUIRE_TIMEOUT, self.by);
+        self.s
+            .set_timeout(bound.saturating_duration_since(std::time::Instant::now()));
         // A connection that worked and then broke (server restart, a dropped session) is
         // re-established a few times; a server that cannot be reached at all is an error.
         let mut retries = 0;
@@ -225,6 +298,37 @@ impl Gate {
         }
         self.ours = None;
         Ok(())
+    }
+
+    /// Gives back what an unanswered try may have left (a locker giving up): our marker, found
+    /// by our nonce, is claimed and its lock directory freed; an empty lock directory our
+    /// unanswered `MKD` may have made is removed. Best effort, on a short bound: what stays is
+    /// broken as stale later.
+    pub(super) fn give_back(&mut self) {
+        let Some(rec) = self.rec.clone() else {
+            return;
+        };
+        self.s.deadline = Some(std::time::Instant::now() + Duration::from_secs(2));
+        if self.ours.is_none()
+            && let Ok(Look::Dir(names)) = self.s.look()
+        {
+            if let Some((name, seq)) = names.iter().find_map(|n| {
+                let (r, seq) = parse_marker(n)?;
+                (r.nonce == rec.nonce).then(|| (n.clone(), seq))
+            }) {
+                self.ours = Some(Ours::found(Place::Owner, rec, name, seq));
+            } else if names.is_empty() && self.unsure_dir {
+                let path = self.s.cfg.path.clone();
+                let _ = self.s.cmd("RMD", |c| c.rmdir(path.as_str()));
+            }
+        }
+        if self.ours.is_some() {
+            match self.release_once() {
+                Ok(()) => info!("gave back lock {}: a try of ours whose reply was lost had taken it", self.s.url()),
+                Err(e) => info!("a try of ours whose reply was lost may have taken lock {}; it stays until it is stale ({e})", self.s.url()),
+            }
+        }
+        self.s.deadline = None;
     }
 
     /// The holder of the gate (exclusive), if any.

@@ -95,6 +95,18 @@ impl Ours {
         }
     }
 
+    /// A marker of ours found on the server by its nonce (made by a request whose reply was
+    /// lost), named `marker` at `seq`.
+    pub(super) fn found(place: Place, rec: Record, marker: String, seq: u64) -> Ours {
+        Ours {
+            marker,
+            rec,
+            seq,
+            claim_sent: false,
+            place,
+        }
+    }
+
     /// Where it is on the server.
     pub(super) fn path(&self, s: &Session) -> String {
         self.place.path(s, &self.marker)

@@ -83,6 +83,10 @@ pub(super) struct Session {
     pub(super) slots: u32,
     /// What to ask before issuing over another recorded number of slots.
     pub(super) agree: Option<crate::backend::lock::Agree>,
+    /// The state entry a token issue of ours renames to (or makes), its token and whether the
+    /// state before it was dirty, while our gate marker stands: a rename whose reply was lost
+    /// is found as ours by the next issue (issue 27). Cleared when a new gate is made.
+    pub(super) issued: Option<(String, u64, bool)>,
 }
 
 impl Session {
@@ -97,6 +101,7 @@ impl Session {
             timeout_ms: Arc::new(AtomicU64::new(ACQUIRE_TIMEOUT.as_millis() as u64)),
             deadline: None,
             last_mkd: None,
+            issued: None,
         }
     }
 

@@ -30,7 +30,7 @@ use super::marker::parse_reader;
 use super::ours::{Ours, Place};
 use super::session::Session;
 use crate::backend::lock::{Break, BreakOutcome, Grant, Holder, Tried};
-use crate::backend::owner::{Parsed, Record};
+use crate::backend::owner::Parsed;
 use crate::backend::stale::{Evidence, Holders};
 use crate::error::{Kind, Result, err};
 use crate::log::{debug, info};
@@ -43,6 +43,9 @@ pub(super) struct State {
     pub(super) reader: Option<Ours>,
     /// A writer holding the gate while readers drain: the grant it will hand out.
     pub(super) draining: Option<Grant>,
+    /// A reader registration of ours went unanswered and may have landed (issue 27): the
+    /// next registration looks for it by our nonce, and a reader giving up takes it away.
+    pub(super) unsure: bool,
 }
 
 fn reader_holder(name: &str) -> Holder {
@@ -91,16 +94,39 @@ impl State {
     /// Registers our reader marker (under the gate).
     fn register(&mut self, g: &mut Gate) -> Result<()> {
         let dir = g.s.readers_dir();
-        let ours = Ours::new(Place::Reader, Record::ours(&g.profile));
+        // The acquisition's record, kept across tries: a registration of ours whose reply was
+        // lost is found by its nonce.
+        let ours = Ours::new(Place::Reader, g.record());
         let target = ours.path(&g.s);
         let mut refusal = None;
         for _ in 0..2 {
+            let was_unsure = self.unsure;
+            self.unsure = true;
             match g.s.cmd("MKD", |c| c.mkdir(target.as_str()))? {
                 Ok(()) => {
+                    self.unsure = false;
                     self.reader = Some(ours);
                     return Ok(());
                 }
-                Err(r) => refusal = Some(r),
+                Err(r) => {
+                    self.unsure = was_unsure;
+                    refusal = Some(r);
+                }
+            }
+            if self.unsure
+                && let Some((name, seq)) = ours.find(&mut g.s)?
+            {
+                // Ours, made by a registration whose reply was lost: renamed at once (writers
+                // count a reader's silence from now).
+                let mut found = Ours::found(Place::Reader, ours.rec.clone(), name, seq);
+                found.beat(&mut g.s)?;
+                info!(
+                    "shared lock {}: a reader marker of ours whose reply was lost is there; it is ours",
+                    g.s.url()
+                );
+                self.unsure = false;
+                self.reader = Some(found);
+                return Ok(());
             }
             // Act, then look: the usual refusal is a missing `NAME.readers`.
             let _ = g.s.cmd("MKD", |c| c.mkdir(dir.as_str()))?;
@@ -238,6 +264,24 @@ impl State {
                 BreakOutcome::Broken(h) => Some(h),
             },
         )
+    }
+
+    /// A reader giving up after an unanswered registration: its marker, if it landed, is
+    /// claimed (best effort, on a short bound: what stays is broken as stale later).
+    pub(super) fn give_back_reader(&mut self, g: &mut Gate) {
+        if !self.unsure || self.reader.is_some() {
+            return;
+        }
+        g.s.deadline = Some(std::time::Instant::now() + std::time::Duration::from_secs(2));
+        let ours = Ours::new(Place::Reader, g.record());
+        if let Ok(Some((name, seq))) = ours.find(&mut g.s) {
+            let mut found = Ours::found(Place::Reader, ours.rec.clone(), name, seq);
+            match found.claim(&mut g.s) {
+                Ok(_) => info!("gave back a reader registration of ours whose reply was lost"),
+                Err(e) => info!("a reader registration of ours whose reply was lost stays until it is stale ({e})"),
+            }
+        }
+        g.s.deadline = None;
     }
 
     /// A writer that gave up while readers drained frees the gate (best effort: if this

@@ -68,6 +68,13 @@ impl Session {
                 std::thread::sleep(std::time::Duration::from_millis(fastrand::u64(1..20)));
             }
             match self.read_state()? {
+                // Ours: an issue of ours whose reply was lost went through (no one else
+                // issues while our gate marker stands — but for slots, whose holders share the
+                // counter: never remembered there).
+                Some((name, _)) if self.issued.as_ref().is_some_and(|(to, _, _)| *to == name) => {
+                    let (_, token, dirty) = self.issued.clone().expect("matched above");
+                    return Ok((token, dirty));
+                }
                 Some((name, st)) => {
                     if st.slots() != self.slots.max(1)
                         && let Some(agree) = &self.agree
@@ -80,10 +87,13 @@ impl Session {
                         clean: several && st.clean,
                         slots: self.slots,
                     });
+                    // Unanswered, it may still land: remembered until an answer settles it.
+                    self.issued = (!several).then(|| (next.clone(), st.token + 1, !st.clean));
                     let (from, to) = (format!("{dir}/{name}"), format!("{dir}/{next}"));
                     match self.cmd("RNFR/RNTO", |c| c.rename(from.as_str(), to.as_str()))? {
                         Ok(()) => return Ok((st.token + 1, !several && !st.clean)),
                         Err((code, text)) => {
+                            self.issued = None;
                             debug!("state {from} → {to}: {text} (code {code}); reading again");
                         }
                     }
@@ -93,17 +103,17 @@ impl Session {
                     // listing alone (a server's hiccup) must never restart the tokens at 1.
                     let made = self.cmd("MKD", |c| c.mkdir(dir.as_str()))?.is_ok();
                     if made || self.entries(&dir)?.is_empty() && self.is_dir(&dir)? {
-                        let first = format!(
-                            "{dir}/{}",
-                            state_name(State {
-                                token: 1,
-                                clean: false,
-                                slots: self.slots,
-                            })
-                        );
+                        let name = state_name(State {
+                            token: 1,
+                            clean: false,
+                            slots: self.slots,
+                        });
+                        self.issued = (!several).then(|| (name.clone(), 1, false));
+                        let first = format!("{dir}/{name}");
                         if self.cmd("MKD", |c| c.mkdir(first.as_str()))?.is_ok() {
                             return Ok((1, false));
                         }
+                        self.issued = None;
                     }
                 }
             }

@@ -263,17 +263,6 @@ impl Conn {
         self.io.get_ref().tcp().try_clone()
     }
 
-    /// Sends one request without waiting for its reply (`SUBSCRIBE`).
-    pub fn send(&mut self, args: &[&[u8]], deadline: Instant) -> io::Result<()> {
-        set_timeouts(
-            self.io.get_ref().tcp(),
-            deadline.saturating_duration_since(Instant::now()),
-        )?;
-        let s = self.io.get_mut();
-        s.write_all(&encode(args))?;
-        s.flush()
-    }
-
     /// Reads the next reply (a message on a subscribed connection) whenever it comes.
     pub fn next(&mut self) -> io::Result<Value> {
         self.io.get_ref().tcp().set_read_timeout(None)?;

@@ -205,6 +205,14 @@ impl Seaweed {
             if s.said_ready() && listening(&s) {
                 return Ok(Ok(s));
             }
+            // A port taken between our look and weed's bind (an outgoing connection's source
+            // port: the admin port is in the ephemeral range) stops that component, and weed
+            // then never says it is ready: other ports (seen in the clean-clone CI: the admin
+            // server's "bind: address already in use", then 30 s of waiting).
+            let log = s.log();
+            if log.contains("address already in use") {
+                return Ok(Err(format!("a port was taken as weed bound it: {log}")));
+            }
             if t0.elapsed() > Duration::from_secs(30) {
                 return Err(NotStarted::Failed(format!(
                     "weed mini was not ready on {} within 30 s: {}",

@@ -413,6 +413,20 @@ fn fair_line_is_served_in_order_and_a_killed_waiter_does_not_stall_it() {
 
 /// A relay before `pg` ([`testkit::mute`]) and a sandbox whose profile `pgrelay` locks `pg`
 /// through it, beside [`PgSandbox::sandbox`]'s profiles.
+/// A holder of `pg` (its token), and a waiter on `pgrelay` (through [`via_relay`]) waiting in
+/// the server.
+fn holder_and_waiter_via_relay(pg: &Pg) -> (testkit::mute::Relay, Sandbox, Held, Held, u64) {
+    let (relay, sb) = via_relay(pg);
+    let a = sb.hold(["pg"]);
+    let t1 = token_of(a.ok());
+    let mut b = sb.spawn_hold(["--wait", "120s", "pgrelay"]);
+    b.wait_stderr("waiting for lock", T);
+    eventually(T, "the waiter waits in the server", || {
+        advisory(pg, false) == "1\n"
+    });
+    (relay, sb, a, b, t1)
+}
+
 fn via_relay(pg: &Pg) -> (testkit::mute::Relay, Sandbox) {
     let upstream = format!("{}:{}", pg.host, pg.port).parse().unwrap();
     let relay = testkit::mute::Relay::start(upstream);
@@ -444,14 +458,7 @@ fn postgres_waiter_whose_connection_breaks_keeps_waiting_and_gets_the_lock() {
     let Some(pg) = NotStarted::or_skip(Pg::start()) else {
         return;
     };
-    let (relay, sb) = via_relay(&pg);
-    let mut a = sb.hold(["pg"]);
-    let t1 = token_of(a.ok());
-    let mut b = sb.spawn_hold(["--wait", "120s", "pgrelay"]);
-    b.wait_stderr("waiting for lock", T);
-    eventually(T, "the waiter waits in the server", || {
-        advisory(&pg, false) == "1\n"
-    });
+    let (relay, _sb, mut a, mut b, t1) = holder_and_waiter_via_relay(&pg);
     relay.cut();
     let said = b.wait_stderr("no answer", T);
     assert!(said.contains("still waiting"), "{said}");
@@ -485,14 +492,7 @@ fn postgres_waiter_ends_its_own_lost_session_before_trying_again() {
     let Some(pg) = NotStarted::or_skip(Pg::start()) else {
         return;
     };
-    let (relay, sb) = via_relay(&pg);
-    let mut a = sb.hold(["pg"]);
-    let t1 = token_of(a.ok());
-    let mut b = sb.spawn_hold(["--wait", "120s", "pgrelay"]);
-    b.wait_stderr("waiting for lock", T);
-    eventually(T, "the waiter waits in the server", || {
-        advisory(&pg, false) == "1\n"
-    });
+    let (relay, _sb, mut a, mut b, t1) = holder_and_waiter_via_relay(&pg);
     relay.abandon();
     b.wait_stderr("the server answers again", T);
     // Only the new session waits: the old one, which the server kept, was ended.

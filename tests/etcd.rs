@@ -883,6 +883,15 @@ fn etcd_fair_line_is_served_in_order_and_a_killed_waiter_does_not_stall_it() {
     crate::fair::check_fair(&sb, &|a| sb.cmd(a), "e", "etcd");
 }
 
+/// `b` holds: exactly one key under the prefix (its own); its release leaves none.
+fn sole_holder_leaves_nothing(e: &Etcd, mut b: Held) {
+    let keys = e.keys("/t/e/");
+    assert_eq!(keys.lines().count(), 1, "{keys}");
+    b.close_stdout();
+    assert_eq!(code(b.wait_exit(T)), 0, "{}", b.stderr_text());
+    assert!(e.keys("/t/e/").is_empty(), "{}", e.keys("/t/e/"));
+}
+
 fn pause_member(e: &Etcd, sig: nix::sys::signal::Signal) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(e.pid()), sig).unwrap();
 }
@@ -919,11 +928,7 @@ fn etcd_waiter_outlives_a_paused_member_and_gets_the_lock() {
         line,
         format!("OK efast backend=etcd mode=exclusive token={t2} prev=crashed\n")
     );
-    let keys = e.keys("/t/e/");
-    assert_eq!(keys.lines().count(), 1, "{keys}");
-    b.close_stdout();
-    assert_eq!(code(b.wait_exit(T)), 0, "{}", b.stderr_text());
-    assert!(e.keys("/t/e/").is_empty(), "{}", e.keys("/t/e/"));
+    sole_holder_leaves_nothing(&e, b);
 }
 
 /// Issue 27: a waiter whose member stays away past its `--wait` ends with 69 (unavailable:
@@ -1004,11 +1009,7 @@ fn etcd_a_locker_whose_answers_are_lost_takes_the_lock_once_and_leaves_nothing()
     let t2 = token_of(&line);
     assert!(t2 > t1, "{line}");
     assert!(!line.contains("prev=crashed"), "{line}");
-    let keys = e.keys("/t/e/");
-    assert_eq!(keys.lines().count(), 1, "{keys}");
-    b.close_stdout();
-    assert_eq!(code(b.wait_exit(T)), 0, "{}", b.stderr_text());
-    assert!(e.keys("/t/e/").is_empty(), "{}", e.keys("/t/e/"));
+    sole_holder_leaves_nothing(&e, b);
 }
 
 /// Issue 27: the `dirty` mark of a grant lands while its answer is lost (a relay passes the

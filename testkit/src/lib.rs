@@ -19,6 +19,7 @@
 //!   [`token_of`].
 
 pub mod faulty;
+pub mod fuse;
 pub mod mute;
 pub mod net;
 pub mod postgres;

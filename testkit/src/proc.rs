@@ -729,3 +729,21 @@ pub fn output_within(mut c: Command, t: Duration) -> Output {
         stderr,
     }
 }
+
+/// The processes of process group `pg` other than its leader.
+pub(crate) fn group_members(pg: i32) -> Vec<i32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != pg)
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                // After the command's ")": state, ppid, pgrp.
+                s.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<i32>().ok())
+                    == Some(pg)
+            })
+        })
+        .collect()
+}

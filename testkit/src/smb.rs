@@ -246,7 +246,7 @@ impl Smb {
 
     /// Names in `share/dir`, read on the server.
     pub fn server_listing(&self) -> Vec<String> {
-        listing(&self.server)
+        crate::fuse::listing(&self.server)
     }
 
     /// The fixture's processes: both smbnetfs, smbd and its children.
@@ -254,52 +254,19 @@ impl Smb {
         let mut v: Vec<i32> = self.mounts.iter().map(|(_, c)| c.id() as i32).collect();
         if let Some(s) = &self.smbd {
             v.push(s.id() as i32);
-            v.extend(crate::sshfs::group_members(s.id() as i32));
+            v.extend(crate::proc::group_members(s.id() as i32));
         }
         v
     }
 }
 
-/// The names in `dir`, sorted.
-pub fn listing(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
 impl Drop for Smb {
     fn drop(&mut self) {
-        for (mnt, _) in &self.mounts {
-            let _ = Command::new("fusermount3")
-                .args(["-u", "-z"])
-                .arg(mnt)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-        for (_, child) in &mut self.mounts {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
-        for (_, child) in &mut self.mounts {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        crate::fuse::unmount(&mut self.mounts);
         if let Some(mut smbd) = self.smbd.take() {
             // smbd leads its own group: its children (one per connection) go too.
             let pg = nix::unistd::Pid::from_raw(smbd.id() as i32);
-            let members = crate::sshfs::group_members(smbd.id() as i32);
+            let members = crate::proc::group_members(smbd.id() as i32);
             let _ = nix::sys::signal::killpg(pg, nix::sys::signal::Signal::SIGTERM);
             let deadline = Instant::now() + Duration::from_secs(5);
             while smbd.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
@@ -317,15 +284,7 @@ impl Drop for Smb {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
-        if let Some(root) = self.root.take()
-            && self.mounts.iter().any(|(m, _)| mounted(m))
-        {
-            eprintln!(
-                "smb fixture: a mount under {} is still there; leaving it",
-                root.path().display()
-            );
-            let _ = root.keep();
-        }
+        crate::fuse::remove_root(&mut self.root, &self.mounts, FSTYPE);
     }
 }
 
@@ -347,11 +306,7 @@ fn failed(why: String) -> NotStarted {
 
 /// Whether an smbnetfs mount sits at `mnt`.
 pub fn mounted(mnt: &Path) -> bool {
-    let want = mnt.to_string_lossy();
-    fs::read_to_string("/proc/self/mountinfo").is_ok_and(|info| {
-        info.lines().any(|l| {
-            let mut f = l.split(' ');
-            f.nth(4) == Some(&*want) && l.contains(" - fuse.smbnetfs ")
-        })
-    })
+    crate::fuse::mounted(mnt, FSTYPE)
 }
+
+const FSTYPE: &str = "fuse.smbnetfs";

@@ -220,7 +220,7 @@ impl Sshfs {
         let mut v: Vec<i32> = self.mounts.iter().map(|(_, c)| c.id() as i32).collect();
         if let Some(socat) = &self.socat {
             v.push(socat.id() as i32);
-            v.extend(group_members(socat.id() as i32));
+            v.extend(crate::proc::group_members(socat.id() as i32));
         }
         v
     }
@@ -244,51 +244,20 @@ impl Sshfs {
 
     /// Names in the served directory, read on the server (no client cache in the way).
     pub fn server_listing(&self) -> Vec<String> {
-        let mut v: Vec<String> = fs::read_dir(&self.server)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
+        crate::fuse::listing(&self.server)
     }
 }
 
 impl Drop for Sshfs {
     fn drop(&mut self) {
-        // Lazy: detached at once even if something still has a file open in it.
-        for (mnt, _) in &self.mounts {
-            let _ = Command::new("fusermount3")
-                .arg("-u")
-                .arg("-z")
-                .arg(mnt)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-        // A mount namespace made meanwhile elsewhere (`unshare --mount --propagation private`)
-        // holds a copy of the mount, and with it the FUSE connection: sshfs would not notice
-        // the unmount. SIGTERM ends its loop (and it unmounts what is left in our namespace).
-        for (_, child) in &mut self.mounts {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
-        for (_, child) in &mut self.mounts {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        crate::fuse::unmount(&mut self.mounts);
         if let Some(mut socat) = self.socat.take() {
             // With the clients gone each sftp-server ends, and socat reaps its forks: wait for
             // that (orphans would stay zombies where init does not reap), then end socat. Past
             // the bound, the whole group goes at once.
             let pg = socat.id() as i32;
             let deadline = Instant::now() + Duration::from_secs(5);
-            while !group_members(pg).is_empty() && Instant::now() < deadline {
+            while !crate::proc::group_members(pg).is_empty() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(5));
             }
             let _ = nix::sys::signal::killpg(
@@ -297,35 +266,8 @@ impl Drop for Sshfs {
             );
             let _ = socat.wait();
         }
-        // Only once nothing is mounted in it (else removing it would walk into a mount).
-        if let Some(root) = self.root.take()
-            && self.mounts.iter().any(|(m, _)| mounted(m))
-        {
-            eprintln!(
-                "sshfs fixture: a mount under {} is still there; leaving it",
-                root.path().display()
-            );
-            let _ = root.keep();
-        }
+        crate::fuse::remove_root(&mut self.root, &self.mounts, FSTYPE);
     }
-}
-
-/// The processes of process group `pg` other than its leader.
-pub(crate) fn group_members(pg: i32) -> Vec<i32> {
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| pid != pg)
-        .filter(|pid| {
-            fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                // After the command's ")": state, ppid, pgrp.
-                s.rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<i32>().ok())
-                    == Some(pg)
-            })
-        })
-        .collect()
 }
 
 /// A program or device this machine lacks.
@@ -353,12 +295,7 @@ pub(crate) fn listening(port: u16) -> bool {
 
 /// Whether an sshfs mount sits at `mnt` (`/proc/self/mountinfo`, field 5 and the type).
 pub fn mounted(mnt: &Path) -> bool {
-    let want = mnt.to_string_lossy();
-    fs::read_to_string("/proc/self/mountinfo").is_ok_and(|info| {
-        info.lines().any(|l| {
-            let mut f = l.split(' ');
-            let point = f.nth(4);
-            point == Some(&*want) && l.contains(" - fuse.sshfs ")
-        })
-    })
+    crate::fuse::mounted(mnt, FSTYPE)
 }
+
+const FSTYPE: &str = "fuse.sshfs";

@@ -145,7 +145,7 @@ fn descriptor_pressure_leaves_nothing_behind() {
                                 && errors[0].contains(&name),
                         "{what}: the message names another path: {err}"
                     );
-                    failed_inside |= errors[0].contains(".new/beat.");
+                    failed_inside |= errors[0].contains(".new/beat");
                 }
                 c => panic!("{what}: exit {c}: {err}"),
             }

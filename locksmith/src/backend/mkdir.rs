@@ -229,7 +229,7 @@ impl Files {
         match published {
             Ok(()) => Ok(true),
             Err(e) => {
-                let _ = tidy(parent, &new);
+                let _ = tidy(parent, &new, &[BEAT]);
                 match e {
                     Errno::EEXIST | Errno::ENOTEMPTY => Ok(false),
                     // Without `symlink(2)` too (SMB through smbnetfs, where `mkdir` is the
@@ -344,14 +344,30 @@ impl Files {
                 nix::unistd::fchown(&fd, None, Some(nix::unistd::Gid::from_raw(g)))
                     .map_err(|e| Error::path("cannot chgrp", &path, e.into()))?;
             }
-            // sshfs answered EEXIST for `beat` from its cache of the lock's previous directory.
-            let tmp = format!("{BEAT}.{}", rec.nonce);
-            self.dir.publish(
-                Some((fd.as_fd(), dir.as_os_str())),
-                tmp.as_ref(),
-                BEAT.as_ref(),
-                &rec.render_beat(0),
-            )?;
+            let beat = rec.render_beat(0);
+            if *dir != self.dir.name && !self.dir.remote() {
+                // Our private `.new` on a local filesystem: nobody writes in it before it is
+                // published, so the record is made under its own name (issue 29: one rename
+                // less per acquisition).
+                let at = Some((fd.as_fd(), dir.as_os_str()));
+                if self.dir.create_file(at, BEAT.as_ref(), &beat)?.is_none() {
+                    return Err(err!(
+                        Io,
+                        "cannot write heartbeat record in {}: something is in the way",
+                        self.dir.shown(dir).display()
+                    ));
+                }
+            } else {
+                // sshfs answered EEXIST for `beat` from its cache of the lock's previous
+                // directory.
+                let tmp = format!("{BEAT}.{}", rec.nonce);
+                self.dir.publish(
+                    Some((fd.as_fd(), dir.as_os_str())),
+                    tmp.as_ref(),
+                    BEAT.as_ref(),
+                    &beat,
+                )?;
+            }
             let owner = format!("{OWNER_PREFIX}{}", rec.nonce);
             let tmp = format!("new.{}", rec.nonce);
             let text = rec.render();
@@ -391,7 +407,7 @@ impl Files {
                 Err(err!(Busy, "exists"))
             }
             Err(e) => {
-                let _ = tidy(self.dir.fd()?, dir);
+                let _ = tidy(self.dir.fd()?, dir, &[BEAT]);
                 Err(e)
             }
             Ok(()) => Ok(()),
@@ -445,7 +461,7 @@ impl Files {
             let nonce = String::from_utf8_lossy(&new.as_bytes()[prefix.len()..prefix.len() + 16]);
             let shown = at.join(&new);
             match unpublished_record(parent, &new, &nonce) {
-                Some(rec) if stale::provably_dead(&rec) => match tidy(parent, &new) {
+                Some(rec) if stale::provably_dead(&rec) => match tidy(parent, &new, &[]) {
                     Ok(()) | Err(Errno::ENOENT) => debug!(
                         "removed {}, left by a locker that died before publishing it ({})",
                         shown.display(),
@@ -564,7 +580,7 @@ impl Files {
             debug!("claimed a record in a directory that is no longer the lock");
             return Ok(false);
         }
-        self.free_name(&crate::host::nonce())
+        self.free_name(&crate::host::nonce(), &[])
     }
 
     /// The breaker that claimed the acquisition in `dir` and has not freed the name (yet):
@@ -588,7 +604,8 @@ impl Files {
     /// Renames the lock directory to a tombstone (works even if something sits inside it),
     /// then tidies the tombstone; tidying may fail without leaving the lock held.
     /// `Ok(false)`: the name was gone already (a network filesystem's cache showed it).
-    fn free_name(&mut self, nonce: &str) -> Result<bool> {
+    /// `known`: the entries the caller knows are inside (removed by name first).
+    fn free_name(&mut self, nonce: &str, known: &[&str]) -> Result<bool> {
         let tomb = self.dir.beside(&format!(".{nonce}.tomb"));
         let name = self.dir.name.clone();
         let path = self.path().to_path_buf();
@@ -614,7 +631,7 @@ impl Files {
                 return Ok(true);
             }
         }
-        if let Err(e) = tidy(parent, &tomb) {
+        if let Err(e) = tidy(parent, &tomb, known) {
             debug!(
                 "left tombstone {} behind: {e}",
                 self.dir.shown(&tomb).display()
@@ -656,8 +673,17 @@ fn describe_maker(rec: &Parsed) -> String {
 /// want of descriptors) is removed without opening anything; a listing holds one descriptor
 /// at a time (issue 28: under `ulimit -n` pressure a second one failed and the directory
 /// stayed).
-fn tidy(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
+fn tidy(parent: BorrowedFd<'_>, dir: &OsString, known: &[&str]) -> nix::Result<()> {
     let rmdir = || unlinkat(parent, dir.as_os_str(), UnlinkatFlags::RemoveDir);
+    // What the caller knows is inside goes first, by name: the usual tombstone (a release's
+    // `releasing.<nonce>` and `beat`) is then removed without listing it (issue 29: a failed
+    // rmdir and the listing's eight calls less per release).
+    for name in known {
+        let mut inside = dir.clone();
+        inside.push("/");
+        inside.push(name);
+        let _ = unlinkat(parent, inside.as_os_str(), UnlinkatFlags::NoRemoveDir);
+    }
     let mut pause = Duration::from_millis(5);
     loop {
         match rmdir() {
@@ -815,7 +841,7 @@ impl Holders for Files {
                 {
                     return self.claim(&dir, entry.split_once('.').map_or("", |(_, n)| n));
                 }
-                self.free_name(&crate::host::nonce())
+                self.free_name(&crate::host::nonce(), &[])
             }
         }
     }
@@ -979,6 +1005,7 @@ impl Files {
         {
             info!("{e}; the next holder will see prev=crashed");
         }
-        self.free_name(&rec.nonce).map(drop)
+        let releasing = format!("{RELEASING_PREFIX}{}", rec.nonce);
+        self.free_name(&rec.nonce, &[&releasing, BEAT]).map(drop)
     }
 }

@@ -36,3 +36,12 @@ pub use config::{BESIDE, FS_KEYS, FsConfig, HEARTBEAT_KEYS, MAX_LOCK_NAME};
 pub use dir::LockDir;
 pub use fs::*;
 pub use record::*;
+
+/// Whether the acquisition with fencing token `token` (none: no state to issue from) looks for
+/// what dead lockers left beside the lock (mkdir's unpublished `.new`, symlink's readers'
+/// groups): one in 16, the one whose token is a multiple of 16. Looking lists the parent,
+/// which costs with its size — 0.81 ms per cycle with 1,000 other entries beside the lock,
+/// were it every cycle (issue 28) — and a leftover costs nothing but a name until then.
+pub fn tidies(token: Option<u64>) -> bool {
+    token.is_none_or(|t| t % 16 == 0)
+}

@@ -95,11 +95,6 @@ use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info, trace};
 use crate::protocol::Mode;
 
-/// One acquisition in this many (the one whose fencing token is a multiple of it) looks for
-/// leftovers of lockers killed before publishing ([`Files::tidy_unpublished`]): the listing
-/// of the parent costs with its size — 0.81 ms per cycle with 1,000 other entries beside the
-/// lock, were it every cycle (issue 28) — and a leftover costs nothing but a name.
-const TIDY_EVERY: u64 = 16;
 
 const OWNER_PREFIX: &str = "owner.";
 /// A holder releasing renames its `owner.<nonce>` to `releasing.<nonce>` (its claim), so the
@@ -422,7 +417,7 @@ impl Files {
     /// a local filesystem (below).
     ///
     /// One listing of the parent, only after an acquisition succeeded, and only one in
-    /// [`TIDY_EVERY`]: waiters never pay for it, and a lock taken and released in a loop pays
+    /// [`lockdir::tidies`]: waiters never pay for it, and a lock taken and released in a loop pays
     /// one `getdents` pass of the parent every 16 cycles. Best effort: what fails is said at
     /// debug level and left.
     fn tidy_unpublished(&mut self, ours: &str) {
@@ -887,7 +882,7 @@ impl Scheme for Files {
         let issued = self.dir.issue_token_exactly(token);
         if let Ok(Some(super::lockdir::state::Issued { prev_crashed, .. })) = issued {
             trace!("took the name: nonce {} token {token}", rec.nonce);
-            if token % TIDY_EVERY == 0 {
+            if lockdir::tidies(rec.token) {
                 self.tidy_unpublished(&rec.nonce);
             }
             let token = rec.token;

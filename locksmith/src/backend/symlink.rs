@@ -56,6 +56,9 @@
 //! A holder paused for longer than `stale_after` can be broken (the honest limit of every
 //! lease; fencing tokens exist for it). NAME naming a group that no longer exists — its last
 //! reader died between `rmdir` and `unlink` — is removed after `stale_after` of no change.
+//! A group left by readers that died before publishing or leaving it is removed by an
+//! exclusive acquisition, one in 16 (`lockdir::tidies`: it lists the parent), once its
+//! readers are proven dead; until then it is only a name.
 //! On NFS, attribute caching (`acdirmax`, 60 s by default) can hide heartbeats: keep
 //! `stale_after` above it.
 
@@ -189,7 +192,7 @@ impl Files {
         lockdir::check_shared(
             &self.dir.path,
             self.dir.remote(),
-            self.dir.fs_name(),
+            || self.dir.fs_name(),
             self.mode,
             self.local,
         )?;
@@ -406,7 +409,8 @@ impl Files {
     }
 
     /// While holding exclusively, no group can be current: remove groups left by readers
-    /// that died before publishing or leaving them (proof of death only).
+    /// that died before publishing or leaving them (proof of death only; one exclusive
+    /// acquisition in 16 looks, [`lockdir::tidies`]).
     fn tidy_groups(&mut self) {
         let Ok(groups) = self.list_beside(&self.group_prefix()) else {
             return;
@@ -768,7 +772,9 @@ impl Files {
             return Err(e);
         }
         self.unmark_waiting();
-        self.tidy_groups();
+        if lockdir::tidies(token) {
+            self.tidy_groups();
+        }
         Ok(Take::Held(held, token, prev))
     }
 

@@ -1291,7 +1291,7 @@ impl Dir {
             Scheme::Symlink => super::check_shared(
                 &s.cfg.path,
                 s.fs.remote,
-                s.fs.name.as_str(),
+                || s.fs.name.as_str(),
                 s.mode,
                 s.cfg.local,
             ),

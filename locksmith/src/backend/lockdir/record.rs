@@ -275,12 +275,13 @@ pub fn parse(content: &[u8]) -> Parsed {
     Record::parse(String::from_utf8_lossy(content).trim())
 }
 
-/// Refuses shared locks on a network filesystem (`remote`, named `fs_name`) unless
-/// `local = true`: a reader's entry is a symlink, whose times it may not set.
-pub fn check_shared(
+/// Refuses shared locks on a network filesystem (`remote`, named by `fs_name`, asked only
+/// for the message: naming a local filesystem reads the mount table) unless `local = true`:
+/// a reader's entry is a symlink, whose times it may not set.
+pub fn check_shared<'a>(
     path: &Path,
     remote: bool,
-    fs_name: &str,
+    fs_name: impl FnOnce() -> &'a str,
     mode: Mode,
     local: bool,
 ) -> Result<()> {
@@ -289,7 +290,7 @@ pub fn check_shared(
             Config,
             "lock {} is on {}: shared symlink locks cannot heartbeat there yet (a reader's entry is a symlink, whose times a network filesystem may not set); take it exclusively, or set local = true if every contender runs on this host",
             path.display(),
-            fs_name
+            fs_name()
         ));
     }
     Ok(())

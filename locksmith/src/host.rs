@@ -24,7 +24,7 @@ pub fn this() -> &'static Host {
             .ok()
             .and_then(|h| h.into_string().ok())
             .unwrap_or_else(|| "unknown".into()),
-        boot_id: fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        boot_id: read_proc("/proc/sys/kernel/random/boot_id")
             .map(|s| s.trim().to_string())
             .unwrap_or_default(),
         pidns: fs::read_link("/proc/self/ns/pid")
@@ -55,7 +55,21 @@ pub struct ProcStat {
 /// `/proc/PID/stat`: state, parent, threads and start time. `None` if there is no such
 /// process.
 pub fn stat(pid: i32) -> Option<ProcStat> {
-    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    parse_stat(&read_proc(&format!("/proc/{pid}/stat"))?)
+}
+
+/// A small `/proc` file, read in one `read(2)` of up to 4 KiB (and one more that says the
+/// end): `fs::read_to_string` first `statx`es it, then reads in growing steps — eight calls
+/// for `/proc/PID/stat`, at every start and every look at a holder (issue 29).
+fn read_proc(path: &str) -> Option<String> {
+    use std::io::Read;
+    let mut f = fs::File::open(path).ok()?;
+    let mut buf = Vec::with_capacity(4096);
+    (&mut f).take(4096).read_to_end(&mut buf).ok()?;
+    if buf.len() == 4096 {
+        f.read_to_end(&mut buf).ok()?;
+    }
+    String::from_utf8(buf).ok()
 }
 
 fn parse_stat(text: &str) -> Option<ProcStat> {

@@ -201,6 +201,21 @@ fn twelve_waiters_are_served_in_the_order_they_came_on_every_file_backend() {
     }
 }
 
+/// Beyond 32 waiters (the network backends' places): the file backends keep 1024 places, so
+/// 60 waiters, each arriving once the one before is in line, are served in the order they
+/// came — one killed among them, far down the line, does not stall it.
+#[test]
+fn sixty_waiters_are_served_in_the_order_they_came_on_flock_and_mkdir() {
+    let _heavy = heavy();
+    let sb = Sandbox::standard();
+    for backend in ["flock", "mkdir"] {
+        let lock = address(&sb, backend, &format!("{backend}.long"));
+        let order = served_in_order(&sb, &|a| sb.cmd(a), &[], &lock, 60, &[45], &[]);
+        let expected: Vec<usize> = (1..=60).filter(|&i| i != 45).collect();
+        assert_eq!(order, expected, "{backend}");
+    }
+}
+
 #[test]
 fn a_semaphore_s_waiters_are_served_in_order_too() {
     let _heavy = heavy();

@@ -23,7 +23,8 @@
 //! only watches the nearest of them: the line ahead of it can only get shorter. A place seen
 //! held whose number is not issued yet is waited on until it is. The nearest place is tried,
 //! not only looked at: the backend breaks a dead or stale waiter's place as part of trying,
-//! and a place found free is given back at once.
+//! and a place found free is given back at once. The number of places is not judged as a
+//! lock's slots are (`Slots::places`): a line kept with another number is joined.
 //!
 //! **Limits:** more waiters than the backend's places (1024 on the file backends, 32 on the
 //! network ones, where each place is one request to read) wait for a place in no particular
@@ -100,7 +101,7 @@ impl Fair {
                     self.common.slots,
                     self.queue.clone(),
                 )
-                .lowest_first(),
+                .places(),
             ),
         };
         match queue.try_acquire()? {

@@ -58,8 +58,8 @@ pub struct Slots {
     slots: Vec<Option<Box<dyn Backend>>>,
     /// When a server must have answered ([`Backend::answer_by`]), for slots opened later.
     answer_by: Option<Instant>,
-    /// Taking the lowest free slot rather than any (a fair queue's places: `fair.rs`).
-    lowest_first: bool,
+    /// A fair queue's places ([`places`](Slots::places)).
+    places: bool,
     /// The first of the slots a waiter watches.
     watched: Option<usize>,
 }
@@ -75,7 +75,7 @@ impl Slots {
             looked: false,
             slots: (0..n.max(1)).map(|_| None).collect(),
             answer_by: None,
-            lowest_first: false,
+            places: false,
             watched: None,
         };
         // The others are opened when first used: a fair queue has many places, and an
@@ -92,11 +92,16 @@ impl Slots {
         self
     }
 
-    /// Takes the lowest free slot (a fair queue's places, so that the places held stay few
-    /// and low), instead of starting at a random one so that contenders find a free slot in
-    /// one try.
-    pub fn lowest_first(mut self) -> Slots {
-        self.lowest_first = true;
+    /// A fair queue's places (`fair.rs`): the lowest free slot is taken, so that the places
+    /// held stay few and low, instead of starting at a random one so that contenders find a
+    /// free slot in one try. And their number is not judged: a place only orders waiters
+    /// (the lock's own slots judge its holders), so a line whose counter records another
+    /// number — kept by a locksmith with other places, as before 1024 on the file backends —
+    /// is joined, not refused.
+    pub fn places(mut self) -> Slots {
+        self.places = true;
+        // Opened by `new` with an agreement: opened again when used, without.
+        self.slots[0] = None;
         self
     }
 
@@ -107,8 +112,14 @@ impl Slots {
         }
         let ours = self.slot(k);
         let mut b = (self.open)(ours);
-        let agree = agreement(self.lock.clone(), self.n, ours, self.open.clone());
-        b.agree_on_slots(agree);
+        if !self.places {
+            b.agree_on_slots(agreement(
+                self.lock.clone(),
+                self.n,
+                ours,
+                self.open.clone(),
+            ));
+        }
         b.answer_by(self.answer_by);
         b
     }
@@ -147,6 +158,9 @@ impl Slots {
     /// An exclusive holder of one slot needs no look here: the counter asked before issuing
     /// its token, over exactly the record it read (see the module's docs).
     fn disagree(&self, grant: &Grant) -> Result<Option<crate::error::Error>> {
+        if self.places {
+            return Ok(None);
+        }
         if self.n == 1 {
             if !self.shared {
                 return Ok(None);
@@ -237,7 +251,7 @@ impl Backend for Slots {
         let began = crate::sys::boottime();
         // Contenders start at different slots, so that a free one is found in one try
         // (unless the lowest free one is wanted).
-        let start = if n > 1 && !self.lowest_first {
+        let start = if n > 1 && !self.places {
             fastrand::usize(..n)
         } else {
             0
@@ -280,7 +294,7 @@ impl Backend for Slots {
         // another number, that number's slots — so that one who disagrees is told now
         // rather than when a slot frees (the first attempt of a wait; the number is still
         // judged at every grant).
-        if self.n > 1 && !self.looked {
+        if self.n > 1 && !self.looked && !self.places {
             self.looked = true;
             for name in [None, Some(self.n)] {
                 let mut other = (self.open)(name);

@@ -5,10 +5,10 @@
 //! **The shape** (every working FIFO semaphore is a fair gate plus a counter): the queue is a
 //! lock of its own beside the lock's name (`NAME.line`) whose slots are the places, as many
 //! as the lock's backend keeps (`Registered::PLACES`: 1024 on the file backends, 32 on the
-//! network ones). A waiter first takes a place — the lowest free slot of the queue (so the
-//! places held stay few and low), a whole lock of SPEC §6 held for as long as it waits: crash
-//! release, proof of death or `stale_after`, heartbeats — and the fencing token of that
-//! grant, from the queue's one counter, is its number in line. Only the waiter whose number
+//! network ones). A waiter first takes a place — the lowest free slot of the queue where the
+//! places held are listed (so they stay few and low), else any: a whole lock of SPEC §6 held
+//! for as long as it waits (crash release, proof of death or `stale_after`, heartbeats) — and
+//! the fencing token of that grant, from the queue's one counter, is its number in line. Only the waiter whose number
 //! is the lowest of the places held (the head) tries the lock itself; once it holds the lock
 //! it gives its place back and the next number is the head. A waiter that gives up, fails,
 //! or whose parent goes gives its place back at once; one killed leaves its place to the
@@ -95,14 +95,26 @@ impl Fair {
     fn enter(&mut self) -> Result<()> {
         let queue = match self.entering.take() {
             Some(q) => q,
-            None => Box::new(
-                Slots::new(
-                    &format!("{} (its fair queue)", self.name),
-                    self.common.slots,
-                    self.queue.clone(),
+            None => {
+                // Where the places held are listed in one read, the lowest free one is taken
+                // (so they stay few and low: the listing stays short); else any, in one try
+                // (each place tried is a request, a session on postgres).
+                let places = self.common.slots;
+                let listed = (self.queue)(None).slots_present(places)?;
+                let first = listed.map(|held| {
+                    (0..places)
+                        .find(|k| held.binary_search(k).is_err())
+                        .unwrap_or(0)
+                });
+                Box::new(
+                    Slots::new(
+                        &format!("{} (its fair queue)", self.name),
+                        places,
+                        self.queue.clone(),
+                    )
+                    .places(first),
                 )
-                .places(),
-            ),
+            }
         };
         match queue.try_acquire()? {
             Attempt::Acquired(held) => {

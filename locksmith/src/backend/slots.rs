@@ -60,6 +60,8 @@ pub struct Slots {
     answer_by: Option<Instant>,
     /// A fair queue's places ([`places`](Slots::places)).
     places: bool,
+    /// The slot tried first, where not at random ([`places`](Slots::places)).
+    first: Option<usize>,
     /// The first of the slots a waiter watches.
     watched: Option<usize>,
 }
@@ -76,6 +78,7 @@ impl Slots {
             slots: (0..n.max(1)).map(|_| None).collect(),
             answer_by: None,
             places: false,
+            first: None,
             watched: None,
         };
         // The others are opened when first used: a fair queue has many places, and an
@@ -92,14 +95,15 @@ impl Slots {
         self
     }
 
-    /// A fair queue's places (`fair.rs`): the lowest free slot is taken, so that the places
-    /// held stay few and low, instead of starting at a random one so that contenders find a
-    /// free slot in one try. And their number is not judged: a place only orders waiters
-    /// (the lock's own slots judge its holders), so a line whose counter records another
-    /// number — kept by a locksmith with other places, as before 1024 on the file backends —
-    /// is joined, not refused.
-    pub fn places(mut self) -> Slots {
+    /// A fair queue's places (`fair.rs`), tried from slot `first` upwards (the lowest that
+    /// looked free, so that the places held stay few and low where they are listed) or, with
+    /// none, from a random one as any semaphore's. Their number is not judged: a place only
+    /// orders waiters (the lock's own slots judge its holders), so a line whose counter
+    /// records another number — kept by a locksmith with other places, as before 1024 on the
+    /// file backends — is joined, not refused.
+    pub fn places(mut self, first: Option<u32>) -> Slots {
         self.places = true;
+        self.first = first.map(|k| (k as usize).min(self.slots.len() - 1));
         // Opened by `new` with an agreement: opened again when used, without.
         self.slots[0] = None;
         self
@@ -250,11 +254,11 @@ impl Backend for Slots {
         let n = self.slots.len();
         let began = crate::sys::boottime();
         // Contenders start at different slots, so that a free one is found in one try
-        // (unless the lowest free one is wanted).
-        let start = if n > 1 && !self.places {
-            fastrand::usize(..n)
-        } else {
-            0
+        // (unless told which looked free).
+        let start = match self.first {
+            Some(k) => k,
+            None if n > 1 => fastrand::usize(..n),
+            None => 0,
         };
         let mut holders = Vec::new();
         for i in 0..n {

@@ -201,6 +201,58 @@ fn twelve_waiters_are_served_in_the_order_they_came_on_every_file_backend() {
     }
 }
 
+/// Beyond 32 waiters (the network backends' places): the file backends keep 1024 places, so
+/// 60 waiters, each arriving once the one before is in line, are served in the order they
+/// came — one killed among them, far down the line, does not stall it.
+#[test]
+fn sixty_waiters_are_served_in_the_order_they_came_on_flock_and_mkdir() {
+    let _heavy = heavy();
+    let sb = Sandbox::standard();
+    for backend in ["flock", "mkdir"] {
+        let lock = address(&sb, backend, &format!("{backend}.long"));
+        let order = served_in_order(&sb, &|a| sb.cmd(a), &[], &lock, 60, &[45], &[]);
+        let expected: Vec<usize> = (1..=60).filter(|&i| i != 45).collect();
+        assert_eq!(order, expected, "{backend}");
+    }
+}
+
+/// A line whose counter records another number of places — kept by a locksmith with other
+/// places (before, 32 on every backend) — is joined, not refused (78): a place held as one
+/// of 32 slots of `NAME.line` is a waiter ahead, and the lock is taken once it leaves.
+#[test]
+fn a_line_kept_with_another_number_of_places_is_joined_not_refused() {
+    let sb = Sandbox::standard();
+    let ls = |a: &[&str]| sb.cmd(a);
+    for backend in ["flock", "mkdir"] {
+        let lock = address(&sb, backend, &format!("{backend}.mixed"));
+        // The line of both is kept by mkdir locks.
+        let place = address(&sb, "mkdir", &format!("{backend}.mixed.line"));
+        let ahead = sb.hold(["--slots", "32", place.as_str()]);
+        assert!(ahead.ok().starts_with("OK "), "{}", ahead.ok());
+        let mut c = sb.cmd(["--fair", "run", lock.as_str(), "--", "true"]);
+        c.stderr(Stdio::piped());
+        let waiter = c.spawn().unwrap();
+        let pid = i64::from(waiter.id());
+        eventually(
+            Duration::from_secs(30),
+            "the waiter is in line, behind the place of 32",
+            || line(&ls, &[], &lock).ends_with(&[pid]) && line(&ls, &[], &lock).len() == 2,
+        );
+        drop(ahead);
+        let o = waiter.wait_with_output().unwrap();
+        assert!(
+            o.status.success(),
+            "{backend}: exit {}: {}",
+            code(o.status),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            line(&ls, &[], &lock).is_empty(),
+            "{backend}: nobody in line"
+        );
+    }
+}
+
 #[test]
 fn a_semaphore_s_waiters_are_served_in_order_too() {
     let _heavy = heavy();

@@ -541,8 +541,8 @@ impl Builder {
     /// - A waiter that gives up ([`wait`](Builder::wait) runs out), fails, or whose process
     ///   goes leaves the line at once; one killed leaves it as a dead holder leaves a lock.
     ///   `locksmith --fair status LOCK` lists the line in order.
-    /// - Only the first waiters in line (the helper keeps 32 places) wait in order; more
-    ///   wait for a place in no order.
+    /// - Only the first waiters in line (the helper keeps 1024 places on the file backends,
+    ///   32 on the network ones) wait in order; more wait for a place in no order.
     /// - For several locks ([`Builder::also`]) it applies to every one.
     pub fn fair(mut self, fair: bool) -> Builder {
         self.fair = fair;

@@ -1029,8 +1029,8 @@ it> (C<< fair => 1 >>, the profile's C<fair = true> or the address's C<?fair=tru
 that does not is not in line and may go first. A waiter that gives up (its C<wait> runs
 out) or whose process goes leaves the line at once; one killed leaves it as a dead holder
 leaves a lock. C<locksmith --fair status LOCK> lists the line in order (C<status --json>:
-C<"waiters">, by the helper's pid, C<helper_pid>). The helper keeps 32 places in line;
-more waiters wait for a place in no order. C<1> passes C<--fair>; C<0>, C<''> or undef (the
+C<"waiters">, by the helper's pid, C<helper_pid>). The helper keeps 1024 places in line
+on the file backends, 32 on the network ones; more waiters wait for a place in no order. C<1> passes C<--fair>; C<0>, C<''> or undef (the
 default) pass nothing, so the profile's or address's C<fair> stands; anything else
 (C<'maybe'>, C<2>) dies with C<NetLock::Error::Usage> before anything is spawned.
 

@@ -3,27 +3,34 @@
 //! rule; a backend supplies only where its queue is (`Registered::queue`).
 //!
 //! **The shape** (every working FIFO semaphore is a fair gate plus a counter): the queue is a
-//! lock of its own beside the lock's name (`NAME.line`) with [`PLACES`] slots. A waiter
-//! first takes a place — any free slot of the queue, a whole lock of SPEC §6 held for as long
-//! as it waits: crash release, proof of death or `stale_after`, heartbeats — and the fencing
-//! token of that grant, from the queue's one counter, is its number in line. Only the waiter
-//! whose number is the lowest of the places held (the head) tries the lock itself; once it
-//! holds the lock it gives its place back and the next number is the head. A waiter that
-//! gives up, fails, or whose parent goes gives its place back at once; one killed leaves its
-//! place to the backend's crash rules (at once on the same host, after `stale_after`
-//! elsewhere), so it never blocks the line longer than a dead holder would block the lock.
+//! lock of its own beside the lock's name (`NAME.line`) whose slots are the places, as many
+//! as the lock's backend keeps (`Registered::PLACES`: 1024 on the file backends, 32 on the
+//! network ones). A waiter first takes a place — the lowest free slot of the queue where the
+//! places held are listed (so they stay few and low), else any: a whole lock of SPEC §6 held
+//! for as long as it waits (crash release, proof of death or `stale_after`, heartbeats) — and
+//! the fencing token of that grant, from the queue's one counter, is its number in line. Only the waiter whose number
+//! is the lowest of the places held (the head) tries the lock itself; once it holds the lock
+//! it gives its place back and the next number is the head. A waiter that gives up, fails,
+//! or whose parent goes gives its place back at once; one killed leaves its place to the
+//! backend's crash rules (at once on the same host, after `stale_after` elsewhere), so it
+//! never blocks the line longer than a dead holder would block the lock.
 //!
 //! **Why the line needs no lock of its own:** numbers are issued in order, and a place is
 //! held before its number is issued, so once a waiter has its number every waiter ahead of it
-//! already holds a place. A waiter reads the places once, keeps those with lower numbers, and
-//! from then on only watches the nearest of them: the line ahead of it can only get shorter.
-//! A place seen held whose number is not issued yet is waited on until it is. The nearest
-//! place is tried, not only looked at: the backend breaks a dead or stale waiter's place as
-//! part of trying, and a place found free is given back at once.
+//! already holds a place. A waiter reads the places once — those that may be held, listed in
+//! one read where the backend can (`Backend::slots_present`: one listing of the directory on
+//! the file backends), else every place — keeps those with lower numbers, and from then on
+//! only watches the nearest of them: the line ahead of it can only get shorter. A place seen
+//! held whose number is not issued yet is waited on until it is. The nearest place is tried,
+//! not only looked at: the backend breaks a dead or stale waiter's place as part of trying,
+//! and a place found free is given back at once. The number of places is not judged as a
+//! lock's slots are (`Slots::places`): a line kept with another number is joined.
 //!
-//! **Limits:** more than [`PLACES`] waiters wait for a place in no particular order; a
-//! contender without `fair` is not in the line and may go first; on a network filesystem a
-//! place may be seen late (its cache time), as every read there.
+//! **Limits:** more waiters than the backend's places (1024 on the file backends, 32 on the
+//! network ones, where each place is one request to read) wait for a place in no particular
+//! order; a contender without `fair` is not in the line and may go first; on a network
+//! filesystem a place may be seen late (its cache time, the listing's included), as every
+//! read there.
 
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
@@ -35,9 +42,6 @@ use crate::log::{debug, info};
 use crate::settings::Common;
 use crate::watch::Watcher;
 
-/// The places of a fair queue: waiters beyond them wait for a place in no order.
-pub const PLACES: u32 = 32;
-
 /// A lock taken through its fair queue.
 pub struct Fair {
     /// The lock as messages name it.
@@ -46,6 +50,7 @@ pub struct Fair {
     lock: Option<Box<dyn Backend>>,
     /// How to open the queue's places.
     queue: Opener,
+    /// The queue's settings: its number of slots is the places (`Registered::PLACES`).
     common: Common,
     /// Not in line yet: the queue, being tried for a place.
     entering: Option<Box<dyn Backend>>,
@@ -90,11 +95,26 @@ impl Fair {
     fn enter(&mut self) -> Result<()> {
         let queue = match self.entering.take() {
             Some(q) => q,
-            None => Box::new(Slots::new(
-                &format!("{} (its fair queue)", self.name),
-                PLACES,
-                self.queue.clone(),
-            )),
+            None => {
+                // Where the places held are listed in one read, the lowest free one is taken
+                // (so they stay few and low: the listing stays short); else any, in one try
+                // (each place tried is a request, a session on postgres).
+                let places = self.common.slots;
+                let listed = (self.queue)(None).slots_present(places)?;
+                let first = listed.map(|held| {
+                    (0..places)
+                        .find(|k| held.binary_search(k).is_err())
+                        .unwrap_or(0)
+                });
+                Box::new(
+                    Slots::new(
+                        &format!("{} (its fair queue)", self.name),
+                        places,
+                        self.queue.clone(),
+                    )
+                    .places(first),
+                )
+            }
         };
         match queue.try_acquire()? {
             Attempt::Acquired(held) => {
@@ -142,7 +162,10 @@ impl Fair {
             // No number (a counter that could not be read): no order to keep.
             return Ok(());
         };
-        for k in (0..PLACES).filter(|&k| k != ours) {
+        for k in present(&self.queue, self.common.slots)?
+            .into_iter()
+            .filter(|&k| k != ours)
+        {
             let mut other = (self.queue)(Some(k));
             for h in other.status()? {
                 match h.token {
@@ -358,10 +381,18 @@ impl Backend for Fair {
     }
 }
 
-/// The waiters of a fair queue, in their order (`status`).
-pub fn waiters(queue: &Opener) -> Result<Vec<Holder>> {
+/// The places of a queue of `places` that may be held, lowest first: those its backend lists
+/// in one read (`Backend::slots_present`), else every one.
+fn present(queue: &Opener, places: u32) -> Result<Vec<u32>> {
+    Ok(queue(None)
+        .slots_present(places)?
+        .unwrap_or_else(|| (0..places).collect()))
+}
+
+/// The waiters of a fair queue of `places`, in their order (`status`).
+pub fn waiters(queue: &Opener, places: u32) -> Result<Vec<Holder>> {
     let mut all = Vec::new();
-    for k in 0..PLACES {
+    for k in present(queue, places)? {
         for mut h in queue(Some(k)).status()? {
             h.slot = None;
             all.push(h);

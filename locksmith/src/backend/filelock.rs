@@ -175,6 +175,10 @@ impl<S: Scheme> Backend for FileLock<S> {
         Ok(Some(st.map_or(1, |s| s.slots())))
     }
 
+    fn slots_present(&mut self, n: u32) -> Result<Option<Vec<u32>>> {
+        self.files.dir_mut().slots_present(n).map(Some)
+    }
+
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.wake.fds()
     }
@@ -236,6 +240,7 @@ impl<S: Scheme + 'static> Registered for FileLock<S> {
     const SHARED: bool = S::SHARED;
     const ON_FILES: bool = true;
     const SLOTS: bool = true;
+    const PLACES: u32 = lockdir::PLACES;
     fn parse(f: &mut Fields) -> Result<FsConfig> {
         FsConfig::parse(f, true)
     }

@@ -638,6 +638,7 @@ impl Registered for Flock {
     fn queue(cfg: &FsConfig) -> Option<FsConfig> {
         Some(cfg.queue())
     }
+    const PLACES: u32 = super::lockdir::PLACES;
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address::path_keys(a)
     }

@@ -269,6 +269,13 @@ pub trait Backend: Send {
     /// recorded number of slots ([`Agree`]). Others have no counter to ask from.
     fn agree_on_slots(&mut self, _agree: Agree) {}
 
+    /// A lock that keeps slots (SPEC §3b): which of its first `n` slots may be held now,
+    /// found in one read where the backend can list them — a superset: every slot held
+    /// throughout the read is among them, lowest first. `None` (the default): look at each.
+    fn slots_present(&mut self, _n: u32) -> Result<Option<Vec<u32>>> {
+        Ok(None)
+    }
+
     /// A lock that keeps slots (SPEC §3b): the number of slots its one counter records now
     /// (1 before any was recorded), read without taking or changing anything, so that a
     /// contender the counter never asks (a reader, a waiter) can be judged by `slots.rs`.
@@ -409,6 +416,12 @@ pub trait Registered {
     fn queue(_cfg: &Self::Config) -> Option<Self::Config> {
         None
     }
+    /// The places of its fair queue (only asked where [`queue`](Registered::queue) keeps one):
+    /// that many waiters are in line, in order; more wait for a place in no order. Places
+    /// cost where they are read one by one (a request each to a server), so a network
+    /// backend keeps few; one that lists the places held in one read
+    /// ([`Backend::slots_present`]) can keep many.
+    const PLACES: u32 = 32;
     /// Reads its keys (a profile section or an address: the same code).
     fn parse(f: &mut Fields) -> Result<Self::Config>;
     /// The keys an address's parts say (its query is added by the registry).

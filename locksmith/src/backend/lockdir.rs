@@ -32,6 +32,11 @@ mod record;
 mod sshfs;
 pub mod state;
 
+/// The places of a file lock's fair queue (SPEC §3b, `fair.rs`): the places held are listed
+/// in one read of the parent ([`LockDir::slots_present`]), so a line of many costs a waiter
+/// one listing, not a look at each place.
+pub const PLACES: u32 = 1024;
+
 pub use config::{BESIDE, FS_KEYS, FsConfig, HEARTBEAT_KEYS, MAX_LOCK_NAME};
 pub use dir::LockDir;
 pub use fs::*;

@@ -126,6 +126,13 @@ macro_rules! backends {
                 }
             }
 
+            /// The places of the lock's fair queue ([`Registered::PLACES`]).
+            pub fn places(&self) -> u32 {
+                match self {
+                    $($(#[cfg($cfg)])? BackendConfig::$variant(_) => <$module::$ty as Registered>::PLACES,)+
+                }
+            }
+
             /// Where the server password comes from, for the server backends.
             pub fn password(&self) -> Option<&Password> {
                 match self {
@@ -264,7 +271,8 @@ fn slots_of(cfg: BackendConfig, named: Named) -> slots::Opener {
 pub fn waiters(profile: &Profile) -> Result<Vec<lock::Holder>> {
     match profile.queue() {
         Some((queue, named)) if profile.common.fair && !profile.common.flock1 => {
-            fair::waiters(&slots_of(queue, named))
+            let places = named.common.slots;
+            fair::waiters(&slots_of(queue, named), places)
         }
         _ => Ok(Vec::new()),
     }
@@ -292,7 +300,8 @@ impl Profile {
     }
 
     /// Its fair queue (SPEC §3b), where its backend keeps one: the queue's settings, and the
-    /// queue as a lock of [`fair::PLACES`] exclusive slots with the lock's timing.
+    /// queue as a lock of exclusive slots — the places, as many as the lock's backend keeps
+    /// ([`Registered::PLACES`]) — with the lock's timing.
     fn queue(&self) -> Option<(BackendConfig, Named)> {
         let cfg = match &self.backend {
             // A flock holder's number cannot be read by others (nothing is written beside a
@@ -303,7 +312,7 @@ impl Profile {
         };
         let common = Common {
             shared: false,
-            slots: fair::PLACES,
+            slots: self.backend.places(),
             fair: false,
             ..self.common.clone()
         };

@@ -53,44 +53,87 @@ pub struct Slots {
     shared: bool,
     /// Whether a busy attempt looked for holders of another number of slots yet.
     looked: bool,
-    /// Slot K's backend (`n` = 1: the lock itself), `None` while trying it.
+    /// Slot K's backend (`n` = 1: the lock itself), opened when first used; `None` before,
+    /// and while trying it.
     slots: Vec<Option<Box<dyn Backend>>>,
+    /// When a server must have answered ([`Backend::answer_by`]), for slots opened later.
+    answer_by: Option<Instant>,
+    /// A fair queue's places ([`places`](Slots::places)).
+    places: bool,
+    /// The slot tried first, where not at random ([`places`](Slots::places)).
+    first: Option<usize>,
     /// The first of the slots a waiter watches.
     watched: Option<usize>,
 }
 
 impl Slots {
     pub fn new(lock: &str, n: u32, open: Opener) -> Slots {
-        let names: Vec<Option<u32>> = if n == 1 {
-            vec![None]
-        } else {
-            (0..n).map(Some).collect()
-        };
-        let slots: Vec<Option<Box<dyn Backend>>> = names
-            .into_iter()
-            .map(|ours| {
-                let mut b = open(ours);
-                b.agree_on_slots(agreement(lock.to_string(), n, ours, open.clone()));
-                Some(b)
-            })
-            .collect();
-        let name = slots[0].as_ref().expect("opened").name();
-        Slots {
-            name,
+        let mut slots = Slots {
+            name: "",
             n,
             lock: lock.to_string(),
             open,
             shared: false,
             looked: false,
-            slots,
+            slots: (0..n.max(1)).map(|_| None).collect(),
+            answer_by: None,
+            places: false,
+            first: None,
             watched: None,
-        }
+        };
+        // The others are opened when first used: a fair queue has many places, and an
+        // acquisition uses few of them.
+        let first = slots.opened(0);
+        slots.name = first.name();
+        slots.slots[0] = Some(first);
+        slots
     }
 
     /// A lock taken `--shared` (with one slot: SPEC §3b refuses more).
     pub fn shared(mut self, shared: bool) -> Slots {
         self.shared = shared;
         self
+    }
+
+    /// A fair queue's places (`fair.rs`), tried from slot `first` upwards (the lowest that
+    /// looked free, so that the places held stay few and low where they are listed) or, with
+    /// none, from a random one as any semaphore's. Their number is not judged: a place only
+    /// orders waiters (the lock's own slots judge its holders), so a line whose counter
+    /// records another number — kept by a locksmith with other places, as before 1024 on the
+    /// file backends — is joined, not refused.
+    pub fn places(mut self, first: Option<u32>) -> Slots {
+        self.places = true;
+        self.first = first.map(|k| (k as usize).min(self.slots.len() - 1));
+        // Opened by `new` with an agreement: opened again when used, without.
+        self.slots[0] = None;
+        self
+    }
+
+    /// Slot `k`'s backend, taken out (opened on first use); put it back when done.
+    fn opened(&mut self, k: usize) -> Box<dyn Backend> {
+        if let Some(b) = self.slots[k].take() {
+            return b;
+        }
+        let ours = self.slot(k);
+        let mut b = (self.open)(ours);
+        if !self.places {
+            b.agree_on_slots(agreement(
+                self.lock.clone(),
+                self.n,
+                ours,
+                self.open.clone(),
+            ));
+        }
+        b.answer_by(self.answer_by);
+        b
+    }
+
+    /// Opens every slot not opened yet (status, break).
+    fn open_all(&mut self) {
+        for k in 0..self.slots.len() {
+            let b = self.opened(k);
+            self.slots[k] = Some(b);
+        }
     }
 
     /// Slot `k`'s number as the OK line and `status` say it (`None` for the lock itself).
@@ -119,6 +162,9 @@ impl Slots {
     /// An exclusive holder of one slot needs no look here: the counter asked before issuing
     /// its token, over exactly the record it read (see the module's docs).
     fn disagree(&self, grant: &Grant) -> Result<Option<crate::error::Error>> {
+        if self.places {
+            return Ok(None);
+        }
         if self.n == 1 {
             if !self.shared {
                 return Ok(None);
@@ -198,6 +244,7 @@ impl Backend for Slots {
     }
 
     fn answer_by(&mut self, by: Option<Instant>) {
+        self.answer_by = by;
         for (_, lock) in self.each() {
             lock.answer_by(by);
         }
@@ -206,14 +253,17 @@ impl Backend for Slots {
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
         let n = self.slots.len();
         let began = crate::sys::boottime();
-        // Contenders start at different slots, so that a free one is found in one try.
-        let start = if n > 1 { fastrand::usize(..n) } else { 0 };
+        // Contenders start at different slots, so that a free one is found in one try
+        // (unless told which looked free).
+        let start = match self.first {
+            Some(k) => k,
+            None if n > 1 => fastrand::usize(..n),
+            None => 0,
+        };
         let mut holders = Vec::new();
         for i in 0..n {
             let k = (start + i) % n;
-            let lock = self.slots[k]
-                .take()
-                .expect("every slot is back between tries");
+            let lock = self.opened(k);
             match lock.try_acquire()? {
                 Attempt::Acquired(held) => {
                     // Refused, or the look failed: the lock goes back either way.
@@ -248,7 +298,7 @@ impl Backend for Slots {
         // another number, that number's slots — so that one who disagrees is told now
         // rather than when a slot frees (the first attempt of a wait; the number is still
         // judged at every grant).
-        if self.n > 1 && !self.looked {
+        if self.n > 1 && !self.looked && !self.places {
             self.looked = true;
             for name in [None, Some(self.n)] {
                 let mut other = (self.open)(name);
@@ -264,10 +314,10 @@ impl Backend for Slots {
             // The counter's number changes only when none of its slots is held (module
             // docs): another number recorded and one of its slots held, ours would be
             // refused when it frees (fewer than recorded: slot N may well be free).
-            let recorded = self.slots[0]
-                .as_mut()
-                .expect("every slot is back")
-                .recorded_slots()?;
+            let mut first = self.opened(0);
+            let recorded = first.recorded_slots();
+            self.slots[0] = Some(first);
+            let recorded = recorded?;
             if let Some(m) = recorded
                 && m != self.n
             {
@@ -285,10 +335,11 @@ impl Backend for Slots {
         let start = *self.watched.get_or_insert_with(|| fastrand::usize(..n));
         let mut poll = n > WATCHED;
         for i in 0..n.min(WATCHED) {
-            let b = self.slots[(start + i) % n]
-                .as_mut()
-                .expect("every slot is back");
-            poll |= b.prepare_wait()?.poll;
+            let k = (start + i) % n;
+            let mut b = self.opened(k);
+            let hint = b.prepare_wait();
+            self.slots[k] = Some(b);
+            poll |= hint?.poll;
         }
         Ok(WaitHint { poll })
     }
@@ -302,6 +353,7 @@ impl Backend for Slots {
     }
 
     fn status(&mut self) -> Result<Vec<Holder>> {
+        self.open_all();
         let mut all = Vec::new();
         for (slot, b) in self.each() {
             for mut h in b.status()? {
@@ -321,6 +373,7 @@ impl Backend for Slots {
                 .expect("opened")
                 .break_lock(how, watcher);
         }
+        self.open_all();
         let mut broken = None;
         let mut refused = None;
         for (slot, b) in self.each() {

@@ -168,6 +168,41 @@ impl LockDir {
         Ok(issued)
     }
 
+    /// Which of the first `n` slots of this lock may be held, lowest first: the names
+    /// `NAME.slot-K` present in one listing of the parent ([`Backend::slots_present`]; a lock
+    /// of these backends exists exactly while held, docs/LAYOUT.md). A name there throughout
+    /// the listing is in it; one made or removed meanwhile may or may not be.
+    ///
+    /// [`Backend::slots_present`]: crate::backend::lock::Backend::slots_present
+    pub fn slots_present(&mut self, n: u32) -> Result<Vec<u32>> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut prefix = self.name.as_bytes().to_vec();
+        prefix.extend_from_slice(b".slot-");
+        let path = self.path.clone();
+        let failed = |e: Errno| Error::path("cannot list the directory of lock", &path, e.into());
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let mut listing =
+            nix::dir::Dir::openat(self.fd()?, ".", flags, FileMode::empty()).map_err(failed)?;
+        let mut present = Vec::new();
+        for entry in listing.iter() {
+            let entry = entry.map_err(failed)?;
+            let Some(digits) = entry.file_name().to_bytes().strip_prefix(prefix.as_slice()) else {
+                continue;
+            };
+            // Exactly as `FsConfig::slot` writes K: decimal, no leading zero.
+            let k = std::str::from_utf8(digits)
+                .ok()
+                .filter(|d| d.bytes().all(|b| b.is_ascii_digit()))
+                .filter(|d| d.len() == 1 || !d.starts_with('0'))
+                .and_then(|d| d.parse::<u32>().ok());
+            if let Some(k) = k.filter(|&k| k < n) {
+                present.push(k);
+            }
+        }
+        present.sort_unstable();
+        Ok(present)
+    }
+
     /// What to ask before issuing over another recorded number of slots (SPEC §3b).
     pub fn agree_on_slots(&mut self, agree: Agree) {
         self.agree = Some(agree);
@@ -297,5 +332,42 @@ impl LockDir {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slots_present_are_the_names_of_slots_below_n() {
+        let d = tempfile::tempdir().unwrap();
+        let names = [
+            "q.slot-0",
+            "q.slot-7",
+            "q.slot-12",
+            "q.slot-1024",
+            "q.slot-07",
+            "q.slot-3x",
+            "q.slot-",
+            ".q.slot-4.queue",
+            ".q.slot-5.0123456789abcdef.new",
+            "qq.slot-6",
+            "q",
+        ];
+        for n in names {
+            std::fs::create_dir(d.path().join(n)).unwrap();
+        }
+        let cfg = FsConfig {
+            slot_of: None,
+            path: d.path().join("q"),
+            file_mode: None,
+            group: None,
+            local: false,
+            cache_time: None,
+        };
+        let mut dir = LockDir::new(&cfg, &crate::settings::Common::builtin());
+        assert_eq!(dir.slots_present(1024).unwrap(), [0, 7, 12]);
+        assert_eq!(dir.slots_present(8).unwrap(), [0, 7]);
     }
 }

@@ -95,7 +95,6 @@ use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info, trace};
 use crate::protocol::Mode;
 
-
 const OWNER_PREFIX: &str = "owner.";
 /// A holder releasing renames its `owner.<nonce>` to `releasing.<nonce>` (its claim), so the
 /// record stays readable until the name is freed: if it is killed half-way, proof of death

@@ -203,16 +203,36 @@ fn twelve_waiters_are_served_in_the_order_they_came_on_every_file_backend() {
 
 /// Beyond 32 waiters (the network backends' places): the file backends keep 1024 places, so
 /// 60 waiters, each arriving once the one before is in line, are served in the order they
-/// came — one killed among them, far down the line, does not stall it.
+/// came — one killed among them, far down the line, does not stall it. And a waiter on its
+/// way to the head does not take the places of those served before it, one by one: the
+/// line's counter (one number per place taken) shows how many places were taken in all.
 #[test]
 fn sixty_waiters_are_served_in_the_order_they_came_on_flock_and_mkdir() {
     let _heavy = heavy();
     let sb = Sandbox::standard();
     for backend in ["flock", "mkdir"] {
         let lock = address(&sb, backend, &format!("{backend}.long"));
+        // The line of both is kept by mkdir locks, 1024 places; a place taken by hand reads
+        // its counter.
+        let place = address(&sb, "mkdir", &format!("{backend}.long.line"));
+        let counter = || {
+            let p = sb.hold(["--wait", "0", "--slots", "1024", place.as_str()]);
+            assert!(p.ok().starts_with("OK "), "{}", p.ok());
+            token_of(p.ok())
+        };
+        let before = counter();
         let order = served_in_order(&sb, &|a| sb.cmd(a), &[], &lock, 60, &[45], &[]);
         let expected: Vec<usize> = (1..=60).filter(|&i| i != 45).collect();
         assert_eq!(order, expected, "{backend}");
+        // 61 in line (the first holder too), each taking its place and, on its way to the
+        // head, trying the nearest place ahead once it is left; before, the waiter at place
+        // p took the p - 1 places ahead of it one by one: ~1,800 for this line.
+        let taken = counter() - before - 1;
+        assert!(
+            taken <= 3 * 61,
+            "{backend}: {taken} places taken by a line of 61"
+        );
+        eprintln!("{backend}: {taken} places taken by a line of 61");
     }
 }
 

@@ -198,6 +198,17 @@ impl Fair {
                         debug!("giving back place {k}: {}", e.error);
                     }
                     self.ahead.pop();
+                    // The places further ahead were mostly left before this one (their
+                    // waiters were served first): where the places held are listed in one
+                    // read, those gone are dropped by it, not each taken and given back —
+                    // which made the waiter at place p of a long line take p - 1 places
+                    // on its way to the head, O(N²) for the line (issue 26).
+                    if self.ahead.len() > 1
+                        && let Some(present) =
+                            (self.queue)(None).slots_present(self.common.slots)?
+                    {
+                        self.ahead.retain(|(k, _)| present.binary_search(k).is_ok());
+                    }
                 }
                 Attempt::Busy(other, holders) => {
                     // Still ours to wait for: a holder with a lower number, or one whose

@@ -305,3 +305,53 @@ fn waiter_without_inotify_says_so_at_v() {
         assert_eq!(code(st), 0, "{p}: {}", w.stderr_text());
     }
 }
+
+/// A waiter watches its lock's directory, shared with other locks: it tries again when an
+/// entry of its own lock goes away, not at every entry another lock's cycle removes (issue
+/// 26: a long fair line, each waiter watching the directory, woke every waiter at each try of
+/// any of them, and each try removed one more entry). 150 cycles of another lock beside it
+/// (three removals or renames away each) while it waits cost it only its backoff timer's
+/// tries: it is woken for them, reads them and waits on (said at trace level).
+#[test]
+fn a_waiter_does_not_try_for_every_other_lock_in_its_directory() {
+    let sb = Sandbox::standard();
+    for backend in ["mkdir", "link", "symlink"] {
+        let mine = format!(
+            "{backend}:{}",
+            sb.join(&format!("{backend}.mine")).display()
+        );
+        let other = format!(
+            "{backend}:{}",
+            sb.join(&format!("{backend}.other")).display()
+        );
+        let holder = sb.hold([mine.as_str()]);
+        let mut c = sb.cmd(["--wait", "2m", "run", mine.as_str(), "--", "true"]);
+        c.env("LOCKSMITH_LOG", "trace");
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut w = Held::spawn(c);
+        w.wait_stderr("waiting for lock", Duration::from_secs(30));
+        let began = Instant::now();
+        for _ in 0..150 {
+            let o = sb.output(["--wait", "0", "run", other.as_str(), "--", "true"]);
+            assert_eq!(code(o.status), 0, "{backend}: {}", stdout(&o));
+        }
+        let churned = began.elapsed();
+        drop(holder);
+        let st = w.wait_exit(Duration::from_secs(60));
+        let said = w.stderr_text();
+        assert_eq!(code(st), 0, "{backend}: {said}");
+        let tries = said.matches("`: trying").count();
+        let dropped = said.matches("woken for another entry").count();
+        eprintln!(
+            "{backend}: {tries} tries, {dropped} wake-ups dropped in {churned:?} of another lock's cycles"
+        );
+        // Two tries before it waits, one that takes the lock; the backoff timer (200 ms,
+        // growing to 4 s) adds at most five a second.
+        let timer = 3 + (5.0 * churned.as_secs_f64()).ceil() as usize;
+        assert!(
+            tries <= timer.min(60),
+            "{backend}: {tries} tries while another lock cycled 150 times for {churned:?} ({dropped} wake-ups dropped)"
+        );
+        assert!(dropped > 0, "{backend}: no wake-up dropped: {said}");
+    }
+}

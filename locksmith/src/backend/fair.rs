@@ -369,6 +369,17 @@ impl Backend for Fair {
         }
     }
 
+    fn woken(&mut self) -> bool {
+        // The same choice as `wake_fds`.
+        if let Some(q) = self.entering.as_mut() {
+            return q.woken();
+        }
+        if self.place.is_some() && self.ahead.is_empty() {
+            return self.lock.as_mut().expect("the lock is back").woken();
+        }
+        self.watched.as_mut().is_none_or(|(_, b)| b.woken())
+    }
+
     fn try_within(&self) -> Option<Duration> {
         let place = self.place.as_ref()?;
         let now = Instant::now();

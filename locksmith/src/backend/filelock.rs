@@ -162,8 +162,12 @@ impl<S: Scheme> Backend for FileLock<S> {
         } else {
             None
         };
-        self.wake.watch_dir(&dir.parent, queue);
+        self.wake.watch_dir(&dir.parent, queue, || dir.releases());
         Ok(WaitHint { poll: true })
+    }
+
+    fn woken(&mut self) -> bool {
+        self.wake.woken()
     }
 
     fn agree_on_slots(&mut self, agree: super::lock::Agree) {

@@ -287,6 +287,13 @@ pub trait Backend: Send {
     /// Descriptors that become readable when another attempt is worthwhile.
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>>;
 
+    /// After one of [`wake_fds`](Self::wake_fds) became readable: whether to try now, or
+    /// to wait on (what woke us was about something else, and was read). The default: try.
+    /// Must return true unless it consumed what made its descriptors readable.
+    fn woken(&mut self) -> bool {
+        true
+    }
+
     /// The wait's deadline, told before each try (`None`: no deadline): a backend whose tries
     /// talk to a server bounds each request of a try by [`request_by`], so that a server that
     /// does not answer keeps the wait past its deadline by at most [`LAST_BOUND`], not by a

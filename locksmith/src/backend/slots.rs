@@ -352,6 +352,14 @@ impl Backend for Slots {
             .collect()
     }
 
+    fn woken(&mut self) -> bool {
+        // Every watched slot reads its events (none is left readable for nothing).
+        self.slots
+            .iter_mut()
+            .flatten()
+            .fold(false, |any, b| b.woken() | any)
+    }
+
     fn status(&mut self) -> Result<Vec<Holder>> {
         self.open_all();
         let mut all = Vec::new();

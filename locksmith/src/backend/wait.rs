@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::lock::{Attempt, Backend, Held, Lease, WaitHint, describe};
 use crate::error::{Error, Kind, Result};
-use crate::log::info;
+use crate::log::{info, trace};
 use crate::settings::{Common, Wait, fmt_duration};
 use crate::watch::{Event, Watcher};
 
@@ -106,6 +106,7 @@ pub fn acquire(
     let mut unanswered: Option<Error> = None;
     loop {
         let began = crate::sys::boottime();
+        trace!("lock `{profile}`: trying");
         lock.answer_by(by);
         match lock.try_acquire()? {
             Attempt::Acquired(held) => {
@@ -207,11 +208,20 @@ pub fn acquire(
             let left = d.saturating_duration_since(now);
             timeout = Some(timeout.map_or(left, |t| t.min(left)));
         }
-        match watcher.wait(&lock.wake_fds(), timeout)? {
-            Event::Release(cause) => {
-                return Err(busy(format!("; stopped waiting: {cause}")));
+        // Woken by something the backend says is not worth a try (another lock's entry
+        // going away in a shared directory): wait on for the rest of the timeout.
+        let until = timeout.map(|t| Instant::now() + t);
+        loop {
+            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+            match watcher.wait(&lock.wake_fds(), left)? {
+                Event::Release(cause) => {
+                    return Err(busy(format!("; stopped waiting: {cause}")));
+                }
+                Event::Ready if !lock.woken() => {
+                    trace!("lock `{profile}`: woken for another entry")
+                }
+                Event::Ready | Event::Timeout => break,
             }
-            Event::Ready | Event::Timeout => {}
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -119,6 +120,20 @@ impl LockDir {
         n
     }
 
+    /// Which entries of the parent going away may be a release of this lock, for a waiter
+    /// watching the parent (`wake::Releases`): NAME itself (unlinked, or renamed to a
+    /// tombstone) and a waiting writer's mark (`.NAME.w.<nonce>`, which holds readers off).
+    /// Not a contender's `.NAME.<nonce>.new` or `.tmp` tidied after a failed try, a
+    /// tombstone's removal, nor any other lock's entries (`NAME.slot-1` is not `NAME`).
+    pub fn releases(&self) -> crate::backend::wake::Releases {
+        let name = self.name.as_bytes().to_vec();
+        let marks = self.beside(".w.").into_vec();
+        Box::new(move |entry: &OsStr| {
+            let entry = entry.as_bytes();
+            entry == name.as_slice() || entry.starts_with(&marks)
+        })
+    }
+
     /// The waiters' queue beside the lock (`.NAME.queue`, see `wake.rs`); `None` on a
     /// network or FUSE filesystem (known once [`fd`](Self::fd) ran), where every waiter polls.
     pub fn queue(&self) -> Option<crate::backend::wake::QueueAt> {
@@ -175,7 +190,6 @@ impl LockDir {
     ///
     /// [`Backend::slots_present`]: crate::backend::lock::Backend::slots_present
     pub fn slots_present(&mut self, n: u32) -> Result<Vec<u32>> {
-        use std::os::unix::ffi::OsStrExt;
         let mut prefix = self.name.as_bytes().to_vec();
         prefix.extend_from_slice(b".slot-");
         let path = self.path.clone();

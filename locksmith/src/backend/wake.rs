@@ -104,7 +104,7 @@ pub struct Wakeups {
     inotify: Option<Inotify>,
     /// The watch on `dir` in `inotify`.
     wd: Option<WatchDescriptor>,
-    /// inotify was tried and could not be had: poll (said once).
+    /// inotify was tried and could not be had (said once; tried again at the next wait).
     unwatched: bool,
     queue: Queue,
     holder: Option<(i32, OwnedFd)>,
@@ -179,10 +179,12 @@ impl Wakeups {
         }
     }
 
-    /// `inotify_init1(2)` and `inotify_add_watch(2)` on the directory, once. Failing (the
-    /// per-user limit on instances or watches reached, no inotify), the waiter polls.
+    /// `inotify_init1(2)` and `inotify_add_watch(2)` on the directory, once it works.
+    /// Failing (the per-user limit on instances or watches reached, no inotify), the waiter
+    /// polls, and tries again at its next wait: the instances of waiters served before it
+    /// come free (a fair line of 300 waiters, 128 instances per user here).
     fn watch(&mut self) {
-        if self.inotify.is_some() || self.unwatched {
+        if self.inotify.is_some() {
             return;
         }
         let Some(dir) = &self.dir else {
@@ -203,7 +205,7 @@ impl Wakeups {
                 self.inotify = Some(ino);
                 self.wd = Some(wd);
             }
-            Err((call, e)) => {
+            Err((call, e)) if !self.unwatched => {
                 debug!(
                     "cannot watch {} for releases ({call}: {}): polling with backoff",
                     dir.display(),
@@ -211,6 +213,7 @@ impl Wakeups {
                 );
                 self.unwatched = true;
             }
+            Err(_) => {}
         }
     }
 

@@ -47,8 +47,9 @@ stale_after = "2s"
 keepalive = "500ms"
 EOF
 
-python3 - "$BIN" "$dir/p.toml" "$cport" "$RUNS" "$SLOW_RUNS" <<'PY'
+PYTHONPATH="$(pwd)/bench" python3 - "$BIN" "$dir/p.toml" "$cport" "$RUNS" "$SLOW_RUNS" <<'PY'
 import os, signal, statistics, subprocess, sys, time
+import semfair
 BIN, PROF, PORT, RUNS, SLOW = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 EP = f"--endpoints=127.0.0.1:{PORT}"
 env = dict(os.environ, ETCDCTL_API="3")
@@ -124,10 +125,13 @@ for k in ["spawn → OK", "handoff", "crash: parent SIGKILL → waiter holds", H
 print("| metric (median, min–max) | locksmith etcd | etcdctl lock |")
 print("| --- | --- | --- |")
 print("\n".join(rows))
+sem = semfair.rows("etcd", BIN, lambda name: f"etcd://127.0.0.1:{PORT}/bench/{name}", max(3, RUNS // 4))
+semfair.show(sem)
 out = os.environ.get("BENCH_TSV")
 if out:
     with open(out, "w") as fh:
         for (n, k), v in res.items():
             tool = "locksmith etcd" if n == "locksmith" else "etcdctl lock"
             fh.write(f"etcd: {k}\t{tool}\tms\t{','.join(f'{x:.4f}' for x in v)}\n")
+        fh.write(semfair.tsv(sem))
 PY

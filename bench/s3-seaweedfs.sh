@@ -44,9 +44,10 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret
-python3 - "$BIN" "s3://bench/lock?endpoint=$ep" "$RUNS" <<'PY'
+PYTHONPATH="$(pwd)/bench" python3 - "$BIN" "s3://bench/lock?endpoint=$ep" "$RUNS" "$ep" <<'PY'
 import os, statistics, subprocess, sys, time
-BIN, ADDR, RUNS = sys.argv[1], sys.argv[2], int(sys.argv[3])
+import semfair
+BIN, ADDR, RUNS, EP = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 
 def spawn(*a):
     return subprocess.Popen([BIN, "-q", *a, ADDR], stdout=subprocess.PIPE)
@@ -90,10 +91,13 @@ row("locksmith s3: spawn → OK", ok)
 row("locksmith s3: handoff (pipe closed → waiter holds)", hand)
 row("locksmith s3: crash (parent SIGKILLed → waiter holds)", crash)
 row("locksmith s3: helper SIGKILLed → waiter holds (same host: proof of death)", killed)
+sem = semfair.rows("s3", BIN, lambda name: f"s3://bench/{name}?endpoint={EP}", max(3, RUNS // 4))
+semfair.show(sem)
 out = os.environ.get("BENCH_TSV")
 if out:
     with open(out, "w") as fh:
         for metric, v in [("spawn → OK", ok), ("handoff", hand), ("crash: parent SIGKILL → waiter holds", crash),
                           ("helper SIGKILLed → waiter holds (proof of death)", killed)]:
             fh.write(f"s3: {metric}\tlocksmith s3\tms\t{','.join(f'{x * 1000:.4f}' for x in v)}\n")
+        fh.write(semfair.tsv(sem))
 PY

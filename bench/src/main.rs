@@ -946,6 +946,23 @@ fn local_rows(
             }
         }
     }
+    // ---- 4d'. a fair line (SPEC §3b, issue 26): the herd's 100 waiters, each with --fair ----
+    {
+        let n = 100;
+        let mut line_tools: Vec<Tool<'_>> = vec![Tool {
+            name: format!("flock F sh (n={n})"),
+            run: Box::new(move |_| Ok(c.herd(None, n, false)?.0)),
+        }];
+        for b in LOCAL {
+            line_tools.push(Tool {
+                name: format!("locksmith --fair run {b} sh (n={n})"),
+                run: Box::new(move |_| c.fair_line(b, n)),
+            });
+        }
+        let metric = format!("fair line, {n} waiters");
+        let s = alternate(&metric, (args.runs / 6).max(3), &mut line_tools)?;
+        table.extend(rows(&metric, &line_tools, s, 0));
+    }
     let ref_mem = per_waiter.first().map(|(_, m, _)| m.median());
     let ref_fds = per_waiter.first().map(|(_, _, f)| f.median());
     for (i, (tool, mem, _)) in per_waiter.iter().enumerate() {
@@ -1214,6 +1231,58 @@ fn server_rows(
     let m = format!("{section}: crash release");
     let s = alternate(&m, runs, &mut tools)?;
     table.extend(rows(&m, &tools, s, 0));
+    // Semaphores and fair queues on the server (SPEC §3b), as the local section measures them.
+    let (n, k) = (8usize, 5usize);
+    let mut tools: Vec<Tool<'_>> = [1u32, 3]
+        .into_iter()
+        .map(|slots| Tool {
+            name: format!("locksmith --slots {slots} run {profile} -- true (n={n})"),
+            run: Box::new(move |_| c.slots(profile, slots, n, k)),
+        })
+        .collect();
+    let m = format!("{section}: semaphore, {n} contenders: time per grant");
+    let s = alternate(&m, (runs / 3).max(3), &mut tools)?;
+    let mut r = rows(&m, &tools, s, 0);
+    for row in &mut r {
+        row.ratio = Ratio::None;
+    }
+    table.extend(r);
+    let p50: std::cell::RefCell<[Samples; 2]> = Default::default();
+    let p50 = &p50;
+    let mut tools: Vec<Tool<'_>> = [false, true]
+        .into_iter()
+        .enumerate()
+        .map(|(i, fair)| Tool {
+            name: format!(
+                "locksmith {}run {profile} -- sleep 0.005 (n={n})",
+                if fair { "--fair " } else { "" }
+            ),
+            run: Box::new(move |recorded| {
+                let (median, p99) = c.fair(profile, fair, n, k)?;
+                if recorded {
+                    p50.borrow_mut()[i].push(median.as_secs_f64() * 1e3);
+                }
+                Ok(p99)
+            }),
+        })
+        .collect();
+    let m99 = format!("{section}: fair queue, {n} contenders: p99 of a run");
+    let s = alternate(&m99, (runs / 3).max(3), &mut tools)?;
+    let mut r = rows(&m99, &tools, s, 0);
+    let m50 = format!("{section}: fair queue, {n} contenders: p50 of a run");
+    for (t, samples) in tools.iter().zip(p50.take()) {
+        table.push(Row {
+            metric: m50.clone(),
+            tool: t.name.clone(),
+            unit: Unit::Ms,
+            samples,
+            ratio: Ratio::None,
+        });
+    }
+    for row in &mut r {
+        row.ratio = Ratio::None;
+    }
+    table.extend(r);
     Ok(table)
 }
 

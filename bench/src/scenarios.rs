@@ -371,6 +371,22 @@ impl Ctx {
         n: usize,
         measure: bool,
     ) -> Result<(Duration, Vec<(u64, usize)>)> {
+        self.herd_of(profile, n, measure, false)
+    }
+
+    /// [`herd`](Self::herd) with every waiter in the lock's fair queue (`--fair`): a line of
+    /// `n` behind the holder (SPEC §3b; issue 26).
+    pub fn fair_line(&self, profile: &str, n: usize) -> Result<Duration> {
+        Ok(self.herd_of(Some(profile), n, false, true)?.0)
+    }
+
+    fn herd_of(
+        &self,
+        profile: Option<&str>,
+        n: usize,
+        measure: bool,
+        fair: bool,
+    ) -> Result<(Duration, Vec<(u64, usize)>)> {
         const CRITICAL: &str = "n=$(cat \"$D/counter\"); echo $((n+1)) > \"$D/counter\"";
         let name = profile.unwrap_or("flock1");
         let d = self.dir.join(format!("herd-{name}"));
@@ -395,8 +411,11 @@ impl Ctx {
         for _ in 0..n {
             let mut c = match profile {
                 Some(p) => {
-                    let mut c = self
-                        .locksmith_cmd(&["--wait", "10m", "run", p, "--", "sh", "-c", CRITICAL]);
+                    let mut args = vec!["--wait", "10m", "run", p, "--", "sh", "-c", CRITICAL];
+                    if fair {
+                        args.insert(0, "--fair");
+                    }
+                    let mut c = self.locksmith_cmd(&args);
                     c.stderr(errs_file.try_clone().map_err(|e| e.to_string())?);
                     c
                 }

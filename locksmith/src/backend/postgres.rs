@@ -1108,6 +1108,26 @@ impl Backend for Postgres {
         Ok(self.holders()?.into_iter().map(|(_, h)| h).collect())
     }
 
+    /// One query: the slots `LOCK.slot-K` (K < n) whose advisory lock is granted now — a fair
+    /// line's places (`fair.rs`), which were otherwise read one session each (a fair run
+    /// that met nobody opened 66 sessions, 230 ms against 10 ms for a plain run).
+    fn slots_present(&mut self, n: u32) -> Result<Option<Vec<u32>>> {
+        let q = "SELECT DISTINCT s FROM generate_series(0, $2 - 1) s, pg_locks l \
+                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+                   AND l.classid::int8 = ((hashtextextended($1 || '.slot-' || s, 0) >> 32) & 4294967295) \
+                   AND l.objid::int8 = (hashtextextended($1 || '.slot-' || s, 0) & 4294967295) \
+                   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+                 ORDER BY s";
+        let lock = self.cfg.lock.clone();
+        let n = i32::try_from(n).unwrap_or(i32::MAX);
+        let rows = {
+            let client = self.client()?;
+            client.query(q, &[&lock, &n])
+        }
+        .map_err(|e| self.error("cannot read pg_locks", &e))?;
+        Ok(Some(rows.iter().map(|r| r.get::<_, i32>(0) as u32).collect()))
+    }
+
     fn break_lock(&mut self, how: Break, _: &mut Watcher) -> Result<BreakOutcome> {
         let holders = self.holders()?;
         // A locksmith session silent for stale_after is breakable without --force.

@@ -1147,3 +1147,57 @@ fn redis_a_reader_whose_answer_is_lost_is_recognised_as_ours() {
         "{line}"
     );
 }
+
+/// Issue 27: a writer killed (`kill -9`) while it waits behind a reader does not keep readers
+/// out for `stale_after` (60 s here): its mark (`K.writer`) lives one heartbeat period (5 s,
+/// the default keepalive) and the waiting writer renews it every half period, so a new reader
+/// gets in within about one period of its death — while the writer lived, its mark held.
+#[test]
+fn redis_killed_waiting_writer_lets_readers_in_within_a_heartbeat() {
+    let Some(r) = start() else { return };
+    let sb = sandbox(&r);
+    let r1 = sb.hold(["--shared", "r"]);
+    let mut w = sb.spawn_hold(["--wait", "60s", "r"]);
+    w.wait_stderr("waiting for lock", T);
+    eventually(T, "the writer's mark", || {
+        r.cli(&["EXISTS", "t:r.writer"]) == "1"
+    });
+    // Past the mark's first expiry, renewed all along while the writer waits.
+    for _ in 0..14 {
+        assert_eq!(
+            r.cli(&["EXISTS", "t:r.writer"]),
+            "1",
+            "the mark of a live writer lapsed"
+        );
+        let o = sb.output(["--wait", "0", "--shared", "r"]);
+        assert_eq!(code(o.status), 75, "a reader overtook the waiting writer");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    w.signal(libc::SIGKILL);
+    w.wait_exit(T);
+    let died = Instant::now();
+    let mut r2 = None;
+    while died.elapsed() < Duration::from_secs(20) {
+        let mut h = sb.spawn_hold(["--wait", "0", "--shared", "r"]);
+        if let Some(line) = h.read_line(T)
+            && line.starts_with("OK")
+        {
+            r2 = Some(h);
+            break;
+        }
+        h.wait_exit(T);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = died.elapsed();
+    assert!(
+        r2.is_some(),
+        "no reader got in within 20 s of the writer's death"
+    );
+    eprintln!("redis: a reader got in {took:?} after the waiting writer was killed");
+    assert!(
+        took < Duration::from_millis(6500),
+        "a reader got in after {took:?}"
+    );
+    drop(r1);
+    drop(r2);
+}

@@ -12,8 +12,8 @@
 //!   within one heartbeat period, not `stale_after`.
 //! - `K.token`: the fencing-token counter (`INCR`), never deleted: every exclusive grant's
 //!   token is greater than every earlier one's.
-//! - `K.state`: `dirty N` while writer N holds, `clean N` after its release; a writer that
-//!   finds `dirty` says `prev=crashed`.
+//! - `K.state`: `dirty N by=NONCE was=…` while writer N holds, `clean N` after its release;
+//!   a writer that finds `dirty` (not its own acquisition's) says `prev=crashed`.
 //!
 //! Every step is one Lua script (`EVAL`), so each is atomic on the server: taking the lock
 //! (`SET NX PX`, `INCR`, the state) happens at once or not at all; a heartbeat (`PEXPIRE`)
@@ -224,7 +224,10 @@ pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
 /// record plus ` token=N`, or a live member of the readers that is our record, is ours: taken
 /// again as it is — the same token, its expiry renewed from now (the holder's lease counts
 /// from this try), `prev` as the landed take found it (the state keeps it: `dirty N
-/// was=crashed|clean`). Nothing is taken twice, no token is drawn twice.
+/// by=NONCE was=crashed|clean`). Nothing is taken twice, no token is drawn twice. A landed
+/// take of ours whose key expired before the next try is known by the state's `by=` (our
+/// nonce): that try takes the lock anew (a second token) with `prev` as the landed take found
+/// it, not `prev=crashed` for a crash that was only our lost answer.
 const ACQUIRE: &str = r"
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
@@ -267,7 +270,11 @@ if ARGV[1] == 'w' then
   redis.call('SET', KEYS[6], ARGV[5] .. ' ' .. (tonumber(ver or '0') + 1))
   local prev = redis.call('GET', KEYS[4]) or ''
   local was = (prev ~= '' and string.sub(prev, 1, 6) ~= 'clean ') and 'crashed' or 'clean'
-  redis.call('SET', KEYS[4], 'dirty ' .. tok .. ' was=' .. was)
+  if string.find(prev, ' by=' .. ARGV[4] .. ' ', 1, true) then
+    was = string.match(prev, ' was=crashed$') and 'crashed' or 'clean'
+    if was == 'clean' then prev = '' end
+  end
+  redis.call('SET', KEYS[4], 'dirty ' .. tok .. ' by=' .. ARGV[4] .. ' was=' .. was)
   if redis.call('GET', KEYS[5]) == ARGV[4] then redis.call('DEL', KEYS[5]) end
   return {'took', v, prev, tostring(tok)}
 end

@@ -1126,3 +1126,38 @@ fn etcd_a_lease_grant_whose_answer_is_lost_is_used_not_left_behind() {
     sole_holder_leaves_nothing(&e, b);
     assert!(leases().starts_with("found 0 leases"), "{}", leases());
 }
+
+/// Issue 27: the put of a waiter's queue key lands while its answer is lost (the relay passes
+/// it on, then mutes every answer and refuses new connections). The member back, the next try
+/// finds the key — named by its own lease — as its own: the same key, its place kept, no
+/// second key; OK, and nothing under the prefix after the release.
+#[test]
+fn etcd_a_queue_put_whose_answer_is_lost_is_found_as_ours() {
+    let Some(e) = Etcd::start() else { return };
+    let upstream = format!("{}:{}", e.host, e.port).parse().unwrap();
+    let relay = testkit::mute::Relay::start(upstream);
+    let sb = e.sandbox();
+    let profiles = fs::read_to_string(sb.path().join("profiles.toml")).unwrap();
+    sb.write_profiles(&format!(
+        "{profiles}\n[profile.erelay]\nbackend = \"etcd\"\nendpoints = [\"http://127.0.0.1:{}\"]\n\
+         prefix = \"/t/e\"\nstale_after = \"20s\"\n",
+        relay.port()
+    ));
+    // Requests bounded by 10 s, the lease's TTL 20 s: the key is still there for the retry.
+    relay.fail_from(b"/t/e/w/");
+    let mut b = sb.spawn_hold(["--wait", "120s", "erelay"]);
+    eventually(T, "the put landed", || !e.keys("/t/e/").is_empty());
+    let landed = e.keys("/t/e/");
+    b.wait_stderr("no answer", Duration::from_secs(30));
+    assert_eq!(b.line, None);
+    relay.restore();
+    let line = b
+        .read_line(Duration::from_secs(30))
+        .expect("the locker got nothing");
+    assert!(
+        line.starts_with("OK erelay backend=etcd mode=exclusive"),
+        "{line}"
+    );
+    assert_eq!(e.keys("/t/e/"), landed, "not the key that landed");
+    sole_holder_leaves_nothing(&e, b);
+}

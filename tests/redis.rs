@@ -1256,3 +1256,37 @@ fn redis_a_landed_take_that_expired_before_the_retry_is_not_a_crash() {
     let d = sb.hold(["--wait", "0", "r"]);
     assert!(d.ok().contains("prev=crashed"), "{}", d.ok());
 }
+
+/// Issue 27, a writer behind a reader whose take gets no answer: it landed (the writer's
+/// mark, `K.writer`, keeps new readers out), and the `--wait 3s` runs out with the take still
+/// unanswered (69). On the way out the writer gives back what that take may have left — its
+/// mark, recognised by its nonce — at once, not at the mark's expiry.
+#[test]
+fn redis_a_writer_giving_up_after_an_unanswered_take_gives_its_mark_back() {
+    let Some(r) = start() else { return };
+    let (relay, sb) = via_relay(&r);
+    let r1 = sb.hold(["--shared", "r"]);
+    relay.mute(true);
+    let mut w = sb.spawn_hold(["--wait", "3s", "rrelay"]);
+    eventually(T, "the writer's mark landed", || {
+        r.cli(&["EXISTS", "t:r.writer"]) == "1"
+    });
+    // The take's answer is lost already; the give-back on the way out gets through.
+    relay.mute(false);
+    let line = w.read_line(T).unwrap_or_default();
+    let status = w.wait_exit(T);
+    assert_eq!(code(status), 69, "{line}{}", w.stderr_text());
+    assert_eq!(
+        r.cli(&["EXISTS", "t:r.writer"]),
+        "0",
+        "the writer's mark was left to expire"
+    );
+    let r2 = sb.hold(["--wait", "0", "--shared", "r"]);
+    assert!(
+        r2.ok().starts_with("OK r backend=redis mode=shared"),
+        "{}",
+        r2.ok()
+    );
+    drop(r1);
+    drop(r2);
+}

@@ -935,7 +935,8 @@ fn etcd_waiter_outlives_a_paused_member_and_gets_the_lock() {
 /// nobody can say whether the lock is busy) about a second after its deadline — the deadline
 /// bounds its last try's request, not the 10 s request bound of its profile. The member is
 /// paused and the holder killed, which makes the waiter try (a waiter only watching its
-/// blocker sends nothing: at its deadline it says busy, 75, naming the holder it last saw).
+/// blocker asks again at its deadline:
+/// `etcd_waiter_only_watching_while_the_member_is_paused_ends_with_69`).
 /// Nothing of the waiter stays once its lease runs out; the next locker proves the holder
 /// dead and says `prev=crashed`.
 #[test]
@@ -1057,4 +1058,106 @@ fn etcd_a_dirty_mark_whose_answer_is_lost_is_recognised_as_ours() {
     b.close_stdout();
     assert_eq!(code(b.wait_exit(T)), 0, "{}", b.stderr_text());
     assert!(e.keys("/t/e/").is_empty(), "{}", e.keys("/t/e/"));
+}
+
+/// Issue 27: a waiter that only watches its blocker (nothing wakes it: the holder lives) while
+/// the member is paused ends its `--wait 3s` with 69, not 75: at its deadline it asks the
+/// member who holds the lock, and a busy lock is said only on an answer.
+#[test]
+fn etcd_waiter_only_watching_while_the_member_is_paused_ends_with_69() {
+    use nix::sys::signal::Signal;
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    let profiles = fs::read_to_string(sb.path().join("profiles.toml")).unwrap();
+    sb.write_profiles(&format!(
+        "{profiles}\n[profile.eslow]\nbackend = \"etcd\"\nendpoints = [\"http://{}:{}\"]\n\
+         prefix = \"/t/e\"\nstale_after = \"10s\"\n",
+        e.host, e.port
+    ));
+    let mut a = sb.hold(["e"]);
+    let began = Instant::now();
+    let mut b = sb.spawn_hold(["--wait", "3s", "eslow"]);
+    b.wait_stderr("waiting for lock", T);
+    pause_member(&e, Signal::SIGSTOP);
+    let line = b.read_line(Duration::from_secs(30)).unwrap_or_default();
+    let status = b.wait_exit(T);
+    let took = began.elapsed();
+    pause_member(&e, Signal::SIGCONT);
+    let err = b.stderr_text();
+    assert_eq!(code(status), 69, "{line}{err}");
+    assert!(line.starts_with("ERROR unavailable: "), "{line}");
+    assert!(line.contains("gave up after waiting 3s"), "{line}");
+    eprintln!("etcd: a 3 s wait only watching, the member paused, ended after {took:?}");
+    assert!(took < Duration::from_secs(7), "ended after {took:?}");
+    a.close_stdout();
+    a.wait_exit(T);
+}
+
+/// Issue 27: a lease grant whose answer is lost (the relay mutes every answer) is asked again
+/// with the same lease ID once the member answers: the lease that landed is found as ours
+/// ("lease already exists") and used, not left to run out its TTL (30 s here) beside a second
+/// one. After the locker's release no lease is left.
+#[test]
+fn etcd_a_lease_grant_whose_answer_is_lost_is_used_not_left_behind() {
+    let Some(e) = Etcd::start() else { return };
+    let upstream = format!("{}:{}", e.host, e.port).parse().unwrap();
+    let relay = testkit::mute::Relay::start(upstream);
+    let sb = e.sandbox();
+    let profiles = fs::read_to_string(sb.path().join("profiles.toml")).unwrap();
+    sb.write_profiles(&format!(
+        "{profiles}\n[profile.erelay]\nbackend = \"etcd\"\nendpoints = [\"http://127.0.0.1:{}\"]\n\
+         prefix = \"/t/e\"\nstale_after = \"30s\"\n",
+        relay.port()
+    ));
+    let leases = || stdout(&e.ctl(&["lease", "list"]));
+    assert!(leases().starts_with("found 0 leases"), "{}", leases());
+    relay.mute(true);
+    let mut b = sb.spawn_hold(["--wait", "120s", "erelay"]);
+    b.wait_stderr("no answer", Duration::from_secs(30));
+    eventually(T, "the unanswered grant landed", || {
+        leases().starts_with("found 1 leases")
+    });
+    relay.mute(false);
+    let line = b
+        .read_line(Duration::from_secs(30))
+        .expect("the locker got nothing");
+    assert!(line.starts_with("OK erelay"), "{line}");
+    assert!(leases().starts_with("found 1 leases"), "{}", leases());
+    sole_holder_leaves_nothing(&e, b);
+    assert!(leases().starts_with("found 0 leases"), "{}", leases());
+}
+
+/// Issue 27: the put of a waiter's queue key lands while its answer is lost (the relay passes
+/// it on, then mutes every answer and refuses new connections). The member back, the next try
+/// finds the key — named by its own lease — as its own: the same key, its place kept, no
+/// second key; OK, and nothing under the prefix after the release.
+#[test]
+fn etcd_a_queue_put_whose_answer_is_lost_is_found_as_ours() {
+    let Some(e) = Etcd::start() else { return };
+    let upstream = format!("{}:{}", e.host, e.port).parse().unwrap();
+    let relay = testkit::mute::Relay::start(upstream);
+    let sb = e.sandbox();
+    let profiles = fs::read_to_string(sb.path().join("profiles.toml")).unwrap();
+    sb.write_profiles(&format!(
+        "{profiles}\n[profile.erelay]\nbackend = \"etcd\"\nendpoints = [\"http://127.0.0.1:{}\"]\n\
+         prefix = \"/t/e\"\nstale_after = \"20s\"\n",
+        relay.port()
+    ));
+    // Requests bounded by 10 s, the lease's TTL 20 s: the key is still there for the retry.
+    relay.fail_from(b"/t/e/w/");
+    let mut b = sb.spawn_hold(["--wait", "120s", "erelay"]);
+    eventually(T, "the put landed", || !e.keys("/t/e/").is_empty());
+    let landed = e.keys("/t/e/");
+    b.wait_stderr("no answer", Duration::from_secs(30));
+    assert_eq!(b.line, None);
+    relay.restore();
+    let line = b
+        .read_line(Duration::from_secs(30))
+        .expect("the locker got nothing");
+    assert!(
+        line.starts_with("OK erelay backend=etcd mode=exclusive"),
+        "{line}"
+    );
+    assert_eq!(e.keys("/t/e/"), landed, "not the key that landed");
+    sole_holder_leaves_nothing(&e, b);
 }

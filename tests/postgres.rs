@@ -428,6 +428,11 @@ fn holder_and_waiter_via_relay(pg: &Pg) -> (testkit::mute::Relay, Sandbox, Held,
 }
 
 fn via_relay(pg: &Pg) -> (testkit::mute::Relay, Sandbox) {
+    via_relay_with(pg, "")
+}
+
+/// As [`via_relay`], the profile `pgrelay` taking `extra` settings too.
+fn via_relay_with(pg: &Pg, extra: &str) -> (testkit::mute::Relay, Sandbox) {
     let upstream = format!("{}:{}", pg.host, pg.port).parse().unwrap();
     let relay = testkit::mute::Relay::start(upstream);
     let sb = pg.sandbox();
@@ -435,7 +440,7 @@ fn via_relay(pg: &Pg) -> (testkit::mute::Relay, Sandbox) {
     sb.write_profiles(&format!(
         "{profiles}\n[profile.pgrelay]\nbackend = \"postgres\"\nhost = \"127.0.0.1\"\nport = {}\n\
          dbname = \"app\"\nuser = \"locker\"\nlock = \"pg\"\npassword_file = \"pw\"\n\
-         poll = \"50ms\"\nmax_poll = \"100ms\"\n",
+         poll = \"50ms\"\nmax_poll = \"100ms\"\n{extra}",
         relay.port()
     ));
     (relay, sb)
@@ -543,4 +548,129 @@ fn postgres_locker_whose_server_does_not_answer_ends_at_its_deadline_with_69() {
     assert!(took < Duration::from_secs(7), "ended after {took:?}");
     relay.cut();
     eventually(T, "no session left", || advisory(&pg, false) == "0\n");
+}
+
+/// Issue 27: every request of a try is bounded, not only its connect and
+/// `pg_try_advisory_lock`. The server goes quiet right after answering the try (busy): the
+/// listing of holders that follows gets no answer, and a locker with `--wait 3s` ends with 69
+/// (unavailable: nobody knows who holds it) about a second after its deadline, where it hung.
+#[test]
+fn postgres_server_quiet_after_the_try_ends_a_3s_wait_with_69() {
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
+    let (relay, sb) = via_relay(&pg);
+    let mut a = sb.hold(["pg"]);
+    relay.fail_from(b"pg_locks");
+    let t0 = Instant::now();
+    let mut b = sb.spawn_hold(["--wait", "3s", "pgrelay"]);
+    let line = b.read_line(Duration::from_secs(20)).unwrap_or_default();
+    let took = t0.elapsed();
+    let status = b.wait_exit(T);
+    let err = b.stderr_text();
+    assert_eq!(code(status), 69, "{line}{err}");
+    assert!(line.starts_with("ERROR unavailable: "), "{line}");
+    assert!(line.contains("no answer"), "{line}");
+    eprintln!("postgres: a 3 s wait whose server went quiet after the try ended after {took:?}");
+    assert!(took < Duration::from_secs(6), "ended after {took:?}");
+    relay.restore();
+    relay.cut();
+    a.close_stdout();
+    assert_eq!(code(a.wait_exit(T)), 0);
+}
+
+/// Issue 27: `--wait forever` bounds each request too. The server goes quiet right after
+/// answering the try: the locker never learnt who holds the lock, and is told at once — 69
+/// after one request bound (`stale_after`, within 2–10 s: 3 s here), not a wait without end.
+#[test]
+fn postgres_server_quiet_after_the_try_ends_a_forever_wait_with_69_after_one_request_bound() {
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
+    let (relay, sb) = via_relay_with(&pg, "stale_after = \"3s\"\nkeepalive = \"200ms\"\n");
+    let mut a = sb.hold(["pg"]);
+    relay.fail_from(b"pg_locks");
+    let t0 = Instant::now();
+    let mut b = sb.spawn_hold(["pgrelay"]);
+    let line = b.read_line(Duration::from_secs(20)).unwrap_or_default();
+    let took = t0.elapsed();
+    let status = b.wait_exit(T);
+    let err = b.stderr_text();
+    assert_eq!(code(status), 69, "{line}{err}");
+    assert!(line.contains("no answer within"), "{line}");
+    eprintln!(
+        "postgres: a forever wait whose server went quiet after the try ended after {took:?}"
+    );
+    assert!(took < Duration::from_secs(6), "ended after {took:?}");
+    relay.restore();
+    relay.cut();
+    a.close_stdout();
+    assert_eq!(code(a.wait_exit(T)), 0);
+}
+
+/// Issue 27: a waiter waiting in the server (`pg_advisory_lock`) whose server then stops
+/// answering ends at its deadline with 69, not 75: at the deadline it asks who holds the lock,
+/// and gets no answer — a busy lock is said only on an answer.
+#[test]
+fn postgres_waiter_whose_server_goes_quiet_while_it_waits_ends_with_69() {
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
+    let (relay, sb) = via_relay(&pg);
+    let mut a = sb.hold(["pg"]);
+    let t0 = Instant::now();
+    let mut b = sb.spawn_hold(["--wait", "3s", "pgrelay"]);
+    b.wait_stderr("waiting for lock", T);
+    eventually(T, "the waiter waits in the server", || {
+        advisory(&pg, false) == "1\n"
+    });
+    relay.mute(true);
+    let line = b.read_line(Duration::from_secs(20)).unwrap_or_default();
+    let took = t0.elapsed();
+    let status = b.wait_exit(T);
+    let err = b.stderr_text();
+    assert_eq!(code(status), 69, "{line}{err}");
+    assert!(line.starts_with("ERROR unavailable: "), "{line}");
+    assert!(took < Duration::from_secs(6), "ended after {took:?}");
+    relay.restore();
+    relay.cut();
+    a.close_stdout();
+    assert_eq!(code(a.wait_exit(T)), 0);
+}
+
+/// Issue 27: a holder whose server stops answering says `LOST` (74) before the server could
+/// free the lock (`stale_after` after it last heard from us), and a release the server does
+/// not answer ends too, within one request bound, rather than hanging the helper.
+#[test]
+fn postgres_holder_whose_server_goes_quiet_is_lost_and_a_quiet_release_ends() {
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
+    let (relay, sb) = via_relay_with(&pg, "stale_after = \"3s\"\nkeepalive = \"200ms\"\n");
+    let mut a = sb.hold(["pgrelay"]);
+    let t0 = Instant::now();
+    relay.mute(true);
+    let lost = a.read_line(Duration::from_secs(20)).unwrap_or_default();
+    let took = t0.elapsed();
+    assert!(lost.starts_with("LOST"), "{lost}");
+    assert!(took < Duration::from_secs(3), "LOST after {took:?}");
+    assert_eq!(code(a.wait_exit(T)), 74, "{}", a.stderr_text());
+    relay.restore();
+    relay.cut();
+    eventually(T, "nothing held", || advisory(&pg, true) == "0\n");
+    // The release: the server takes our `clean = true` and answers nothing from then on.
+    let mut b = sb.hold(["pgrelay"]);
+    relay.fail_from(b"SET clean = true");
+    let t0 = Instant::now();
+    b.close_stdout();
+    let status = b.wait_exit(Duration::from_secs(20));
+    let took = t0.elapsed();
+    let err = b.stderr_text();
+    assert_eq!(code(status), 74, "{err}");
+    assert!(err.contains("no answer"), "{err}");
+    eprintln!("postgres: a release the server did not answer ended after {took:?}");
+    assert!(took < Duration::from_secs(6), "ended after {took:?}");
+    relay.restore();
+    relay.cut();
+    eventually(T, "nothing held", || advisory(&pg, true) == "0\n");
 }

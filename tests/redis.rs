@@ -56,9 +56,10 @@ fn redis_hold_is_visible_busy_released_at_once_and_tokens_increase() {
     let ttl: i64 = r.cli(&["PTTL", "t:r"]).parse().unwrap();
     assert!(ttl > 50_000 && ttl <= 60_000, "PTTL {ttl}");
     assert_eq!(r.cli(&["GET", "t:r.token"]), t1.to_string());
-    assert_eq!(
-        r.cli(&["GET", "t:r.state"]),
-        format!("dirty {t1} was=clean")
+    let st = r.cli(&["GET", "t:r.state"]);
+    assert!(
+        st.starts_with(&format!("dirty {t1} by=")) && st.ends_with(" was=clean"),
+        "{st}"
     );
     // Busy: 75, naming the holder; the refused try changed nothing.
     let o = sb.output(["--wait", "0", "r"]);
@@ -1087,7 +1088,11 @@ fn redis_a_landed_take_of_a_locker_that_gives_up_is_given_back() {
         "0",
         "the landed take was left behind"
     );
-    assert_eq!(r.cli(&["GET", "t:r.state"]), "dirty 8 was=crashed");
+    let st = r.cli(&["GET", "t:r.state"]);
+    assert!(
+        st.starts_with("dirty 8 by=") && st.ends_with(" was=crashed"),
+        "{st}"
+    );
     let mut c = sb.hold(["--wait", "0", "r"]);
     let line = c.ok().to_string();
     assert_eq!(token_of(&line), 9, "{line}");
@@ -1146,4 +1151,142 @@ fn redis_a_reader_whose_answer_is_lost_is_recognised_as_ours() {
         line.starts_with("OK r backend=redis mode=exclusive"),
         "{line}"
     );
+}
+
+/// Issue 27: a writer killed (`kill -9`) while it waits behind a reader does not keep readers
+/// out for `stale_after` (60 s here): its mark (`K.writer`) lives one heartbeat period (5 s,
+/// the default keepalive) and the waiting writer renews it every half period, so a new reader
+/// gets in within about one period of its death — while the writer lived, its mark held.
+#[test]
+fn redis_killed_waiting_writer_lets_readers_in_within_a_heartbeat() {
+    let Some(r) = start() else { return };
+    let sb = sandbox(&r);
+    let r1 = sb.hold(["--shared", "r"]);
+    let mut w = sb.spawn_hold(["--wait", "60s", "r"]);
+    w.wait_stderr("waiting for lock", T);
+    eventually(T, "the writer's mark", || {
+        r.cli(&["EXISTS", "t:r.writer"]) == "1"
+    });
+    // Past the mark's first expiry, renewed all along while the writer waits.
+    for _ in 0..14 {
+        assert_eq!(
+            r.cli(&["EXISTS", "t:r.writer"]),
+            "1",
+            "the mark of a live writer lapsed"
+        );
+        let o = sb.output(["--wait", "0", "--shared", "r"]);
+        assert_eq!(code(o.status), 75, "a reader overtook the waiting writer");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    w.signal(libc::SIGKILL);
+    w.wait_exit(T);
+    let died = Instant::now();
+    let mut r2 = None;
+    while died.elapsed() < Duration::from_secs(20) {
+        let mut h = sb.spawn_hold(["--wait", "0", "--shared", "r"]);
+        if let Some(line) = h.read_line(T)
+            && line.starts_with("OK")
+        {
+            r2 = Some(h);
+            break;
+        }
+        h.wait_exit(T);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = died.elapsed();
+    assert!(
+        r2.is_some(),
+        "no reader got in within 20 s of the writer's death"
+    );
+    eprintln!("redis: a reader got in {took:?} after the waiting writer was killed");
+    assert!(
+        took < Duration::from_millis(6500),
+        "a reader got in after {took:?}"
+    );
+    drop(r1);
+    drop(r2);
+}
+
+/// Issue 27: a take that lands while its answer is lost, and whose key expires before the
+/// next try (the relay refuses every connection meanwhile). The next try takes the lock anew
+/// — a second token — and knows the `dirty` state it finds as its own landed take's (its
+/// `by=` nonce): the holder before released cleanly, so no `prev=crashed`.
+#[test]
+fn redis_a_landed_take_that_expired_before_the_retry_is_not_a_crash() {
+    let Some(r) = start() else { return };
+    let upstream = format!("{}:{}", r.host, r.port).parse().unwrap();
+    let relay = testkit::mute::Relay::start(upstream);
+    let sb = sandbox(&r);
+    let profiles = fs::read_to_string(sb.path().join("profiles.toml")).unwrap();
+    sb.write_profiles(&format!(
+        "{profiles}\n[profile.rrelay]\nbackend = \"redis\"\nhost = \"127.0.0.1\"\nport = {}\n\
+         key = \"t:r\"\nstale_after = \"2s\"\nkeepalive = \"300ms\"\npoll = \"50ms\"\nmax_poll = \"100ms\"\n",
+        relay.port()
+    ));
+    let t1 = token_of(sb.hold(["r"]).ok());
+    assert_eq!(r.cli(&["GET", "t:r.state"]), format!("clean {t1}"));
+    relay.fail_from(b"ZREMRANGEBYSCORE");
+    let mut b = sb.spawn_hold(["--wait", "120s", "rrelay"]);
+    let pid = format!(" pid={} ", b.pid());
+    eventually(T, "the take landed", || {
+        r.cli(&["GET", "t:r"]).contains(&pid)
+    });
+    eventually(T, "the landed take expired", || {
+        r.cli(&["EXISTS", "t:r"]) == "0"
+    });
+    assert!(r.cli(&["GET", "t:r.state"]).starts_with("dirty "));
+    b.wait_stderr("no answer", T);
+    relay.restore();
+    let line = b.read_line(T).expect("the waiter got nothing");
+    let t3 = t1 + 2;
+    assert_eq!(
+        line,
+        format!("OK rrelay backend=redis mode=exclusive token={t3}\n")
+    );
+    b.close_stdout();
+    assert_eq!(code(b.wait_exit(T)), 0, "{}", b.stderr_text());
+    assert_eq!(r.cli(&["GET", "t:r.state"]), format!("clean {t3}"));
+    // A crash is still told: a holder killed, its key expired.
+    let mut c = sb.hold(["rfast"]);
+    c.signal(libc::SIGKILL);
+    c.wait_exit(T);
+    eventually(T, "the killed holder's key expired", || {
+        r.cli(&["EXISTS", "t:r"]) == "0"
+    });
+    let d = sb.hold(["--wait", "0", "r"]);
+    assert!(d.ok().contains("prev=crashed"), "{}", d.ok());
+}
+
+/// Issue 27, a writer behind a reader whose take gets no answer: it landed (the writer's
+/// mark, `K.writer`, keeps new readers out), and the `--wait 3s` runs out with the take still
+/// unanswered (69). On the way out the writer gives back what that take may have left — its
+/// mark, recognised by its nonce — at once, not at the mark's expiry.
+#[test]
+fn redis_a_writer_giving_up_after_an_unanswered_take_gives_its_mark_back() {
+    let Some(r) = start() else { return };
+    let (relay, sb) = via_relay(&r);
+    let r1 = sb.hold(["--shared", "r"]);
+    relay.mute(true);
+    let mut w = sb.spawn_hold(["--wait", "3s", "rrelay"]);
+    eventually(T, "the writer's mark landed", || {
+        r.cli(&["EXISTS", "t:r.writer"]) == "1"
+    });
+    // The take's answer is lost already; the give-back on the way out gets through.
+    relay.mute(false);
+    let line = w.read_line(T).unwrap_or_default();
+    let status = w.wait_exit(T);
+    assert_eq!(code(status), 69, "{line}{}", w.stderr_text());
+    assert_eq!(
+        r.cli(&["EXISTS", "t:r.writer"]),
+        "0",
+        "the writer's mark was left to expire"
+    );
+    let r2 = sb.hold(["--wait", "0", "--shared", "r"]);
+    assert!(
+        r2.ok().starts_with("OK r backend=redis mode=shared"),
+        "{}",
+        r2.ok()
+    );
+    drop(r1);
+    drop(r2);
 }

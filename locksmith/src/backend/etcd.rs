@@ -228,6 +228,10 @@ pub struct Etcd {
     next_ep: usize,
     /// Our lease and queue key, once queued.
     lease: Option<i64>,
+    /// A lease grant sent without an answer: the ID we asked for, and when it was sent. The
+    /// next grant asks for the same ID (one that landed is found as ours), and a waiter that
+    /// gives up revokes it ([`Etcd::enqueue`]).
+    granting: Option<(i64, Instant)>,
     key: String,
     rev: i64,
     /// When the last keepalive the server confirmed (or the lease grant) was sent: the
@@ -316,6 +320,7 @@ impl Etcd {
             client: None,
             next_ep: 0,
             lease: None,
+            granting: None,
             key: String::new(),
             rev: 0,
             refreshed: Arc::new(Mutex::new(Instant::now())),
@@ -489,8 +494,7 @@ impl Etcd {
     /// Runs one request `f` on a connected client, bounded by `limit`; a request that could
     /// not reach its member (connection refused or reset, member unavailable) is sent again
     /// to the next member, round after round until `limit`. `f` must be safe to repeat: our requests are
-    /// (a put of the same key and lease, a read, a revoke; a repeated lease grant leaves an
-    /// unused lease that expires by itself).
+    /// (a put of the same key and lease, a read, a revoke, a lease grant of our own ID).
     fn call<T, F, Fut>(&mut self, limit: Duration, f: F) -> Result<std::result::Result<T, String>>
     where
         F: Fn(Client) -> Fut,
@@ -596,14 +600,29 @@ impl Etcd {
     }
 
     /// Grants a lease and queues our key.
+    ///
+    /// **The lease's ID is ours** (random, asked for in the grant): a grant whose answer is
+    /// lost is asked again with the same ID, and one that landed answers "lease already
+    /// exists" — that lease is ours, its TTL running from no earlier than the first send —
+    /// rather than an unused lease left to run out its TTL; a waiter that gives up before
+    /// it could ask again revokes that ID ([`Etcd::revoke`]).
     fn enqueue(&mut self) -> Result<()> {
         let ttl = self.ttl;
         let limit = self.timeout;
-        let sent = Instant::now();
-        let lease = self
-            .call(limit, |mut c| async move { c.lease_grant(ttl).await })?
-            .map_err(|why| self.fail("cannot grant a lease", why))?
-            .id;
+        let (id, sent) = *self
+            .granting
+            .get_or_insert_with(|| (fastrand::i64(1..i64::MAX), Instant::now()));
+        let lease = match self.call(limit, |mut c| async move { c.lease_grant(ttl, id).await })? {
+            Ok(g) => g.id,
+            Err(why) if why.contains("lease already exists") => {
+                debug!("lease {id:016x}: granted by a request whose answer was lost");
+                id
+            }
+            // The ID is kept for the next grant whatever the failure: asking for it again is
+            // safe (a lease of that ID can only be ours).
+            Err(why) => return Err(self.fail("cannot grant a lease", why)),
+        };
+        self.granting = None;
         self.lease = Some(lease);
         // A new lease: its TTL runs from the grant (a keeper of an earlier lease, aborted
         // by now, only ever moves this forward with times before `sent`).
@@ -884,7 +903,8 @@ impl Etcd {
         if let Some(w) = self.waiter.take() {
             w.task.abort();
         }
-        let Some(lease) = self.lease.take() else {
+        // A grant whose answer was lost: its lease may be there.
+        let Some(lease) = self.lease.take().or(self.granting.take().map(|(id, _)| id)) else {
             return;
         };
         let Some(mut c) = self.client.clone() else {
@@ -906,6 +926,9 @@ impl Etcd {
             match std::io::Read::read(&mut &w.rx, &mut buf) {
                 Ok(n) if n > 0 => self.waiter = None,
                 _ if self.wake.holder_exited() => {}
+                // The wait's deadline: busy only if the member says so now. A watch that
+                // heard nothing may be on a member that stopped answering (issue 27): ask.
+                _ if self.by.is_some_and(|by| Instant::now() >= by) => {}
                 _ => return Ok(Tried::Busy(self.last_holders.clone())),
             }
         }
@@ -1018,7 +1041,8 @@ impl Backend for Etcd {
 
     /// A try whose server did not answer comes back with the backend: its key is named by
     /// its own lease, so a put that landed without its answer is found as ours by the next
-    /// try (its place kept), a lease granted without its answer expires unused, and a `dirty`
+    /// try (its place kept), a lease granted without its answer too (its ID is ours,
+    /// [`Etcd::enqueue`]), and a `dirty`
     /// mark that landed is recognised ([`Etcd::grant`]).
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
         let tried = self.attempt();

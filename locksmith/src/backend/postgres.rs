@@ -13,7 +13,13 @@
 //! connection; the main thread polls the thread's wake-up beside every release cause, and a
 //! waiter that gives up cancels the query (a cancel request on a new connection) before it
 //! exits. PostgreSQL queues a new request behind a *waiting* conflicting one, so a waiting
-//! writer is not starved by a stream of readers.
+//! writer is not starved by a stream of readers. At a `--wait` deadline it asks who holds the
+//! lock on a session of its own: busy (75) only on an answer, unavailable (69) on none.
+//!
+//! **Every request is bounded** (`Postgres::within`: the driver has no timeout of its own) by
+//! the request bound, `stale_after` within 2–10 s, and within a wait by its deadline (at least
+//! `LAST_BOUND`): a server that stops answering ends a try, a release or `status`, never
+//! hangs the helper.
 //!
 //! **The server's clock and ours:** the server, not a waiter, decides when a lost holder's
 //! lock is free — when it gives up on the holder's connection. Every session tells the server
@@ -368,8 +374,8 @@ pub struct Postgres {
     /// Sessions of ours given up after a request got no answer (issue 27): the next try
     /// ends them on the server before it tries the lock ([`Postgres::end_lost_sessions`]).
     lost: Vec<i32>,
-    /// While waiting with a deadline: it bounds a try's connect and its
-    /// `pg_try_advisory_lock` ([`Postgres::within`]).
+    /// While waiting with a deadline: it bounds every request of a try
+    /// ([`Postgres::within`]).
     by: Option<Instant>,
 }
 
@@ -377,6 +383,8 @@ pub struct Postgres {
 struct Waiter {
     call: Blocking<(Client, std::result::Result<(), postgres::Error>)>,
     cancel: CancelToken,
+    /// The server pid of its session.
+    session: Option<i32>,
 }
 
 const KEY: &str = "hashtextextended($1, 0)";
@@ -401,11 +409,12 @@ impl Postgres {
         }
     }
 
-    /// Runs `f` (a request of a try) on a thread of its own and waits for it until the
-    /// request bound (`stale_after`, 2–10 s), not past the wait's deadline
-    /// ([`request_by`]): the driver has no timeout of its own, and a server that accepts the
-    /// connection but does not answer (paused, or its answers lost) would hold the try until it
-    /// closes the session (`authentication_timeout`, a minute). No answer by then:
+    /// Runs `f` (requests to the server: every one we send goes through here) on a thread of
+    /// its own and waits for it until the request bound (`stale_after`, 2–10 s), not past the
+    /// wait's deadline ([`request_by`]; `--wait forever` and a release get the whole bound):
+    /// the driver has no timeout of its own, and a server that accepts the connection but
+    /// does not answer (paused, or its answers lost) would hold the helper until it closes the
+    /// session (`authentication_timeout`, a minute) or for ever. No answer by then:
     /// `Unavailable`, and the thread is left to end with the session (dropping it closes the
     /// session, which frees anything a late answer took; [`Postgres::give_up_session`]).
     fn within<T: Send + 'static>(
@@ -446,6 +455,24 @@ impl Postgres {
         }
     }
 
+    /// Runs `f` on our session (opened first if need be), bounded as [`Postgres::within`]:
+    /// `Err` only if the server did not answer (the session then goes with the thread) or
+    /// the session could not be opened; what the server answered is `f`'s to judge.
+    fn ask<T: Send + 'static>(
+        &mut self,
+        what: &str,
+        f: impl FnOnce(&mut Client) -> T + Send + 'static,
+    ) -> Result<T> {
+        self.client()?;
+        let mut c = self.client.take().expect("connected above");
+        let (c, r) = self.within(what, move || {
+            let r = f(&mut c);
+            (c, r)
+        })?;
+        self.client = Some(c);
+        Ok(r)
+    }
+
     /// **A request of a try that got no answer** (issue 27): the session is given up, and
     /// the wait goes on ([`Attempt::Unanswered`]). An advisory lock is its session's: no
     /// other session can adopt it, so a request that may have landed (a
@@ -462,10 +489,8 @@ impl Postgres {
     fn give_up_session(&mut self) {
         self.client = None;
         // The thread blocked on the old session ends with it (detached).
-        self.waiter = None;
-        if let Some(pid) = self.session.take() {
-            self.lost.push(pid);
-        }
+        let waiter = self.waiter.take().and_then(|w| w.session);
+        self.lost.extend(self.session.take().into_iter().chain(waiter));
     }
 
     /// Ends our sessions given up after a lost answer ([`Postgres::give_up_session`]).
@@ -475,11 +500,13 @@ impl Postgres {
         }
         let pids = self.lost.clone();
         let app = app_name(None);
-        let r = self.client()?.query(
-            "SELECT pid FROM pg_stat_activity WHERE pid = ANY($1) AND application_name = $2 \
-             AND pid <> pg_backend_pid() AND pg_terminate_backend(pid)",
-            &[&pids, &app],
-        );
+        let r = self.ask("cannot end a session of ours that did not answer", move |c| {
+            c.query(
+                "SELECT pid FROM pg_stat_activity WHERE pid = ANY($1) AND application_name = $2 \
+                 AND pid <> pg_backend_pid() AND pg_terminate_backend(pid)",
+                &[&pids, &app],
+            )
+        })?;
         let rows = r.map_err(|e| self.error("cannot end a session of ours that did not answer", &e))?;
         for row in rows {
             let pid: i32 = row.get(0);
@@ -623,57 +650,54 @@ impl Postgres {
         Ok(self.tls.clone())
     }
 
+    /// Our session, opened if need be: connected, told when to give up on us
+    /// ([`Postgres::session_settings`]) and asked its server pid (to end it should a request
+    /// of it go unanswered) — all in one bounded call ([`Postgres::within`]: the driver's
+    /// `connect_timeout` covers the socket, not the server's answers). A server without
+    /// `tcp_user_timeout` (< 12) or `client_connection_check_interval` (< 14) gets what it
+    /// knows, and the holder's guarantee then rests on the keepalive settings alone (said at
+    /// `-v`).
     fn client(&mut self) -> Result<&mut Client> {
         if self.client.is_none() {
             let config = self.config()?;
             let tls = self.tls()?;
-            let connect = move || match tls {
-                None => config.connect(NoTls),
-                Some(tls) => config.connect(tls),
+            let (keepalives, newer) = self.session_settings();
+            type Opened = std::result::Result<(Client, Option<i32>), (&'static str, postgres::Error)>;
+            let open = move || -> Opened {
+                let mut c = match tls {
+                    None => config.connect(NoTls),
+                    Some(tls) => config.connect(tls),
+                }
+                .map_err(|e| ("cannot connect", e))?;
+                c.batch_execute(&keepalives)
+                    .map_err(|e| ("cannot set the session's keepalives", e))?;
+                for set in &newer {
+                    if let Err(e) = c.batch_execute(set) {
+                        if e.code() == Some(&SqlState::UNDEFINED_OBJECT) {
+                            info!("this server does not know `{set}`: {e}");
+                        } else {
+                            return Err(("cannot set the session's timeouts", e));
+                        }
+                    }
+                }
+                let pid = c
+                    .simple_query("SELECT pg_backend_pid()")
+                    .ok()
+                    .and_then(|rows| {
+                        rows.into_iter().find_map(|m| match m {
+                            postgres::SimpleQueryMessage::Row(r) => r.get(0)?.parse().ok(),
+                            _ => None,
+                        })
+                    });
+                Ok((c, pid))
             };
-            // While waiting with a deadline, bounded (the driver's `connect_timeout` covers
-            // the socket, not the server's answers).
-            let c = match self.by {
-                Some(_) => self.within("cannot connect", connect)?,
-                None => connect(),
-            }
-            .map_err(|e| self.error("cannot connect", &e))?;
+            let (c, pid) = self
+                .within("cannot connect", open)?
+                .map_err(|(what, e)| self.error(what, &e))?;
             self.client = Some(c);
-            self.tell_server_when_to_give_up()?;
-            // Its server pid, to end it should a request of it go unanswered.
-            self.session = self.client.as_mut().and_then(|c| {
-                c.simple_query("SELECT pg_backend_pid()")
-                    .ok()?
-                    .into_iter()
-                    .find_map(|m| match m {
-                        postgres::SimpleQueryMessage::Row(r) => r.get(0)?.parse().ok(),
-                        _ => None,
-                    })
-            });
+            self.session = pid;
         }
         Ok(self.client.as_mut().expect("connected above"))
-    }
-
-    /// Sends [`Postgres::session_settings`]. A server without `tcp_user_timeout` (< 12) or
-    /// `client_connection_check_interval` (< 14) gets what it knows, and the holder's guarantee
-    /// then rests on the keepalive settings alone (said at `-v`).
-    fn tell_server_when_to_give_up(&mut self) -> Result<()> {
-        let (keepalives, newer) = self.session_settings();
-        let client = self.client.as_mut().expect("connected");
-        client
-            .batch_execute(&keepalives)
-            .map_err(|e| self.error("cannot set the session's keepalives", &e))?;
-        let client = self.client.as_mut().expect("connected");
-        for set in &newer {
-            if let Err(e) = client.batch_execute(set) {
-                if e.code() == Some(&SqlState::UNDEFINED_OBJECT) {
-                    info!("this server does not know `{set}`: {e}");
-                } else {
-                    return Err(self.error("cannot set the session's timeouts", &e));
-                }
-            }
-        }
-        Ok(())
     }
 
     fn lock_fn(&self, try_: bool) -> String {
@@ -689,43 +713,60 @@ impl Postgres {
     /// Holding: the fencing token and whether the previous exclusive holder released cleanly.
     /// `Err` only when the lock's number of slots disagrees with ours (SPEC §3b).
     fn grant(&mut self) -> Result<Grant> {
-        let grant = self.tokens()?;
-        // The holder's own token where others can read it (a slot's, a fair queue place's:
-        // the table keeps only the last one issued).
-        if let Some(t) = grant.as_ref().and_then(|g| g.token)
-            && self.mode == Mode::Exclusive
-        {
-            let q = "SELECT set_config('application_name', $1, false)";
-            if let Err(e) = self.client()?.execute(q, &[&app_name(Some(t))]) {
-                debug!("cannot show the token in application_name: {e}");
-            }
-        }
-        if grant.is_none() {
-            // No token query answered: confirm the session by itself (a waiter's grant may
-            // come long after its last request).
-            let limit = self.stale_after;
-            let r = self.client()?.is_valid(limit);
-            if let Err(e) = r {
-                return Err(self.error("cannot confirm the session that took the lock", &e));
-            }
-        }
-        Ok(grant.unwrap_or_default())
-    }
-
-    /// The token query of [`Postgres::grant`]; `None` if the server answered none of it.
-    /// The row records the number of slots of the holder it was issued to: one statement
-    /// when it is ours (the usual case), else a transaction that locks the row, asks the
-    /// lock ([`Agree`](super::lock::Agree)) and records ours.
-    fn tokens(&mut self) -> Result<Option<Grant>> {
         let schema = self.cfg.schema.clone();
         let lock = self.cfg.token_lock().to_string();
         let n = self.slots as i32;
         let several = self.slots > 1;
-        let shared = self.mode == Mode::Shared;
+        let mode = self.mode;
         let agree = self.agree.clone();
-        let Ok(client) = self.client() else {
-            return Ok(None);
-        };
+        let limit = self.stale_after;
+        let (grant, token) = self.ask("cannot issue a fencing token", move |c| {
+            let (grant, token) = tokens(c, &schema, &lock, n, several, mode, agree.as_ref())?;
+            // The holder's own token where others can read it (a slot's, a fair queue
+            // place's: the table keeps only the last one issued).
+            if let Some(t) = grant.as_ref().and_then(|g| g.token)
+                && mode == Mode::Exclusive
+            {
+                let q = "SELECT set_config('application_name', $1, false)";
+                if let Err(e) = c.execute(q, &[&app_name(Some(t))]) {
+                    debug!("cannot show the token in application_name: {e}");
+                }
+            }
+            // No token query answered: confirm the session by itself (a waiter's grant
+            // may come long after its last request).
+            let valid = match grant {
+                None => c.is_valid(limit),
+                Some(_) => Ok(()),
+            };
+            Ok::<_, Error>((grant, token, valid))
+        })?
+        .and_then(|(grant, token, valid)| match valid {
+            Ok(()) => Ok((grant, token)),
+            Err(e) => Err(self.error("cannot confirm the session that took the lock", &e)),
+        })?;
+        if token.is_some() {
+            self.token = token;
+        }
+        Ok(grant.unwrap_or_default())
+    }
+}
+
+/// The token query of [`Postgres::grant`] on `client`: the grant (`None` if the server
+/// answered none of it) and the token issued to an exclusive holder. The row records the
+/// number of slots of the holder it was issued to: one statement when it is ours (the usual
+/// case), else a transaction that locks the row, asks the lock
+/// ([`Agree`](super::lock::Agree)) and records ours.
+fn tokens(
+    client: &mut Client,
+    schema: &str,
+    lock: &str,
+    n: i32,
+    several: bool,
+    mode: Mode,
+    agree: Option<&super::lock::Agree>,
+) -> Result<(Option<Grant>, Option<i64>)> {
+    {
+        let shared = mode == Mode::Shared;
         if shared {
             // The number of slots through `to_jsonb`: a table from before slots has no such
             // column (it records 1).
@@ -733,7 +774,7 @@ impl Postgres {
                 "SELECT token, COALESCE((to_jsonb(t)->>'slots')::int, 1) \
                  FROM {schema}.tokens t WHERE lock = $1"
             );
-            return Ok(match client.query_opt(&q, &[&lock]) {
+            let grant = match client.query_opt(&q, &[&lock]) {
                 Ok(row) => Some(Grant {
                     token: row.as_ref().map(|r| r.get::<_, i64>(0) as u64),
                     prev_crashed: false,
@@ -744,7 +785,8 @@ impl Postgres {
                     debug!("no fencing token: {e}");
                     e.as_db_error().map(|_| Grant::default())
                 }
-            });
+            };
+            return Ok((grant, None));
         }
         // Slots carry the clean mark over (their holders release in any order).
         let clean = if several { "t.clean" } else { "false" };
@@ -769,14 +811,12 @@ impl Postgres {
             let e = match client.query_opt(&ours, &[&lock, &n]) {
                 Ok(Some(row)) => {
                     let token: i64 = row.get(0);
-                    self.token = Some(token);
-                    return Ok(Some(granted(token, row.get(1))));
+                    return Ok((Some(granted(token, row.get(1))), Some(token)));
                 }
                 // No row yet, or another number of slots recorded.
-                Ok(None) => match issue_over(client, &schema, &lock, n, clean, agree.as_ref()) {
+                Ok(None) => match issue_over(client, schema, lock, n, clean, agree) {
                     Ok(Some((token, prev))) => {
-                        self.token = Some(token);
-                        return Ok(Some(granted(token, prev)));
+                        return Ok((Some(granted(token, prev)), Some(token)));
                     }
                     Ok(None) => continue,
                     Err(Refused::Agree(e)) => return Err(e),
@@ -803,10 +843,13 @@ impl Postgres {
             }
             debug!("no fencing token: {e}");
             // The server answered (an error of its own): the session is confirmed.
-            return Ok(e.as_db_error().map(|_| Grant::default()));
+            return Ok((e.as_db_error().map(|_| Grant::default()), None));
         }
-        Ok(Some(Grant::default()))
+        Ok((Some(Grant::default()), None))
     }
+}
+
+impl Postgres {
 
     /// Holders per `pg_locks` (granted advisory locks on our key). A locksmith session the
     /// server has not heard from for `stale_after` (its own clock: the time since the session
@@ -830,22 +873,20 @@ impl Postgres {
                AND l.objid::int8 = (k.k & 4294967295) \
                AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         );
-        let rows = {
-            let client = self.client()?;
-            client.query(&q, &[&lock])
-        }
-        .map_err(|e| self.error("cannot read pg_locks", &e))?;
-        let token = {
-            let client = self.client()?;
-            client
-                .query_opt(
+        let (rows, token) = self.ask("cannot read pg_locks", move |c| {
+            let rows = c.query(&q, &[&lock]);
+            let token = rows.is_ok().then(|| {
+                c.query_opt(
                     &format!("SELECT token FROM {schema}.tokens WHERE lock = $1"),
                     &[&token_lock],
                 )
                 .ok()
                 .flatten()
                 .map(|r| r.get::<_, i64>(0) as u64)
-        };
+            });
+            (rows, token.flatten())
+        })?;
+        let rows = rows.map_err(|e| self.error("cannot read pg_locks", &e))?;
         Ok(rows
             .into_iter()
             .map(|r| {
@@ -912,6 +953,12 @@ impl Postgres {
     fn attempt(&mut self) -> Result<Tried> {
         if let Some(w) = &self.waiter {
             if !w.call.returned() {
+                // The wait's deadline: busy only if the server says so now (on a session of
+                // its own; the waiter's is blocked). One that stopped answering while we
+                // waited is unavailable (69), not busy.
+                if self.by.is_some_and(|by| Instant::now() >= by) {
+                    return self.busy();
+                }
                 return Ok(Tried::Busy(Vec::new()));
             }
             let w = self.waiter.take().expect("checked above");
@@ -920,6 +967,7 @@ impl Postgres {
                 .join()
                 .ok_or_else(|| err!(Io, "the PostgreSQL waiter thread failed"))?;
             self.client = Some(client);
+            self.session = w.session;
             if let Err(e) = r {
                 return Err(self.error("cannot take the advisory lock", &e));
             }
@@ -928,31 +976,29 @@ impl Postgres {
         self.end_lost_sessions()?;
         let q = self.lock_fn(true);
         let lock = self.cfg.lock.clone();
-        let got = match self.by {
-            // Bounded: the session goes with the thread if no answer comes in time.
-            Some(_) => {
-                self.client()?;
-                let mut c = self.client.take().expect("connected above");
-                let (c, r) = self.within("cannot take the advisory lock", move || {
-                    let r = c.query_one(&q, &[&lock]).map(|r| r.get::<_, bool>(0));
-                    (c, r)
-                })?;
-                self.client = Some(c);
-                r
-            }
-            None => {
-                let client = self.client()?;
-                client.query_one(&q, &[&lock]).map(|r| r.get::<_, bool>(0))
-            }
-        }
-        .map_err(|e| self.error("cannot take the advisory lock", &e))?;
+        // Bounded: the session goes with the thread if no answer comes in time.
+        let got = self
+            .ask("cannot take the advisory lock", move |c| {
+                c.query_one(&q, &[&lock]).map(|r| r.get::<_, bool>(0))
+            })?
+            .map_err(|e| self.error("cannot take the advisory lock", &e))?;
         if got {
             return Ok(Tried::Took(self.grant()?));
         }
-        let holders = self
-            .holders()
-            .map(|h| h.into_iter().map(|(_, h)| h).collect());
-        Ok(Tried::Busy(holders.unwrap_or_default()))
+        self.busy()
+    }
+
+    /// Busy, with the holders the server names; a server that does not answer is no answer
+    /// (`Unavailable`), one that refuses to say (an error of its own) names nobody.
+    fn busy(&mut self) -> Result<Tried> {
+        match self.holders() {
+            Ok(h) => Ok(Tried::Busy(h.into_iter().map(|(_, h)| h).collect())),
+            Err(e) if e.kind() == Kind::Unavailable => Err(e),
+            Err(e) => {
+                debug!("{}", e.message());
+                Ok(Tried::Busy(Vec::new()))
+            }
+        }
     }
 }
 
@@ -1066,7 +1112,12 @@ impl Backend for Postgres {
             (client, r)
         })
         .map_err(|e| Error::io("cannot start the PostgreSQL waiter thread", e))?;
-        self.waiter = Some(Waiter { call, cancel });
+        let session = self.session.take();
+        self.waiter = Some(Waiter {
+            call,
+            cancel,
+            session,
+        });
         Ok(WaitHint { poll: false })
     }
 
@@ -1082,7 +1133,9 @@ impl Backend for Postgres {
         let q = format!(
             "SELECT COALESCE((to_jsonb(t)->>'slots')::int, 1) FROM {schema}.tokens t WHERE lock = $1"
         );
-        let r = self.client()?.query_opt(&q, &[&lock]);
+        let r = self.ask("cannot read the lock's number of slots", move |c| {
+            c.query_opt(&q, &[&lock])
+        })?;
         match r {
             Ok(row) => Ok(Some(row.map_or(1, |r| r.get::<_, i32>(0).max(1) as u32))),
             Err(e)
@@ -1141,10 +1194,9 @@ impl Backend for Postgres {
                 "terminate the session",
             ],
             |pid, h| {
-                let r = {
-                    let client = self.client()?;
-                    client.query_one("SELECT pg_terminate_backend($1)", &[&pid])
-                };
+                let r = self.ask("cannot terminate the holding session", move |c| {
+                    c.query_one("SELECT pg_terminate_backend($1)", &[&pid])
+                })?;
                 r.map_err(|e| self.error("cannot terminate the holding session", &e))?;
                 info!("terminated the session of {h} (server pid {pid})");
                 Ok(())
@@ -1200,21 +1252,35 @@ impl Beats for Postgres {
         // Slots leave the clean mark alone (see `tokens`).
         let token = self.token.take().filter(|_| self.slots == 1);
         let server = self.server();
-        let Some(client) = self.client.as_mut() else {
+        let Some(mut client) = self.client.take() else {
             return Ok(());
         };
-        if let Some(t) = token
-            && let Err(e) = client.execute(
-                &format!("UPDATE {schema}.tokens SET clean = true WHERE lock = $1 AND token = $2"),
-                &[&lock, &t],
-            )
-        {
-            info!("{e}; the next holder will see prev=crashed");
-        }
-        let r = client
-            .query_one(&unlock, &[&lock])
-            .map(|r| r.get::<_, bool>(0));
-        self.client = None;
+        let name = lock.clone();
+        // Bounded (a release must not hang the helper); no answer: the session goes with
+        // the thread, and the server frees the lock when it drops it.
+        let r = self
+            .within("cannot release the advisory lock", move || {
+                if let Some(t) = token
+                    && let Err(e) = client.execute(
+                        &format!(
+                            "UPDATE {schema}.tokens SET clean = true WHERE lock = $1 AND token = $2"
+                        ),
+                        &[&name, &t],
+                    )
+                {
+                    info!("{e}; the next holder will see prev=crashed");
+                }
+                client
+                    .query_one(&unlock, &[&name])
+                    .map(|r| r.get::<_, bool>(0))
+            })
+            .map_err(|e| {
+                err!(
+                    Lost,
+                    "{}; the server frees the lock when it drops our session",
+                    e.message()
+                )
+            })?;
         match r {
             Ok(true) => Ok(()),
             Ok(false) => Err(err!(

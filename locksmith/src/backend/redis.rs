@@ -6,12 +6,14 @@
 //! - `K.readers`: a sorted set of shared holders, each member a reader's owner record, its
 //!   score the moment (the server's clock, ms) that reader expires; the set itself expires
 //!   with its last reader.
-//! - `K.writer`: a writer waiting behind readers (its nonce, `PX stale_after`): no new reader
-//!   enters while it is there, so writers are not starved.
+//! - `K.writer`: a writer waiting behind readers (its nonce, `PX` one heartbeat period,
+//!   renewed every half period while it waits): no new reader enters while it is there, so
+//!   writers are not starved; a waiting writer killed (`kill -9`) lets readers in again
+//!   within one heartbeat period, not `stale_after`.
 //! - `K.token`: the fencing-token counter (`INCR`), never deleted: every exclusive grant's
 //!   token is greater than every earlier one's.
-//! - `K.state`: `dirty N` while writer N holds, `clean N` after its release; a writer that
-//!   finds `dirty` says `prev=crashed`.
+//! - `K.state`: `dirty N by=NONCE was=…` while writer N holds, `clean N` after its release;
+//!   a writer that finds `dirty` (not its own acquisition's) says `prev=crashed`.
 //!
 //! Every step is one Lua script (`EVAL`), so each is atomic on the server: taking the lock
 //! (`SET NX PX`, `INCR`, the state) happens at once or not at all; a heartbeat (`PEXPIRE`)
@@ -211,8 +213,10 @@ pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
 /// Takes the lock: exclusive (`w`) or shared (`r`), in one step. KEYS: the lock, its readers,
 /// its token counter, its state, its waiting writer, the lock's number of slots (`"N
 /// VERSION"`, SPEC §3b). ARGV: mode, owner record, stale_after in ms, our nonce, our number of
-/// slots, the record we were told to take over (empty: only our own number). `{"took",
-/// value, prev state, token}` (a reader's adds the record of the number of slots), `{"busy"}`, `{"ask", record}` (another number recorded: nothing
+/// slots, the record we were told to take over (empty: only our own number), the waiting
+/// writer's mark's expiry in ms (one heartbeat period: [`Redis::try_within`] renews it). `{"took",
+/// value, prev state, token}` (a reader's adds the record of the number of slots), `{"busy"}`
+/// (`{"busy", "marked"}`: a writer behind readers, its mark set), `{"ask", record}` (another number recorded: nothing
 /// taken) or `{"again"}` (the record changed since).
 ///
 /// **Ours already** (issue 27): a take of this acquisition whose answer was lost may have
@@ -220,7 +224,10 @@ pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
 /// record plus ` token=N`, or a live member of the readers that is our record, is ours: taken
 /// again as it is — the same token, its expiry renewed from now (the holder's lease counts
 /// from this try), `prev` as the landed take found it (the state keeps it: `dirty N
-/// was=crashed|clean`). Nothing is taken twice, no token is drawn twice.
+/// by=NONCE was=crashed|clean`). Nothing is taken twice, no token is drawn twice. A landed
+/// take of ours whose key expired before the next try is known by the state's `by=` (our
+/// nonce): that try takes the lock anew (a second token) with `prev` as the landed take found
+/// it, not `prev=crashed` for a crash that was only our lost answer.
 const ACQUIRE: &str = r"
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
@@ -245,7 +252,8 @@ if ARGV[1] == 'w' then
   if redis.call('ZCARD', KEYS[2]) > 0 then
     local mark = redis.call('GET', KEYS[5])
     if (not mark) or mark == ARGV[4] then
-      redis.call('SET', KEYS[5], ARGV[4], 'PX', px)
+      redis.call('SET', KEYS[5], ARGV[4], 'PX', tonumber(ARGV[7]))
+      return {'busy', 'marked'}
     end
     return {'busy'}
   end
@@ -262,7 +270,11 @@ if ARGV[1] == 'w' then
   redis.call('SET', KEYS[6], ARGV[5] .. ' ' .. (tonumber(ver or '0') + 1))
   local prev = redis.call('GET', KEYS[4]) or ''
   local was = (prev ~= '' and string.sub(prev, 1, 6) ~= 'clean ') and 'crashed' or 'clean'
-  redis.call('SET', KEYS[4], 'dirty ' .. tok .. ' was=' .. was)
+  if string.find(prev, ' by=' .. ARGV[4] .. ' ', 1, true) then
+    was = string.match(prev, ' was=crashed$') and 'crashed' or 'clean'
+    if was == 'clean' then prev = '' end
+  end
+  redis.call('SET', KEYS[4], 'dirty ' .. tok .. ' by=' .. ARGV[4] .. ' was=' .. was)
   if redis.call('GET', KEYS[5]) == ARGV[4] then redis.call('DEL', KEYS[5]) end
   return {'took', v, prev, tostring(tok)}
 end
@@ -403,6 +415,11 @@ pub struct Redis {
     token: Option<u64>,
     /// Whether we may have left a waiting writer's mark.
     marked: bool,
+    /// The mark's expiry in ms: one heartbeat period (at most `stale_after`). A writer that
+    /// waits behind readers tries every half period, which renews it ([`Redis::try_within`]).
+    mark_px: u64,
+    /// Whether our last try set our mark (we wait behind readers): it is to be renewed.
+    marking: bool,
     /// Whether a take of ours got no answer (it may have landed): the next try finds it by our
     /// record ([`ACQUIRE`]), and dropping the backend gives it back ([`GIVE_BACK`]).
     unsure: bool,
@@ -451,6 +468,9 @@ impl Redis {
             value: None,
             token: None,
             marked: false,
+            marking: false,
+            mark_px: (lock.common.heartbeat().as_millis().max(1) as u64)
+                .min(lock.common.stale_after.as_millis().max(1) as u64),
             unsure: false,
             wake: Wakeups::default(),
             waiter: None,
@@ -698,6 +718,7 @@ impl Redis {
             self.subscribed = w.call.join().flatten();
         }
         let px = self.px.to_string();
+        let mark_px = self.mark_px.to_string();
         let n = self.slots.max(1).to_string();
         let mut seen = Vec::new();
         // The record of another number of slots we asked the lock about and may take over.
@@ -709,7 +730,15 @@ impl Redis {
                 return Err(self.fail_slots());
             }
             let (mode, record, nonce) = (self.mode_arg(), self.record.clone(), self.nonce.clone());
-            let args = [mode, record.as_str(), px.as_str(), nonce.as_str(), n.as_str(), over.as_str()];
+            let args = [
+                mode,
+                record.as_str(),
+                px.as_str(),
+                nonce.as_str(),
+                n.as_str(),
+                over.as_str(),
+                mark_px.as_str(),
+            ];
             // Unanswered, it may still land: remembered until an answer settles it.
             self.unsure = true;
             let v = self
@@ -745,6 +774,7 @@ impl Redis {
                 self.stop_waiting();
                 self.wake.forget_holder();
                 self.marked = false;
+                self.marking = false;
                 self.value = Some(text(1));
                 let token = text(3).parse::<u64>().ok();
                 if self.mode == Mode::Exclusive {
@@ -761,6 +791,7 @@ impl Redis {
             if self.mode == Mode::Exclusive {
                 self.marked = true;
             }
+            self.marking = text(1) == "marked";
             seen = self.holders()?;
             let dead: Vec<(String, Holder)> = seen
                 .iter()
@@ -859,6 +890,13 @@ impl Backend for Redis {
         }
         // Expiries publish nothing: the backoff timer stays on.
         Ok(WaitHint { poll: true })
+    }
+
+    /// A writer waiting behind readers renews its mark (`K.writer`, which expires one
+    /// heartbeat period after it was last set) by trying every half period.
+    fn try_within(&self) -> Option<Duration> {
+        self.marking
+            .then(|| Duration::from_millis(self.mark_px / 2).max(Duration::from_millis(1)))
     }
 
     fn agree_on_slots(&mut self, agree: super::lock::Agree) {

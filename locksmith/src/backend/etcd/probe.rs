@@ -477,7 +477,7 @@ fn grant(e: &mut Etcd, ttl: i64, leases: &mut Vec<i64>) -> Result<(i64, i64)> {
     let g = call(
         e,
         "lease grant",
-        |mut c| async move { c.lease_grant(ttl).await },
+        |mut c| async move { c.lease_grant(ttl, 0).await },
     )?;
     leases.push(g.id);
     Ok((g.id, g.ttl))

@@ -357,9 +357,10 @@ impl Client {
             .into_inner())
     }
 
-    /// A new lease of `ttl` seconds.
-    pub async fn lease_grant(&mut self, ttl: i64) -> Result<LeaseGrantResponse> {
-        let req = LeaseGrantRequest { ttl, id: 0 };
+    /// A new lease of `ttl` seconds, of ID `id` (0: the server picks one; a lease of that ID
+    /// still alive: "lease already exists").
+    pub async fn lease_grant(&mut self, ttl: i64, id: i64) -> Result<LeaseGrantResponse> {
+        let req = LeaseGrantRequest { ttl, id };
         Ok(self.lease.lease_grant(req).await?.into_inner())
     }
 

@@ -1173,11 +1173,9 @@ impl Backend for Postgres {
                  ORDER BY s";
         let lock = self.cfg.lock.clone();
         let n = i32::try_from(n).unwrap_or(i32::MAX);
-        let rows = {
-            let client = self.client()?;
-            client.query(q, &[&lock, &n])
-        }
-        .map_err(|e| self.error("cannot read pg_locks", &e))?;
+        let rows = self
+            .ask("cannot read pg_locks", move |c| c.query(q, &[&lock, &n]))?
+            .map_err(|e| self.error("cannot read pg_locks", &e))?;
         Ok(Some(rows.iter().map(|r| r.get::<_, i32>(0) as u32).collect()))
     }
 

@@ -246,7 +246,7 @@ impl Wakeups {
     /// worth a try. Without this, each waiter watching a busy directory — every waiter of a
     /// long fair line is at the front of its own place's queue — woke for every entry any
     /// contender removed, and each of its tries removed one more (a failed mkdir removes its
-    /// `.new`): 100 fair mkdir waiters took 16.5 s to be served, 60 took 4.2 s (issue 26).
+    /// `.new`): 100 fair mkdir waiters were served in 2.56 s, 0.95 s with this (issue 26).
     pub fn woken(&mut self) -> bool {
         if let Queue::Behind(turn) = &self.queue
             && turn.call.returned()

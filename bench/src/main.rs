@@ -1360,9 +1360,16 @@ fn script_rows(section: &str, script: &str, mut c: Command) -> Result<Vec<Row>> 
         }
     }
     out.sort_by_key(|r| order.iter().position(|m| *m == r.metric));
-    // Within each metric, locksmith is the reference the others are compared to.
+    // Within each metric, locksmith is the reference the others are compared to (none when
+    // locksmith is alone in it: the semaphore and fair-queue rows of `bench/semfair.py`).
     let metrics = order;
     for m in metrics {
+        if !out
+            .iter()
+            .any(|r| r.metric == m && !r.tool.starts_with("locksmith"))
+        {
+            continue;
+        }
         if let Some(r) = out
             .iter()
             .find(|r| r.metric == m && r.tool.starts_with("locksmith"))

@@ -1111,6 +1111,34 @@ impl Backend for Etcd {
         })))
     }
 
+    /// One range read over `PREFIX.slot-`: slot K is present while a key lives
+    /// under its queue `PREFIX.slot-K/` (a lease-bound key: a holder's or a waiter's, a
+    /// superset of the holders); `PREFIX.slot-K.state` lives on after release and is not
+    /// counted. A fair line's places (`fair.rs`) were otherwise read one range each.
+    fn slots_present(&mut self, n: u32) -> Result<Option<Vec<u32>>> {
+        let base = format!("{}.slot-", self.cfg.prefix);
+        let limit = self.timeout;
+        let read = self.call(limit, |mut c| {
+            let base = base.clone();
+            async move { c.range_prefix(&base).await }
+        })?;
+        let r = read.map_err(|why| self.fail("cannot read the lock's slots", why))?;
+        let mut v: Vec<u32> = r
+            .kvs
+            .iter()
+            .filter_map(|kv| {
+                let rest = std::str::from_utf8(&kv.key).ok()?.strip_prefix(&base)?;
+                let (digits, _) = rest.split_once('/')?;
+                let k: u32 = digits.parse().ok()?;
+                // A canonical number only: `PREFIX.slot-07/` is no slot of ours.
+                (k < n && k.to_string() == digits).then_some(k)
+            })
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        Ok(Some(v))
+    }
+
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
         let mut v: Vec<BorrowedFd<'_>> = self.waiter.iter().map(|w| w.rx.as_fd()).collect();
         v.extend(self.wake.fds());

@@ -19,7 +19,8 @@
 //! held before its number is issued, so once a waiter has its number every waiter ahead of it
 //! already holds a place. A waiter reads the places once — those that may be held, listed in
 //! one read where the backend can (`Backend::slots_present`: one listing of the directory on
-//! the file backends), else every place — keeps those with lower numbers, and from then on
+//! the file backends and ftp, one query or request on postgres, etcd, redis and s3 —
+//! docs/LAYOUT.md), else every place — keeps those with lower numbers, and from then on
 //! only watches the nearest of them: the line ahead of it can only get shorter. A place seen
 //! held whose number is not issued yet is waited on until it is. The nearest place is tried,
 //! not only looked at: the backend breaks a dead or stale waiter's place as part of trying,
@@ -27,8 +28,7 @@
 //! lock's slots are (`Slots::places`): a line kept with another number is joined.
 //!
 //! **Limits:** more waiters than the backend's places (1024 on the file backends, 32 on the
-//! network ones, where each place is one request to read) wait for a place in no particular
-//! order; a contender without `fair` is not in the line and may go first; on a network
+//! network ones) wait for a place in no particular order; a contender without `fair` is not in the line and may go first; on a network
 //! filesystem a place may be seen late (its cache time, the listing's included), as every
 //! read there.
 

@@ -145,6 +145,38 @@ impl Backend for Ftp {
         Ok(Some(st.map_or(1, |(_, s)| s.slots())))
     }
 
+    /// One `NLST` of the directory holding the slots, `PARENT/`: slot K is present while
+    /// `NAME.slot-K` (the lock directory, existing exactly while held or being taken) or its
+    /// readers `NAME.slot-K.readers` is listed. An FTP server lists what its filesystem holds
+    /// at the moment, so a slot held throughout the listing is in it. A server that refuses
+    /// the listing: `None`, every slot is read. A fair line's places (`fair.rs`) were otherwise
+    /// read one listing each. The wait's deadline bounds it as it bounds a try.
+    fn slots_present(&mut self, n: u32) -> Result<Option<Vec<u32>>> {
+        self.g.s.deadline = self
+            .g
+            .by
+            .map(|by| by.max(Instant::now() + super::lock::LAST_BOUND));
+        let listed = self.g.s.names_beside();
+        self.g.s.deadline = None;
+        let Some(names) = listed? else {
+            return Ok(None);
+        };
+        let base = format!("{}.slot-", self.g.s.name());
+        let mut v: Vec<u32> = names
+            .iter()
+            .filter_map(|name| {
+                let rest = name.strip_prefix(&base)?;
+                let digits = rest.strip_suffix(".readers").unwrap_or(rest);
+                let k: u32 = digits.parse().ok()?;
+                // A canonical number only: `NAME.slot-07` is no slot of ours.
+                (k < n && k.to_string() == digits).then_some(k)
+            })
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        Ok(Some(v))
+    }
+
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.g.wake.fds()
     }

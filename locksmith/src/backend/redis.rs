@@ -394,6 +394,16 @@ table.insert(r, 2, redis.call('GET', KEYS[3]) or '')
 return r
 ";
 
+/// Which slots are present, read only: `KEYS` are each slot's key and its readers' key, in
+/// slot order; the answer is the (0-based) slots with either.
+const PRESENT: &str = r"
+local r = {}
+for i = 1, #KEYS, 2 do
+  if redis.call('EXISTS', KEYS[i], KEYS[i + 1]) > 0 then table.insert(r, (i - 1) / 2) end
+end
+return r
+";
+
 pub struct Redis {
     cfg: RedisConfig,
     mode: Mode,
@@ -907,6 +917,39 @@ impl Backend for Redis {
         let v = self.run("cannot read the lock's number of slots", RECORDED, &[])?;
         let rec = v.text().unwrap_or_default();
         Ok(Some(recorded(&rec)))
+    }
+
+    /// One request: a read-only script that asks `EXISTS` of every slot's key `K.slot-N` and
+    /// its readers `K.slot-N.readers`, all named (so not `SCAN`, which is many round trips and
+    /// no snapshot; not `MGET`, which answers nil for the readers' sorted set). Exact at one
+    /// moment (the script is atomic), so a superset of the slots held throughout the read. A
+    /// fair line's places (`fair.rs`) were otherwise read one script each.
+    fn slots_present(&mut self, n: u32) -> Result<Option<Vec<u32>>> {
+        let names: Vec<String> = (0..n)
+            .flat_map(|k| {
+                let slot = self.cfg.slot(k).key;
+                let readers = format!("{slot}.readers");
+                [slot, readers]
+            })
+            .collect();
+        let count = names.len().to_string();
+        let mut argv: Vec<&[u8]> = vec![b"EVAL", PRESENT.as_bytes(), count.as_bytes()];
+        argv.extend(names.iter().map(|k| k.as_bytes()));
+        let what = "cannot read the lock's slots";
+        let deadline = request_by(self.timeout, self.by);
+        let v = match self.conn_by(deadline)?.call(&argv, deadline) {
+            Ok(Value::Error(e)) => return Err(self.refused(what, &e)),
+            Ok(v) => v,
+            Err(e) => return Err(self.unreachable(what, &e)),
+        };
+        let mut present: Vec<u32> = v
+            .items()
+            .iter()
+            .filter_map(|i| i.int().and_then(|k| u32::try_from(k).ok()))
+            .filter(|k| *k < n)
+            .collect();
+        present.sort_unstable();
+        Ok(Some(present))
     }
 
     fn wake_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {

@@ -977,6 +977,33 @@ impl Backend for S3 {
         Ok(Some(state.map_or(1, |s| s.slots())))
     }
 
+    /// One ListObjectsV2 with the prefix `KEY.slot-` (a page per 1000 keys): slot K is
+    /// present while `KEY.slot-K` or a reader under `KEY.slot-K.readers/` is listed. A
+    /// superset of the slots held throughout the listing only on a server whose listing is
+    /// consistent with its writes (AWS S3 since 2020, SeaweedFS: an object put before the
+    /// listing is in it); on one that lists late a place can be missed, and a fair line's
+    /// order with it. A fair line's places (`fair.rs`) were otherwise read one object each.
+    fn slots_present(&mut self, n: u32) -> Result<Option<Vec<u32>>> {
+        let base = format!("{}.slot-", self.site.cfg.key);
+        let mut v: Vec<u32> = self
+            .site
+            .list(&base)?
+            .iter()
+            .filter_map(|key| {
+                let rest = key.strip_prefix(&base)?;
+                let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+                let (digits, after) = rest.split_at(end);
+                let k: u32 = digits.parse().ok()?;
+                // A canonical number, then the object itself or one of its readers.
+                let ours = k.to_string() == digits && (after.is_empty() || after.starts_with(".readers/"));
+                (ours && k < n).then_some(k)
+            })
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        Ok(Some(v))
+    }
+
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {
         self.wake.fds()
     }

@@ -539,15 +539,22 @@ impl Session {
     /// Whether `PARENT/NAME<suffix>` is in its parent's listing; `None`: the server refused
     /// to list the parent.
     pub(super) fn listed_beside(&mut self, suffix: &str) -> Result<Option<bool>> {
-        let parent = self.parent().map(str::to_string);
         let name = format!("{}{suffix}", self.name());
+        Ok(self.names_beside()?.map(|names| names.contains(&name)))
+    }
+
+    /// The names in the lock's parent directory (base names, by one `NLST`); `None`: the
+    /// server refused to list it.
+    pub(super) fn names_beside(&mut self) -> Result<Option<Vec<String>>> {
+        let parent = self.parent().map(str::to_string);
         let Ok(lines) = self.cmd("NLST", |c| c.nlst(parent.as_deref()))? else {
             return Ok(None);
         };
         Ok(Some(
             lines
                 .iter()
-                .any(|l| l.rsplit('/').next().unwrap_or(l) == name),
+                .map(|l| l.rsplit('/').next().unwrap_or(l).to_string())
+                .collect(),
         ))
     }
 

@@ -1128,10 +1128,8 @@ impl Backend for Etcd {
             .iter()
             .filter_map(|kv| {
                 let rest = std::str::from_utf8(&kv.key).ok()?.strip_prefix(&base)?;
-                let (digits, _) = rest.split_once('/')?;
-                let k: u32 = digits.parse().ok()?;
-                // A canonical number only: `PREFIX.slot-07/` is no slot of ours.
-                (k < n && k.to_string() == digits).then_some(k)
+                // A key under the slot's queue `PREFIX.slot-K/`.
+                super::slots::slot_named(rest, n, |t| t.starts_with('/'))
             })
             .collect();
         v.sort_unstable();

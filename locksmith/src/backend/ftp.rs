@@ -166,10 +166,8 @@ impl Backend for Ftp {
             .iter()
             .filter_map(|name| {
                 let rest = name.strip_prefix(&base)?;
-                let digits = rest.strip_suffix(".readers").unwrap_or(rest);
-                let k: u32 = digits.parse().ok()?;
-                // A canonical number only: `NAME.slot-07` is no slot of ours.
-                (k < n && k.to_string() == digits).then_some(k)
+                // The slot's directory, or its readers'.
+                super::slots::slot_named(rest, n, |t| t.is_empty() || t == ".readers")
             })
             .collect();
         v.sort_unstable();

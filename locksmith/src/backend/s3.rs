@@ -991,12 +991,8 @@ impl Backend for S3 {
             .iter()
             .filter_map(|key| {
                 let rest = key.strip_prefix(&base)?;
-                let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-                let (digits, after) = rest.split_at(end);
-                let k: u32 = digits.parse().ok()?;
-                // A canonical number, then the object itself or one of its readers.
-                let ours = k.to_string() == digits && (after.is_empty() || after.starts_with(".readers/"));
-                (ours && k < n).then_some(k)
+                // The object itself, or one of its readers.
+                super::slots::slot_named(rest, n, |t| t.is_empty() || t.starts_with(".readers/"))
             })
             .collect();
         v.sort_unstable();

@@ -197,6 +197,20 @@ impl Slots {
     }
 }
 
+/// The slot a name beside a lock stands for, where a backend lists its slots in one read
+/// (`Backend::slots_present`): `rest` is what follows `NAME.slot-` — the slot's number as every
+/// backend writes it (`slot(k)`: decimal, no sign, no leading zero), below `n`, then a tail
+/// `tail` accepts (the slot's own name: the empty tail). Anything else (`slot-07`, `slot-3x`,
+/// a slot past `n`) is no slot of ours.
+pub fn slot_named(rest: &str, n: u32, tail: impl Fn(&str) -> bool) -> Option<u32> {
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    let (digits, after) = rest.split_at(end);
+    let k: u32 = digits.parse().ok()?;
+    (k < n && k.to_string() == digits && tail(after)).then_some(k)
+}
+
 /// The refusal of a contender of `n` slots: `holder`, in `held_as`, holds the lock with
 /// `recorded`.
 fn refusal(
@@ -461,5 +475,26 @@ impl Held for SlotHeld {
 
     fn check(&mut self) -> Result<()> {
         self.held.check()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot_named;
+
+    #[test]
+    fn a_slot_is_named_by_its_canonical_number_below_n_and_an_accepted_tail() {
+        let own = |t: &str| t.is_empty();
+        assert_eq!(slot_named("0", 32, own), Some(0));
+        assert_eq!(slot_named("31", 32, own), Some(31));
+        assert_eq!(slot_named("32", 32, own), None);
+        assert_eq!(slot_named("07", 32, own), None);
+        assert_eq!(slot_named("", 32, own), None);
+        assert_eq!(slot_named("+3", 32, own), None);
+        assert_eq!(slot_named("3x", 32, own), None);
+        assert_eq!(slot_named("99999999999", u32::MAX, own), None);
+        let readers = |t: &str| t.is_empty() || t == ".readers";
+        assert_eq!(slot_named("5.readers", 32, readers), Some(5));
+        assert_eq!(slot_named("5.state", 32, readers), None);
     }
 }

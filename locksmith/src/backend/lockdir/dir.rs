@@ -203,13 +203,11 @@ impl LockDir {
             let Some(digits) = entry.file_name().to_bytes().strip_prefix(prefix.as_slice()) else {
                 continue;
             };
-            // Exactly as `FsConfig::slot` writes K: decimal, no leading zero.
+            // Exactly as `FsConfig::slot` writes K, nothing after it.
             let k = std::str::from_utf8(digits)
                 .ok()
-                .filter(|d| d.bytes().all(|b| b.is_ascii_digit()))
-                .filter(|d| d.len() == 1 || !d.starts_with('0'))
-                .and_then(|d| d.parse::<u32>().ok());
-            if let Some(k) = k.filter(|&k| k < n) {
+                .and_then(|d| crate::backend::slots::slot_named(d, n, str::is_empty));
+            if let Some(k) = k {
                 present.push(k);
             }
         }

@@ -88,7 +88,9 @@ pub fn largest_overtaking(served: &[usize]) -> usize {
 /// A holder, then `n` waiters that begin to wait one after another, [`ARRIVALS`] apart (each
 /// in line, as `status` shows, before the next starts), then the holder lets go: the order in which the
 /// waiters ran their command. `kill`: the waiters killed (kill -9) while in line; `give_up`:
-/// those started with `--wait 1` that leave the line by themselves.
+/// those started with `--wait 5` that leave the line by themselves (long enough to be seen
+/// in line by `status` on a loaded machine: with 1 s, CI once missed one on postgres and
+/// vsftpd).
 pub fn served_in_order(
     sb: &Sandbox,
     ls: Locksmith<'_>,
@@ -109,7 +111,7 @@ pub fn served_in_order(
     for i in 1..=n {
         let mut a: Vec<&str> = args.to_vec();
         if give_up.contains(&i) {
-            a.extend(["--wait", "1"]);
+            a.extend(["--wait", "5"]);
         }
         let child = waiter(ls, &order_file, &a, lock, i);
         let arrived = Instant::now();

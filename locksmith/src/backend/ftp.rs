@@ -113,17 +113,8 @@ impl Backend for Ftp {
     /// found and taken as ours (the gate's, a reader's registration), an empty lock directory
     /// our unanswered `MKD` may have made is removed, and a token rename of ours that landed is
     /// recognised (`Gate::recognise`, `shared::State::register`, `Session::issue_token`).
-    ///
-    /// The wait's deadline bounds the whole try (issue 27) — every command, reconnects and
-    /// logins included, not only each one by itself — leaving it at least
-    /// [`LAST_BOUND`](super::lock::LAST_BOUND).
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
-        self.g.s.deadline = self
-            .g
-            .by
-            .map(|by| by.max(Instant::now() + super::lock::LAST_BOUND));
         let tried = self.sh.attempt(&mut self.g, self.shared);
-        self.g.s.deadline = None;
         self.unsure = tried.as_ref().is_err_and(|e| e.kind() == Kind::Unavailable);
         Tried::or_unanswered(tried, self)
     }

@@ -249,9 +249,6 @@ impl Gate {
         Ok(true)
     }
 
-    /// Each command is bounded by [`ACQUIRE_TIMEOUT`] and, while waiting, the whole try by the
-    /// wait's deadline (the session's `deadline`, set by `Ftp::try_acquire`): no reconnect
-    /// is begun that the deadline would cut short.
     pub(super) fn try_gate(&mut self) -> Result<Tried> {
         let bound = request_by(ACQUIRE_TIMEOUT, self.by);
         self.s
@@ -261,20 +258,11 @@ impl Gate {
         let mut retries = 0;
         loop {
             let had_conn = self.s.conn.is_some();
-            let pause = self.poll.min(Duration::from_secs(1));
             match self.try_once() {
-                Err(e)
-                    if e.kind() == Kind::Unavailable
-                        && had_conn
-                        && retries < 3
-                        && self
-                            .s
-                            .deadline
-                            .is_none_or(|d| std::time::Instant::now() + pause < d) =>
-                {
+                Err(e) if e.kind() == Kind::Unavailable && had_conn && retries < 3 => {
                     retries += 1;
                     debug!("{e}; reconnecting");
-                    std::thread::sleep(pause);
+                    std::thread::sleep(self.poll.min(Duration::from_secs(1)));
                 }
                 other => return other,
             }

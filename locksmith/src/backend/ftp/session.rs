@@ -139,7 +139,7 @@ impl Session {
             self.conn = None; // a command may be half-answered: start afresh next time
             return Err(err!(
                 Unavailable,
-                "FTP server {}:{}: no answer by the deadline ({} for a heartbeat; a try's is its wait's)",
+                "FTP server {}:{} did not answer within {}",
                 self.cfg.host,
                 self.cfg.port,
                 fmt_duration(self.hold_timeout())

@@ -147,8 +147,8 @@ impl State {
     fn try_writer(&mut self, g: &mut Gate) -> Result<Tried> {
         if self.draining.is_some() {
             // Still ours? A heartbeat renames the gate's marker (so no one judges it
-            // silent while we wait for readers) and tells us if it was broken. Bounded by the
-            // try's deadline, if it has one.
+            // silent while we wait for readers) and tells us if it was broken.
+            g.s.deadline = None;
             match g.beat() {
                 Ok(()) => {}
                 Err(e) if e.kind() == Kind::Lost => {

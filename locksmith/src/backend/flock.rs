@@ -494,6 +494,33 @@ impl Backend for Flock {
         Ok(self.holders())
     }
 
+    /// The kernel's answer, not `/proc/locks`': that file is made a few records per read(2),
+    /// each read starting again at a record's index, so a lock held throughout is skipped
+    /// when a record before it goes between two reads (a `--slots 2` holder beside a reader,
+    /// each finding nobody: issue 26). A lock of our own, not waiting, on a descriptor of our
+    /// own: refused, somebody holds (named from `/proc/locks` where it can); granted, nobody
+    /// held it then — given back at once, as the descriptor closes. No file is created.
+    fn holder(&mut self) -> Result<Option<Holder>> {
+        let path = &self.cfg.path;
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW;
+        let Some((file, _)) =
+            crate::files::open_regular_if_there(path, "lock file", flags, FileMode::empty())?
+        else {
+            return Ok(None);
+        };
+        match file.try_lock() {
+            Ok(()) => Ok(None),
+            Err(TryLockError::WouldBlock) => Ok(Some(self.holders().into_iter().next().unwrap_or(
+                Holder {
+                    host: Some(host::this().hostname.clone()),
+                    alive: Some(true),
+                    ..Holder::default()
+                },
+            ))),
+            Err(TryLockError::Error(e)) => Err(Error::path("flock", path, e)),
+        }
+    }
+
     fn break_lock(&mut self, _: Break, _: &mut Watcher) -> Result<BreakOutcome> {
         Err(refuse_break(
             "flock",
@@ -583,9 +610,27 @@ fn with_state<T>(
     }))
 }
 
+/// `/proc/locks`, read with a buffer of 64 KiB: the kernel makes the records of one read(2)
+/// in one pass (up to a page of them), where `read_to_string`'s first read of 32 bytes would
+/// make one record per pass and skip records as others come and go between the passes.
+fn proc_locks() -> Option<String> {
+    let mut f = File::open("/proc/locks").ok()?;
+    let mut text = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    String::from_utf8(text).ok()
+}
+
 /// Holders of flock locks on (`dev`, `ino`) per `/proc/locks` (granted ones, not waiters).
 fn proc_locks_holders(dev: u64, ino: u64) -> Vec<Holder> {
-    let Ok(text) = fs::read_to_string("/proc/locks") else {
+    let Some(text) = proc_locks() else {
         return Vec::new();
     };
     // glibc's dev_t encoding; /proc/locks prints "%02x:%02x:%lu".

@@ -309,6 +309,15 @@ pub trait Backend: Send {
     /// The current holders, without taking or changing anything.
     fn status(&mut self) -> Result<Vec<Holder>>;
 
+    /// A live holder of this lock, where a decision rests on whether there is one (`slots.rs`:
+    /// a contender of another number of slots): a lock held from before the look until after
+    /// it is always found. The default: the first of [`status`](Self::status) not provably
+    /// dead. A backend whose listing can miss a holder answers otherwise (flock: `/proc/locks`
+    /// is read in pieces, not as one snapshot).
+    fn holder(&mut self) -> Result<Option<Holder>> {
+        Ok(self.status()?.into_iter().find(|h| h.alive != Some(false)))
+    }
+
     /// Removes a lock whose holder is dead or silent (`break`); see each backend.
     fn break_lock(&mut self, how: Break, watcher: &mut Watcher) -> Result<BreakOutcome>;
 }

@@ -182,9 +182,7 @@ impl Slots {
             });
         }
         let mut b = (self.open)(None);
-        Ok(b.status()?
-            .into_iter()
-            .find(|h| h.alive != Some(false))
+        Ok(b.holder()?
             .map(|h| refusal(&self.lock, "1 slot", "the lock itself", &h, self.n)))
     }
 
@@ -237,8 +235,7 @@ fn agreement(lock: String, n: u32, ours: Option<u32>, open: Opener) -> Agree {
         };
         for name in names.into_iter().filter(|k| *k != ours) {
             let mut other = open(name);
-            let holder = other.status()?.into_iter().find(|h| h.alive != Some(false));
-            if let Some(h) = holder {
+            if let Some(h) = other.holder()? {
                 let held_as = match name {
                     None => "the lock itself".to_string(),
                     Some(k) => format!("slot {k}"),
@@ -316,8 +313,7 @@ impl Backend for Slots {
             self.looked = true;
             for name in [None, Some(self.n)] {
                 let mut other = (self.open)(name);
-                let holder = other.status()?.into_iter().find(|h| h.alive != Some(false));
-                if let Some(h) = holder {
+                if let Some(h) = other.holder()? {
                     let (recorded, held_as) = match name {
                         None => ("1 slot".to_string(), "the lock itself".to_string()),
                         Some(k) => (format!("more than {} slots", self.n), format!("slot {k}")),

@@ -171,10 +171,14 @@ impl Backend for Ftp {
     }
 
     fn status(&mut self) -> Result<Vec<Holder>> {
-        // Readers first: the gate is also held for a moment by each reader registering,
-        // and the mode shown is the first holder's.
+        // The gate read first: a reader registering holds it from before its marker is made
+        // until after, so a reader acting before this look is found in one of the two (read
+        // the other way round, a reader between the listing and the gate's read was in
+        // neither: a `--slots 2` holder then ran beside it, issue 26). Shown readers first:
+        // the mode shown is the first holder's.
+        let gate = self.g.gate_holders()?;
         let mut holders = self.sh.reader_holders(&mut self.g)?;
-        holders.extend(self.g.gate_holders()?);
+        holders.extend(gate);
         Ok(holders)
     }
 

@@ -65,7 +65,7 @@ impl Etcd {
         }
         let dir = tempfile::Builder::new()
             .prefix("locksmith-etcd-")
-            .tempdir()
+            .tempdir_in(testkit::scratch())
             .unwrap();
         let port = free_port();
         let peer = free_port();
@@ -714,7 +714,7 @@ impl EtcdCluster {
         Etcd::start_with(None)?; // the same SKIP rules; a single member proves the tools run
         let dir = tempfile::Builder::new()
             .prefix("locksmith-etcd3-")
-            .tempdir()
+            .tempdir_in(testkit::scratch())
             .unwrap();
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let peers: Vec<u16> = (0..3).map(|_| free_port()).collect();

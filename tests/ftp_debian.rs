@@ -218,7 +218,7 @@ impl DebianFtp {
         };
         let dir = tempfile::Builder::new()
             .prefix("locksmith-debftp-")
-            .tempdir()
+            .tempdir_in(testkit::scratch())
             .expect("tempdir");
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();

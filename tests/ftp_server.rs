@@ -170,7 +170,7 @@ impl FtpServer {
     ) -> FtpServer {
         let root = tempfile::Builder::new()
             .prefix("locksmith-ftp-")
-            .tempdir()
+            .tempdir_in(testkit::scratch())
             .expect("tempdir");
         std::fs::create_dir(root.path().join("locks")).unwrap();
         let mut s = FtpServer {

@@ -101,6 +101,12 @@ const T: Duration = Duration::from_secs(20);
 /// What the measured takeover may exceed SPEC §6's upper bound by: the waiter's OK line
 /// travelling to the test and scheduling on a loaded 2-core machine (never the lower bound).
 const MEASURE_SLACK: Duration = Duration::from_millis(250);
+/// What a takeover costs after the waiter decided to break (SPEC §6's window ends at the
+/// decision): claiming the record, freeing and taking the name, writing records — some eight
+/// round trips to the server, 225 ms on a quiet machine (sshfs mkdir, a `-vv` trace: the claim
+/// 5.51 s after the last heartbeat, `OK` 5.73 s), several times that under CI's load (seen:
+/// past the window's end + MEASURE_SLACK). Liveness only: the window's start stays exact.
+const TAKEOVER_IO: Duration = Duration::from_millis(750);
 
 /// A network filesystem mounted twice by a fixture: the tests below run on each.
 pub trait Mounts: Sized {
@@ -553,9 +559,9 @@ fn stale_takeover_lands_in_specs_window<F: Mounts>(backend: &str) {
                     "taken over {took:.2?} after the kill: before the window's start {lo:?}"
                 ));
             }
-            if took > hi + MEASURE_SLACK {
+            if took > hi + MEASURE_SLACK + TAKEOVER_IO {
                 problems.push(format!(
-                    "taken over {took:.2?} after the kill: past the window's end {hi:?} (+{MEASURE_SLACK:?} to measure)"
+                    "taken over {took:.2?} after the kill: past the window's end {hi:?} (+{MEASURE_SLACK:?} to measure, +{TAKEOVER_IO:?} for the takeover's round trips)"
                 ));
             }
         }

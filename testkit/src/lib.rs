@@ -74,6 +74,26 @@ pub fn missing(why: &str, installed: &str) {
     eprintln!("SKIP: {why}");
 }
 
+/// Where the fixtures keep their servers' data (PostgreSQL's and etcd's, Redis', SeaweedFS',
+/// the FTP servers' roots, the directory sshfs serves, GlusterFS' brick): a tmpfs, `/dev/shm`, where this machine
+/// has one we may write — so that the servers' fsyncs and metadata writes do not queue on the
+/// disk's journal behind each other's. In CI one rename in the directory sshfs served waited
+/// there for over 4 s while PostgreSQL and etcd tests ran beside it, and its holder, rightly,
+/// said LOST (issue 28). `LOCKSMITH_TEST_SCRATCH` names another directory; else the temp dir.
+/// (The tests' own lock directories stay in the temp dir: ext4 here, a filesystem users lock on.)
+pub fn scratch() -> std::path::PathBuf {
+    if let Some(d) = std::env::var_os("LOCKSMITH_TEST_SCRATCH") {
+        return d.into();
+    }
+    let shm = std::path::Path::new("/dev/shm");
+    let writable = nix::unistd::access(shm, nix::unistd::AccessFlags::W_OK).is_ok();
+    if shm.is_dir() && writable {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 /// A loopback port nothing listens on now, and never handed out before in this process:
 /// two fixtures starting at once (the tests run in parallel, in one process) never get the
 /// same port, which the kernel may give again once let go. (Asked for port 0 with

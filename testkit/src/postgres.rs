@@ -117,7 +117,11 @@ impl Pg {
         }
         let out = run(
             "mktemp",
-            Command::new("mktemp").args(["-d", "/tmp/locksmith-pg.XXXXXX"]),
+            Command::new("mktemp")
+                .arg("-d")
+                .arg("-p")
+                .arg(crate::scratch())
+                .arg("locksmith-pg.XXXXXX"),
         )?;
         let dir = PathBuf::from(out.trim());
         // From here on, drop stops and removes whatever was started.

@@ -78,7 +78,7 @@ impl Redis {
         }
         let dir = tempfile::Builder::new()
             .prefix("locksmith-redis-")
-            .tempdir()
+            .tempdir_in(crate::scratch())
             .map_err(|e| NotStarted::Failed(format!("tempdir: {e}")))?;
         let port = free_port();
         let host = o.net.map_or("127.0.0.1", |_| Net::SERVER).to_string();

@@ -91,7 +91,7 @@ impl Seaweed {
     ) -> Result<Result<Seaweed, String>, NotStarted> {
         let dir = tempfile::Builder::new()
             .prefix("locksmith-seaweed-")
-            .tempdir()
+            .tempdir_in(crate::scratch())
             .map_err(|e| NotStarted::Failed(format!("tempdir: {e}")))?;
         let config = dir.path().join("s3.json");
         fs::write(

@@ -82,7 +82,7 @@ impl Sshfs {
         }
         let root = tempfile::Builder::new()
             .prefix("locksmith-sshfs-")
-            .tempdir()
+            .tempdir_in(crate::scratch())
             .map_err(|e| failed(format!("tempdir: {e}")))?;
         let server = root.path().join("server");
         let a = root.path().join("a");

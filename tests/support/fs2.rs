@@ -152,7 +152,7 @@ impl Gluster {
         }
         let root = tempfile::Builder::new()
             .prefix("locksmith-gluster-")
-            .tempdir()
+            .tempdir_in(testkit::scratch())
             .expect("tempdir");
         let r = root.path().to_path_buf();
         for d in ["brick", "a", "b", "wd", "run", "log"] {

@@ -498,9 +498,12 @@ impl Backend for Flock {
     /// each read starting again at a record's index, so a lock held throughout is skipped
     /// when a record before it goes between two reads (a `--slots 2` holder beside a reader,
     /// each finding nobody: issue 26). A lock of our own, not waiting, on a descriptor of our
-    /// own: refused, somebody holds (named from `/proc/locks` where it can); granted, nobody
-    /// held it then — given back at once, as the descriptor closes. No file is created.
+    /// own: granted, nobody held it then (given back at once, as the descriptor closes);
+    /// refused, somebody holds — or another contender's look like this one held it for its
+    /// few microseconds, so it is tried again after a short random pause, and only refused
+    /// every time is it held (named from `/proc/locks` where it can be). No file is created.
     fn holder(&mut self) -> Result<Option<Holder>> {
+        const LOOKS: u32 = 5;
         let path = &self.cfg.path;
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW;
         let Some((file, _)) =
@@ -508,17 +511,24 @@ impl Backend for Flock {
         else {
             return Ok(None);
         };
-        match file.try_lock() {
-            Ok(()) => Ok(None),
-            Err(TryLockError::WouldBlock) => Ok(Some(self.holders().into_iter().next().unwrap_or(
-                Holder {
-                    host: Some(host::this().hostname.clone()),
-                    alive: Some(true),
-                    ..Holder::default()
-                },
-            ))),
-            Err(TryLockError::Error(e)) => Err(Error::path("flock", path, e)),
+        for look in 0..LOOKS {
+            if look > 0 {
+                std::thread::sleep(Duration::from_micros(fastrand::u64(200..2_000)));
+            }
+            match file.try_lock() {
+                Ok(()) => {
+                    let _ = file.unlock();
+                    return Ok(None);
+                }
+                Err(TryLockError::WouldBlock) => {}
+                Err(TryLockError::Error(e)) => return Err(Error::path("flock", path, e)),
+            }
         }
+        Ok(Some(self.holders().into_iter().next().unwrap_or(Holder {
+            host: Some(host::this().hostname.clone()),
+            alive: Some(true),
+            ..Holder::default()
+        })))
     }
 
     fn break_lock(&mut self, _: Break, _: &mut Watcher) -> Result<BreakOutcome> {

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::support::*;
@@ -756,5 +756,46 @@ fn contenders_of_one_slot_and_of_two_acting_at_once_are_never_both_admitted() {
         }
         let lock = address(&sb, backend, &format!("{backend}.mixx"), "");
         mixed_race_checked(&sb, &lock, &[], 8, 20, &[]);
+    }
+}
+
+/// After the lock was used with one slot, contenders of 3 acting at once all agree with each
+/// other: the looks that find whether a holder of one slot is still there must not find each
+/// other (flock's look is a lock of its own for a moment: two of them refused each other, and
+/// 78 came at once — the bench's semaphore row, issue 26).
+#[test]
+fn contenders_of_a_new_number_acting_at_once_after_the_lock_was_freed_are_not_refused() {
+    let _heavy = heavy();
+    let sb = Sandbox::standard();
+    for backend in FILE_BACKENDS {
+        let lock = address(&sb, backend, &format!("{backend}.renum"), "");
+        for round in 0..4 {
+            let o = sb.output(["--wait", "10s", "run", &lock, "--", "true"]);
+            assert_eq!(code(o.status), 0, "{backend}: {}", stderr(&o));
+            let workers: Vec<_> = (0..8)
+                .map(|_| {
+                    let mut c =
+                        sb.cmd(["--slots", "3", "--wait", "60s", "run", &lock, "--", "true"]);
+                    c.stdout(Stdio::null()).stderr(Stdio::piped());
+                    std::thread::spawn(move || {
+                        (0..4)
+                            .map(|_| c.output().unwrap())
+                            .filter(|o| !o.status.success())
+                            .map(|o| format!("exit {}: {}", code(o.status), stderr(&o)))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            let failed: Vec<String> = workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap())
+                .collect();
+            assert!(
+                failed.is_empty(),
+                "{backend} round {round}: {} of 32 contenders of 3 slots failed after a run of one: {:?}",
+                failed.len(),
+                &failed[..failed.len().min(3)]
+            );
+        }
     }
 }

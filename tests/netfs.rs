@@ -434,7 +434,14 @@ fn kill9_soak_across_mounts<F: Mounts>(backend: &str) {
         "link" => Some(server.join("link.lock")),
         _ => None,
     };
-    crate::soak::soak_in(&sb, &[&pa, &pb], 40, 50..450, &held);
+    // The liveness floor is one acquisition, then the lock taken again after the storm: on
+    // a filesystem without RENAME_NOREPLACE (sshfs, SMB) a kill between mkdir's making the
+    // name and its records leaves a lock no proof of death can break, and SPEC §6 lets only a
+    // waiter that itself watched it silent for stale_after break it — while the killer strikes
+    // one of at most four live processes every 50–450 ms, few live that long. Two clean-clone
+    // CI runs (sessions 22, 23) had exactly 4 of 160 runs through on sshfs mkdir, session 17's
+    // 8: the old floor (more than 4) measured that luck, not a property.
+    crate::soak::soak_in(&sb, &[&pa, &pb], 40, 1, 50..450, &held);
 }
 
 /// A holder on mount a in another pid namespace; a waiter on mount b for 3 × stale_after.

@@ -492,7 +492,7 @@ fn redis_kill9_soak_never_double_holds() {
     let Some(r) = start() else { return };
     let _heavy = heavy();
     let sb = sandbox(&r);
-    crate::soak::soak_in(&sb, &["rfast"], 120, 5..45, &|_| None);
+    crate::soak::soak_in(&sb, &["rfast"], 120, 120 / 10 + 1, 5..45, &|_| None);
     // Whatever was killed, the key expires or is removed by proof of death.
     eventually(T, "no holder left", || r.cli(&["EXISTS", "t:r"]) == "0");
 }

@@ -520,8 +520,9 @@ impl Files {
         let tmp = format!("new.{}", me.nonce);
         match lockdir::make_entry(dir.as_fd(), &mine, &me.render(), &tmp, self.dir.symlinks()) {
             Ok(()) => {}
-            // The directory we opened was removed meanwhile (released or broken, and tidied).
-            Err(Errno::ENOENT) => return Ok(false),
+            // The directory we opened was removed meanwhile (released or broken, and tidied;
+            // ESTALE: removed through another client of a network filesystem).
+            Err(Errno::ENOENT | Errno::ESTALE) => return Ok(false),
             Err(e) => {
                 return Err(Error::path(
                     "cannot write breaker record in",
@@ -540,7 +541,9 @@ impl Files {
                     claimed = true;
                     break;
                 }
-                Err(Errno::ENOENT) => {}
+                // ESTALE: the directory we opened was removed through another client of a
+                // network filesystem (GlusterFS, NFS) — the record is gone with it.
+                Err(Errno::ENOENT | Errno::ESTALE) => {}
                 Err(e) => {
                     let _ = unlinkat(dir, mine.as_str(), UnlinkatFlags::NoRemoveDir);
                     return Err(Error::path(

@@ -352,6 +352,40 @@ fn killed_readers_and_waiting_writers_leave_nothing_behind() {
     });
 }
 
+/// The last of the shared lock's windows: a reader killed after removing its (empty) group,
+/// before freeing NAME, leaves NAME naming a group that is gone. Its leaver's entry names it,
+/// so a writer breaks in at once by proof of its death — not after `stale_after` (a minute
+/// here; the kill -9 soak stalled on this for its whole run).
+#[test]
+fn a_reader_killed_between_removing_its_group_and_freeing_the_lock_is_broken_at_once() {
+    let sb = Sandbox::standard();
+    let mut c = sb.cmd(["--shared", "s"]);
+    c.env("LOCKSMITH_TEST_STALL_LEAVING_MS", "30000")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut r = Held::spawn(c);
+    r.read_line(T);
+    r.ok();
+    r.close_stdout();
+    eventually(T, "the group removed while NAME still names it", || {
+        let l = sb.listing();
+        l.iter().all(|n| !n.starts_with(".s.lock.s."))
+            && l.iter().any(|n| n.starts_with(".s.lock.l."))
+            && fs::symlink_metadata(sb.join("s.lock")).is_ok()
+    });
+    kill9(r.pid());
+    r.wait_exit(T);
+    let o = sb.output(["--wait", "5s", "run", "s", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert!(
+        sb.listing()
+            .iter()
+            .all(|n| !n.starts_with(".s.lock.l.") && n != "s.lock"),
+        "{:?}",
+        sb.listing()
+    );
+}
+
 /// Is pid $1 gone (or a zombie)? A killed holder's command gets 100 ms to finish dying (its
 /// parent-death SIGKILL is in flight when the lock becomes breakable).
 const DEAD: &str = r#"

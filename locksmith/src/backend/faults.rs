@@ -18,6 +18,8 @@ pub enum Stall {
     /// mkdir: the private `.NAME.<nonce>.new` complete (records inside), before its publish
     /// by rename.
     Publishing,
+    /// symlink: a leaving reader removed its group, before it frees NAME.
+    Leaving,
 }
 
 /// A switch that turns another code path on.
@@ -35,13 +37,14 @@ pub enum Switch {
 #[cfg(feature = "test-hooks")]
 pub fn stall(at: Stall) {
     use std::sync::atomic::{AtomicBool, Ordering};
-    static DONE: [AtomicBool; 5] = [const { AtomicBool::new(false) }; 5];
+    static DONE: [AtomicBool; 6] = [const { AtomicBool::new(false) }; 6];
     let (i, var) = match at {
         Stall::Taken => (0, "LOCKSMITH_TEST_STALL_TAKEN_MS"),
         Stall::Beat => (1, "LOCKSMITH_TEST_STALL_BEAT_MS"),
         Stall::Taking => (2, "LOCKSMITH_TEST_STALL_TAKING_MS"),
         Stall::Making => (3, "LOCKSMITH_TEST_STALL_MAKING_MS"),
         Stall::Publishing => (4, "LOCKSMITH_TEST_STALL_PUBLISHING_MS"),
+        Stall::Leaving => (5, "LOCKSMITH_TEST_STALL_LEAVING_MS"),
     };
     if let Some(ms) = std::env::var_os(var).and_then(|v| v.to_str()?.parse::<u64>().ok())
         && !DONE[i].swap(true, Ordering::Relaxed)

@@ -9,6 +9,8 @@
 //! PARENT/.NAME.s.<nonce>/      a shared group (a unique name, never reused)
 //! PARENT/.NAME.s.<nonce>/r.<nonce>  symlink; a reader registered in it; target = its record
 //! PARENT/.NAME.w.<nonce>       symlink; a writer waiting (readers stop joining); its record
+//! PARENT/.NAME.l.<nonce>       symlink; a reader (or breaker) leaving a group that it may
+//!                              remove; its record, until NAME is freed
 //! PARENT/.NAME.break           symlink; held by the one waiter breaking a silent lock
 //! PARENT/.NAME.state/          the state: one entry state~1~TOKEN~CLEAN (`lockdir::state`)
 //! ```
@@ -30,9 +32,12 @@
 //! If NAME names a group G: register `G/r.<nonce>`, then `readlink(NAME)` again — only if it
 //! still names G is the lock ours (seed 004's fix: if G's last reader left meanwhile, G is
 //! gone and registering fails, or NAME has moved on). If there is no NAME: make a new group
-//! with our registration inside and publish it with `symlink(G, NAME)`. Release: unlink our
-//! registration, then `rmdir(G)`; only the one whose `rmdir` succeeded (G was empty, and no
-//! one can join a removed group) unlinks NAME, and only if it still names G.
+//! with our registration inside and publish it with `symlink(G, NAME)`. Release: rename our
+//! registration out of G to `.NAME.l.<nonce>` (our record stays beside the lock), then
+//! `rmdir(G)`; only the one whose `rmdir` succeeded (G was empty, and no one can join a
+//! removed group) unlinks NAME, and only if it still names G; then our `.l.` entry goes. So
+//! NAME naming a removed group always has its remover's record beside it: a waiter waits
+//! while a leaver lives and breaks NAME at once when every leaver is provably dead.
 //!
 //! # Writer preference
 //! A writer that finds the lock busy leaves `.NAME.w.<nonce>` (refreshed at every retry) and
@@ -54,11 +59,13 @@
 //!
 //! # Limits
 //! A holder paused for longer than `stale_after` can be broken (the honest limit of every
-//! lease; fencing tokens exist for it). NAME naming a group that no longer exists — its last
-//! reader died between `rmdir` and `unlink` — is removed after `stale_after` of no change.
+//! lease; fencing tokens exist for it). NAME naming a group that no longer exists with no
+//! leaver's entry beside it (its remover could not make one: a full disk) is removed after
+//! `stale_after` of no change.
 //! A group left by readers that died before publishing or leaving it is removed by an
 //! exclusive acquisition, one in 16 (`lockdir::tidies`: it lists the parent), once its
-//! readers are proven dead; until then it is only a name.
+//! readers are proven dead, and so are the entries of leavers that died; until then they are
+//! only names.
 //! On NFS, attribute caching (`acdirmax`, 60 s by default) can hide heartbeats: keep
 //! `stale_after` above it.
 
@@ -70,12 +77,12 @@ use std::time::Duration;
 
 use nix::dir::Dir;
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, openat, readlinkat};
+use nix::fcntl::{AtFlags, OFlag, openat, readlinkat, renameat};
 use nix::sys::stat::{FileStat, Mode as FileMode, UtimensatFlags, fstatat, mkdirat, utimensat};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
-use super::faults::{self, Switch};
+use super::faults::{self, Stall, Switch};
 use super::filelock::{FileLock, Scheme, Take};
 use super::lock::NotReleased;
 use super::lock::{Holder, Named};
@@ -110,6 +117,9 @@ pub struct Files {
     guard_seen: Observations,
     /// The group NAME named at the last look (left once its members are removed).
     looked_at_group: Option<OsString>,
+    /// At the last look NAME named a group that is gone: the provably dead leavers' entries
+    /// then (removed once NAME is broken).
+    dead_leavers: Vec<OsString>,
     /// Our waiting-writer marker, while an exclusive attempt waits.
     marker: Option<OsString>,
     /// What we saw of other writers' markers, and since when.
@@ -409,35 +419,109 @@ impl Files {
     }
 
     /// While holding exclusively, no group can be current: remove groups left by readers
-    /// that died before publishing or leaving them (proof of death only; one exclusive
-    /// acquisition in 16 looks, [`lockdir::tidies`]).
+    /// that died before publishing or leaving them, and the entries of leavers that died
+    /// leaving (proof of death only; one exclusive acquisition in 16 looks, one listing,
+    /// [`lockdir::tidies`]).
     fn tidy_groups(&mut self) {
-        let Ok(groups) = self.list_beside(&self.group_prefix()) else {
+        let (groups, leavers) = (self.group_prefix(), self.leaver_prefix());
+        let Ok(names) = self.list_beside(&self.dir.beside(".")) else {
             return;
         };
-        for g in groups {
-            let Ok(Some((fd, members))) = self.members(&g) else {
+        for n in names {
+            if is_leaver(&n, &leavers) {
+                if let Ok(parent) = self.fd()
+                    && let Ok(t) = readlinkat(parent, n.as_os_str())
+                    && super::stale::provably_dead(&Record::parse(&t.to_string_lossy()))
+                {
+                    let _ = unlinkat(parent, n.as_os_str(), UnlinkatFlags::NoRemoveDir);
+                }
+                continue;
+            }
+            if !n.as_bytes().starts_with(groups.as_bytes()) {
+                continue;
+            }
+            let Ok(Some((fd, members))) = self.members(&n) else {
                 continue;
             };
-            let all_dead = members.iter().all(|m| match &m.parsed {
-                Parsed::V1(r) => r.same_host() && !crate::host::alive(r.pid, r.start),
-                Parsed::Foreign(_) => false,
-            });
-            if !all_dead {
+            if !members.iter().all(|m| super::stale::provably_dead(&m.parsed)) {
                 continue;
             }
             for m in &members {
                 let _ = unlinkat(&fd, m.entry.as_os_str(), UnlinkatFlags::NoRemoveDir);
             }
             if let Ok(parent) = self.fd() {
-                let _ = unlinkat(parent, g.as_os_str(), UnlinkatFlags::RemoveDir);
+                let _ = unlinkat(parent, n.as_os_str(), UnlinkatFlags::RemoveDir);
             }
         }
     }
 
+    /// Where a reader (or a breaker) that may remove group G stands while it does:
+    /// `.NAME.l.<nonce>`, a symlink to its record. Made before G's `rmdir` and removed after
+    /// NAME is freed, so NAME naming a group that is gone always has its remover's record
+    /// beside it, alive or provably dead (same host: a shared lock is only ever taken there).
+    fn leaver_prefix(&self) -> OsString {
+        self.dir.beside(".l.")
+    }
+
+    /// The leavers' entries now, with their records; another lock's names that share the
+    /// prefix (`.NAME.l.s.…` of lock `NAME.l`) are not ours: ours are a bare nonce after it.
+    fn leavers(&mut self) -> Result<Vec<(OsString, Parsed)>> {
+        let prefix = self.leaver_prefix();
+        let mut out = Vec::new();
+        for n in self.list_beside(&prefix)? {
+            if !is_leaver(&n, &prefix) {
+                continue;
+            }
+            // Something else planted there says nothing of a remover: not a holder.
+            if let Ok(t) = readlinkat(self.fd()?, n.as_os_str())
+                && let p @ Parsed::V1(_) = Record::parse(&t.to_string_lossy())
+            {
+                out.push((n, p));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Leaves group `g` by moving our registration `entry` out of it to a leaver's entry
+    /// (one `rename`: our record stays beside the lock while we may remove G), then as
+    /// [`leave_group`](Self::leave_group). `Err(ENOENT)` inside: our registration is gone.
+    fn leave(&mut self, g: &OsStr, entry: &Path) -> Result<std::result::Result<bool, Errno>> {
+        let Some(nonce) = entry.file_name().and_then(|n| n.to_str()?.strip_prefix(READER_PREFIX))
+        else {
+            return Ok(Err(Errno::EINVAL));
+        };
+        let mut leaving = self.leaver_prefix();
+        leaving.push(nonce);
+        let parent = self.fd()?;
+        match renameat(parent, entry, parent, leaving.as_os_str()) {
+            Ok(()) => self.leave_group(g, Some(leaving)).map(Ok),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
     /// After leaving group `g`: remove it if it is empty; whoever removed it (only one can)
-    /// frees NAME if NAME still names it. `Ok(true)` if we freed NAME.
-    fn leave_group(&mut self, g: &OsStr) -> Result<bool> {
+    /// frees NAME if NAME still names it. `Ok(true)` if we freed NAME. `leaving`: our
+    /// leaver's entry, if we made it already (else one is made here, and if it cannot be,
+    /// NAME naming a removed G is judged as a lock without a record: `stale_after`).
+    fn leave_group(&mut self, g: &OsStr, leaving: Option<OsString>) -> Result<bool> {
+        let leaving = leaving.or_else(|| {
+            let rec = Record::ours(&self.profile);
+            let mut l = self.leaver_prefix();
+            l.push(&rec.nonce);
+            let parent = self.fd().ok()?;
+            symlinkat(rec.render().as_str(), parent, l.as_os_str()).ok()?;
+            Some(l)
+        });
+        let r = self.remove_group(g);
+        if let Some(l) = leaving
+            && let Ok(parent) = self.fd()
+        {
+            let _ = unlinkat(parent, l.as_os_str(), UnlinkatFlags::NoRemoveDir);
+        }
+        r
+    }
+
+    fn remove_group(&mut self, g: &OsStr) -> Result<bool> {
         let parent = self.fd()?;
         match unlinkat(parent, g, UnlinkatFlags::RemoveDir) {
             Ok(()) => {}
@@ -445,6 +529,7 @@ impl Files {
             Err(Errno::ENOTEMPTY | Errno::EEXIST | Errno::ENOENT) => return Ok(false),
             Err(e) => return Err(self.io("cannot remove shared group of", e)),
         }
+        faults::stall(Stall::Leaving);
         // G is gone and cannot come back (its name is unique): nobody else can have made
         // NAME name it, nor be about to remove NAME while it names G.
         let name = self.dir.name.clone();
@@ -582,10 +667,15 @@ impl Files {
 
 impl Holders for Files {
     /// An exclusive holder: keyed by NAME's text (unique per acquisition). A group: one
-    /// entry per reader, keyed by its path from the parent; a group that no longer exists
-    /// (its last reader died between `rmdir` and `unlink`): NAME without a record.
+    /// entry per reader, keyed by its path from the parent. A group that no longer exists
+    /// (its remover is between `rmdir` and `unlink`, or died there): NAME, keyed by G, with
+    /// the record of a leaver alive or unknown, else of a provably dead one — its remover
+    /// is among them, since a leaver's entry outlives its `unlink` of NAME (see
+    /// [`leaver_prefix`](Self::leaver_prefix)); none (a remover that could not make its
+    /// entry): without a record, judged by `stale_after`.
     fn holders(&mut self) -> Result<Option<Vec<Evidence>>> {
         self.looked_at_group = None;
+        self.dead_leavers.clear();
         match self.target()? {
             Target::Missing => Ok(None),
             Target::Exclusive(parsed, text, seen) => Ok(Some(vec![Evidence {
@@ -597,9 +687,15 @@ impl Holders for Files {
             }])),
             Target::Group(g, seen) => {
                 let Some((_, members)) = self.members(&g)? else {
+                    let (dead, unknown): (Vec<_>, Vec<_>) = self
+                        .leavers()?
+                        .into_iter()
+                        .partition(|(_, p)| super::stale::provably_dead(p));
+                    let record = unknown.into_iter().chain(dead.iter().cloned()).next();
+                    self.dead_leavers = dead.into_iter().map(|(n, _)| n).collect();
                     return Ok(Some(vec![Evidence {
                         key: g,
-                        record: None,
+                        record: record.map(|(_, p)| p),
                         sign: sign(seen),
                         mode: Mode::Shared,
                         age: None,
@@ -622,21 +718,27 @@ impl Holders for Files {
     }
 
     fn remove(&mut self, ev: &Evidence) -> Result<bool> {
-        match (ev.mode, &ev.record) {
-            // A reader: its registration's exact name is the claim (never reused).
-            (Mode::Shared, Some(_)) => {
-                let parent = self.fd()?;
-                Ok(unlinkat(parent, ev.key.as_os_str(), UnlinkatFlags::NoRemoveDir).is_ok())
-            }
-            // An exclusive holder, or NAME naming a group that is gone.
-            _ => self.break_name(&ev.key.to_string_lossy(), &ev.sign),
+        // A reader: its registration's exact name (`G/r.<nonce>`, never reused) is the claim.
+        if ev.key.as_bytes().contains(&b'/') {
+            let parent = self.fd()?;
+            return Ok(unlinkat(parent, ev.key.as_os_str(), UnlinkatFlags::NoRemoveDir).is_ok());
         }
+        // An exclusive holder, or NAME naming a group that is gone (then its dead leavers'
+        // entries go too, each by its exact name).
+        let broke = self.break_name(&ev.key.to_string_lossy(), &ev.sign)?;
+        let dead = std::mem::take(&mut self.dead_leavers);
+        if broke && let Ok(parent) = self.fd() {
+            for l in dead {
+                let _ = unlinkat(parent, l.as_os_str(), UnlinkatFlags::NoRemoveDir);
+            }
+        }
+        Ok(broke)
     }
 
     /// The readers removed: leave their group as the last of them would have.
     fn finish(&mut self) -> Result<bool> {
         match self.looked_at_group.take() {
-            Some(g) => self.leave_group(&g),
+            Some(g) => self.leave_group(&g, None),
             None => Ok(true),
         }
     }
@@ -876,9 +978,11 @@ impl Files {
                 if still {
                     return Ok(f.finish_shared(g, entry));
                 }
-                let _ = unlinkat(f.fd()?, entry.as_os_str(), UnlinkatFlags::NoRemoveDir);
                 // We may have kept an emptied group alive for a moment: leave it properly.
-                f.leave_group(&g)?;
+                match f.leave(&g, &entry)? {
+                    Ok(_) | Err(Errno::ENOENT) => {}
+                    Err(e) => return Err(f.io("cannot leave shared lock", e)),
+                }
                 Ok(Take::Again)
             }
             Target::Exclusive(..) => Ok(Take::Taken),
@@ -924,6 +1028,7 @@ impl Scheme for Files {
             seed_scheme: faults::on(Switch::SymlinkSeedScheme),
             guard_seen: Observations::new(lock.common.stale_after),
             looked_at_group: None,
+            dead_leavers: Vec::new(),
             marker: None,
             markers_seen: Observations::new(lock.common.stale_after),
             unmarked: false,
@@ -1086,23 +1191,25 @@ impl Files {
                 }
                 Ok(())
             }
-            Held::Shared { group, entry } => {
-                match unlinkat(self.fd()?, &entry, UnlinkatFlags::NoRemoveDir) {
-                    Ok(()) => {}
-                    Err(Errno::ENOENT) => {
-                        return Err(err!(
-                            Lost,
-                            "shared lock {} was broken while held: our registration is gone",
-                            path.display()
-                        ));
-                    }
-                    Err(e) => return Err(Error::path("cannot release lock", &path, e.into())),
-                }
-                self.leave_group(&group)?;
-                Ok(())
-            }
+            Held::Shared { group, entry } => match self.leave(&group, &entry)? {
+                Ok(_) => Ok(()),
+                Err(Errno::ENOENT) => Err(err!(
+                    Lost,
+                    "shared lock {} was broken while held: our registration is gone",
+                    path.display()
+                )),
+                Err(e) => Err(Error::path("cannot release lock", &path, e.into())),
+            },
         }
     }
+}
+
+/// Whether `n` is a leaver's entry `.NAME.l.<nonce>` (`prefix`: `.NAME.l.`), not another
+/// lock's name that shares the prefix (`.NAME.l.s.…` of lock `NAME.l`).
+fn is_leaver(n: &OsStr, prefix: &OsStr) -> bool {
+    n.as_bytes()
+        .strip_prefix(prefix.as_bytes())
+        .is_some_and(|rest| !rest.is_empty() && !rest.contains(&b'.'))
 }
 
 /// The names in directory `dir` (shown as `shown`, the `what` of messages) that `keep`

@@ -495,7 +495,17 @@ impl Files {
         let parent = self.fd()?;
         match renameat(parent, entry, parent, leaving.as_os_str()) {
             Ok(()) => self.leave_group(g, Some(leaving)).map(Ok),
-            Err(e) => Ok(Err(e)),
+            Err(Errno::ENOENT) => Ok(Err(Errno::ENOENT)),
+            // No leaver's entry to be had (a parent this reader may not write, a full disk):
+            // leave as before it existed; NAME left naming a removed G is then judged by
+            // `stale_after`.
+            Err(e) => {
+                debug!("cannot move our registration out of the group ({e}): unlinking it");
+                match unlinkat(parent, entry, UnlinkatFlags::NoRemoveDir) {
+                    Ok(()) => self.leave_group(g, None).map(Ok),
+                    Err(e) => Ok(Err(e)),
+                }
+            }
         }
     }
 

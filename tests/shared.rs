@@ -345,10 +345,12 @@ fn killed_readers_and_waiting_writers_leave_nothing_behind() {
     r.ok();
     drop(r);
     eventually(T, "lock gone", || !sb.join("s.lock").exists());
-    eventually(T, "no markers or groups left", || {
-        sb.listing()
-            .iter()
-            .all(|n| !n.starts_with(".s.lock.w.") && !n.starts_with(".s.lock.s."))
+    eventually(T, "no markers, groups or leavers' entries left", || {
+        sb.listing().iter().all(|n| {
+            [".s.lock.w.", ".s.lock.s.", ".s.lock.l."]
+                .iter()
+                .all(|p| !n.starts_with(p))
+        })
     });
 }
 
@@ -384,6 +386,41 @@ fn a_reader_killed_between_removing_its_group_and_freeing_the_lock_is_broken_at_
         "{:?}",
         sb.listing()
     );
+}
+
+/// The symlink backend's holders are keyed by NAME's text, which may hold any path: a
+/// foreign NAME naming a file (absolute or relative) is removed by `break --force`, and the
+/// file it names stays.
+#[test]
+fn break_force_of_a_foreign_symlink_naming_a_path_removes_only_the_lock() {
+    let sb = Sandbox::standard();
+    fs::create_dir(sb.join("d")).unwrap();
+    for target in [sb.join("victim"), "d/victim".into()] {
+        let file = sb.path().join(&target);
+        fs::write(&file, "keep").unwrap();
+        std::os::unix::fs::symlink(&target, sb.join("s.lock")).unwrap();
+        let o = sb.output(["break", "--force", "s"]);
+        assert_eq!(code(o.status), 0, "{target:?}: {}", stderr(&o));
+        assert!(
+            fs::symlink_metadata(sb.join("s.lock")).is_err(),
+            "{target:?}"
+        );
+        assert_eq!(fs::read_to_string(&file).unwrap(), "keep", "{target:?}");
+    }
+}
+
+/// A lock named by its address records the address (a path, with `/`) as its profile: a
+/// killed exclusive holder of it is broken at once by proof of death all the same.
+#[test]
+fn a_killed_exclusive_holder_of_a_symlink_address_is_broken_at_once() {
+    let sb = Sandbox::standard();
+    let addr = format!("symlink:{}", sb.join("a.lock").display());
+    let mut h = sb.hold([addr.as_str()]);
+    assert!(h.ok().starts_with("OK "), "{}", h.ok());
+    kill9(h.pid());
+    h.wait_exit(T);
+    let o = sb.output(["--wait", "5s", "run", &addr, "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
 }
 
 /// Is pid $1 gone (or a zombie)? A killed holder's command gets 100 ms to finish dying (its

@@ -9,8 +9,8 @@
 //! PARENT/.NAME.s.<nonce>/      a shared group (a unique name, never reused)
 //! PARENT/.NAME.s.<nonce>/r.<nonce>  symlink; a reader registered in it; target = its record
 //! PARENT/.NAME.w.<nonce>       symlink; a writer waiting (readers stop joining); its record
-//! PARENT/.NAME.l.<nonce>       symlink; a reader (or breaker) leaving a group that it may
-//!                              remove; its record, until NAME is freed
+//! PARENT/.NAME.l.<G>.<nonce>   symlink; a reader (or breaker) leaving group `.NAME.s.<G>`,
+//!                              which it may remove; its record, until NAME is freed
 //! PARENT/.NAME.break           symlink; held by the one waiter breaking a silent lock
 //! PARENT/.NAME.state/          the state: one entry state~1~TOKEN~CLEAN (`lockdir::state`)
 //! ```
@@ -33,11 +33,12 @@
 //! still names G is the lock ours (seed 004's fix: if G's last reader left meanwhile, G is
 //! gone and registering fails, or NAME has moved on). If there is no NAME: make a new group
 //! with our registration inside and publish it with `symlink(G, NAME)`. Release: rename our
-//! registration out of G to `.NAME.l.<nonce>` (our record stays beside the lock), then
+//! registration out of G to `.NAME.l.<G>.<nonce>` (our record stays beside the lock), then
 //! `rmdir(G)`; only the one whose `rmdir` succeeded (G was empty, and no one can join a
 //! removed group) unlinks NAME, and only if it still names G; then our `.l.` entry goes. So
-//! NAME naming a removed group always has its remover's record beside it: a waiter waits
-//! while a leaver lives and breaks NAME at once when every leaver is provably dead.
+//! NAME naming a removed group has its remover's record beside it: a waiter waits while one
+//! of G's leavers lives and breaks NAME at once when all are provably dead — looked at again
+//! under the break guard after NAME was re-read (the remover unlinks NAME before its entry).
 //!
 //! # Writer preference
 //! A writer that finds the lock busy leaves `.NAME.w.<nonce>` (refreshed at every retry) and
@@ -60,8 +61,8 @@
 //! # Limits
 //! A holder paused for longer than `stale_after` can be broken (the honest limit of every
 //! lease; fencing tokens exist for it). NAME naming a group that no longer exists with no
-//! leaver's entry beside it (its remover could not make one: a full disk) is removed after
-//! `stale_after` of no change.
+//! leaver's entry beside it (its remover could not make one: a full disk, a lock name over 218
+//! bytes) is removed after `stale_after` of no change.
 //! A group left by readers that died before publishing or leaving it is removed by an
 //! exclusive acquisition, one in 16 (`lockdir::tidies`: it lists the parent), once its
 //! readers are proven dead, and so are the entries of leavers that died; until then they are
@@ -117,9 +118,8 @@ pub struct Files {
     guard_seen: Observations,
     /// The group NAME named at the last look (left once its members are removed).
     looked_at_group: Option<OsString>,
-    /// At the last look NAME named a group that is gone: the provably dead leavers' entries
-    /// then (removed once NAME is broken).
-    dead_leavers: Vec<OsString>,
+    /// At the last look NAME named this group, which is gone.
+    gone_group: Option<OsString>,
     /// Our waiting-writer marker, while an exclusive attempt waits.
     marker: Option<OsString>,
     /// What we saw of other writers' markers, and since when.
@@ -423,12 +423,16 @@ impl Files {
     /// leaving (proof of death only; one exclusive acquisition in 16 looks, one listing,
     /// [`lockdir::tidies`]).
     fn tidy_groups(&mut self) {
-        let (groups, leavers) = (self.group_prefix(), self.leaver_prefix());
+        let (groups, leavers) = (self.group_prefix(), self.dir.beside(".l."));
         let Ok(names) = self.list_beside(&self.dir.beside(".")) else {
             return;
         };
         for n in names {
-            if is_leaver(&n, &leavers) {
+            if n.as_bytes()
+                .strip_prefix(leavers.as_bytes())
+                .and_then(|rest| rest.splitn(2, |b| *b == b'.').nth(1))
+                .is_some_and(is_nonce)
+            {
                 if let Ok(parent) = self.fd()
                     && let Ok(t) = readlinkat(parent, n.as_os_str())
                     && super::stale::provably_dead(&Record::parse(&t.to_string_lossy()))
@@ -455,24 +459,31 @@ impl Files {
         }
     }
 
-    /// Where a reader (or a breaker) that may remove group G stands while it does:
-    /// `.NAME.l.<nonce>`, a symlink to its record. Made before G's `rmdir` and removed after
-    /// NAME is freed, so NAME naming a group that is gone always has its remover's record
-    /// beside it, alive or provably dead (same host: a shared lock is only ever taken there).
-    fn leaver_prefix(&self) -> OsString {
-        self.dir.beside(".l.")
+    /// Where a reader (or a breaker) that may remove group G (`.NAME.s.<G>`) stands while it
+    /// does: `.NAME.l.<G>.<nonce>`, a symlink to its record. Made before G's `rmdir` and
+    /// removed after NAME is freed, so NAME naming a group that is gone has its remover's
+    /// record beside it, alive or provably dead (same host: a shared lock is only ever taken
+    /// there). This is the prefix of G's leavers; `None` for a name that is not a group.
+    fn leaver_prefix(&self, g: &OsStr) -> Option<OsString> {
+        let gp = self.group_prefix();
+        let id = g.as_bytes().strip_prefix(gp.as_bytes())?;
+        let mut p = self.dir.beside(".l.");
+        p.push(OsStr::from_bytes(id));
+        p.push(".");
+        Some(p)
     }
 
-    /// The leavers' entries now, with their records; another lock's names that share the
-    /// prefix (`.NAME.l.s.…` of lock `NAME.l`) are not ours: ours are a bare nonce after it.
-    fn leavers(&mut self) -> Result<Vec<(OsString, Parsed)>> {
-        let prefix = self.leaver_prefix();
+    /// The entries of group `g`'s leavers now, with their records (those of another form,
+    /// or planted by something else, say nothing of a remover: not listed).
+    fn leavers(&mut self, g: &OsStr) -> Result<Vec<(OsString, Parsed)>> {
+        let Some(prefix) = self.leaver_prefix(g) else {
+            return Ok(Vec::new());
+        };
         let mut out = Vec::new();
         for n in self.list_beside(&prefix)? {
-            if !is_leaver(&n, &prefix) {
+            if !is_nonce(&n.as_bytes()[prefix.len()..]) {
                 continue;
             }
-            // Something else planted there says nothing of a remover: not a holder.
             if let Ok(t) = readlinkat(self.fd()?, n.as_os_str())
                 && let p @ Parsed::V1(_) = Record::parse(&t.to_string_lossy())
             {
@@ -482,21 +493,24 @@ impl Files {
         Ok(out)
     }
 
-    /// Leaves group `g` by moving our registration `entry` out of it to a leaver's entry
+    /// Leaves group `g` by moving our registration `entry` out of it to our leaver's entry
     /// (one `rename`: our record stays beside the lock while we may remove G), then as
     /// [`leave_group`](Self::leave_group). `Err(ENOENT)` inside: our registration is gone.
     fn leave(&mut self, g: &OsStr, entry: &Path) -> Result<std::result::Result<bool, Errno>> {
-        let Some(nonce) = entry.file_name().and_then(|n| n.to_str()?.strip_prefix(READER_PREFIX))
-        else {
-            return Ok(Err(Errno::EINVAL));
-        };
-        let mut leaving = self.leaver_prefix();
-        leaving.push(nonce);
+        let nonce = entry.file_name().and_then(|n| n.to_str()?.strip_prefix(READER_PREFIX));
+        let leaving = nonce.zip(self.leaver_prefix(g)).map(|(n, mut l)| {
+            l.push(n);
+            l
+        });
         let parent = self.fd()?;
-        match renameat(parent, entry, parent, leaving.as_os_str()) {
-            Ok(()) => self.leave_group(g, Some(leaving)).map(Ok),
+        let moved = match &leaving {
+            Some(l) => renameat(parent, entry, parent, l.as_os_str()),
+            None => Err(Errno::EINVAL),
+        };
+        match moved {
+            Ok(()) => self.leave_group(g, leaving).map(Ok),
             Err(Errno::ENOENT) => Ok(Err(Errno::ENOENT)),
-            // No leaver's entry to be had (a parent this reader may not write, a full disk):
+            // No leaver's entry to be had (a full disk or quota, a name too long for it):
             // leave as before it existed; NAME left naming a removed G is then judged by
             // `stale_after`.
             Err(e) => {
@@ -512,14 +526,15 @@ impl Files {
     /// After leaving group `g`: remove it if it is empty; whoever removed it (only one can)
     /// frees NAME if NAME still names it. `Ok(true)` if we freed NAME. `leaving`: our
     /// leaver's entry, if we made it already (else one is made here, and if it cannot be,
-    /// NAME naming a removed G is judged as a lock without a record: `stale_after`).
+    /// NAME naming a removed G is judged as a lock without a record: `stale_after`). Ours is
+    /// removed afterwards whatever happened (a name with our fresh nonce is nobody else's).
     fn leave_group(&mut self, g: &OsStr, leaving: Option<OsString>) -> Result<bool> {
         let leaving = leaving.or_else(|| {
             let rec = Record::ours(&self.profile);
-            let mut l = self.leaver_prefix();
+            let mut l = self.leaver_prefix(g)?;
             l.push(&rec.nonce);
             let parent = self.fd().ok()?;
-            symlinkat(rec.render().as_str(), parent, l.as_os_str()).ok()?;
+            let _ = symlinkat(rec.render().as_str(), parent, l.as_os_str());
             Some(l)
         });
         let r = self.remove_group(g);
@@ -555,7 +570,11 @@ impl Files {
     }
 
     /// Removes NAME if it still says `text` with the same `sign` (read fresh), serialised by
-    /// `.NAME.break`. `Ok(false)`: another breaker is at work (or the lock changed).
+    /// `.NAME.break`. `Ok(false)`: another breaker is at work (or the lock changed). NAME
+    /// naming a group that is gone is removed only if, looked at again after NAME was
+    /// re-read, none of that group's leavers may be alive (the one that removed the group
+    /// unlinks NAME before its entry: if its entry is gone, so is the NAME we would remove);
+    /// the dead leavers' entries go with it.
     fn break_name(&mut self, text: &str, was: &[u8]) -> Result<bool> {
         let guard = self.dir.beside(".break");
         let mine = Record::ours(&self.profile).render();
@@ -586,13 +605,25 @@ impl Files {
             Target::Group(g, s) => (g.as_bytes() == text.as_bytes() && sign(s) == was, false),
             Target::Missing => (false, false),
         };
-        let broke = same && {
-            // Its heartbeat record first, while NAME still keeps others from writing one.
-            if exclusive && self.remote() {
-                self.remove_beat_record(text);
-            }
-            self.unlink_if(&name, text)
+        // A listing that fails tells nothing (then `stale_after` alone judged it).
+        let leavers = match same && !exclusive {
+            true => self.leavers(OsStr::new(text)).unwrap_or_default(),
+            false => Vec::new(),
         };
+        let broke = same
+            && leavers.iter().all(|(_, p)| super::stale::provably_dead(p))
+            && {
+                // Its heartbeat record first, while NAME still keeps others from writing one.
+                if exclusive && self.remote() {
+                    self.remove_beat_record(text);
+                }
+                self.unlink_if(&name, text)
+            };
+        if broke && let Ok(parent) = self.fd() {
+            for (l, _) in leavers {
+                let _ = unlinkat(parent, l.as_os_str(), UnlinkatFlags::NoRemoveDir);
+            }
+        }
         self.unlink_if(&guard, &mine);
         Ok(broke)
     }
@@ -685,7 +716,7 @@ impl Holders for Files {
     /// entry): without a record, judged by `stale_after`.
     fn holders(&mut self) -> Result<Option<Vec<Evidence>>> {
         self.looked_at_group = None;
-        self.dead_leavers.clear();
+        self.gone_group = None;
         match self.target()? {
             Target::Missing => Ok(None),
             Target::Exclusive(parsed, text, seen) => Ok(Some(vec![Evidence {
@@ -697,12 +728,15 @@ impl Holders for Files {
             }])),
             Target::Group(g, seen) => {
                 let Some((_, members)) = self.members(&g)? else {
+                    // A listing that fails (a directory we may search but not read) tells
+                    // nothing: judged as a lock without a record.
                     let (dead, unknown): (Vec<_>, Vec<_>) = self
-                        .leavers()?
+                        .leavers(&g)
+                        .unwrap_or_default()
                         .into_iter()
                         .partition(|(_, p)| super::stale::provably_dead(p));
-                    let record = unknown.into_iter().chain(dead.iter().cloned()).next();
-                    self.dead_leavers = dead.into_iter().map(|(n, _)| n).collect();
+                    let record = unknown.into_iter().chain(dead).next();
+                    self.gone_group = Some(g.clone());
                     return Ok(Some(vec![Evidence {
                         key: g,
                         record: record.map(|(_, p)| p),
@@ -728,21 +762,18 @@ impl Holders for Files {
     }
 
     fn remove(&mut self, ev: &Evidence) -> Result<bool> {
-        // A reader: its registration's exact name (`G/r.<nonce>`, never reused) is the claim.
-        if ev.key.as_bytes().contains(&b'/') {
-            let parent = self.fd()?;
-            return Ok(unlinkat(parent, ev.key.as_os_str(), UnlinkatFlags::NoRemoveDir).is_ok());
-        }
-        // An exclusive holder, or NAME naming a group that is gone (then its dead leavers'
-        // entries go too, each by its exact name).
-        let broke = self.break_name(&ev.key.to_string_lossy(), &ev.sign)?;
-        let dead = std::mem::take(&mut self.dead_leavers);
-        if broke && let Ok(parent) = self.fd() {
-            for l in dead {
-                let _ = unlinkat(parent, l.as_os_str(), UnlinkatFlags::NoRemoveDir);
+        let gone = self.gone_group.as_deref() == Some(ev.key.as_os_str());
+        match ev.mode {
+            // A reader: its registration's exact name (`G/r.<nonce>`, as listed from G; never
+            // reused) is the claim.
+            Mode::Shared if !gone => {
+                let parent = self.fd()?;
+                Ok(unlinkat(parent, ev.key.as_os_str(), UnlinkatFlags::NoRemoveDir).is_ok())
             }
+            // An exclusive holder (keyed by NAME's text, whatever it says), or NAME naming a
+            // group that is gone.
+            _ => self.break_name(&ev.key.to_string_lossy(), &ev.sign),
         }
-        Ok(broke)
     }
 
     /// The readers removed: leave their group as the last of them would have.
@@ -1038,7 +1069,7 @@ impl Scheme for Files {
             seed_scheme: faults::on(Switch::SymlinkSeedScheme),
             guard_seen: Observations::new(lock.common.stale_after),
             looked_at_group: None,
-            dead_leavers: Vec::new(),
+            gone_group: None,
             marker: None,
             markers_seen: Observations::new(lock.common.stale_after),
             unmarked: false,
@@ -1214,12 +1245,10 @@ impl Files {
     }
 }
 
-/// Whether `n` is a leaver's entry `.NAME.l.<nonce>` (`prefix`: `.NAME.l.`), not another
-/// lock's name that shares the prefix (`.NAME.l.s.…` of lock `NAME.l`).
-fn is_leaver(n: &OsStr, prefix: &OsStr) -> bool {
-    n.as_bytes()
-        .strip_prefix(prefix.as_bytes())
-        .is_some_and(|rest| !rest.is_empty() && !rest.contains(&b'.'))
+/// Whether `n` is a nonce as [`crate::host::nonce`] makes them (16 lowercase hex digits):
+/// a leaver's entry ends with one, and nothing of another lock that shares its prefix does.
+fn is_nonce(n: &[u8]) -> bool {
+    n.len() == 16 && n.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
 }
 
 /// The names in directory `dir` (shown as `shown`, the `what` of messages) that `keep`

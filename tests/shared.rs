@@ -388,6 +388,30 @@ fn a_reader_killed_between_removing_its_group_and_freeing_the_lock_is_broken_at_
     );
 }
 
+/// NAME naming a group that is gone, beside a leaver's entry of another boot (a reader that
+/// lost power between removing its group and freeing NAME): no proof of death can come, so
+/// the lock is broken after `stale_after` of no change, as any silent holder's — never for
+/// good — and the entry goes with it.
+#[test]
+fn a_gone_group_whose_leaver_is_of_another_boot_is_broken_after_stale_after() {
+    let sb = Sandbox::standard();
+    let g = ".sfast.lock.s.0123456789abcdef";
+    let leaver = sb.join(".sfast.lock.l.0123456789abcdef.fedcba9876543210");
+    let rec = "locksmith v=1 host=elsewhere pid=4242 ppid=1 start=1 boot=not-this-boot pidns=pid:[1] since=2026-01-01T00:00:00Z profile=sfast nonce=fedcba9876543210";
+    std::os::unix::fs::symlink(rec, &leaver).unwrap();
+    std::os::unix::fs::symlink(g, sb.join("sfast.lock")).unwrap();
+    let t = Instant::now();
+    let o = sb.output(["--wait", "10s", "run", "sfast", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    // sfast's stale_after is 1.5 s.
+    assert!(
+        t.elapsed() >= Duration::from_millis(1400),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(fs::symlink_metadata(&leaver).is_err(), "{:?}", sb.listing());
+}
+
 /// The symlink backend's holders are keyed by NAME's text, which may hold any path: a
 /// foreign NAME naming a file (absolute or relative) is removed by `break --force`, and the
 /// file it names stays.

@@ -342,6 +342,9 @@ impl Files {
         let prefix = self.group_prefix();
         let group = OsString::from(&text);
         if group.as_bytes().starts_with(prefix.as_bytes()) && !text.contains('/') {
+            // On a network filesystem `seen` is the look of a fresh pin, whose link and unlink
+            // move the ctime at every look: a group's name is unique, nothing else to compare.
+            let seen = if self.remote() { (0, (0, 0)) } else { seen };
             return Ok(Target::Group(group, seen));
         }
         let parsed = Record::parse(&text);
@@ -428,10 +431,12 @@ impl Files {
             return;
         };
         for n in names {
-            if n.as_bytes()
-                .strip_prefix(leavers.as_bytes())
-                .and_then(|rest| rest.splitn(2, |b| *b == b'.').nth(1))
-                .is_some_and(is_nonce)
+            // `.NAME.l.<G>.<nonce>` and `.NAME.s.<G>` exactly: another lock's names share
+            // these prefixes (`.NAME.l.w.<nonce>` of lock `NAME.l`, `.NAME.s.<nonce>.new/`
+            // of lock `NAME.s`).
+            let rest = |p: &OsString| n.as_bytes().strip_prefix(p.as_bytes());
+            if rest(&leavers)
+                .is_some_and(|r| r.len() == 33 && r[16] == b'.' && is_nonce(&r[..16]) && is_nonce(&r[17..]))
             {
                 if let Ok(parent) = self.fd()
                     && let Ok(t) = readlinkat(parent, n.as_os_str())
@@ -441,7 +446,7 @@ impl Files {
                 }
                 continue;
             }
-            if !n.as_bytes().starts_with(groups.as_bytes()) {
+            if !rest(&groups).is_some_and(is_nonce) {
                 continue;
             }
             let Ok(Some((fd, members))) = self.members(&n) else {
@@ -491,6 +496,25 @@ impl Files {
             }
         }
         Ok(out)
+    }
+
+    /// What a waiter compares between looks of NAME naming group `g`, which is gone: NAME's
+    /// own look and the names of G's leavers (one coming or going starts `stale_after`
+    /// again), or that they could not be listed; with the leavers, where listed.
+    fn gone_group(&mut self, g: &OsStr, seen: Seen) -> (Vec<u8>, Option<Vec<(OsString, Parsed)>>) {
+        let mut sg = sign(seen);
+        let mut list = self.leavers(g).ok();
+        match &mut list {
+            Some(l) => {
+                l.sort_by(|a, b| a.0.cmp(&b.0));
+                for (n, _) in l.iter() {
+                    sg.push(b'|');
+                    sg.extend_from_slice(n.as_bytes());
+                }
+            }
+            None => sg.extend_from_slice(b"|?"),
+        }
+        (sg, list)
     }
 
     /// Leaves group `g` by moving our registration `entry` out of it to our leaver's entry
@@ -600,18 +624,22 @@ impl Files {
             Err(e) => return Err(self.io("cannot take the break guard of", e)),
         }
         let name = self.dir.name.clone();
-        let (same, exclusive) = match self.target()? {
-            Target::Exclusive(_, t, s) => (t == text && sign(s) == was, true),
-            Target::Group(g, s) => (g.as_bytes() == text.as_bytes() && sign(s) == was, false),
-            Target::Missing => (false, false),
-        };
-        // A listing that fails tells nothing (then `stale_after` alone judged it).
-        let leavers = match same && !exclusive {
-            true => self.leavers(OsStr::new(text)).unwrap_or_default(),
-            false => Vec::new(),
+        let (same, exclusive, leavers) = match self.target()? {
+            Target::Exclusive(_, t, s) => (t == text && sign(s) == was, true, Vec::new()),
+            Target::Group(g, s) if g.as_bytes() == text.as_bytes() => {
+                // G is gone (only such a group is broken): looked at again now that NAME was
+                // re-read, its leavers are the same as judged, and none of this host is alive
+                // (one may be G's remover between its `rmdir` and its `unlink` of NAME).
+                let (sg, list) = self.gone_group(&g, s);
+                let list = list.unwrap_or_default();
+                let live = list
+                    .iter()
+                    .any(|(_, p)| matches!(p, Parsed::V1(r) if r.alive() == Some(true)));
+                (sg == was && !live, false, list)
+            }
+            _ => (false, false, Vec::new()),
         };
         let broke = same
-            && leavers.iter().all(|(_, p)| super::stale::provably_dead(p))
             && {
                 // Its heartbeat record first, while NAME still keeps others from writing one.
                 if exclusive && self.remote() {
@@ -619,8 +647,10 @@ impl Files {
                 }
                 self.unlink_if(&name, text)
             };
+        // G's leavers' entries go with it: none of this host lived, and G's name is never
+        // used again (those of another boot or host would stay for good otherwise).
         if broke && let Ok(parent) = self.fd() {
-            for (l, _) in leavers {
+            for (l, _) in &leavers {
                 let _ = unlinkat(parent, l.as_os_str(), UnlinkatFlags::NoRemoveDir);
             }
         }
@@ -730,8 +760,8 @@ impl Holders for Files {
                 let Some((_, members)) = self.members(&g)? else {
                     // A listing that fails (a directory we may search but not read) tells
                     // nothing: judged as a lock without a record.
-                    let (dead, unknown): (Vec<_>, Vec<_>) = self
-                        .leavers(&g)
+                    let (sg, list) = self.gone_group(&g, seen);
+                    let (dead, unknown): (Vec<_>, Vec<_>) = list
                         .unwrap_or_default()
                         .into_iter()
                         .partition(|(_, p)| super::stale::provably_dead(p));
@@ -740,7 +770,7 @@ impl Holders for Files {
                     return Ok(Some(vec![Evidence {
                         key: g,
                         record: record.map(|(_, p)| p),
-                        sign: sign(seen),
+                        sign: sg,
                         mode: Mode::Shared,
                         age: None,
                     }]));
@@ -767,8 +797,17 @@ impl Holders for Files {
             // A reader: its registration's exact name (`G/r.<nonce>`, as listed from G; never
             // reused) is the claim.
             Mode::Shared if !gone => {
-                let parent = self.fd()?;
-                Ok(unlinkat(parent, ev.key.as_os_str(), UnlinkatFlags::NoRemoveDir).is_ok())
+                let key = ev.key.as_bytes();
+                let Some(at) = key.iter().position(|b| *b == b'/') else {
+                    return Ok(false);
+                };
+                let (g, entry) = (OsStr::from_bytes(&key[..at]), OsStr::from_bytes(&key[at + 1..]));
+                // The group opened without following a symlink swapped in since the listing.
+                let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+                let Ok(gfd) = openat(self.fd()?, g, flags, FileMode::empty()) else {
+                    return Ok(false);
+                };
+                Ok(unlinkat(&gfd, entry, UnlinkatFlags::NoRemoveDir).is_ok())
             }
             // An exclusive holder (keyed by NAME's text, whatever it says), or NAME naming a
             // group that is gone.

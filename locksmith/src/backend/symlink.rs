@@ -598,7 +598,7 @@ impl Files {
     /// naming a group that is gone is removed only if, looked at again after NAME was
     /// re-read, none of that group's leavers may be alive (the one that removed the group
     /// unlinks NAME before its entry: if its entry is gone, so is the NAME we would remove);
-    /// the dead leavers' entries go with it.
+    /// G's leavers' entries go with it.
     fn break_name(&mut self, text: &str, was: &[u8]) -> Result<bool> {
         let guard = self.dir.beside(".break");
         let mine = Record::ours(&self.profile).render();

@@ -76,8 +76,8 @@ pub fn missing(why: &str, installed: &str) {
 
 /// Where the fixtures keep their servers' data (PostgreSQL's and etcd's, Redis', SeaweedFS',
 /// the FTP servers' roots, the directory sshfs serves, GlusterFS' brick): a tmpfs, `/dev/shm`,
-/// where this machine has one we may write — so that the servers' fsyncs and metadata writes do not queue on the
-/// disk's journal behind each other's. In CI one rename in the directory sshfs served waited
+/// where this machine has one we may write — so that the servers' fsyncs and metadata writes
+/// do not queue on the disk's journal behind each other's. In CI one rename in the directory sshfs served waited
 /// there for over 4 s while PostgreSQL and etcd tests ran beside it, and its holder, rightly,
 /// said LOST (issue 28). `LOCKSMITH_TEST_SCRATCH` names another directory; else the temp dir.
 /// (The tests' own lock directories stay in the temp dir: ext4 here, a filesystem users lock on.)

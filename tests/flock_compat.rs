@@ -320,6 +320,24 @@ fn the_command_forms_and_their_status() {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, ["lock"], "{}", f.label);
+        // A file without `#!` runs by /bin/sh (execvp(3)), with or without -F.
+        let script = d.path().join("plain");
+        std::fs::write(&script, "echo \"plain $1\"\n").unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        for form in [
+            &["lock", "./plain", "x"][..],
+            &["-F", "lock", "./plain", "x"],
+        ] {
+            let o = f.run(d.path(), form);
+            assert_eq!(
+                (code(o.status), stdout(&o)),
+                (0, "plain x\n".into()),
+                "{} {form:?}: {}",
+                f.label,
+                stderr(&o)
+            );
+        }
         // -c runs $SHELL (else /bin/sh).
         let mut c = f.cmd();
         c.current_dir(d.path()).env("SHELL", "/bin/bash").args([

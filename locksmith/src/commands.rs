@@ -19,8 +19,8 @@ use crate::log::{self, debug, info};
 use crate::profile::{self, ProfilesFile};
 use crate::protocol::{self, Mode, OkLine};
 use crate::settings::{Env, Overrides, Wait};
-use crate::sys;
 use crate::watch::{Cause, Event, WatchOpts, Watcher};
+use crate::{spawn, sys};
 
 /// Runs the command; `Ok(code)` is the process exit code.
 pub fn dispatch(cli: &Cli) -> Result<i32> {
@@ -434,9 +434,12 @@ fn run(cli: &Cli, locks: &[Profile], cmd: &[OsString]) -> Result<i32> {
     let inherit = if cli.close { None } else { held.inherit_fd() };
     // flock: CMD inherits the locked descriptor, so the lock lives exactly as long as CMD.
     // Others: CMD dies with locksmith (PR_SET_PDEATHSIG; only this thread ever spawns).
-    sys::configure_child(&mut command, inherit.is_none(), own_group, inherit)
-        .map_err(|e| Error::io("preparing the command", e))?;
-    let mut child = match command.spawn() {
+    if let Some(fd) = inherit {
+        // Cleared in locksmith itself: it execs nothing else, and the command must inherit it.
+        sys::set_cloexec(fd.as_raw_fd(), false)
+            .map_err(|e| Error::io("preparing the command", e))?;
+    }
+    let mut child = match spawn::spawn(&command, own_group, inherit.is_none()) {
         Ok(c) => c,
         Err(e) => {
             let _ = held.release();
@@ -470,11 +473,20 @@ fn run(cli: &Cli, locks: &[Profile], cmd: &[OsString]) -> Result<i32> {
             }
             Event::Release(_) => {}
             Event::Ready | Event::Timeout => {
-                if let Some(status) = child
-                    .try_wait()
-                    .map_err(|e| Error::io("waiting for the command", e))?
-                {
-                    break status;
+                match child.try_wait() {
+                    Ok(Some(status)) => break status,
+                    Ok(None) => {}
+                    Err(e) => {
+                        // CMD's status is out of reach: it is stopped and the lock freed,
+                        // never left behind for proof of death to break.
+                        let e = Error::io("waiting for the command", e);
+                        let grace = held.grace();
+                        stop_child(&mut child, target, pidfd.as_ref(), grace, &mut watcher);
+                        if let Err(r) = held.release() {
+                            protocol::error(&r, false);
+                        }
+                        return Err(e);
+                    }
                 }
                 let grace = held.grace();
                 let stop = |e: &Error| {
@@ -548,7 +560,7 @@ fn descriptor(cli: &Cli, fd: i32, unlock: bool) -> Result<i32> {
 
 /// SIGTERM, a grace period, then SIGKILL; always reaped.
 fn stop_child(
-    child: &mut std::process::Child,
+    child: &mut spawn::Child,
     target: Pid,
     pidfd: Option<&std::os::fd::OwnedFd>,
     grace: Duration,

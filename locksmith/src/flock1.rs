@@ -498,7 +498,9 @@ fn run(o: &Opts, fd: OwnedFd, began: Instant, cmd: Vec<OsString>) -> i32 {
         let e = command.exec();
         return failed(&e);
     }
-    let status = match command.status() {
+    // As flock(1)'s fork + execvp: a file without `#!` runs by /bin/sh (std's posix_spawn
+    // would refuse it with ENOEXEC).
+    let status = match crate::spawn::spawn(&command, false, false).and_then(|mut c| c.wait()) {
         Ok(s) => s,
         Err(e) => return failed(&e),
     };

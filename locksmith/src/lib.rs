@@ -11,7 +11,8 @@
 //! - [`backend`]: the registry of backends (`backends!{}`), the contract (`backend::lock`),
 //!   waiting (`backend::wait`), holding (`backend::hold`), one file or folder per backend.
 //! - [`commands`]: hold, run, status, break, verify and profiles, glued from the above.
-//! - [`host`]: host identity and proof of death; [`sys`]: the few raw syscalls;
+//! - [`host`]: host identity and proof of death; [`sys`]: the few raw syscalls; [`spawn`]:
+//!   starting `run`'s command (vfork, dying with locksmith);
 //!   [`files`]: opening files by name without blocking, kind-checked, reads capped.
 //! - [`error`]: error kinds and their exit codes; `tls`: rustls settings of the network backends.
 
@@ -26,6 +27,7 @@ pub mod log;
 pub mod profile;
 pub mod protocol;
 pub mod settings;
+pub mod spawn;
 pub mod sys;
 #[cfg(any(
     feature = "ftp",

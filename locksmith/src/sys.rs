@@ -142,47 +142,6 @@ pub fn boottime() -> Duration {
     Duration::new(ts.tv_sec() as u64, ts.tv_nsec() as u32)
 }
 
-/// Configures a `run` child: optionally die with locksmith (`PR_SET_PDEATHSIG`, re-checked
-/// against `getppid()`), optionally a process group of its own, and optionally keep one
-/// descriptor open across `exec` (the flock descriptor). Only the parent-death signal needs
-/// a `pre_exec` hook; without one std can use the cheaper `posix_spawn`.
-pub fn configure_child(
-    cmd: &mut std::process::Command,
-    die_with_parent: bool,
-    own_group: bool,
-    inherit: Option<std::os::fd::BorrowedFd<'_>>,
-) -> io::Result<()> {
-    use nix::fcntl::{F_GETFD, F_SETFD, FdFlag, fcntl};
-    use std::os::unix::process::CommandExt;
-    if own_group {
-        cmd.process_group(0);
-    }
-    if let Some(fd) = inherit {
-        // Cleared in locksmith itself: it execs nothing else, and the command must inherit it.
-        let flags = FdFlag::from_bits_truncate(fcntl(fd, F_GETFD)?);
-        fcntl(fd, F_SETFD(flags - FdFlag::FD_CLOEXEC))?;
-    }
-    if !die_with_parent {
-        return Ok(());
-    }
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
-    // functions (prctl, getppid, _exit); it allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // The parent may have died before the prctl took effect.
-            if libc::getppid() != parent {
-                libc::_exit(127);
-            }
-            Ok(())
-        });
-    }
-    Ok(())
-}
-
 /// `signal(2)`: SIGTERM, SIGINT and SIGHUP back to their default action (terminate). Called
 /// when nothing is held any more and only a last line is left to write: if the parent does
 /// not read its pipe, that write may block, and a signal must still end the process.

@@ -682,8 +682,21 @@ fn a_killed_lockers_unpublished_directory_is_tidied_within_sixteen_acquisitions(
     let dead_new = prepared(&[]);
     kill9(dead.pid());
     dead.wait_exit(T);
+    // Its name alone says its maker is dead (`.m.lock.<nonce>.<host>.<pid>.<start>.new`):
+    // emptied of its records, it is still tidied.
+    assert_eq!(
+        dead_new.split('.').count(),
+        8,
+        "the maker is in the name: {dead_new}"
+    );
+    for e in fs::read_dir(sb.join(&dead_new)).unwrap() {
+        fs::remove_file(e.unwrap().path()).unwrap();
+    }
     let mut live = stalled("6000", "20s");
     let live_new = prepared(std::slice::from_ref(&dead_new));
+    // Another host's, by its name (another host tag; pid 1 here would be alive anyway).
+    let named_foreign = ".m.lock.0123456789abcdef.0000000000000000.999999.1.new";
+    fs::create_dir(sb.join(named_foreign)).unwrap();
     let foreign = ".m.lock.0123456789abcdef.new";
     fs::create_dir(sb.join(foreign)).unwrap();
     symlink(
@@ -702,7 +715,7 @@ fn a_killed_lockers_unpublished_directory_is_tidied_within_sixteen_acquisitions(
         let left = unpublished();
         assert!(left.contains(&live_new), "the live locker's: {left:?}");
         assert!(
-            left.contains(&foreign.to_string()),
+            left.contains(&foreign.to_string()) && left.contains(&named_foreign.to_string()),
             "another host's: {left:?}"
         );
         if !left.contains(&dead_new) {
@@ -720,5 +733,8 @@ fn a_killed_lockers_unpublished_directory_is_tidied_within_sixteen_acquisitions(
     );
     live.close_stdout();
     assert_eq!(code(live.wait_exit(T)), 0);
-    assert_eq!(unpublished(), [foreign.to_string()]);
+    assert_eq!(
+        unpublished(),
+        [named_foreign.to_string(), foreign.to_string()]
+    );
 }

@@ -38,6 +38,26 @@ impl Host {
     pub fn same_as(&self, boot_id: &str, pidns: &str) -> bool {
         !self.boot_id.is_empty() && self.boot_id == boot_id && self.pidns == pidns
     }
+
+    /// This host as [`same_as`](Self::same_as) knows it, in 16 hex digits for a file name
+    /// (FNV-1a of the boot id and the pid namespace: a name alone then says whether its maker
+    /// is provably dead, [`tagged_alive`]); `None` without a boot id.
+    pub fn tag(&self) -> Option<String> {
+        if self.boot_id.is_empty() {
+            return None;
+        }
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in self.boot_id.bytes().chain([0]).chain(self.pidns.bytes()) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        Some(format!("{h:016x}"))
+    }
+}
+
+/// Whether the process (`pid`, `start`) named with host tag `tag` ([`Host::tag`]) lives:
+/// `Some` only for this host's (proof of death), `None` for another's.
+pub fn tagged_alive(tag: &str, pid: i32, start: u64) -> Option<bool> {
+    (this().tag().as_deref() == Some(tag)).then(|| alive(pid, start))
 }
 
 /// What `/proc/PID/stat` says about a process.

@@ -9,8 +9,10 @@
 //! PARENT/NAME/releasing.<nonce>    the same record, renamed by its holder while releasing
 //! PARENT/NAME/breaker.<nonce>      symlink; the record of a breaker, made before it claims
 //! PARENT/NAME/claimed.<nonce>      the holder's record entry, renamed by breaker <nonce>
-//! PARENT/.NAME.<nonce>.new/        a lock being prepared (published by renameat2 NOREPLACE,
-//!                                  or on SMB by rename)
+//! PARENT/.NAME.<nonce>.<host>.<pid>.<start>.new/
+//!                                  a lock being prepared (published by renameat2 NOREPLACE,
+//!                                  or on SMB by rename), its maker named (`.NAME.<nonce>.new`
+//!                                  where that name would be too long)
 //! PARENT/.NAME.<nonce>.tomb/       a released or broken lock on its way out
 //! PARENT/.NAME.state/              the state: one entry state~1~TOKEN~CLEAN (`lockdir::state`)
 //! ```
@@ -52,11 +54,11 @@
 //! the claim on `owner.<nonce>` of exactly that holder.
 //!
 //! # Leftovers
-//! A locker killed between making its `.NAME.<nonce>.new` and publishing it leaves that
-//! directory; on a local filesystem one acquisition in 16 removes it if its maker is provably
-//! dead (`Files::tidy_unpublished`: one listing of the parent per 16 acquisitions, none per
-//! wait). On a network filesystem (SMB) it stays: looking into another
-//! mount's `.new` there makes its live maker fail.
+//! A locker killed between making its `.NAME.<nonce>….new` and publishing it leaves that
+//! directory; one acquisition in 16 removes it if its maker is provably dead
+//! (`Files::tidy_unpublished`: one listing of the parent per 16 acquisitions, none per
+//! wait), judged by the maker its name carries — on a network filesystem (SMB) by that
+//! alone: looking into another mount's `.new` there makes its live maker fail.
 //!
 //! # Limits
 //! A lock directory without a record (a locker on NFS or sshfs killed between `mkdir` and
@@ -66,9 +68,10 @@
 //! reader holding `NAME/beat` open on the releaser's mount keeps the tombstone from being
 //! removed (a `.nfsXXXX` / `.fuse_hiddenXXXX` file): the removal is retried for about 2.5
 //! seconds, then the tombstone is left (the name is free at once either way).
-//! Another host's `.NAME.<nonce>.new` left by a locker killed before publishing, or one without
-//! a record (killed between its `mkdir` and its first record), stays: nothing can tell its
-//! maker is dead.
+//! Another host's `.new` left by a locker killed before publishing stays (nothing can tell its
+//! maker is dead), and so does one named without its maker (a name near `NAME_MAX`) on a
+//! network filesystem, or locally without a record (killed between its `mkdir` and its first
+//! record).
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -198,7 +201,7 @@ impl Files {
     /// `mkdir` a private `.NAME.<nonce>.new` with the records inside, then
     /// `renameat2(.., RENAME_NOREPLACE)` onto NAME.
     fn create_published(&mut self, rec: &Record) -> Result<bool> {
-        let new = self.dir.beside(&format!(".{}.new", rec.nonce));
+        let new = self.unpublished_name(rec);
         let name = self.dir.name.clone();
         self.make_dir(&new, rec)?;
         faults::stall(faults::Stall::Publishing);
@@ -408,12 +411,32 @@ impl Files {
         }
     }
 
-    /// Removes what lockers killed before publishing left beside the lock: `.NAME.<nonce>.new/`
-    /// directories whose maker is provably dead ([`stale::provably_dead`]: this host, its
-    /// process gone or its pid reused). Another host's is left, and so is one with no record
-    /// yet (its maker was killed between `mkdir` and its first record, or is there now): its
-    /// maker may be alive, and an unpublished directory has no heartbeat to fall silent. Only on
-    /// a local filesystem (below).
+    /// The private name a lock is prepared under: `.NAME.<nonce>.<host>.<pid>.<start>.new`, its
+    /// maker's identity for proof of death in the name ([`crate::host::Host::tag`]), so that a
+    /// listing alone says whether its maker is dead — on a network filesystem nothing else of
+    /// another mount's `.new` may be looked at ([`Files::tidy_unpublished`]). The older
+    /// `.NAME.<nonce>.new` where that name would pass `NAME_MAX` (255 bytes) or the host has
+    /// no boot id.
+    fn unpublished_name(&self, rec: &Record) -> OsString {
+        if let Some(tag) = crate::host::this().tag() {
+            let named = self.dir.beside(&format!(
+                ".{}.{tag}.{}.{}.new",
+                rec.nonce, rec.pid, rec.start
+            ));
+            if named.len() <= 255 {
+                return named;
+            }
+        }
+        self.dir.beside(&format!(".{}.new", rec.nonce))
+    }
+
+    /// Removes what lockers killed before publishing left beside the lock: `.NAME.<nonce>….new/`
+    /// directories whose maker is provably dead (this host, its process gone or its pid
+    /// reused): judged by the name where it carries the maker ([`Files::unpublished_name`]),
+    /// else by the record inside ([`stale::provably_dead`]). Another host's is left, and so is
+    /// an unnamed one with no record yet (its maker was killed between `mkdir` and its first
+    /// record, or is there now): its maker may be alive, and an unpublished directory has no
+    /// heartbeat to fall silent. On a network filesystem only the names are judged (below).
     ///
     /// One listing of the parent, only after an acquisition succeeded, and only one in
     /// [`lockdir::tidies`]: waiters never pay for it, and a lock taken and released in a loop pays
@@ -424,10 +447,11 @@ impl Files {
         prefix.extend_from_slice(self.dir.name.as_bytes());
         prefix.push(b'.');
         let at = self.dir.parent.clone();
-        // Not on a network or FUSE filesystem: there even a `stat` of another mount's `.new`
-        // being published made its maker fail (smbnetfs: EIO on its records, its `.new` left
-        // behind; `netfs::smb::mkdir::counter_race_across_mounts` lost 31 to 92 of 200 increments).
-        let Ok((parent, false)) = self.dir.fd_remote() else {
+        // On a network or FUSE filesystem nothing inside another mount's `.new` is looked at:
+        // there even a `stat` of one being published made its maker fail (smbnetfs: EIO on
+        // its records, its `.new` left behind; `netfs::smb::mkdir::counter_race_across_mounts`
+        // lost 31 to 92 of 200 increments). Only a name that says its maker is dead is removed.
+        let Ok((parent, remote)) = self.dir.fd_remote() else {
             return;
         };
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
@@ -438,32 +462,37 @@ impl Files {
                 return;
             }
         };
-        let left: Vec<OsString> = listing
+        let left: Vec<(OsString, Unpublished)> = listing
             .iter()
             .flatten()
             .filter_map(|e| {
                 let n = e.file_name().to_bytes();
-                let nonce = n.strip_prefix(prefix.as_slice())?.strip_suffix(b".new")?;
-                let theirs = nonce.len() == 16
-                    && nonce.iter().all(u8::is_ascii_hexdigit)
-                    && nonce != ours.as_bytes();
-                theirs.then(|| OsString::from_vec(n.to_vec()))
+                let middle = n.strip_prefix(prefix.as_slice())?.strip_suffix(b".new")?;
+                let u = Unpublished::parse(middle)?;
+                (u.nonce != ours).then(|| (OsString::from_vec(n.to_vec()), u))
             })
             .collect();
         drop(listing);
-        for new in left {
-            let nonce = String::from_utf8_lossy(&new.as_bytes()[prefix.len()..prefix.len() + 16]);
+        for (new, u) in left {
             let shown = at.join(&new);
-            match unpublished_record(parent, &new, &nonce) {
-                Some(rec) if stale::provably_dead(&rec) => match tidy(parent, &new, &[]) {
+            let dead = match &u.maker {
+                Some((tag, pid, start)) => crate::host::tagged_alive(tag, *pid, *start)
+                    .is_some_and(|alive| !alive)
+                    .then(|| format!("pid {pid} on this host")),
+                None if remote => None,
+                None => unpublished_record(parent, &new, &u.nonce)
+                    .filter(stale::provably_dead)
+                    .map(|rec| describe_maker(&rec)),
+            };
+            match dead {
+                Some(maker) => match tidy(parent, &new, &[]) {
                     Ok(()) | Err(Errno::ENOENT) => debug!(
-                        "removed {}, left by a locker that died before publishing it ({})",
+                        "removed {}, left by a locker that died before publishing it ({maker})",
                         shown.display(),
-                        describe_maker(&rec)
                     ),
                     Err(e) => debug!("cannot remove {}: {e}", shown.display()),
                 },
-                _ => trace!("left {}: its maker may be alive", shown.display()),
+                None => trace!("left {}: its maker may be alive", shown.display()),
             }
         }
     }
@@ -635,6 +664,40 @@ impl Files {
             );
         }
         Ok(true)
+    }
+}
+
+/// What the name of an unpublished lock says (`.NAME.` and `.new` taken off): its nonce, and
+/// its maker's host tag, pid and start time where named ([`Files::unpublished_name`]).
+#[derive(Debug, PartialEq, Eq)]
+struct Unpublished {
+    nonce: String,
+    maker: Option<(String, i32, u64)>,
+}
+
+impl Unpublished {
+    /// `<16 hex>` or `<16 hex>.<16 hex>.<pid>.<start>` (decimal, as written: no sign, no
+    /// leading zero); anything else is no `.new` of this lock's (another lock's name may
+    /// share the prefix).
+    fn parse(middle: &[u8]) -> Option<Unpublished> {
+        let text = std::str::from_utf8(middle).ok()?;
+        let hex = |s: &str| s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit());
+        let number = |s: &str| s.parse::<u64>().ok().filter(|n| n.to_string() == s);
+        let parts: Vec<&str> = text.split('.').collect();
+        match parts[..] {
+            [nonce] if hex(nonce) => Some(Unpublished {
+                nonce: nonce.into(),
+                maker: None,
+            }),
+            [nonce, tag, pid, start] if hex(nonce) && hex(tag) => {
+                let pid = i32::try_from(number(pid)?).ok().filter(|p| *p > 0)?;
+                Some(Unpublished {
+                    nonce: nonce.into(),
+                    maker: Some((tag.into(), pid, number(start)?)),
+                })
+            }
+            _ => None,
+        }
     }
 }
 
@@ -1004,5 +1067,45 @@ impl Files {
         }
         let releasing = format!("{RELEASING_PREFIX}{}", rec.nonce);
         self.free_name(&rec.nonce, &[&releasing, BEAT]).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Unpublished;
+
+    #[test]
+    fn an_unpublished_name_says_its_nonce_and_maker_or_is_not_ours() {
+        let nonce = "0123456789abcdef";
+        let tag = "fedcba9876543210";
+        let parse = |s: &str| Unpublished::parse(s.as_bytes());
+        assert_eq!(
+            parse(nonce),
+            Some(Unpublished {
+                nonce: nonce.into(),
+                maker: None
+            })
+        );
+        assert_eq!(
+            parse(&format!("{nonce}.{tag}.4242.1189467")),
+            Some(Unpublished {
+                nonce: nonce.into(),
+                maker: Some((tag.into(), 4242, 1189467))
+            })
+        );
+        // Another lock's names (`NAME.x`, `NAME.<16 hex>`), odd numbers, a short nonce.
+        for other in [
+            format!("x.{nonce}"),
+            format!("{nonce}.{nonce}"),
+            format!("{nonce}.{tag}.04242.1"),
+            format!("{nonce}.{tag}.0.1"),
+            format!("{nonce}.{tag}.+5.1"),
+            format!("{nonce}.{tag}.99999999999.1"),
+            format!("{nonce}.{tag}.5"),
+            format!("{nonce}.{tag}.5.1.2"),
+            "0123".into(),
+        ] {
+            assert_eq!(parse(&other), None, "{other}");
+        }
     }
 }

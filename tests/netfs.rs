@@ -739,6 +739,44 @@ fn handoff_across_mounts<F: Mounts>(backend: &str) {
     verdict(&what, &problems);
 }
 
+/// Shared symlink locks on a network filesystem are refused (78) through either mount,
+/// saying why and what to do instead — a reader's entry is a symlink, whose times a network
+/// filesystem may not set, so it could not heartbeat — and leave nothing on the server; an
+/// exclusive one through the same profile still works.
+fn shared_symlink_is_refused_on_a_network_filesystem<F: Mounts>() {
+    let Some((fx, sb)) = setup::<F>() else {
+        return;
+    };
+    for p in ["symlink-a", "symlink-b"] {
+        let o = output_within(
+            sb.cmd(["--wait", "5s", "--shared", "run", p, "--", "true"]),
+            T,
+        );
+        let err = stderr(&o);
+        assert_eq!(code(o.status), 78, "{p}: {err}");
+        assert!(
+            err.starts_with("ERROR config: ")
+                && err.contains("shared symlink locks cannot heartbeat there")
+                && err.contains("take it exclusively"),
+            "{p}: {err}"
+        );
+        let o = output_within(sb.cmd(["--wait", "5s", "run", p, "--", "true"]), T);
+        assert_eq!(code(o.status), 0, "{p} exclusive: {}", stderr(&o));
+    }
+    let left = leftovers(&fx, "symlink");
+    assert!(left.is_empty(), "left on the server: {left:?}");
+}
+
+#[test]
+fn sshfs_shared_symlink_is_refused() {
+    shared_symlink_is_refused_on_a_network_filesystem::<crate::support::Sshfs>();
+}
+
+#[test]
+fn gluster_shared_symlink_is_refused() {
+    shared_symlink_is_refused_on_a_network_filesystem::<crate::support::Gluster>();
+}
+
 macro_rules! on_each_backend {
     // `#[…]` before a backend goes on its kill -9 soak (an `ignore` with its reason).
     ($fs:ident: $F:ty; $($(#[$soak:meta])* $backend:ident),*) => {

@@ -694,9 +694,30 @@ fn a_killed_lockers_unpublished_directory_is_tidied_within_sixteen_acquisitions(
     }
     let mut live = stalled("6000", "20s");
     let live_new = prepared(std::slice::from_ref(&dead_new));
-    // Another host's, by its name (another host tag; pid 1 here would be alive anyway).
+    // Another host's, by its name (another host tag).
     let named_foreign = ".m.lock.0123456789abcdef.0000000000000000.999999.1.new";
     fs::create_dir(sb.join(named_foreign)).unwrap();
+    // An unnamed one (older versions, names near NAME_MAX) whose record is of a dead process
+    // of this host: judged by its record, removed.
+    let unnamed_dead = ".m.lock.fedcba9876543210.new";
+    fs::create_dir(sb.join(unnamed_dead)).unwrap();
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let pidns = fs::read_link("/proc/self/ns/pid").unwrap();
+    let gone = {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    };
+    symlink(
+        format!(
+            "locksmith v=1 host=here pid={gone} ppid=1 start=1 boot={} pidns={} since=2026-01-01T00:00:00Z profile=m nonce=fedcba9876543210",
+            boot.trim(),
+            pidns.display()
+        ),
+        sb.join(unnamed_dead).join("owner.fedcba9876543210"),
+    )
+    .unwrap();
     let foreign = ".m.lock.0123456789abcdef.new";
     fs::create_dir(sb.join(foreign)).unwrap();
     symlink(
@@ -718,7 +739,7 @@ fn a_killed_lockers_unpublished_directory_is_tidied_within_sixteen_acquisitions(
             left.contains(&foreign.to_string()) && left.contains(&named_foreign.to_string()),
             "another host's: {left:?}"
         );
-        if !left.contains(&dead_new) {
+        if !left.contains(&dead_new) && !left.contains(&unnamed_dead.to_string()) {
             break;
         }
         assert!(tries < 16, "the dead locker's, after {tries}: {left:?}");

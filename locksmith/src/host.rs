@@ -41,9 +41,16 @@ impl Host {
 
     /// This host as [`same_as`](Self::same_as) knows it, in 16 hex digits for a file name
     /// (FNV-1a of the boot id and the pid namespace: a name alone then says whether its maker
-    /// is provably dead, [`tagged_alive`]); `None` without a boot id.
+    /// is provably dead, [`tagged_alive`]); `None` without a boot id, or where `/proc` is not
+    /// of our pid namespace (`unshare -p -f` without `--mount-proc`: `/proc/PID` would name
+    /// other processes than our pids do, and a live maker could be judged dead).
     pub fn tag(&self) -> Option<String> {
-        if self.boot_id.is_empty() {
+        static OWN_PROC: OnceLock<bool> = OnceLock::new();
+        let own_proc = *OWN_PROC.get_or_init(|| {
+            fs::read_link("/proc/self")
+                .is_ok_and(|p| p.as_os_str() == std::process::id().to_string().as_str())
+        });
+        if self.boot_id.is_empty() || !own_proc {
             return None;
         }
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -177,6 +184,26 @@ mod tests {
         assert_eq!((s.state, s.ppid, s.threads, s.start), ('Z', 1, 2, 987654));
         assert_eq!(parse_stat(&line("S", 3)).unwrap().threads, 3);
         assert!(parse_stat("4242 (x) Z 1").is_none());
+    }
+
+    #[test]
+    fn a_host_tag_is_of_the_boot_and_the_pid_namespace() {
+        let h = |boot: &str, ns: &str| Host {
+            hostname: "h".into(),
+            boot_id: boot.into(),
+            pidns: ns.into(),
+        };
+        let a = h("b1", "pid:[1]").tag().unwrap();
+        assert_eq!(a.len(), 16);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(h("b1", "pid:[1]").tag(), Some(a.clone()));
+        assert_ne!(
+            h("b1", "pid:[2]").tag(),
+            Some(a.clone()),
+            "another pid namespace"
+        );
+        assert_ne!(h("b2", "pid:[1]").tag(), Some(a), "another boot");
+        assert_eq!(h("", "pid:[1]").tag(), None, "no boot id");
     }
 
     #[test]

@@ -415,15 +415,22 @@ impl Files {
     /// maker's identity for proof of death in the name ([`crate::host::Host::tag`]), so that a
     /// listing alone says whether its maker is dead — on a network filesystem nothing else of
     /// another mount's `.new` may be looked at ([`Files::tidy_unpublished`]). The older
-    /// `.NAME.<nonce>.new` where that name would pass `NAME_MAX` (255 bytes) or the host has
-    /// no boot id.
-    fn unpublished_name(&self, rec: &Record) -> OsString {
+    /// `.NAME.<nonce>.new` where that name would be longer than the filesystem takes (its
+    /// `statfs` name length: 255 bytes on most, 143 on eCryptfs) or this host cannot be named
+    /// ([`crate::host::Host::tag`]).
+    fn unpublished_name(&mut self, rec: &Record) -> OsString {
         if let Some(tag) = crate::host::this().tag() {
             let named = self.dir.beside(&format!(
                 ".{}.{tag}.{}.{}.new",
                 rec.nonce, rec.pid, rec.start
             ));
-            if named.len() <= 255 {
+            let most = self
+                .dir
+                .fd()
+                .ok()
+                .and_then(|fd| nix::sys::statfs::fstatfs(fd).ok())
+                .map_or(255, |s| s.maximum_name_length() as usize);
+            if named.len() <= most.min(255) {
                 return named;
             }
         }
@@ -473,7 +480,9 @@ impl Files {
             })
             .collect();
         drop(listing);
-        for (new, u) in left {
+        // At most a few per look, each removed in one pass (a dead maker holds nothing open
+        // there): names planted to look like dead makers' cost this acquisition little.
+        for (new, u) in left.into_iter().take(LEFTOVERS) {
             let shown = at.join(&new);
             let dead = match &u.maker {
                 Some((tag, pid, start)) => crate::host::tagged_alive(tag, *pid, *start)
@@ -485,7 +494,7 @@ impl Files {
                     .map(|rec| describe_maker(&rec)),
             };
             match dead {
-                Some(maker) => match tidy(parent, &new, &[]) {
+                Some(maker) => match tidy_once(parent, &new) {
                     Ok(()) | Err(Errno::ENOENT) => debug!(
                         "removed {}, left by a locker that died before publishing it ({maker})",
                         shown.display(),
@@ -667,6 +676,9 @@ impl Files {
     }
 }
 
+/// The most leftovers one look removes ([`Files::tidy_unpublished`]).
+const LEFTOVERS: usize = 8;
+
 /// What the name of an unpublished lock says (`.NAME.` and `.new` taken off): its nonce, and
 /// its maker's host tag, pid and start time where named ([`Files::unpublished_name`]).
 #[derive(Debug, PartialEq, Eq)]
@@ -718,6 +730,28 @@ fn describe_maker(rec: &Parsed) -> String {
         Parsed::V1(r) => format!("pid {} on {}", r.pid, r.host),
         Parsed::Foreign(_) => "a record of another format".into(),
     }
+}
+
+/// Removes a dead maker's unpublished directory: what is in it, then it, once (no retries:
+/// nobody holds a file open there, and a directory that stays is left for a later look).
+fn tidy_once(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
+    let mut listing = nix::dir::Dir::openat(
+        parent,
+        dir.as_os_str(),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        FileMode::empty(),
+    )?;
+    let names: Vec<std::ffi::CString> = listing
+        .iter()
+        .flatten()
+        .map(|e| e.file_name().to_owned())
+        .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
+        .collect();
+    for name in &names {
+        let _ = unlinkat(listing.as_fd(), name.as_c_str(), UnlinkatFlags::NoRemoveDir);
+    }
+    drop(listing);
+    unlinkat(parent, dir.as_os_str(), UnlinkatFlags::RemoveDir)
 }
 
 /// Removes our records from a lock directory that is no longer the lock (a tombstone, or one

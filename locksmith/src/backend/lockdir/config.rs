@@ -57,9 +57,10 @@ pub static HEARTBEAT_KEYS: &[KeyDoc] = &[KeyDoc {
     doc: "how long the mount may serve stale attributes (NFS actimeo, sshfs cache_timeout): stale_after must exceed it [default: NFS's mount options, or an sshfs mount's process's options (22s with sshfs's defaults), else 60s assumed]",
 }];
 
-/// How much longer than the lock's own name the longest name the file backends make beside
-/// it is: `.NAME.state.<nonce>` (the token state being made; flock's too), one more than
-/// `.NAME.beat.<nonce>` and `.NAME.<nonce>.tomb`.
+/// How much longer than the lock's own name the longest name the file backends must make
+/// beside it is: `.NAME.state.<nonce>` (the token state being made; flock's too), one more than
+/// `.NAME.beat.<nonce>` and `.NAME.<nonce>.tomb`. (mkdir's `.NAME.<nonce>.<host>.<pid>.<start>.new`
+/// is longer, up to 66 more bytes: it is made only where it fits, else `.NAME.<nonce>.new`.)
 pub const BESIDE: usize = 24;
 /// The longest lock name those backends take: every name they make beside it fits in
 /// `NAME_MAX` (issue 28: a longer one failed half-way with ENAMETOOLONG, and mkdir could not

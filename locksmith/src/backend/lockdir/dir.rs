@@ -123,7 +123,7 @@ impl LockDir {
     /// Which entries of the parent going away may be a release of this lock, for a waiter
     /// watching the parent (`wake::Releases`): NAME itself (unlinked, or renamed to a
     /// tombstone) and a waiting writer's mark (`.NAME.w.<nonce>`, which holds readers off).
-    /// Not a contender's `.NAME.<nonce>.new` or `.tmp` tidied after a failed try, a
+    /// Not a contender's `.NAME.<nonce>….new` or `.tmp` tidied after a failed try, a
     /// tombstone's removal, nor any other lock's entries (`NAME.slot-1` is not `NAME`).
     pub fn releases(&self) -> crate::backend::wake::Releases {
         let name = self.name.as_bytes().to_vec();

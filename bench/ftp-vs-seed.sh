@@ -30,6 +30,10 @@ user = "locker"
 password_env = "FTPPW"
 path = "locks/p"
 EOF
+# The semaphore and fair-queue rows' locks (bench/semfair.py), taken by profile name.
+for n in sem1 sem3 fair; do
+  printf '\n[profile.%s]\nbackend = "ftp"\nhost = "127.0.0.1"\nport = %s\nuser = "locker"\npassword_env = "FTPPW"\npath = "locks/%s"\n' "$n" "$port" "$n" >> "$D/p.toml"
+done
 cat > "$D/seed.pl" <<EOF
 use Net::FTP;
 \$SIG{PIPE} = 'IGNORE';
@@ -42,8 +46,9 @@ while (1) { sleep 5; \$ftp->pwd; print "." or last; }
 \$ftp->rmdir("locks/s");
 \$ftp->quit;
 EOF
-FTPPW=secret python3 - "$B" "$D" "$root" "$RUNS" "$port" <<'PY'
+FTPPW=secret LOCKSMITH_PROFILES="$D/p.toml" PYTHONPATH="$(pwd)/bench" python3 - "$B" "$D" "$root" "$RUNS" "$port" <<'PY'
 import ftplib, os, signal, subprocess, sys, time, statistics
+import semfair
 b, d, root, runs, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 slow = max(1, int(os.environ.get("SLOW_RUNS", "3")))
 tools = {
@@ -110,9 +115,14 @@ for i in range(runs):
 print(f"pure-ftpd on 127.0.0.1, {runs} runs each ({slow} for the seed's slow rows), alternating; medians (min–max)")
 for (m, k, u), v in rows.items():
     print(f"{m:52s} {k:46s} {statistics.median(v):9.2f} {u} ({min(v):.2f}–{max(v):.2f}, n={len(v)})")
+# Semaphores and fair queues (SPEC §3b; issue 26), as for the other network backends: the
+# locks are profiles of $D/p.toml (LOCKSMITH_PROFILES).
+sem = semfair.rows("ftp", b, lambda name: name, max(3, runs // 4))
+semfair.show(sem)
 out = os.environ.get("BENCH_TSV")
 if out:
     with open(out, "w") as fh:
         for (m, k, u), v in rows.items():
             fh.write(f"{m}\t{k}\t{u}\t{','.join(f'{x:.4f}' for x in v)}\n")
+        fh.write(semfair.tsv(sem))
 PY

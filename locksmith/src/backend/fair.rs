@@ -65,6 +65,10 @@ pub struct Fair {
     holders: Vec<Holder>,
     /// A try of this round whose server did not answer ([`Attempt::Unanswered`]).
     unanswered: Option<Error>,
+    /// The queue itself, open while entering the line: its two listings (a free place, then
+    /// who is ahead) on one session where a server keeps one per backend (postgres). Not
+    /// kept while waiting: a connection more per waiter (pure-ftpd's limit per address).
+    lister: Option<Box<dyn Backend>>,
 }
 
 /// Our place in line: its lock held, its number, and when it heartbeats next.
@@ -88,7 +92,13 @@ impl Fair {
             watched: None,
             holders: Vec::new(),
             unanswered: None,
+            lister: None,
         }
+    }
+
+    /// The queue itself, opened once per entry, to list its places ([`Fair::lister`]'s field).
+    fn lister(&mut self) -> &mut Box<dyn Backend> {
+        self.lister.get_or_insert_with(|| (self.queue)(None))
     }
 
     /// Takes a place if one is free; then reads who is ahead.
@@ -100,7 +110,7 @@ impl Fair {
                 // (so they stay few and low: the listing stays short); else any, in one try
                 // (each place tried is a request, a session on postgres).
                 let places = self.common.slots;
-                let listed = (self.queue)(None).slots_present(places)?;
+                let listed = self.lister().slots_present(places)?;
                 let first = listed.map(|held| {
                     (0..places)
                         .find(|k| held.binary_search(k).is_err())
@@ -136,6 +146,7 @@ impl Fair {
                 );
             }
             Attempt::Busy(queue, seen) => {
+                self.lister = None;
                 debug!(
                     "lock {}: every place of its fair queue is taken ({})",
                     self.name,
@@ -144,6 +155,7 @@ impl Fair {
                 self.entering = Some(queue);
             }
             Attempt::Unanswered(queue, e) => {
+                self.lister = None;
                 self.entering = Some(queue);
                 self.unanswered = Some(e);
             }
@@ -160,18 +172,31 @@ impl Fair {
         self.watched = None;
         let Some(number) = number else {
             // No number (a counter that could not be read): no order to keep.
+            self.lister = None;
             return Ok(());
         };
-        for k in present(&self.queue, self.common.slots)?
-            .into_iter()
-            .filter(|&k| k != ours)
-        {
-            let mut other = (self.queue)(Some(k));
-            for h in other.status()? {
-                match h.token {
-                    Some(t) if t >= number => {}
-                    t => self.ahead.push((k, t)),
+        // Every place's holders in one request where the backend can (postgres), else each.
+        let places = self.common.slots;
+        let listed = match self.lister().slots_holders(places)? {
+            Some(all) => all
+                .into_iter()
+                .filter_map(|h| Some((h.slot?, h)))
+                .collect::<Vec<_>>(),
+            None => {
+                let mut all = Vec::new();
+                for k in present(&self.queue, self.common.slots)? {
+                    if k != ours {
+                        all.extend((self.queue)(Some(k)).status()?.into_iter().map(|h| (k, h)));
+                    }
                 }
+                all
+            }
+        };
+        self.lister = None;
+        for (k, h) in listed.into_iter().filter(|(k, _)| *k != ours) {
+            match h.token {
+                Some(t) if t >= number => {}
+                t => self.ahead.push((k, t)),
             }
         }
         // Nearest last; a place whose number is not issued yet counts as nearest.

@@ -276,6 +276,13 @@ pub trait Backend: Send {
         Ok(None)
     }
 
+    /// A lock that keeps slots: who holds each of its first `n` slots (`Holder::slot` says
+    /// which), as `status` of each slot's lock would say, read in one request where the
+    /// backend can. `None` (the default): ask each (a fair line's numbers, `fair.rs`).
+    fn slots_holders(&mut self, _n: u32) -> Result<Option<Vec<Holder>>> {
+        Ok(None)
+    }
+
     /// A lock that keeps slots (SPEC §3b): the number of slots its one counter records now
     /// (1 before any was recorded), read without taking or changing anything, so that a
     /// contender the counter never asks (a reader, a waiter) can be judged by `slots.rs`.

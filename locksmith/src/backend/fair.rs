@@ -20,7 +20,9 @@
 //! already holds a place. A waiter reads the places once — those that may be held, listed in
 //! one read where the backend can (`Backend::slots_present`: one listing of the directory on
 //! the file backends and ftp, one query or request on postgres, etcd, redis and s3 —
-//! docs/LAYOUT.md), else every place — keeps those with lower numbers, and from then on
+//! docs/LAYOUT.md), else every place; their holders' numbers read in one request too where
+//! the backend can (`Backend::slots_holders`: postgres), else each place's — keeps those with
+//! lower numbers, and from then on
 //! only watches the nearest of them: the line ahead of it can only get shorter. A place seen
 //! held whose number is not issued yet is waited on until it is. The nearest place is tried,
 //! not only looked at: the backend breaks a dead or stale waiter's place as part of trying,
@@ -183,8 +185,15 @@ impl Fair {
                 .filter_map(|h| Some((h.slot?, h)))
                 .collect::<Vec<_>>(),
             None => {
+                // The places that may be held, on the lister's session; then it is closed
+                // before each place is asked (a connection more per entering waiter otherwise).
+                let present = self
+                    .lister()
+                    .slots_present(places)?
+                    .unwrap_or_else(|| (0..places).collect());
+                self.lister = None;
                 let mut all = Vec::new();
-                for k in present(&self.queue, self.common.slots)? {
+                for k in present {
                     if k != ours {
                         all.extend((self.queue)(Some(k)).status()?.into_iter().map(|h| (k, h)));
                     }

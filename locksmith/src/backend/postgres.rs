@@ -898,61 +898,61 @@ impl Postgres {
     /// server pid; `token`: the last issued, for the lock's one exclusive holder where its
     /// own is not said.
     fn holder_of_at(&self, r: &postgres::Row, at: usize, token: Option<u64>) -> (i32, Holder) {
-                let backend_pid: i32 = r.get(at);
-                let addr: Option<String> = r.get(at + 1);
-                let app: Option<String> = r.get(at + 2);
-                let since: Option<String> = r.get(at + 3);
-                let mode: String = r.get(at + 4);
-                let silent_ms: Option<i64> = r.get(at + 5);
-                let word = |k: &str| {
-                    app.as_deref().and_then(|a| {
-                        a.split_whitespace()
-                            .find_map(|w| w.strip_prefix(k).map(str::to_string))
-                    })
-                };
-                let ours = app.as_deref().is_some_and(|a| a.starts_with("locksmith "));
-                let shared = mode == "ShareLock";
-                (
-                    backend_pid,
-                    Holder {
-                        host: word("host=").or(addr).or(Some("local socket".into())),
-                        pid: if ours {
-                            word("pid=").and_then(|p| p.parse().ok())
-                        } else {
-                            None
-                        },
-                        ppid: word("ppid=").and_then(|p| p.parse().ok()),
-                        since,
-                        // The holder's own (its application_name), else the last issued:
-                        // that of the lock's one holder, not of one slot among several.
-                        token: match word("token=").and_then(|t| t.parse().ok()) {
-                            Some(t) if ours && !shared => Some(t),
-                            _ if shared || self.cfg.slot_of.is_some() => None,
-                            _ => token,
-                        },
-                        mode: Some(if shared {
-                            Mode::Shared
-                        } else {
-                            Mode::Exclusive
-                        }),
-                        // The server holds it for a live session; a silent locksmith may
-                        // be cut off (the server frees it at `stale_after`).
-                        alive: if ours
-                            && silent_ms.unwrap_or(0) as u128 > self.stale_after.as_millis()
-                        {
-                            None
-                        } else {
-                            Some(true)
-                        },
-                        foreign: (!ours).then(|| {
-                            format!(
-                                "session pid {backend_pid} ({})",
-                                app.clone().unwrap_or_default()
-                            )
-                        }),
-                        slot: None,
-                    },
-                )
+        let backend_pid: i32 = r.get(at);
+        let addr: Option<String> = r.get(at + 1);
+        let app: Option<String> = r.get(at + 2);
+        let since: Option<String> = r.get(at + 3);
+        let mode: String = r.get(at + 4);
+        let silent_ms: Option<i64> = r.get(at + 5);
+        let word = |k: &str| {
+            app.as_deref().and_then(|a| {
+                a.split_whitespace()
+                    .find_map(|w| w.strip_prefix(k).map(str::to_string))
+            })
+        };
+        let ours = app.as_deref().is_some_and(|a| a.starts_with("locksmith "));
+        let shared = mode == "ShareLock";
+        (
+            backend_pid,
+            Holder {
+                host: word("host=").or(addr).or(Some("local socket".into())),
+                pid: if ours {
+                    word("pid=").and_then(|p| p.parse().ok())
+                } else {
+                    None
+                },
+                ppid: word("ppid=").and_then(|p| p.parse().ok()),
+                since,
+                // The holder's own (its application_name), else the last issued:
+                // that of the lock's one holder, not of one slot among several.
+                token: match word("token=").and_then(|t| t.parse().ok()) {
+                    Some(t) if ours && !shared => Some(t),
+                    _ if shared || self.cfg.slot_of.is_some() => None,
+                    _ => token,
+                },
+                mode: Some(if shared {
+                    Mode::Shared
+                } else {
+                    Mode::Exclusive
+                }),
+                // The server holds it for a live session; a silent locksmith may
+                // be cut off (the server frees it at `stale_after`).
+                alive: if ours
+                    && silent_ms.unwrap_or(0) as u128 > self.stale_after.as_millis()
+                {
+                    None
+                } else {
+                    Some(true)
+                },
+                foreign: (!ours).then(|| {
+                    format!(
+                        "session pid {backend_pid} ({})",
+                        app.clone().unwrap_or_default()
+                    )
+                }),
+                slot: None,
+            },
+        )
     }
 
     /// One try: `pg_try_advisory_lock`, or the waiter thread's answer.

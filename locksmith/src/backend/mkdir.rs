@@ -732,9 +732,20 @@ fn describe_maker(rec: &Parsed) -> String {
     }
 }
 
-/// Removes a dead maker's unpublished directory: what is in it, then it, once (no retries:
-/// nobody holds a file open there, and a directory that stays is left for a later look).
+/// Removes a dead maker's unpublished directory: our records in it, then it, once (no
+/// retries: nobody holds a file open there, and a directory that stays — something not ours
+/// inside — is left for a later look).
 fn tidy_once(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
+    remove_records(parent, dir)?;
+    unlinkat(parent, dir.as_os_str(), UnlinkatFlags::RemoveDir)
+}
+
+/// Unlinks what a locksmith makes inside a lock directory (record entries, a breaker's and a
+/// claimed record, a record being made, `beat`) from `dir` in `parent`, listed afresh; anything
+/// else is left.
+fn remove_records(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
+    // A new open file description each time: a shared one would keep its offset, and every
+    // listing after the first would start at the end (and see nothing new).
     let mut listing = nix::dir::Dir::openat(
         parent,
         dir.as_os_str(),
@@ -745,13 +756,18 @@ fn tidy_once(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
         .iter()
         .flatten()
         .map(|e| e.file_name().to_owned())
-        .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
         .collect();
-    for name in &names {
-        let _ = unlinkat(listing.as_fd(), name.as_c_str(), UnlinkatFlags::NoRemoveDir);
+    for n in &names {
+        let b = n.to_bytes();
+        if is_record_entry(b)
+            || [BREAKER_PREFIX, CLAIMED_PREFIX, "new.", BEAT]
+                .iter()
+                .any(|p| b.starts_with(p.as_bytes()))
+        {
+            let _ = unlinkat(&listing, n.as_c_str(), UnlinkatFlags::NoRemoveDir);
+        }
     }
-    drop(listing);
-    unlinkat(parent, dir.as_os_str(), UnlinkatFlags::RemoveDir)
+    Ok(())
 }
 
 /// Removes our records from a lock directory that is no longer the lock (a tombstone, or one
@@ -784,30 +800,7 @@ fn tidy(parent: BorrowedFd<'_>, dir: &OsString, known: &[&str]) -> nix::Result<(
             Err(Errno::ENOTEMPTY | Errno::EEXIST) if pause < Duration::from_millis(1500) => {}
             r => return r,
         }
-        // A new open file description each time: a shared one would keep its offset, and
-        // every listing after the first would start at the end (and see nothing new).
-        let mut listing = nix::dir::Dir::openat(
-            parent,
-            dir.as_os_str(),
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            FileMode::empty(),
-        )?;
-        let names: Vec<std::ffi::CString> = listing
-            .iter()
-            .flatten()
-            .map(|e| e.file_name().to_owned())
-            .collect();
-        for n in &names {
-            let b = n.to_bytes();
-            if is_record_entry(b)
-                || [BREAKER_PREFIX, CLAIMED_PREFIX, "new.", BEAT]
-                    .iter()
-                    .any(|p| b.starts_with(p.as_bytes()))
-            {
-                let _ = unlinkat(&listing, n.as_c_str(), UnlinkatFlags::NoRemoveDir);
-            }
-        }
-        drop(listing);
+        remove_records(parent, dir)?;
         match rmdir() {
             Err(Errno::ENOTEMPTY | Errno::EEXIST) => {
                 std::thread::sleep(pause);

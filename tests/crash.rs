@@ -759,3 +759,64 @@ fn a_killed_lockers_unpublished_directory_is_tidied_within_sixteen_acquisitions(
         [named_foreign.to_string(), foreign.to_string()]
     );
 }
+
+/// In a pid namespace whose `/proc` is still the outer one's (`unshare -p -f` without
+/// `--mount-proc`), `/proc/PID` shows the process the outer namespace numbers PID, not the
+/// holder: a holder of this namespace is judged there by its heartbeat, as another host's
+/// is. Before that, a killed holder's pid named a live kernel thread and its lock was never
+/// breakable (`stale_after` or not), or named nothing and a live holder was broken at once.
+/// Holder, a contender while it lives and the waiter after its kill -9 all run in that
+/// namespace; mkdir, link and symlink (`stale_after` 1.5 s, keepalive 200 ms).
+#[test]
+fn a_pid_namespace_seeing_the_outer_proc_judges_by_heartbeat() {
+    let Some(_) = other_pidns() else { return };
+    let sb = Sandbox::standard();
+    let script = r#"
+bin=$1; profiles=$2; p=$3; out=$4
+sleep 600 | "$bin" --profiles "$profiles" "$p" > "$out" 2>&1 &
+holder=$!
+until grep -q '^OK' "$out"; do sleep 0.02; done
+"$bin" --profiles "$profiles" --wait 2500ms "$p" < /dev/null > /dev/null 2>&1
+echo "live=$?"
+kill -9 "$holder"
+echo killed
+exec "$bin" --profiles "$profiles" --wait 20s run "$p" -- true
+"#;
+    for p in ["fast", "lfast", "sfast"] {
+        let out = sb.join(&format!("{p}.holder"));
+        let mut c = std::process::Command::new("unshare");
+        c.args(["--pid", "--fork", "--kill-child", "sh", "-c", script, "sh"])
+            .arg(bin())
+            .arg(&sb.profiles)
+            .arg(p)
+            .arg(&out)
+            .env_remove("LOCKSMITH_PROFILES")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut h = Held::spawn(c);
+        let live = h.read_line(Duration::from_secs(20));
+        assert_eq!(
+            live.as_deref(),
+            Some("live=75\n"),
+            "{p}: a live holder was not kept: {}",
+            fs::read_to_string(&out).unwrap_or_default()
+        );
+        assert_eq!(h.read_line(T).as_deref(), Some("killed\n"), "{p}");
+        let t0 = Instant::now();
+        let st = h.wait_exit(Duration::from_secs(30));
+        let took = t0.elapsed();
+        assert_eq!(
+            code(st),
+            0,
+            "{p}: the waiter did not get in: {}",
+            h.stderr_text()
+        );
+        // Breakable once stale_after has passed since the last heartbeat (up to a keepalive
+        // before the kill), never before; and not much later.
+        assert!(
+            took >= Duration::from_millis(1200) && took < Duration::from_secs(6),
+            "{p}: took {took:?}"
+        );
+    }
+}

@@ -33,24 +33,32 @@ pub fn this() -> &'static Host {
     })
 }
 
+/// Whether `/proc` is of our own pid namespace (`/proc/self` names the pid `getpid` gives).
+/// Not so after `unshare -p -f` without `--mount-proc`: `/proc/PID` then shows the process
+/// the outer namespace numbers PID, not ours — a dead holder's pid could name a live kernel
+/// thread there (its lock never breakable), or a live one's nothing (broken at once). Read once.
+fn own_proc() -> bool {
+    static OWN_PROC: OnceLock<bool> = OnceLock::new();
+    *OWN_PROC.get_or_init(|| {
+        fs::read_link("/proc/self")
+            .is_ok_and(|p| p.as_os_str() == std::process::id().to_string().as_str())
+    })
+}
+
 impl Host {
-    /// Same host for proof-of-death purposes: equal boot id and pid namespace (SPEC §6).
+    /// Same host for proof-of-death purposes: equal boot id and pid namespace (SPEC §6), and
+    /// a `/proc` that shows that namespace's processes ([`own_proc`]); otherwise a record of
+    /// our own namespace is judged as another host's is, by its heartbeat.
     pub fn same_as(&self, boot_id: &str, pidns: &str) -> bool {
-        !self.boot_id.is_empty() && self.boot_id == boot_id && self.pidns == pidns
+        !self.boot_id.is_empty() && self.boot_id == boot_id && self.pidns == pidns && own_proc()
     }
 
     /// This host as [`same_as`](Self::same_as) knows it, in 16 hex digits for a file name
     /// (FNV-1a of the boot id and the pid namespace: a name alone then says whether its maker
     /// is provably dead, [`tagged_alive`]); `None` without a boot id, or where `/proc` is not
-    /// of our pid namespace (`unshare -p -f` without `--mount-proc`: `/proc/PID` would name
-    /// other processes than our pids do, and a live maker could be judged dead).
+    /// of our pid namespace ([`own_proc`]: a live maker could be judged dead).
     pub fn tag(&self) -> Option<String> {
-        static OWN_PROC: OnceLock<bool> = OnceLock::new();
-        let own_proc = *OWN_PROC.get_or_init(|| {
-            fs::read_link("/proc/self")
-                .is_ok_and(|p| p.as_os_str() == std::process::id().to_string().as_str())
-        });
-        if self.boot_id.is_empty() || !own_proc {
+        if self.boot_id.is_empty() || !own_proc() {
             return None;
         }
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -112,9 +120,12 @@ fn parse_stat(text: &str) -> Option<ProcStat> {
     })
 }
 
-/// Our own start time, for the owner record.
+/// Our own start time, for the owner record: from `/proc/self`, which is this process
+/// whichever pid namespace `/proc` is of (`/proc/<getpid>` is not, [`own_proc`]).
 pub fn own_start() -> u64 {
-    stat(std::process::id() as i32).map_or(0, |s| s.start)
+    read_proc("/proc/self/stat")
+        .and_then(|t| parse_stat(&t))
+        .map_or(0, |s| s.start)
 }
 
 /// Whether a process recorded as (`pid`, `start`) on this host is still running.

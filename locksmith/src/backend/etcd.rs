@@ -1056,10 +1056,10 @@ impl Backend for Etcd {
     fn prepare_wait(&mut self) -> Result<WaitHint> {
         self.start_keeper()?;
         let Some((key, at)) = self.blocker.clone() else {
-            return Ok(WaitHint { poll: true });
+            return Ok(WaitHint { poll: true, catches_release: false });
         };
         if self.waiter.as_ref().is_some_and(|w| w.key == key) {
-            return Ok(WaitHint { poll: false });
+            return Ok(WaitHint { poll: false, catches_release: false });
         }
         if let Some(w) = self.waiter.take() {
             w.task.abort();
@@ -1086,7 +1086,7 @@ impl Backend for Etcd {
             let _ = tx.write_all(b"!");
         });
         self.waiter = Some(Waiter { rx, key, task });
-        Ok(WaitHint { poll: false })
+        Ok(WaitHint { poll: false, catches_release: false })
     }
 
     fn agree_on_slots(&mut self, agree: super::lock::Agree) {

@@ -387,7 +387,10 @@ impl Backend for Fair {
         if let Some((_, b)) = self.watched.as_mut() {
             b.prepare_wait()?;
         }
-        Ok(WaitHint { poll: false })
+        Ok(WaitHint {
+            poll: false,
+            catches_release: false,
+        })
     }
 
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {

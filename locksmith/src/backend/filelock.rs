@@ -163,7 +163,10 @@ impl<S: Scheme> Backend for FileLock<S> {
             None
         };
         self.wake.watch_dir(&dir.parent, queue, || dir.releases());
-        Ok(WaitHint { poll: true })
+        Ok(WaitHint {
+            poll: true,
+            catches_release: false,
+        })
     }
 
     fn woken(&mut self) -> bool {

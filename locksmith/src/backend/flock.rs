@@ -440,7 +440,7 @@ impl Backend for Flock {
     fn prepare_wait(&mut self) -> Result<WaitHint> {
         if self.waiter.is_some() {
             // Still blocked (its answer is read by the next try).
-            return Ok(WaitHint { poll: false });
+            return Ok(WaitHint { poll: false, catches_release: true });
         }
         let shared = self.mode == Mode::Shared;
         let path = self.cfg.path.clone();
@@ -470,7 +470,7 @@ impl Backend for Flock {
         })
         .map_err(|e| Error::io("cannot start the flock waiter thread", e))?;
         self.waiter = Some(waiter);
-        Ok(WaitHint { poll: false })
+        Ok(WaitHint { poll: false, catches_release: true })
     }
 
     fn agree_on_slots(&mut self, agree: super::lock::Agree) {

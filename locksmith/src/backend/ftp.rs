@@ -124,7 +124,7 @@ impl Backend for Ftp {
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
-        Ok(WaitHint { poll: true })
+        Ok(WaitHint { poll: true, catches_release: false })
     }
 
     fn agree_on_slots(&mut self, agree: super::lock::Agree) {

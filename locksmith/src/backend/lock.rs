@@ -233,6 +233,12 @@ pub fn request_by(bound: Duration, by: Option<Instant>) -> Instant {
 pub struct WaitHint {
     /// Retry on a timer with jittered backoff `poll`..`max_poll` (else only on `wake_fd`).
     pub poll: bool,
+    /// The wait set up takes the lock itself (a `flock(2)` blocked on a thread), so a
+    /// release between the busy try and the set-up cannot be missed: no try in between
+    /// (`wait::acquire` makes one otherwise). That try cost the flock backend a read of
+    /// `/proc/locks` per waiter — with 1,000 waiters queued, a 2,000-line file made by the
+    /// kernel for each, on the CPUs the handoffs need (issue 29).
+    pub catches_release: bool,
 }
 
 /// What `break` is asked: to break even a live holder (`--force`), only acquisition `token`

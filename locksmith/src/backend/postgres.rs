@@ -1106,7 +1106,7 @@ impl Backend for Postgres {
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
         if self.waiter.is_some() {
-            return Ok(WaitHint { poll: false });
+            return Ok(WaitHint { poll: false, catches_release: false });
         }
         let q = self.lock_fn(false);
         let lock = self.cfg.lock.clone();
@@ -1124,7 +1124,7 @@ impl Backend for Postgres {
             cancel,
             session,
         });
-        Ok(WaitHint { poll: false })
+        Ok(WaitHint { poll: false, catches_release: false })
     }
 
     fn agree_on_slots(&mut self, agree: super::lock::Agree) {

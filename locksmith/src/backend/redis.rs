@@ -899,7 +899,7 @@ impl Backend for Redis {
             debug!("no wake-up on release, polling only: {e}");
         }
         // Expiries publish nothing: the backoff timer stays on.
-        Ok(WaitHint { poll: true })
+        Ok(WaitHint { poll: true, catches_release: false })
     }
 
     /// A writer waiting behind readers renews its mark (`K.writer`, which expires one

@@ -965,7 +965,7 @@ impl Backend for S3 {
     }
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
-        Ok(WaitHint { poll: true })
+        Ok(WaitHint { poll: true, catches_release: false })
     }
 
     fn agree_on_slots(&mut self, agree: Agree) {

@@ -344,14 +344,22 @@ impl Backend for Slots {
         let n = self.slots.len();
         let start = *self.watched.get_or_insert_with(|| fastrand::usize(..n));
         let mut poll = n > WATCHED;
+        // A release of any slot is caught only if every slot is watched by a wait that
+        // catches one.
+        let mut catches_release = n <= WATCHED;
         for i in 0..n.min(WATCHED) {
             let k = (start + i) % n;
             let mut b = self.opened(k);
             let hint = b.prepare_wait();
             self.slots[k] = Some(b);
-            poll |= hint?.poll;
+            let hint = hint?;
+            poll |= hint.poll;
+            catches_release &= hint.catches_release;
         }
-        Ok(WaitHint { poll })
+        Ok(WaitHint {
+            poll,
+            catches_release,
+        })
     }
 
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {

@@ -190,11 +190,14 @@ pub fn acquire(
         }
         let hint = if unanswered.is_some() {
             // Not yet: what watches for a release talks to the server too.
-            WaitHint { poll: true }
+            WaitHint {
+                poll: true,
+                catches_release: false,
+            }
         } else {
             lock.prepare_wait()?
         };
-        if !prepared && unanswered.is_none() {
+        if !prepared && unanswered.is_none() && !hint.catches_release {
             // A release between our failed try and the notification set-up would be missed:
             // try once more now that the backend watches.
             prepared = true;

@@ -88,6 +88,50 @@ fn other_host_holder_is_broken_only_after_stale_after() {
     );
 }
 
+/// mkdir's owner entry on a local filesystem says only what proof of death needs (host tag,
+/// pid, start time: the record itself is in `beat`), short enough for ext4 to keep the
+/// symbolic link's target in its inode (issue 29). With `beat` gone (a cleaner), that entry
+/// alone still tells a live holder (kept) from a killed one (broken at once).
+#[test]
+fn mkdir_owner_entry_alone_tells_a_live_holder_from_a_dead_one() {
+    let sb = Sandbox::standard();
+    let mut a = sb.hold(["m"]);
+    a.ok();
+    let lock = sb.join("m.lock");
+    let owner = fs::read_dir(&lock)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("owner.")
+        })
+        .expect("an owner entry");
+    let target = fs::read_link(&owner).unwrap();
+    assert!(target.as_os_str().len() < 60, "{target:?}");
+    fs::remove_file(lock.join("beat")).unwrap();
+    let o = sb.output(["--wait", "0", "m"]);
+    assert_eq!(
+        code(o.status),
+        75,
+        "a live holder was broken: {}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains(&format!("pid={}", a.pid())),
+        "{}",
+        stdout(&o)
+    );
+    kill9(a.pid());
+    a.wait_exit(T);
+    let t0 = Instant::now();
+    let o = sb.output(["--wait", "10s", "run", "m", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(!lock.exists());
+}
+
 fn forge(sb: &Sandbox, name: &str, record: &str) {
     let dir = sb.join(name);
     fs::create_dir(&dir).unwrap();

@@ -4,7 +4,8 @@
 //! # Layout (see `docs/LAYOUT.md`)
 //! ```text
 //! PARENT/NAME/                     the lock: exists exactly while held
-//! PARENT/NAME/owner.<nonce>        symlink; its target is the owner record (owner.rs)
+//! PARENT/NAME/owner.<nonce>        symlink; its target is the owner record (owner.rs) — locally,
+//!                                  only what proof of death needs (`short_owner`)
 //! PARENT/NAME/beat                 the heartbeat record: owner record + counter (lockdir.rs)
 //! PARENT/NAME/releasing.<nonce>    the same record, renamed by its holder while releasing
 //! PARENT/NAME/breaker.<nonce>      symlink; the record of a breaker, made before it claims
@@ -99,6 +100,8 @@ use crate::log::{debug, info, trace};
 use crate::protocol::Mode;
 
 const OWNER_PREFIX: &str = "owner.";
+/// How a short owner entry's target begins ([`short_owner`]).
+const SHORT_OWNER: &str = "locksmith-beat ";
 /// A holder releasing renames its `owner.<nonce>` to `releasing.<nonce>` (its claim), so the
 /// record stays readable until the name is freed: if it is killed half-way, proof of death
 /// still applies at once instead of an ownerless directory waiting out `stale_after`.
@@ -367,7 +370,9 @@ impl Files {
             }
             let owner = format!("{OWNER_PREFIX}{}", rec.nonce);
             let tmp = format!("new.{}", rec.nonce);
-            let text = rec.render();
+            let text = short_owner(rec)
+                .filter(|_| !self.dir.remote() && self.dir.symlinks().get())
+                .unwrap_or_else(|| rec.render());
             // The name is unique to this acquisition, so EEXIST is no answer about anyone
             // else: our own request answered twice (NFS after a retransmission) if the entry
             // says our record; GlusterFS also answers it for an entry that is not there (a
@@ -718,10 +723,45 @@ impl Unpublished {
 fn unpublished_record(parent: BorrowedFd<'_>, new: &OsStr, nonce: &str) -> Option<Parsed> {
     let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let fd = openat(parent, new, flags, FileMode::empty()).ok()?;
-    let text = lockdir::read_entry(fd.as_fd(), &format!("{OWNER_PREFIX}{nonce}"))
-        .or_else(|_| lockdir::read_entry(fd.as_fd(), BEAT))
-        .ok()?;
-    Some(Record::parse(&String::from_utf8_lossy(&text)))
+    match lockdir::read_entry(fd.as_fd(), &format!("{OWNER_PREFIX}{nonce}")) {
+        Ok(t) => Some(owner_record(&t, nonce)),
+        Err(_) => {
+            let t = lockdir::read_entry(fd.as_fd(), BEAT).ok()?;
+            Some(Record::parse(&String::from_utf8_lossy(&t)))
+        }
+    }
+}
+
+/// What a local lock's owner entry says when it cannot say the whole record: the holder's
+/// host tag, pid and start time (`SHORT_OWNER` `TAG.PID.START`), all proof of death needs;
+/// the record itself is in `beat`. Under 60 bytes, so that ext4 keeps the symbolic link's
+/// target in its inode: a longer one takes a block of its own, allocated at every
+/// acquisition and freed at every release — and on a filesystem mounted with `discard`
+/// (this machine's root) discarded too, ~45 µs of each cycle (issue 29). `None` where this
+/// host cannot be tagged ([`crate::host::Host::tag`]): the whole record then.
+fn short_owner(rec: &Record) -> Option<String> {
+    let tag = crate::host::this().tag()?;
+    let text = format!("{SHORT_OWNER}{tag}.{}.{}", rec.pid, rec.start);
+    (text.len() < 60).then_some(text)
+}
+
+/// The record an owner entry (`owner.<nonce>`, `releasing.<nonce>`) holds: the whole record,
+/// or [`short_owner`]'s form, read as a holder known by its host tag, pid and start time.
+fn owner_record(text: &[u8], nonce: &str) -> Parsed {
+    let text = String::from_utf8_lossy(text);
+    let Some(rest) = text.strip_prefix(SHORT_OWNER) else {
+        return Record::parse(&text);
+    };
+    let parts: Vec<&str> = rest.split('.').collect();
+    if let [tag, pid, start] = parts[..]
+        && tag.len() == 16
+        && tag.bytes().all(|b| b.is_ascii_hexdigit())
+        && let (Ok(pid), Ok(start)) = (pid.parse::<i32>(), start.parse::<u64>())
+        && pid > 0
+    {
+        return Parsed::V1(Record::tagged(tag, pid, start, nonce));
+    }
+    Parsed::Foreign(text.chars().take(200).collect())
 }
 
 /// `pid=… host=…` of a record, for messages.
@@ -873,10 +913,10 @@ impl Holders for Files {
             }
             None => match Self::listed(&dir).into_iter().next() {
                 Some(entry) => match lockdir::read_entry(dir.as_fd(), &entry) {
-                    Ok(t) => (
-                        Some(Record::parse(&String::from_utf8_lossy(&t))),
-                        Some(entry),
-                    ),
+                    Ok(t) => {
+                        let nonce = entry.split_once('.').map_or("", |(_, n)| n);
+                        (Some(owner_record(&t, nonce)), Some(entry))
+                    }
                     Err(_) => (None, None),
                 },
                 None => Self::claimant(&dir),
@@ -1133,6 +1173,48 @@ mod tests {
             "0123".into(),
         ] {
             assert_eq!(parse(&other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_short_owner_entry_fits_an_inode_and_names_its_holder() {
+        use super::{Parsed, Record, owner_record, short_owner};
+        let mut rec = Record::ours("m");
+        rec.pid = 4_194_304; // pid_max's most
+        rec.start = 999_999_999_999; // 300 years of uptime at 100 ticks a second
+        let text = short_owner(&rec).expect("this host has a tag");
+        assert!(text.len() < 60, "{text}");
+        match owner_record(text.as_bytes(), "0123456789abcdef") {
+            Parsed::V1(r) => {
+                assert!(r.same_host(), "ours: proof of death applies");
+                assert_eq!((r.pid, r.start), (rec.pid, rec.start));
+                assert_eq!(r.nonce, "0123456789abcdef");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Another host's (or pid namespace's) tag: judged by its heartbeat.
+        let other = "locksmith-beat 0123456789abcdef.42.7";
+        match owner_record(other.as_bytes(), "n") {
+            Parsed::V1(r) => assert!(!r.same_host() && r.pid == 42 && r.start == 7),
+            other => panic!("{other:?}"),
+        }
+        // A whole record is read as before; anything else in that form is foreign.
+        let whole = rec.render();
+        assert_eq!(
+            owner_record(whole.as_bytes(), "x"),
+            Record::parse(&whole),
+            "the whole record"
+        );
+        for bad in [
+            "locksmith-beat 0123.42.7",
+            "locksmith-beat 0123456789abcdef.0.7",
+            "locksmith-beat 0123456789abcdef.42",
+            "locksmith-beat 0123456789abcdef.42.7.1",
+        ] {
+            assert!(
+                matches!(owner_record(bad.as_bytes(), "n"), Parsed::Foreign(_)),
+                "{bad}"
+            );
         }
     }
 }

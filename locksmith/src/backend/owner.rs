@@ -69,6 +69,32 @@ impl Record {
         }
     }
 
+    /// A holder known only by its host tag ([`host::Host::tag`]), pid and start time, and
+    /// the nonce its entry's name carries (mkdir's short owner entry): of this host and pid
+    /// namespace where the tag is ours (proof of death applies), else of an unknown one
+    /// (judged by its heartbeat).
+    pub fn tagged(tag: &str, pid: i32, start: u64, nonce: &str) -> Record {
+        let h = host::this();
+        let ours = h.tag().as_deref() == Some(tag);
+        let known = |s: &String| if ours { s.clone() } else { String::new() };
+        Record {
+            host: if ours {
+                h.hostname.clone()
+            } else {
+                format!("host {tag}")
+            },
+            pid,
+            ppid: 0,
+            start,
+            boot_id: known(&h.boot_id),
+            pidns: known(&h.pidns),
+            since: String::new(),
+            profile: String::new(),
+            nonce: nonce.into(),
+            token: None,
+        }
+    }
+
     pub fn render(&self) -> String {
         let token = self
             .token

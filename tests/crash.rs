@@ -153,7 +153,7 @@ fn forged_foreign_record_waits_for_stale_after() {
     let took = t0.elapsed();
     assert_eq!(
         w.line.as_deref().map(token_hidden).as_deref(),
-        Some("OK fast backend=mkdir mode=exclusive token=T prev=crashed\n")
+        Some("OK fast backend=mkdir mode=exclusive token=T prev=crashed token_from=clock\n")
     );
     assert!(took >= Duration::from_millis(1500), "{took:?}");
     w.wait_stderr("no heartbeat for 1s500ms", T);
@@ -411,7 +411,7 @@ fn killed_link_holder_is_broken_at_once() {
     let a = sb.hold(["l"]);
     assert_eq!(
         a.line.as_deref().map(token_hidden).as_deref(),
-        Some("OK l backend=link mode=exclusive token=T\n")
+        Some("OK l backend=link mode=exclusive token=T token_from=clock\n")
     );
     let first = token_of(a.ok());
     let mut w = sb.spawn_hold(["--wait", "20s", "l"]);

@@ -12,18 +12,26 @@ const AT_ONCE: Duration = Duration::from_secs(1);
 fn ok_line_is_byte_exact() {
     let sb = Sandbox::standard();
     let h = sb.hold(["f"]);
-    // flock's first token is the clock's floor (issue 28: its state may be cleaned away).
+    // flock's first token is the clock's floor (issue 28: its state may be cleaned away),
+    // and its line says so.
     let t = token_of(h.ok());
     assert_eq!(
         h.line.as_deref(),
-        Some(format!("OK f backend=flock mode=exclusive token={t}\n").as_str())
+        Some(format!("OK f backend=flock mode=exclusive token={t} token_from=clock\n").as_str())
     );
     // So are mkdir's, link's and symlink's (issue 28).
     let h2 = sb.hold(["m"]);
     let t = token_of(h2.ok());
     assert_eq!(
         h2.line.as_deref(),
-        Some(format!("OK m backend=mkdir mode=exclusive token={t}\n").as_str())
+        Some(format!("OK m backend=mkdir mode=exclusive token={t} token_from=clock\n").as_str())
+    );
+    drop(h2);
+    // The next one issues from the state: nothing more to say.
+    let h2 = sb.hold(["m"]);
+    assert_eq!(
+        h2.line.as_deref(),
+        Some(format!("OK m backend=mkdir mode=exclusive token={}\n", t + 1).as_str())
     );
     let h3 = sb.hold(["--wait", "0", "--shared", "f"]);
     let l = h3.line.as_deref().unwrap();

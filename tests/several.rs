@@ -157,7 +157,7 @@ fn ok_line_environment_and_the_same_lock_twice() {
     let sb = Sandbox::standard();
     let mut h = sb.hold(["hold", "m", "f"]);
     // Every file backend's first token is the clock's floor (issue 28: its state may be
-    // cleaned away).
+    // cleaned away), and the line says so, lock by lock.
     let (m_token, f_token) = h
         .ok()
         .split_whitespace()
@@ -170,7 +170,7 @@ fn ok_line_environment_and_the_same_lock_twice() {
     assert_eq!(
         h.ok().trim_end(),
         format!(
-            "OK m backend=mkdir,flock mode=exclusive,exclusive token={m_token},{f_token} locks=2"
+            "OK m backend=mkdir,flock mode=exclusive,exclusive token={m_token},{f_token} token_from=clock,clock locks=2"
         )
     );
     assert!(!free(&sb, "m") && !free(&sb, "f"));

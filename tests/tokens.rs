@@ -147,16 +147,25 @@ fn micros_now() -> u64 {
 }
 
 /// Issue 28: a cleaner (systemd-tmpfiles) removes `.NAME.state/` while nobody holds the lock;
-/// the next token is still greater than every earlier one — every file backend.
+/// the next token is still greater than every earlier one — every file backend — and an OK
+/// line whose token starts the state again from the clock says so (`token_from=clock`: the
+/// promise then rests on a wall clock not set back), as the lock's first does; no other does.
 #[test]
 fn tokens_keep_increasing_after_a_cleaner_removes_the_state() {
     let sb = Sandbox::standard();
+    let from_clock = |line: &str| line.trim_end().ends_with(" token_from=clock");
     for p in ["m", "l", "s", "f"] {
         let mut seen = Vec::new();
         for round in 0..3 {
-            for _ in 0..3 {
+            for k in 0..3 {
                 let mut h = sb.hold(["--wait", "5s", p]);
-                seen.push(token_of(h.ok()));
+                let line = h.ok().to_string();
+                assert_eq!(
+                    from_clock(&line),
+                    round == 0 && k == 0,
+                    "{p} round {round}: {line}"
+                );
+                seen.push(token_of(&line));
                 h.close_stdout();
                 assert_eq!(code(h.wait_exit(T)), 0);
             }
@@ -166,6 +175,7 @@ fn tokens_keep_increasing_after_a_cleaner_removes_the_state() {
             std::fs::remove_dir_all(&state).unwrap();
             let before = micros_now();
             let h = sb.hold(["--wait", "5s", p]);
+            assert!(from_clock(h.ok()), "{p} round {round}: {}", h.ok());
             let t = token_of(h.ok());
             let earlier = *seen.iter().max().unwrap();
             assert!(

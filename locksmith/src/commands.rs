@@ -162,6 +162,21 @@ fn ok_line(locks: &[Profile], held: &HoldSet) -> OkLine {
                     }),
                 ));
             }
+            // A token that starts a missing state again from the clock (file backends):
+            // above every earlier one only if the wall clock was not set back meanwhile.
+            if holds.iter().any(|h| h.grant().token_from_clock) {
+                extra.push((
+                    "token_from",
+                    each(&|_, h| {
+                        if h.grant().token_from_clock {
+                            "clock"
+                        } else {
+                            ""
+                        }
+                        .to_string()
+                    }),
+                ));
+            }
             if locks.len() > 1 {
                 extra.push(("locks", locks.len().to_string()));
             }

@@ -15,6 +15,7 @@ use super::lock::{
     WaitHint,
 };
 use super::lockdir::probe::Scheme as Probe;
+use super::lockdir::state::Issued;
 use super::lockdir::{self, FsConfig, LockDir};
 use super::stale::{Evidence, Holders, Judge};
 use super::verify::Report;
@@ -25,9 +26,10 @@ use crate::watch::Watcher;
 
 /// What one try at taking the name found.
 pub enum Take<H> {
-    /// The name is ours: what holding it is, the fencing token it carries, and whether the
-    /// previous acquisition ended without a clean release.
-    Held(H, Option<u64>, bool),
+    /// The name is ours: what holding it is, and the fencing token it carries as issued (or,
+    /// for a reader, as read: the write epoch), with whether the previous acquisition ended
+    /// without a clean release; `None`: no token.
+    Held(H, Option<Issued>),
     /// Someone else's: the template judges its holders.
     Taken,
     /// Something changed under us (a token overtaken, a group tidied away): look again.
@@ -112,9 +114,13 @@ impl<S: Scheme> FileLock<S> {
         let mut holders = Vec::new();
         for _ in 0..S::ROUNDS {
             match self.files.take()? {
-                Take::Held(held, token, prev_crashed) => {
-                    self.judge.broke |= prev_crashed;
-                    return Ok(Ok((held, self.judge.grant(&mut self.wake, token))));
+                Take::Held(held, issued) => {
+                    self.judge.broke |= issued.is_some_and(|i| i.prev_crashed);
+                    let grant = Grant {
+                        token_from_clock: issued.is_some_and(|i| i.from_clock),
+                        ..self.judge.grant(&mut self.wake, issued.map(|i| i.token))
+                    };
+                    return Ok(Ok((held, grant)));
                 }
                 Take::Again => continue,
                 Take::Busy(h) => {

@@ -207,6 +207,7 @@ impl Flock {
                 state::issue(at).map(|i| Grant {
                     token: Some(i.token),
                     prev_crashed: i.prev_crashed,
+                    token_from_clock: i.from_clock,
                     ..Grant::default()
                 })
             }

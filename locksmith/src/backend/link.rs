@@ -39,6 +39,7 @@ use super::filelock::{FileLock, Scheme, Take};
 use super::lock::NotReleased;
 use super::lock::{Holder, Named};
 use super::lockdir::probe::Scheme as Probe;
+use super::lockdir::state::Issued;
 use super::lockdir::{self, FsConfig, LockDir};
 use super::owner::Record;
 use super::stale::{Evidence, Holders, Observations};
@@ -213,11 +214,11 @@ impl Files {
     }
 
     /// Holding: exactly the fencing token our record names, the state marked "not cleanly
-    /// released" until our release says otherwise (`Some(prev_crashed)`). `Ok(None)`: the
+    /// released" until our release says otherwise (`Some`: as issued). `Ok(None)`: the
     /// state moved past it (someone took and released the lock since we read it, or we
     /// stalled here and were broken): NAME is given back if it still holds our record, and
     /// the caller looks again.
-    fn finish_create(&mut self, rec: &Record) -> Result<Option<bool>> {
+    fn finish_create(&mut self, rec: &Record) -> Result<Option<Issued>> {
         let token = rec.token.unwrap_or(0);
         let Some(issued) = self.dir.issue_token_exactly(token)? else {
             debug!(
@@ -228,7 +229,7 @@ impl Files {
             self.unlink_if(&name, rec.render_beat(0).as_bytes())?;
             return Ok(None);
         };
-        Ok(Some(issued.prev_crashed))
+        Ok(Some(issued))
     }
 }
 
@@ -269,10 +270,9 @@ impl Scheme for Files {
         rec.token = Some(self.dir.next_token()?);
         match self.link_new(&rec, &name)? {
             Linked::Ours => match self.finish_create(&rec) {
-                Ok(Some(prev_crashed)) => {
+                Ok(Some(issued)) => {
                     self.refused = None;
-                    let token = rec.token;
-                    Ok(Take::Held((rec, 0), token, prev_crashed))
+                    Ok(Take::Held((rec, 0), Some(issued)))
                 }
                 Ok(None) => Ok(Take::Again), // overtaken: look again
                 Err(e) => {

@@ -84,6 +84,10 @@ pub struct Grant {
     pub token: Option<u64>,
     /// The previous acquisition did not end in a clean release.
     pub prev_crashed: bool,
+    /// The token starts the lock's token state again from the clock: the state was missing
+    /// (a lock's first use, or a cleaner removed it), so it is above every earlier token only
+    /// while the wall clock was not set back meanwhile (file backends; issue 28).
+    pub token_from_clock: bool,
     /// The slot held, of a lock with several (SPEC §3b).
     pub slot: Option<u32>,
     /// A reader's: the number of slots the lock's counter recorded, read in the same step as

@@ -1012,13 +1012,12 @@ impl Scheme for Files {
         };
         let token = rec.token.unwrap_or(0);
         let issued = self.dir.issue_token_exactly(token);
-        if let Ok(Some(super::lockdir::state::Issued { prev_crashed, .. })) = issued {
+        if let Ok(Some(issued)) = issued {
             trace!("took the name: nonce {} token {token}", rec.nonce);
             if lockdir::tidies(rec.token) {
                 self.tidy_unpublished(&rec.nonce);
             }
-            let token = rec.token;
-            return Ok(Take::Held((rec, 0), token, prev_crashed));
+            return Ok(Take::Held((rec, 0), Some(issued)));
         }
         // Given back as a release does: claimed first (our owner entry, which exists only in
         // our own directory), so a lock broken and taken by a successor meanwhile is never

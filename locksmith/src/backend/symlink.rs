@@ -88,6 +88,7 @@ use super::filelock::{FileLock, Scheme, Take};
 use super::lock::NotReleased;
 use super::lock::{Holder, Named};
 use super::lockdir::probe::Scheme as Probe;
+use super::lockdir::state::Issued;
 use super::lockdir::{self, FsConfig, LockDir};
 use super::owner::{self, Parsed, Record};
 use super::stale::{Evidence, Holders, Observations};
@@ -921,13 +922,13 @@ impl Files {
     /// successor's lock if we stalled here past stale_after and were broken meanwhile.
     fn finish_exclusive(&mut self, rec: Record, target: String) -> Result<Take<Held>> {
         let name = self.dir.name.clone();
-        let mut prev = false;
+        let mut took = None;
         // Ok(true): overtaken.
         let r = (|| -> Result<bool> {
             let Some(issued) = self.dir.issue_token_exactly(rec.token.unwrap_or(0))? else {
                 return Ok(true);
             };
-            prev = issued.prev_crashed;
+            took = Some(issued);
             if self.remote() && !self.local && !self.publish_beat_record(&rec, &target)? {
                 return Ok(true);
             }
@@ -957,7 +958,8 @@ impl Files {
         if lockdir::tidies(token) {
             self.tidy_groups();
         }
-        Ok(Take::Held(held, token, prev))
+        debug_assert_eq!(took.map(|i| i.token), token);
+        Ok(Take::Held(held, took))
     }
 
     /// One shared try.
@@ -1078,7 +1080,11 @@ impl Files {
                 None
             }
         };
-        Take::Held(Held::Shared { group, entry }, token, false)
+        let read = token.map(|token| Issued {
+            token,
+            ..Issued::default()
+        });
+        Take::Held(Held::Shared { group, entry }, read)
     }
 }
 

@@ -246,10 +246,14 @@ pub fn read(at: &StateAt<'_>) -> Result<Option<State>> {
 
 /// What issuing a token gave: the token, and whether the acquisition before it ended
 /// uncleanly (a lock of one slot).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Issued {
     pub token: u64,
     pub prev_crashed: bool,
+    /// The state was missing (a lock's first use, or a cleaner removed it) and this token
+    /// starts it again from the clock ([`floor`]): above every earlier token only while the
+    /// wall clock was not set back meanwhile (the OK line says `token_from=clock`).
+    pub from_clock: bool,
 }
 
 impl StateAt<'_> {
@@ -266,6 +270,7 @@ impl StateAt<'_> {
         let issued = Issued {
             token,
             prev_crashed: !several && !from.clean,
+            from_clock: false,
         };
         (to, issued)
     }
@@ -365,7 +370,10 @@ pub fn issue(at: &StateAt<'_>) -> Result<Issued> {
         // find refuses u64::MAX: no overflow here.
         let (to, issued) = at.next(from, from.token + 1);
         if at.swap(from, to)? {
-            return Ok(issued);
+            return Ok(Issued {
+                from_clock: fresh,
+                ..issued
+            });
         }
         debug!(
             "lock state {} moved on from token {}: reading it again",
@@ -425,6 +433,7 @@ pub fn issue_exactly(
             return Ok(Some(issued));
         }
     }
+    let mut fresh = false;
     let from = match at.find()? {
         Found::Nothing => {
             let first = State {
@@ -441,6 +450,7 @@ pub fn issue_exactly(
             if !at.start(first)? {
                 return Ok(None);
             }
+            fresh = true;
             first
         }
         // Another number of slots recorded: the lock's say first.
@@ -453,7 +463,10 @@ pub fn issue_exactly(
         Found::Dir(None) => return read(at).map(|_| None),
     };
     let (to, issued) = at.next(from, token);
-    Ok(at.swap(from, to)?.then_some(issued))
+    Ok(at.swap(from, to)?.then_some(Issued {
+        from_clock: fresh,
+        ..issued
+    }))
 }
 
 /// Marks our acquisition's entry clean (our release, still holding): a rename of exactly

@@ -777,6 +777,36 @@ fn gluster_shared_symlink_is_refused() {
     shared_symlink_is_refused_on_a_network_filesystem::<crate::support::Gluster>();
 }
 
+/// Issue 28 item 6 on GlusterFS: a mount as locksmith requires it (`--entry-timeout=0
+/// --fopen-keep-cache=off`, no md-cache or quick-read: names and content read fresh) takes a
+/// profile that states no `cache_time` the first time — its cache time is the kernel's
+/// attribute (1 s by default) and negative caches, read from the client's command line — and a
+/// `stale_after` not above that is refused (78) saying on whose word. Before, 60 s was assumed
+/// and a default profile refused.
+#[test]
+fn gluster_cache_time_comes_from_the_clients_command_line() {
+    let Some(g) = Gluster::start_fresh_names() else {
+        return;
+    };
+    let sb = Sandbox::new("");
+    for b in ["mkdir", "link", "symlink"] {
+        let a = format!("{b}:{}/d-{b}.lock", g.mount_point('a').display());
+        let o = output_within(sb.cmd(["--wait", "5s", "run", &a, "--", "true"]), T);
+        assert_eq!(code(o.status), 0, "{b}: {}", stderr(&o));
+        let short = format!("{a}?stale_after=1s&keepalive=200ms");
+        let o = output_within(sb.cmd(["--wait", "0", "run", &short, "--", "true"]), T);
+        let err = stderr(&o);
+        assert_eq!(code(o.status), 78, "{b}: {err}");
+        assert!(err.contains("client's command line"), "{b}: {err}");
+    }
+    let left: Vec<String> = g
+        .server_listing()
+        .into_iter()
+        .filter(|n| n.starts_with("d-") || n.ends_with(".new") || n.ends_with(".tomb"))
+        .collect();
+    assert!(left.is_empty(), "left on the server: {left:?}");
+}
+
 macro_rules! on_each_backend {
     // `#[…]` before a backend goes on its kill -9 soak (an `ignore` with its reason).
     ($fs:ident: $F:ty; $($(#[$soak:meta])* $backend:ident),*) => {

@@ -99,7 +99,8 @@ pub struct Fs {
     /// Another machine (or a FUSE daemon) holds the data.
     pub remote: bool,
     /// How long it may serve stale data, where locksmith can read it: NFS's mount options,
-    /// an sshfs mount's daemon's command line (`sshfs.rs`).
+    /// an sshfs mount's daemon's command line (`sshfs.rs`), a GlusterFS client's
+    /// ([`gluster_cache_time`]).
     pub cache: Option<Duration>,
     /// On whose word `cache` is, or (without it) why it is unknown; empty where there is
     /// nothing to say (a local filesystem, an unknown FUSE filesystem).
@@ -173,9 +174,18 @@ pub fn detect(fd: BorrowedFd<'_>) -> Fs {
         }
         _ => (None, String::new()),
     };
-    let client = match &mount {
-        Some(m) if m.fstype == "fuse.glusterfs" => Some(gluster_caches(&unescape(m.point))),
-        _ => None,
+    let (client, (cache, cache_how)) = match &mount {
+        Some(m) if m.fstype == "fuse.glusterfs" => match gluster_caches(&unescape(m.point)) {
+            Ok((seen, t)) => (
+                Some(Ok(seen)),
+                (
+                    Some(t),
+                    "from its client's command line (.meta): the kernel's attribute and negative caches, names and content read fresh".to_string(),
+                ),
+            ),
+            Err(why) => (Some(Err(why)), (cache, cache_how)),
+        },
+        _ => (None, (cache, cache_how)),
     };
     Fs {
         name,
@@ -187,7 +197,7 @@ pub fn detect(fd: BorrowedFd<'_>) -> Fs {
 }
 
 /// GlusterFS: whether a mount at `root` is safe for heartbeat locks (`Err`: why not, and what
-/// to set; `Ok`: what was checked). A
+/// to set; `Ok`: what was checked, and the mount's cache time — [`gluster_cache_time`]). A
 /// waiter's fresh look at a name (a pin linked to it, a lookup) and at a record's content
 /// must reach the bricks. Content: the kernel keeps a file's pages across opens unless the
 /// client says `--fopen-keep-cache=off`, and the volume's caches ([`GLUSTER_CACHES`]) keep
@@ -200,7 +210,7 @@ pub fn detect(fd: BorrowedFd<'_>) -> Fs {
 /// gluster_pins_read_fresh_only_with_the_settings_locksmith_requires`) — so a waiter could read a dead predecessor's record
 /// and break a live holder. GlusterFS's virtual `.meta` directory at the mount's root tells
 /// both: `cmdline`, the client's command line, and `graphs/active/`, its translators.
-fn gluster_caches(root: &Path) -> std::result::Result<String, String> {
+fn gluster_caches(root: &Path) -> std::result::Result<(String, Duration), String> {
     let meta = root.join(".meta");
     let cmdline = match std::fs::read_to_string(meta.join("cmdline")) {
         Ok(c) => c,
@@ -250,10 +260,11 @@ fn gluster_caches(root: &Path) -> std::result::Result<String, String> {
         ));
     }
     if set.is_empty() {
-        return Ok(
+        return Ok((
             "--entry-timeout=0 --fopen-keep-cache=off, no md-cache, quick-read or io-cache (from .meta)"
                 .into(),
-        );
+            gluster_cache_time(&cmdline),
+        ));
     }
     Err(format!(
         "its client may answer a lookup with an inode it cached or a read with old content, so a waiter could break a live holder: {}",
@@ -295,6 +306,23 @@ fn client_option<'a>(cmdline: &'a str, name: &str) -> Option<&'a str> {
         }
     }
     value
+}
+
+/// The cache time of a GlusterFS mount whose client caches neither names nor content (what
+/// [`gluster_caches`] requires): what is left is the kernel's, as the client's command line
+/// sets it — attributes (`--attribute-timeout`, 1 s by default) and absent names
+/// (`--negative-timeout`, 0 by default) — both counted, in whole milliseconds rounded up.
+/// A default profile (`stale_after` 60 s) then works on such a mount the first time (issue
+/// 28 item 6), as on sshfs.
+fn gluster_cache_time(cmdline: &str) -> Duration {
+    let secs = |name: &str, default: f64| {
+        client_option(cmdline, name)
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .unwrap_or(default)
+    };
+    let total = secs("--attribute-timeout", 1.0) + secs("--negative-timeout", 0.0);
+    Duration::from_millis((total * 1000.0).ceil().min(1e12) as u64)
 }
 
 /// Whether the client's kernel entry cache is off (`--entry-timeout=0`).
@@ -658,6 +686,22 @@ mod tests {
         assert!(!keep_cache_off(&meta(
             "--fopen-keep-cache=off --fopen-keep-cache"
         )));
+    }
+
+    #[test]
+    fn gluster_cache_time_from_the_clients_command_line() {
+        let meta = |args: &str| format!("{{ \"Cmdlinestr\": \"glusterfs {args} /mnt/g\" }}");
+        let ms = |args: &str| gluster_cache_time(&meta(args)).as_millis();
+        assert_eq!(
+            ms("--entry-timeout=0"),
+            1000,
+            "the kernel's 1 s attribute cache"
+        );
+        assert_eq!(ms("--attribute-timeout=0"), 0);
+        assert_eq!(ms("--attribute-timeout=2.5 --negative-timeout=1"), 3500);
+        assert_eq!(ms("--attribute-timeout 0.0001"), 1);
+        assert_eq!(ms("--attribute-timeout=x"), 1000, "unreadable: the default");
+        assert_eq!(ms("--attribute-timeout=-3"), 1000);
     }
 
     #[test]

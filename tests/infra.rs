@@ -255,10 +255,20 @@ fn waiters_on_a_full_or_read_only_disk_wait_on_every_backend() {
             h.ok();
             holders.push(h);
         }
+        // A flock file made before the fault, with no token state beside it yet.
+        let flock = format!("flock:{}/f.lock", fs.path().display());
+        fs::write(fs.path().join("f.lock"), "").unwrap();
         match fault {
             "full" => fs.fill(),
             _ => fs.remount("ro"),
         }
+        // flock still locks it, and says that this acquisition has no fencing token (its
+        // state cannot be made), never a token silently dropped (item 4).
+        let mut f = sb.hold(["--wait", "0", &flock]);
+        assert!(!f.ok().contains("token="), "{fault}: {}", f.ok());
+        f.wait_stderr("no fencing token this time", T);
+        f.close_stdout();
+        assert!(f.wait_exit(T).success(), "{fault}: release of {flock}");
         for a in &addrs {
             let o = sb.output(["--wait", "500ms", "run", a, "--", "true"]);
             assert_eq!(

@@ -31,6 +31,9 @@ pub const LOCAL: [&str; 4] = ["f", "m", "l", "s"];
 pub struct Sandbox {
     pub dir: tempfile::TempDir,
     pub profiles: PathBuf,
+    /// Environment every locksmith of this sandbox gets (an S3 store's credentials, which
+    /// only the environment or ~/.aws may give).
+    pub env: Vec<(String, String)>,
 }
 
 impl Sandbox {
@@ -41,7 +44,11 @@ impl Sandbox {
             .tempdir()
             .expect("tempdir");
         let profiles = dir.path().join("profiles.toml");
-        let s = Sandbox { dir, profiles };
+        let s = Sandbox {
+            dir,
+            profiles,
+            env: Vec::new(),
+        };
         s.write_profiles(toml);
         s
     }
@@ -134,6 +141,7 @@ stale_after = "1500ms"
         };
         c.env_remove("LOCKSMITH_PROFILES")
             .env_remove("LOCKSMITH_LOG")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .arg("--profiles")
             .arg(&self.profiles)
             .args(args)

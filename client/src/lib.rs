@@ -1,12 +1,13 @@
 //! Crash-safe locks held by a `locksmith` helper process.
 //!
 //! A [`NetLock`] is a lock — a `flock(2)` file, a lock directory on NFS or on an FTP server,
-//! an etcd key, a PostgreSQL advisory lock — taken and held by a small helper process,
+//! an etcd key, a PostgreSQL advisory lock, an S3 object, a Redis key — taken and held by a small helper process,
 //! `locksmith`, on behalf of this one. The helper releases it when the guard is dropped or
 //! [unlocked](NetLock::unlock), and also **at once if this process dies**, however it dies.
 //! This crate only names a *profile*, or a *lock address*: a profile's backend, server and
 //! credentials are written in the profiles file the helper reads; an address
-//! (`"/var/lock/x.lock"`, `"mkdir:/srv/locks/x"`, `"ftp://locker@host/locks/x"`, ...; see
+//! (`"/var/lock/x.lock"`, `"mkdir:/srv/locks/x"`, `"ftp://locker@host/locks/x"`, `"s3://bucket/locks/x"`,
+//! `"redis://host/?key=locks:x"`, ...; see
 //! the helper's `--help`) needs no profiles file and never carries a password (the helper
 //! refuses one), so no password ever travels on a command line.
 //!

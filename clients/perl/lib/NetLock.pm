@@ -954,7 +954,7 @@ NetLock - crash-safe locks held by a locksmith helper process
 =head1 DESCRIPTION
 
 A NetLock object is a lock (a L<flock(2)> file, a lock directory on NFS or on an FTP server,
-an etcd key, a PostgreSQL advisory lock) taken and held by a small helper process,
+an etcd key, a PostgreSQL advisory lock, an S3 object, a Redis key) taken and held by a small helper process,
 C<locksmith>, on behalf of this one. The helper releases it when the object is unlocked or
 destroyed, and also B<at once if this process dies>, however it dies (even C<kill -9>).
 This module only names a I<profile>; which backend, which server and which credentials it

@@ -1,7 +1,7 @@
 """Crash-safe locks held by a ``locksmith`` helper process.
 
 A lock (a ``flock(2)`` file, a lock directory on NFS or on an FTP server, an etcd key, a
-PostgreSQL advisory lock) is taken and held by a small helper process, ``locksmith``, on
+PostgreSQL advisory lock, an S3 object, a Redis key) is taken and held by a small helper process, ``locksmith``, on
 behalf of this one. The helper releases it when the lock is unlocked, and also **at once if
 this process dies**, however it dies (even ``kill -9``). This package only names a
 *profile*; which backend, server and credentials it means is written in the profiles file

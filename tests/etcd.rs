@@ -254,7 +254,9 @@ fn etcd_in_a_set_with_a_file_lock() {
     assert_eq!(tokens.len(), 2, "{}", h.ok());
     assert_eq!(
         h.ok(),
-        format!("OK e backend=etcd,mkdir mode=exclusive,exclusive token={t} locks=2\n")
+        format!(
+            "OK e backend=etcd,mkdir mode=exclusive,exclusive token={t} token_from=,clock locks=2\n"
+        )
     );
     let o = sb.output(["--wait", "0", "run", &m, "--", "true"]);
     assert_eq!(code(o.status), 75, "{}", stderr(&o));

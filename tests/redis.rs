@@ -827,7 +827,9 @@ fn redis_in_a_set_with_a_file_lock() {
     assert_eq!(tokens.len(), 2, "{}", h.ok());
     assert_eq!(
         h.ok(),
-        format!("OK r backend=redis,mkdir mode=exclusive,exclusive token={t} locks=2\n")
+        format!(
+            "OK r backend=redis,mkdir mode=exclusive,exclusive token={t} token_from=,clock locks=2\n"
+        )
     );
     assert_eq!(r.cli(&["EXISTS", "t:r"]), "1");
     // The file lock is held too, as part of the set.

@@ -486,6 +486,25 @@ fn s3_a_server_rejecting_conditional_writes_is_config_78_and_leaves_nothing() {
         assert!(s.keys("t/p").is_empty(), "{:?}", s.keys("t/p"));
     }
     assert_eq!(proxy.fired().len(), 2);
+    // `If-Match`: the token state's swap once a state exists (a first acquisition made it).
+    let o = run_via(&sb, &["--wait", "10s", "run", "p", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    proxy.arm(Fault {
+        method: "PUT",
+        path: format!("/{BUCKET}/t/p.state"),
+        header: Some("if-match"),
+        then: Then::Answer(501, "NotImplemented"),
+    });
+    let o = run_via(&sb, &["--wait", "10s", "run", "p", "--", "true"]);
+    let err = stderr(&o);
+    assert_eq!(code(o.status), 78, "{err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert!(errors[0].starts_with("ERROR config: "), "{err}");
+    assert!(errors[0].contains("`If-Match`"), "{err}");
+    assert_eq!(proxy.fired().len(), 3, "{err}");
+    // The lock object it had made is gone again; the state is as the first acquisition left it.
+    assert_eq!(s.keys("t/p"), ["t/p.state"]);
 }
 
 /// Issue 27, the safety of trying again: a create that lands on the server while its answer
@@ -1025,8 +1044,15 @@ fn s3_verify_refuses_s3s_fs() {
     let _ = server.wait();
     assert_eq!(code(o.status), 78, "{}{}", stdout(&o), stderr(&o));
     let text = format!("{}{}", stdout(&o), stderr(&o));
-    assert!(text.contains("exclusive create"), "{text}");
-    assert!(text.contains("FAIL"), "{text}");
+    // Both faults the issue measured there: racing creates won by several, and a conditional
+    // DELETE that ignores its `If-Match` (a late holder would remove a successor's object).
+    for property in ["exclusive create", "conditional delete"] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(property))
+            .unwrap_or_else(|| panic!("no `{property}` line: {text}"));
+        assert!(line.contains("FAIL"), "{line}\n{text}");
+    }
 }
 
 /// https: the server's certificate verified against `ca_file` (or the system CAs): another

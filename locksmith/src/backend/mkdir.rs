@@ -424,11 +424,8 @@ impl Files {
     /// `statfs` name length: 255 bytes on most, 143 on eCryptfs) or this host cannot be named
     /// ([`crate::host::Host::tag`]).
     fn unpublished_name(&mut self, rec: &Record) -> OsString {
-        if let Some(tag) = crate::host::this().tag() {
-            let named = self.dir.beside(&format!(
-                ".{}.{tag}.{}.{}.new",
-                rec.nonce, rec.pid, rec.start
-            ));
+        if let Some(maker) = maker_of(rec) {
+            let named = self.dir.beside(&format!(".{}.{maker}.new", rec.nonce));
             let most = self
                 .dir
                 .fd()
@@ -698,23 +695,39 @@ impl Unpublished {
     /// share the prefix).
     fn parse(middle: &[u8]) -> Option<Unpublished> {
         let text = std::str::from_utf8(middle).ok()?;
-        let hex = |s: &str| s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit());
-        let number = |s: &str| s.parse::<u64>().ok().filter(|n| n.to_string() == s);
-        let parts: Vec<&str> = text.split('.').collect();
-        match parts[..] {
-            [nonce] if hex(nonce) => Some(Unpublished {
-                nonce: nonce.into(),
-                maker: None,
-            }),
-            [nonce, tag, pid, start] if hex(nonce) && hex(tag) => {
-                let pid = i32::try_from(number(pid)?).ok().filter(|p| *p > 0)?;
-                Some(Unpublished {
-                    nonce: nonce.into(),
-                    maker: Some((tag.into(), pid, number(start)?)),
-                })
-            }
-            _ => None,
+        let (nonce, maker) = match text.split_once('.') {
+            None => (text, None),
+            Some((nonce, maker)) => (nonce, Some(parse_maker(maker)?)),
+        };
+        hex(nonce).then(|| Unpublished {
+            nonce: nonce.into(),
+            maker,
+        })
+    }
+}
+
+/// 16 hex digits (a nonce, a host tag).
+fn hex(s: &str) -> bool {
+    s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Who made an entry, as a `.new` name and a short owner entry say it: `<host tag>.<pid>.<start>`
+/// ([`crate::host::Host::tag`]); `None` where this host cannot be tagged.
+fn maker_of(rec: &Record) -> Option<String> {
+    let tag = crate::host::this().tag()?;
+    Some(format!("{tag}.{}.{}", rec.pid, rec.start))
+}
+
+/// [`maker_of`]'s form read back: the tag, a pid above 0 and the start time (decimal, as
+/// written: no sign, no leading zero); anything else is `None`.
+fn parse_maker(text: &str) -> Option<(String, i32, u64)> {
+    let number = |s: &str| s.parse::<u64>().ok().filter(|n| n.to_string() == s);
+    match text.split('.').collect::<Vec<_>>()[..] {
+        [tag, pid, start] if hex(tag) => {
+            let pid = i32::try_from(number(pid)?).ok().filter(|p| *p > 0)?;
+            Some((tag.into(), pid, number(start)?))
         }
+        _ => None,
     }
 }
 
@@ -740,8 +753,7 @@ fn unpublished_record(parent: BorrowedFd<'_>, new: &OsStr, nonce: &str) -> Optio
 /// (this machine's root) discarded too, ~45 µs of each cycle (issue 29). `None` where this
 /// host cannot be tagged ([`crate::host::Host::tag`]): the whole record then.
 fn short_owner(rec: &Record) -> Option<String> {
-    let tag = crate::host::this().tag()?;
-    let text = format!("{SHORT_OWNER}{tag}.{}.{}", rec.pid, rec.start);
+    let text = format!("{SHORT_OWNER}{}", maker_of(rec)?);
     (text.len() < 60).then_some(text)
 }
 
@@ -752,16 +764,10 @@ fn owner_record(text: &[u8], nonce: &str) -> Parsed {
     let Some(rest) = text.strip_prefix(SHORT_OWNER) else {
         return Record::parse(&text);
     };
-    let parts: Vec<&str> = rest.split('.').collect();
-    if let [tag, pid, start] = parts[..]
-        && tag.len() == 16
-        && tag.bytes().all(|b| b.is_ascii_hexdigit())
-        && let (Ok(pid), Ok(start)) = (pid.parse::<i32>(), start.parse::<u64>())
-        && pid > 0
-    {
-        return Parsed::V1(Record::tagged(tag, pid, start, nonce));
+    match parse_maker(rest) {
+        Some((tag, pid, start)) => Parsed::V1(Record::tagged(&tag, pid, start, nonce)),
+        None => Parsed::Foreign(text.chars().take(200).collect()),
     }
-    Parsed::Foreign(text.chars().take(200).collect())
 }
 
 /// `pid=… host=…` of a record, for messages.

@@ -120,6 +120,17 @@ impl Record {
         format!("{} beat={:010}\n", self.render(), n % 10_000_000_000)
     }
 
+    /// A record as one whole write stores it (an S3 object's body: one request, ending in
+    /// a newline). `None` where no whole record is there — nothing, or the start of one of
+    /// ours without its end: a writer killed mid-request on a server that kept what it got
+    /// (SeaweedFS does, the S3 kill -9 soak found). Such a lock has no owner record, and the
+    /// rule for one without applies (silent for `stale_after`): read as a record of another
+    /// format it was held until `--force`.
+    pub fn parse_whole(text: &str) -> Option<Parsed> {
+        let cut = text.starts_with("locksmith") && !text.ends_with('\n');
+        (!text.trim().is_empty() && !cut).then(|| Record::parse(text))
+    }
+
     pub fn parse(text: &str) -> Parsed {
         let foreign = || Parsed::Foreign(text.chars().take(200).collect());
         let mut words = text.split_ascii_whitespace();
@@ -280,6 +291,20 @@ mod tests {
         let text = Record::ours("demo").render().replace("v=1", "v=2");
         assert!(matches!(Record::parse(&text), Parsed::Foreign(_)));
         assert!(matches!(Record::parse("garbage"), Parsed::Foreign(_)));
+        // Stored by one write: nothing, or a record cut short, is no record at all.
+        let whole = Record::ours("demo").render_beat(7);
+        assert!(matches!(Record::parse_whole(&whole), Some(Parsed::V1(_))));
+        assert_eq!(Record::parse_whole(""), None);
+        assert_eq!(Record::parse_whole(&whole[..whole.len() - 1]), None);
+        assert_eq!(Record::parse_whole(&whole[..20]), None);
+        assert!(matches!(
+            Record::parse_whole("garbage\n"),
+            Some(Parsed::Foreign(_))
+        ));
+        assert!(matches!(
+            Record::parse_whole("garbage"),
+            Some(Parsed::Foreign(_))
+        ));
     }
 }
 

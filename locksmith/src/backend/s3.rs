@@ -439,7 +439,7 @@ impl Site {
         }
         Ok(Some(Evidence {
             key: key.into(),
-            record: Some(Record::parse(&r.text())),
+            record: Record::parse_whole(&r.text()),
             sign: r.etag.clone().unwrap_or_default().into_bytes(),
             mode,
             age: r.age(),

@@ -32,14 +32,23 @@ pub fn level_from_env(value: &str) -> Option<u8> {
     }
 }
 
+/// Writes `locksmith: MESSAGE` and its newline in one `write(2)`: `eprintln!` writes the
+/// prefix, the message and the newline apart, so a helper killed between them (the kill -9
+/// soaks' logs showed bare `locksmith: ` lines) or a CMD sharing stderr could cut or split it.
+pub fn emit(message: &str) {
+    use std::io::Write;
+    let line = format!("locksmith: {message}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
 macro_rules! log_at {
     ($lvl:expr, $($arg:tt)*) => {
         if $crate::log::level() >= $lvl {
             // One line, no raw control bytes: messages quote records and paths.
-            eprintln!(
-                "locksmith: {}",
-                $crate::error::one_line(&format!($($arg)*), 4 * $crate::error::MAX_MESSAGE)
-            );
+            $crate::log::emit(&$crate::error::one_line(
+                &format!($($arg)*),
+                4 * $crate::error::MAX_MESSAGE,
+            ));
         }
     };
 }

@@ -55,6 +55,8 @@ mod etcd;
 mod s3;
 // backend = "redis" against a throwaway redis-server.
 mod redis;
+// A build of the local backends only and its companion executable.
+mod companion;
 // mkdir, link, symlink and flock on a real network filesystem: sshfs mounted twice, contenders
 // on both mounts and in another pid namespace (issue 12).
 mod netfs;

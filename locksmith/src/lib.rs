@@ -11,6 +11,7 @@
 //! - [`backend`]: the registry of backends (`backends!{}`), the contract (`backend::lock`),
 //!   waiting (`backend::wait`), holding (`backend::hold`), one file or folder per backend.
 //! - [`commands`]: hold, run, status, break, verify and profiles, glued from the above.
+//! - [`companion`]: a build of the local backends hands other locks to `locksmith-net`.
 //! - [`host`]: host identity and proof of death; [`sys`]: the few raw syscalls; [`spawn`]:
 //!   starting `run`'s command (vfork, dying with locksmith);
 //!   [`files`]: opening files by name without blocking, kind-checked, reads capped.
@@ -19,6 +20,7 @@
 pub mod backend;
 pub mod cli;
 pub mod commands;
+pub mod companion;
 pub mod error;
 pub mod files;
 pub mod flock1;

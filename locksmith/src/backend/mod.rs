@@ -218,6 +218,18 @@ impl Entry {
     pub fn built(&self) -> bool {
         self.parse.is_some()
     }
+
+    /// Its parser; a backend this build lacks is handed to the companion executable, which
+    /// has it ([`crate::companion`]: returns only if there is none), else why not.
+    fn parser(&self) -> std::result::Result<fn(&mut Fields) -> Result<BackendConfig>, String> {
+        self.parse.ok_or_else(|| {
+            let why = crate::companion::hand_over(self.name);
+            format!(
+                "backend `{0}` was left out of this build of locksmith (cargo feature `{0}`), and {why}",
+                self.name
+            )
+        })
+    }
 }
 
 /// The backend called `name`, or a config error naming the known ones.
@@ -341,12 +353,7 @@ pub fn configure(
     common.slots = slots_from_profile.unwrap_or(1);
     let fair_from_profile = f.bool("fair")?.unwrap_or(false);
     common.fair = fair_from_profile;
-    let Some(parse) = entry.parse else {
-        return Err(f.error(&format!(
-            "backend `{0}` was left out of this build of locksmith (cargo feature `{0}`)",
-            entry.name
-        )));
-    };
+    let parse = entry.parser().map_err(|m| f.error(&m))?;
     let backend = parse(&mut f)?;
     let origin = f.origin().clone();
     f.finish()?;
@@ -473,6 +480,10 @@ pub fn from_address(
     overrides: &Overrides,
 ) -> Result<Profile> {
     let ctx = format!("address `{}`", address::shown(text));
+    // Before its parts are read: a backend this build lacks reads them its own way.
+    entry
+        .parser()
+        .map_err(|m| Error::new(Kind::Usage, format!("{ctx}: {m}")))?;
     let (table, _) = address::keys(entry.address, text, &schemes())
         .map_err(|m| Error::new(Kind::Usage, format!("{ctx}: {m}")))?;
     let origin = Origin {

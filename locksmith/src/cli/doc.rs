@@ -118,12 +118,26 @@ pub fn version() -> String {
         .filter(|e| !e.built())
         .map(|e| e.name)
         .collect();
+    // A build of the local backends with its companion beside it has them all (the
+    // Debian package's): it says which ones the companion takes.
+    let companion = if left.is_empty() {
+        None
+    } else {
+        crate::companion::path().ok()
+    };
+    let every: Vec<&str> = BACKENDS.iter().map(|e| e.name).collect();
     let mut s = format!(
         "locksmith {}\nbackends: {}\n",
         env!("CARGO_PKG_VERSION"),
-        built.join(", ")
+        if companion.is_some() { &every } else { &built }.join(", ")
     );
-    if !left.is_empty() {
+    if let Some(path) = companion {
+        s.push_str(&format!(
+            "handed to {}: {}\n",
+            path.display(),
+            left.join(", ")
+        ));
+    } else if !left.is_empty() {
         s.push_str(&format!(
             "left out of this build: {} (cargo features)\n",
             left.join(", ")

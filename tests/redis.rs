@@ -659,6 +659,8 @@ fn redis_bad_input_is_one_error_line_and_the_right_code() {
         stdout(&o)
     );
     assert_eq!(stdout(&o).lines().count(), 1);
+    // Refused a connection, nothing was sent: no take of ours "may have landed".
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
     // A bad profile: 78.
     for toml in [
         "[profile.x]\nbackend = \"redis\"\n",

@@ -749,7 +749,10 @@ impl Redis {
                 over.as_str(),
                 mark_px.as_str(),
             ];
-            // Unanswered, it may still land: remembered until an answer settles it.
+            // Unanswered, it may still land: remembered until an answer settles it. Not
+            // sent at all (no connection), it did not: a take still unsure from an earlier
+            // try stays so.
+            self.conn_by(request_by(self.timeout, self.by))?;
             self.unsure = true;
             let v = self
                 .run("cannot take the lock", ACQUIRE, &args)

@@ -214,6 +214,21 @@ fn bash_completes_subcommands_options_and_profile_names() {
     );
     // After LOCK comes a command.
     assert!(bash_complete(&script, &["locksmith", "phonestuff", "tru"]).contains(&"true".into()));
+    // Lock addresses: the schemes, then (bash splits the word at its colon) the PATH's files,
+    // then the command.
+    assert_eq!(
+        bash_complete(&script, &["locksmith", "run", "mk"]),
+        ["mkdir:"]
+    );
+    assert_eq!(
+        bash_complete(&script, &["locksmith", "run", "re"]),
+        ["redis://", "rediss://"]
+    );
+    let dir = format!("{}/", sb.path().display());
+    let files = bash_complete(&script, &["locksmith", "run", "mkdir", ":", &dir]);
+    assert!(files.contains(&p), "{files:?}");
+    let after = ["locksmith", "run", "mkdir", ":", "/tmp/x", "tru"];
+    assert!(bash_complete(&script, &after).contains(&"true".into()));
 }
 
 #[test]
@@ -249,6 +264,10 @@ fn fish_completes_subcommands_options_and_profile_names() {
     assert_eq!(complete("locksmith status --j"), ["--json"]);
     assert!(complete("locksmith run --").iter().all(|o| o != "--json"));
     assert_eq!(complete("locksmith help ve"), ["verify"]);
+    assert_eq!(complete("locksmith run mk"), ["mkdir:"]);
+    assert_eq!(complete("locksmith run s3"), ["s3://"]);
+    let files = complete(&format!("locksmith run mkdir:{}/", sb.path().display()));
+    assert!(files.contains(&format!("mkdir:{p}")), "{files:?}");
 }
 
 /// zsh: the script is valid zsh, and `_locksmith`'s own decisions (what it hands to
@@ -274,7 +293,8 @@ fn zsh_completes_subcommands_options_and_profile_names() {
         let array: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
         let sh = format!(
             r#"compdef() {{ : }}
-compadd() {{ while [[ $1 == -* && $1 != -- ]]; do [[ $1 == -X ]] && shift; shift; done; [[ $1 == -- ]] && shift; print -l -- "$@" }}
+compadd() {{ while [[ $1 == -* && $1 != -- ]]; do [[ $1 == -[XS] ]] && shift; shift; done; [[ $1 == -- ]] && shift; print -l -- "$@" }}
+compset() {{ : }}
 _describe() {{ [[ $1 == -t ]] && shift 2; local x; for x in ${{(P)2}}; do print -- ${{x%%:*}}; done }}
 _files() {{ print -- FILES }}
 _command_names() {{ print -- COMMANDS }}
@@ -307,6 +327,13 @@ true"#,
     assert!(!complete(&["locksmith", "run", "--"]).contains(&"--json".into()));
     assert_eq!(complete(&["locksmith", "--peer", ""]), ["FILES"]);
     assert_eq!(complete(&["locksmith", "phonestuff", ""]), ["COMMANDS"]);
+    // compadd filters by the prefix itself: every scheme is handed to it.
+    let schemes = complete(&["locksmith", "run", "mk"]);
+    assert!(
+        schemes.contains(&"mkdir:".into()) && schemes.contains(&"s3://".into()),
+        "{schemes:?}"
+    );
+    assert_eq!(complete(&["locksmith", "run", "mkdir:/tm"]), ["FILES"]);
 }
 
 /// Issue 16's onboarding edges, each as a new user meets it.

@@ -47,6 +47,7 @@ macro_rules! backends {
                 address: <$module::$ty as Registered>::parts,
                 about: $about,
                 keys: <$module::$ty as Registered>::KEYS,
+                on_files: <$module::$ty as Registered>::ON_FILES,
             },
             $(
             #[cfg(not($cfg))]
@@ -57,6 +58,8 @@ macro_rules! backends {
                 address: address::path_keys,
                 about: $about,
                 keys: &[],
+                // Only network backends are left out of a build.
+                on_files: false,
             },
             )?
         )+];
@@ -211,6 +214,9 @@ pub struct Entry {
     pub about: &'static str,
     /// Its own keys, documented where they are parsed (empty when left out of the build).
     pub keys: &'static [&'static [KeyDoc]],
+    /// It locks a file of this host's filesystems: its addresses are `SCHEME:PATH`, the
+    /// others' `SCHEME://HOST…` (SPEC §3a).
+    pub on_files: bool,
 }
 
 impl Entry {
@@ -230,6 +236,17 @@ impl Entry {
             )
         })
     }
+}
+
+/// Every address scheme as a lock address begins: `mkdir:`, `ftp://`… (completions).
+pub fn scheme_prefixes() -> Vec<String> {
+    BACKENDS
+        .iter()
+        .flat_map(|e| {
+            let sep = if e.on_files { ":" } else { "://" };
+            e.schemes.iter().map(move |s| format!("{s}{sep}"))
+        })
+        .collect()
 }
 
 /// The backend called `name`, or a config error naming the known ones.

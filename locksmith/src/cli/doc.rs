@@ -406,6 +406,12 @@ fn scan_words(words: &str, first: usize, cursor: &str) -> String {
                     sub=$w
                 else
                     lock=$w
+                    # An address bash split at its colon (COMP_WORDBREAKS): one word, and
+                    # not yet whole while the cursor is in it.
+                    if [[ ${{{words}[i+1]}} == : ]]; then
+                        ((i += 2))
+                        ((i >= {cursor})) && lock=
+                    fi
                 fi ;;
         esac
     done
@@ -454,6 +460,15 @@ _locksmith() {{
     local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}"
     case "$prev" in
 {prev}    esac
+    # The PATH of a file backend's address, which bash split at its colon: files.
+    if [[ " {file_schemes} " == *" ${{COMP_WORDS[COMP_CWORD-2]}} "* && $prev == : ]]; then
+        COMPREPLY=($(compgen -f -- "$cur"))
+        return
+    fi
+    if [[ " {file_schemes} " == *" $prev "* && $cur == : ]]; then
+        COMPREPLY=($(compgen -f -P : -- ""))
+        return
+    fi
 {scan}    if [[ -n $lock ]]; then
         # After LOCK: the command to run (run, flock(1)'s forms), then its arguments.
         if [[ -z $after || $prev == -- ]]; then
@@ -471,14 +486,22 @@ _locksmith() {{
         return
     fi
     case "$sub" in
-        help) COMPREPLY=($(compgen -W "{subs}" -- "$cur")) ;;
-        profiles) COMPREPLY=() ;;
+        help) COMPREPLY=($(compgen -W "{subs}" -- "$cur")); return ;;
+        profiles) COMPREPLY=(); return ;;
         '') COMPREPLY=($(compgen -W "{subs} $(_locksmith_profiles)" -- "$cur")) ;;
         *) COMPREPLY=($(compgen -W "$(_locksmith_profiles)" -- "$cur")) ;;
     esac
     # A path is a lock address too (flock on that file).
-    if [[ $sub != help && $sub != profiles && ( $cur == */* || $cur == .* || $cur == '~'* ) ]]; then
+    if [[ $cur == */* || $cur == .* || $cur == '~'* ]]; then
         COMPREPLY+=($(compgen -f -- "$cur"))
+    fi
+    # So is SCHEME:PATH or SCHEME://…: the schemes, followed by the rest, not a space.
+    if [[ -n $cur && $cur != *[:/]* ]]; then
+        local schemes=($(compgen -W "{schemes}" -- "$cur"))
+        if ((${{#schemes[@]}})); then
+            COMPREPLY+=("${{schemes[@]}}")
+            compopt -o nospace 2>/dev/null || true
+        fi
     fi
 }}
 
@@ -486,7 +509,18 @@ complete -F _locksmith locksmith
 "#,
         scan = scan_words("COMP_WORDS", 1, "COMP_CWORD"),
         subs = sub_names(),
+        schemes = crate::backend::scheme_prefixes().join(" "),
+        file_schemes = file_schemes().join(" "),
     )
+}
+
+/// The address schemes of the file backends (`mkdir`, …): `SCHEME:PATH`.
+fn file_schemes() -> Vec<&'static str> {
+    BACKENDS
+        .iter()
+        .filter(|e| e.on_files)
+        .flat_map(|e| e.schemes.iter().copied())
+        .collect()
 }
 
 /// A description for a completion menu: the first line, without quotes that would end it.
@@ -575,14 +609,25 @@ _locksmith() {{
         profiles) ;;
         '')
             _describe -t commands subcommand subs
-            _locksmith_profiles
-            [[ ${{words[CURRENT]}} == */* || ${{words[CURRENT]}} == .* ]] && _files
+            _locksmith_lock
             ;;
         *)
-            _locksmith_profiles
-            [[ ${{words[CURRENT]}} == */* || ${{words[CURRENT]}} == .* ]] && _files
+            _locksmith_lock
             ;;
     esac
+}}
+
+# LOCK: a profile name, a path, SCHEME:PATH (files after the colon) or SCHEME://….
+_locksmith_lock() {{
+    local cur=${{words[CURRENT]}}
+    if [[ $cur == ({file_alts}):* ]]; then
+        compset -P '*:'
+        _files
+        return
+    fi
+    _locksmith_profiles
+    [[ $cur == */* || $cur == .* ]] && _files
+    [[ -n $cur && $cur != *[:/]* ]] && compadd -S '' -- {schemes}
 }}
 
 if [[ $funcstack[1] == _locksmith ]]; then
@@ -593,6 +638,8 @@ fi
 "#,
         subs = subs.join(" "),
         scan = scan_words("words", 2, "CURRENT"),
+        file_alts = file_schemes().join("|"),
+        schemes = crate::backend::scheme_prefixes().join(" "),
     )
 }
 
@@ -662,12 +709,28 @@ function __locksmith_profiles
     $words[1] $args profiles 2>/dev/null | string replace -r '\t.*' ''
 end
 
+# SCHEME:PATH (the files after the colon) and the schemes themselves.
+function __locksmith_addresses
+    set -l t (commandline -ct)
+    if string match -qr '^({file_alts}):' -- $t
+        set -l scheme (string replace -r ':.*' ':' -- $t)
+        for p in (__fish_complete_path (string replace -r '^[^:]*:' '' -- $t))
+            echo $scheme$p
+        end
+    else if test -n "$t"; and not string match -q -- '*[:/]*' $t
+        printf '%s\n' {schemes}
+    end
+end
+
 complete -c locksmith -f
 complete -c locksmith -n __locksmith_wants_lock -a '(__locksmith_profiles)' -d profile
+complete -c locksmith -n __locksmith_wants_lock -a '(__locksmith_addresses)'
 complete -c locksmith -n '__locksmith_in help' -a '{names}'
 "#,
         valued = valued().join(" "),
         names = sub_names(),
+        file_alts = file_schemes().join("|"),
+        schemes = crate::backend::scheme_prefixes().join(" "),
     );
     for sub in SUBCOMMANDS {
         s.push_str(&format!(

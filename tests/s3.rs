@@ -910,6 +910,50 @@ fn s3_an_object_without_a_whole_record_is_broken_once_silent() {
     assert_eq!(s.record().as_deref(), Some("written by another tool\n"));
 }
 
+/// The token state cut short the same way — empty, or an entry without its end — loses its
+/// last token: the next writer starts it again from the clock, above every token counted from
+/// 1, says so (`token_from=clock`) and `prev=crashed` (someone was killed mid-swap); the next
+/// counts on from there. Found by the kill -9 soak: every take after it was refused 78.
+#[test]
+fn s3_a_token_state_cut_short_starts_again_from_the_clock() {
+    let Some(s) = S3::start() else { return };
+    let first = s.hold(["sfast"]);
+    let t1 = token_of(first.ok());
+    drop(first);
+    for body in ["", "state~1~7~"] {
+        let r = s
+            .client
+            .call("PUT", "t/s.state", &[], Cond::None, body.as_bytes(), T)
+            .unwrap();
+        assert!(r.ok(), "PUT: {}", r.text());
+        let a = s.hold(["sfast"]);
+        let ta = token_of(a.ok());
+        assert!(
+            a.ok().contains(" token_from=clock") && a.ok().contains(" prev=crashed"),
+            "{body:?}: {}",
+            a.ok()
+        );
+        assert!(
+            ta > t1 && ta > 1_000_000_000_000_000,
+            "{body:?}: {}",
+            a.ok()
+        );
+        drop(a);
+        let b = s.hold(["sfast"]);
+        assert_eq!(
+            b.ok(),
+            format!("OK sfast backend=s3 mode=exclusive token={}\n", ta + 1),
+            "{body:?}"
+        );
+    }
+    // A state of another format, whole (its newline), is still refused: 78.
+    s.client
+        .call("PUT", "t/s.state", &[], Cond::None, b"something else\n", T)
+        .unwrap();
+    let o = s.output(["run", "sfast", "--", "true"]);
+    assert_eq!(code(o.status), 78, "{}", stderr(&o));
+}
+
 #[test]
 fn s3_bad_input() {
     let Some(s) = S3::start() else { return };

@@ -25,6 +25,9 @@
 //! other backends), swapped with `If-Match` (or `If-None-Match: *` for the first): a writer
 //! takes the next token and writes it dirty; its release writes it clean before it deletes
 //! `KEY`. A writer that finds it dirty says `prev=crashed`; readers report the token there.
+//! A state cut short (no final newline: a swap killed mid-request on a server that kept what
+//! it got) has lost its token: the next writer starts it again from the clock's microseconds,
+//! above every token counted from 1, and says `token_from=clock prev=crashed`.
 //!
 //! **Slots** (`--slots N`, SPEC §3b): slot K is the object `KEY.slot-K`, a whole lock as
 //! above; every slot takes its tokens from the lock's one `KEY.state`, whose entry records
@@ -526,23 +529,33 @@ impl Site {
         }
     }
 
-    /// The fencing state and its ETag (`None`: none yet).
+    /// The fencing state and its ETag (`None`: none yet, or none whole: [`StateRead::cut`]).
     fn state(&mut self) -> Result<(Option<State>, Option<String>)> {
-        self.state_by().map(|(s, etag, _)| (s, etag))
+        self.state_by().map(|r| (r.state, r.etag))
     }
 
-    /// [`Site::state`], and the nonce of the acquisition that wrote it (`by=`), if named.
-    fn state_by(&mut self) -> Result<(Option<State>, Option<String>, Option<String>)> {
+    /// [`Site::state`], the nonce of the acquisition that wrote it (`by=`), if named, and
+    /// whether what is there is a state cut short.
+    fn state_by(&mut self) -> Result<StateRead> {
         let key = self.state_key();
         let limit = self.limit();
         let r = self.call("GET", &key, &[], Cond::None, &[], limit)?;
+        let mut read = StateRead::default();
         if r.status == 404 {
-            return Ok((None, None, None));
+            return Ok(read);
         }
         if !r.ok() {
             return Err(self.odd("GET", &key, &r));
         }
         let text = r.text();
+        read.etag = r.etag.clone();
+        // Every state we write ends with a newline: without one, a swap was killed
+        // mid-request and the server kept what it got (SeaweedFS keeps an empty object; the
+        // S3 kill -9 soak found one, and every later take was refused 78).
+        if !text.ends_with('\n') {
+            read.cut = true;
+            return Ok(read);
+        }
         let by = text
             .lines()
             .find_map(|l| l.trim().strip_prefix("by="))
@@ -550,7 +563,11 @@ impl Site {
         // The entry is the first line; a second, `by=NONCE`, names the acquisition that
         // issued it ([`S3::take_token`]).
         match parse_state_entry(r.text().lines().next().unwrap_or_default().trim()) {
-            Some(s) if s.token < u64::MAX => Ok((Some(s), r.etag, by)),
+            Some(s) if s.token < u64::MAX => Ok(StateRead {
+                state: Some(s),
+                by,
+                ..read
+            }),
             _ => Err(err!(
                 Config,
                 "lock state {} ({}) says {:?}: this locksmith cannot issue a fencing token after it; if no other locksmith version uses this lock, delete the object (tokens then start again at 1)",
@@ -560,6 +577,20 @@ impl Site {
             )),
         }
     }
+}
+
+/// The lock's fencing state as read ([`Site::state_by`]).
+#[derive(Default)]
+struct StateRead {
+    /// `None`: no state yet, or none whole.
+    state: Option<State>,
+    etag: Option<String>,
+    /// The acquisition that issued it (`by=NONCE`).
+    by: Option<String>,
+    /// A state cut short (a swap killed mid-request on a server that kept what it got):
+    /// the last token is lost, and the next starts again from the clock, above every token
+    /// counted from 1 (`token_from=clock`), over exactly this object (`If-Match`).
+    cut: bool,
 }
 
 /// The objects a waiter judges, as [`stale`] sees them.
@@ -597,6 +628,8 @@ pub struct S3 {
     state_etag: Option<String>,
     /// The token our swap took, and whether the state was dirty before it.
     taken: Option<(u64, bool)>,
+    /// Our swap started a state cut short again from the clock ([`StateRead::cut`]).
+    token_from_clock: bool,
     /// A swap sent and not answered yet (or whose answer was lost): its token, and whether
     /// the state was dirty before it.
     swapping: Option<(u64, bool)>,
@@ -625,6 +658,7 @@ impl S3 {
             unsure: None,
             state_etag: None,
             taken: None,
+            token_from_clock: false,
             swapping: None,
             token: None,
             written: None,
@@ -770,7 +804,12 @@ impl S3 {
                 // Contention between slots: a short jittered pause, not a doubling one.
                 std::thread::sleep(Duration::from_micros(fastrand::u64(500..5_000)));
             }
-            let (state, etag, by) = self.site.state_by()?;
+            let StateRead {
+                state,
+                etag,
+                by,
+                cut,
+            } = self.site.state_by()?;
             // A try that took a token and then got no answer: if the state is still exactly
             // our swap, no token was issued since, and ours is still the newest — taken
             // again, it would be counted twice and say prev=crashed of our own dirty mark.
@@ -797,7 +836,11 @@ impl S3 {
             {
                 agree(st.slots())?;
             }
-            let token = next_token(state);
+            let token = if cut {
+                super::lockdir::state::floor() + 1
+            } else {
+                next_token(state)
+            };
             let next = State {
                 token,
                 clean: several && state.is_none_or(|s| s.clean),
@@ -805,7 +848,8 @@ impl S3 {
             };
             let body = format!("{}\nby={}\n", state_entry(next), self.record.nonce);
             let cond = etag.as_deref().map_or(Cond::Absent, Cond::Is);
-            let dirty = !several && state.is_some_and(|s| !s.clean);
+            // A state cut short was cut by an acquisition killed mid-swap.
+            let dirty = !several && (cut || state.is_some_and(|s| !s.clean));
             // Until an answer settles it, this swap may have landed.
             self.swapping = Some((token, dirty));
             let r = self
@@ -816,6 +860,7 @@ impl S3 {
                 200 | 201 | 204 => {
                     self.state_etag = r.etag;
                     self.taken = Some((token, dirty));
+                    self.token_from_clock = cut;
                     return Ok((token, dirty));
                 }
                 412 | 404 => {
@@ -887,6 +932,7 @@ impl S3 {
         self.site.held = true;
         let mut grant = self.judge.grant(&mut self.wake, Some(token));
         grant.prev_crashed |= dirty;
+        grant.token_from_clock = self.token_from_clock;
         Ok(Some(Tried::Took(grant)))
     }
 

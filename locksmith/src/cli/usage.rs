@@ -520,6 +520,10 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
         "HOME",
         "where ~/.netrc (ftp) and ~/.pgpass (postgres) are looked up; both must be 0600",
     ),
+    (
+        "LOCKSMITH_NET",
+        "a build with the local backends only (the Debian package's) hands every other lock to this executable; default: locksmith-net beside it",
+    ),
 ];
 
 #[cfg(test)]

@@ -53,7 +53,10 @@ fn a_slim_build_hands_a_network_lock_to_its_companion_in_its_own_place() {
     let Some(r) = start() else { return };
     let sb = sandbox(&r);
     let address = format!("redis://{}:{}?key=t:r", r.host, r.port);
-    for lock in ["r", address.as_str()] {
+    // A profile whose lock is an address (`url = …`) too.
+    let text = std::fs::read_to_string(&sb.profiles).unwrap();
+    sb.write_profiles(&format!("{text}\n[profile.ru]\nurl = \"{address}\"\n"));
+    for lock in ["r", "ru", address.as_str()] {
         let mut c = slim_cmd(&slim, bin(), &sb, &[lock]);
         c.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut a = Held::spawn(c);
@@ -128,4 +131,20 @@ fn a_slim_build_without_its_companion_says_so_and_takes_nothing() {
     let o = output_within(slim_cmd(&slim, &slim, &sb, &["run", "r", "--", "true"]), T);
     assert_eq!(code(o.status), 78, "{}", stderr(&o));
     assert!(stderr(&o).contains("is this very build"), "{}", stderr(&o));
+    // A companion that leads back to the slim build (a wrapper): refused there, no loop.
+    let wrapper = sb.join("locksmith-net");
+    std::fs::write(&wrapper, format!("#!/bin/sh\nexec {slim} \"$@\"\n")).unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let w = wrapper.display().to_string();
+    let o = output_within(slim_cmd(&slim, &w, &sb, &["run", "r", "--", "true"]), T);
+    assert_eq!(code(o.status), 78, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("handed over to this build already"),
+        "{}",
+        stderr(&o)
+    );
 }

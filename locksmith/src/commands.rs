@@ -383,14 +383,14 @@ fn run(cli: &Cli, locks: &[Profile], cmd: &[OsString]) -> Result<i32> {
                 && (cli.quiet || cli.flock_form || cli.conflict_exit.is_some()) =>
         {
             if flock_verbose {
-                eprintln!(
+                crate::log::line(&format!(
                     "flock: {}",
                     if p.common.wait == Wait::For(Duration::ZERO) {
                         "failed to get lock"
                     } else {
                         "timeout while waiting to get lock"
                     }
-                );
+                ));
             } else if !cli.quiet && !cli.flock_form {
                 protocol::error(&e, false);
             }
@@ -533,14 +533,17 @@ fn run(cli: &Cli, locks: &[Profile], cmd: &[OsString]) -> Result<i32> {
 fn cannot_run(cli: &Cli, cmd: &OsString, e: &std::io::Error) -> i32 {
     let cmd = cmd.to_string_lossy();
     if cli.as_flock.is_some() {
-        eprintln!("flock: failed to execute {cmd}: {}", sys::strerror(e));
+        crate::log::line(&format!(
+            "flock: failed to execute {cmd}: {}",
+            sys::strerror(e)
+        ));
         return if e.raw_os_error() == Some(libc::ENOMEM) {
             71
         } else {
             69
         };
     }
-    eprintln!("locksmith: cannot run {cmd}: {e}");
+    crate::log::emit(&format!("cannot run {cmd}: {e}"));
     match e.kind() {
         std::io::ErrorKind::NotFound => 127,
         _ => 126,
@@ -729,8 +732,6 @@ fn verify(p: &Profile, peer: Option<&std::path::Path>) -> Result<i32> {
 fn list_profiles(cli: &Cli) -> Result<i32> {
     let path = profile::locate(cli.profiles.as_deref())?;
     let file = ProfilesFile::load(&path)?;
-    // Which file it read: on stderr, so that stdout stays one profile per line.
-    info!("profiles of {}", shown(&path));
     let mut out = String::new();
     for name in file.names() {
         let backend = file.backend_of(name).unwrap_or("?");
@@ -739,6 +740,9 @@ fn list_profiles(cli: &Cli) -> Result<i32> {
             Err(e) => out.push_str(&format!("{name}\t{backend}\tinvalid: {}\n", e.message())),
         }
     }
+    // Which file it read: on stderr, so that stdout stays one profile per line. Said after
+    // reading every profile, which may hand this process to the companion (said once).
+    info!("profiles of {}", shown(&path));
     protocol::report(&out).map_err(|e| Error::io("writing report", e))?;
     Ok(0)
 }

@@ -21,9 +21,25 @@ pub const NAME: &str = "locksmith-net";
 
 static ALLOWED: AtomicBool = AtomicBool::new(false);
 
-/// Lets [`hand_over`] execute the companion: said by the executable's `main`.
+/// Set in the companion's environment by the hand-over, taken out again as it starts (no
+/// command it runs sees it): a `$LOCKSMITH_NET` that leads back to a slim build (a wrapper
+/// script, say) is refused there instead of executing each other forever.
+const HANDED: &str = "LOCKSMITH_HANDED_OVER";
+
+static HANDED_TO_US: AtomicBool = AtomicBool::new(false);
+
+/// Lets [`hand_over`] execute the companion: said by the executable's `main`, before any
+/// thread is started (it takes [`HANDED`] out of the environment).
 pub fn allow() {
     ALLOWED.store(true, Ordering::Relaxed);
+    if std::env::var_os(HANDED).is_some() {
+        HANDED_TO_US.store(true, Ordering::Relaxed);
+        // SAFETY: called first thing in `main`, while this process has one thread.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::env::remove_var(HANDED);
+        }
+    }
 }
 
 /// Where the companion is: `$LOCKSMITH_NET`, else `locksmith-net` beside this executable.
@@ -35,6 +51,8 @@ pub fn path() -> Result<PathBuf, String> {
             .map_err(|e| format!("cannot find this executable ({e})"))?
             .with_file_name(NAME),
     };
+    // Exactly the file looked at is executed: no search of $PATH for a bare name.
+    let path = std::path::absolute(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let meta = std::fs::metadata(&path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => format!("no {} found", path.display()),
         _ => format!("{}: {e}", path.display()),
@@ -53,6 +71,9 @@ pub fn hand_over(backend: &str) -> String {
     if !ALLOWED.load(Ordering::Relaxed) {
         return "no companion executable in this use".into();
     }
+    if HANDED_TO_US.load(Ordering::Relaxed) {
+        return "it was handed over to this build already: $LOCKSMITH_NET (or locksmith-net) leads back to a build without it".into();
+    }
     let path = match path() {
         Ok(p) => p,
         Err(why) => return why,
@@ -63,6 +84,7 @@ pub fn hand_over(backend: &str) -> String {
     let e = std::process::Command::new(&path)
         .arg0(argv0)
         .args(args)
+        .env(HANDED, "1")
         .exec();
     format!("cannot execute {}: {e}", path.display())
 }

@@ -36,9 +36,13 @@ pub fn level_from_env(value: &str) -> Option<u8> {
 /// prefix, the message and the newline apart, so a helper killed between them (the kill -9
 /// soaks' logs showed bare `locksmith: ` lines) or a CMD sharing stderr could cut or split it.
 pub fn emit(message: &str) {
+    line(&format!("locksmith: {message}"));
+}
+
+/// Writes `text` and a newline to stderr in one `write(2)` (see [`emit`]).
+pub fn line(text: &str) {
     use std::io::Write;
-    let line = format!("locksmith: {message}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
+    let _ = std::io::stderr().write_all(format!("{text}\n").as_bytes());
 }
 
 macro_rules! log_at {

@@ -480,6 +480,9 @@ pub fn address_keys(
     entry: &Entry,
     text: &str,
 ) -> std::result::Result<(Table, Vec<String>), String> {
+    // Before its parts are read: a backend this build lacks reads them its own way, in the
+    // companion it is handed to (a profile's `url` and a command line's address alike).
+    entry.parser()?;
     address::keys(entry.address, text, &schemes())
 }
 
@@ -497,12 +500,8 @@ pub fn from_address(
     overrides: &Overrides,
 ) -> Result<Profile> {
     let ctx = format!("address `{}`", address::shown(text));
-    // Before its parts are read: a backend this build lacks reads them its own way.
-    entry
-        .parser()
-        .map_err(|m| Error::new(Kind::Usage, format!("{ctx}: {m}")))?;
-    let (table, _) = address::keys(entry.address, text, &schemes())
-        .map_err(|m| Error::new(Kind::Usage, format!("{ctx}: {m}")))?;
+    let (table, _) =
+        address_keys(entry, text).map_err(|m| Error::new(Kind::Usage, format!("{ctx}: {m}")))?;
     let origin = Origin {
         ctx,
         kind: Kind::Usage,

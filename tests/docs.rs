@@ -268,6 +268,8 @@ fn fish_completes_subcommands_options_and_profile_names() {
     assert_eq!(complete("locksmith run s3"), ["s3://"]);
     let files = complete(&format!("locksmith run mkdir:{}/", sb.path().display()));
     assert!(files.contains(&format!("mkdir:{p}")), "{files:?}");
+    let files = complete(&format!("locksmith run {}/", sb.path().display()));
+    assert!(files.contains(&p), "{files:?}");
 }
 
 /// zsh: the script is valid zsh, and `_locksmith`'s own decisions (what it hands to

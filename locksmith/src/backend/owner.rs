@@ -127,8 +127,7 @@ impl Record {
     /// rule for one without applies (silent for `stale_after`): read as a record of another
     /// format it was held until `--force`.
     pub fn parse_whole(text: &str) -> Option<Parsed> {
-        let cut = text.starts_with("locksmith") && !text.ends_with('\n');
-        (!text.trim().is_empty() && !cut).then(|| Record::parse(text))
+        (!cut_short(text, "locksmith ")).then(|| Record::parse(text))
     }
 
     pub fn parse(text: &str) -> Parsed {
@@ -305,6 +304,9 @@ mod tests {
             Record::parse_whole("garbage"),
             Some(Parsed::Foreign(_))
         ));
+        assert_eq!(Record::parse_whole("locksmi"), None);
+        assert!(cut_short("state~1~7", "state~") && cut_short("sta", "state~"));
+        assert!(!cut_short("state~1~7~1\n", "state~") && !cut_short("other", "state~"));
     }
 }
 
@@ -396,6 +398,13 @@ pub fn no_token_after(shown: &Path, uid: u32, says: &str) -> Error {
         shown.display(),
         crate::files::owner_name(uid)
     )
+}
+
+/// Whether `text`, stored by one write of ours whose every form begins with `head` and ends
+/// with a newline, is one cut short: nothing, or a beginning of that form without its end (a
+/// write killed mid-request on a server that kept what it got). Text of another form is not.
+pub fn cut_short(text: &str, head: &str) -> bool {
+    !text.ends_with('\n') && (text.starts_with(head) || head.starts_with(text))
 }
 
 /// The token after `state` on a server no cleaner touches (FTP's and S3's states): 1 for none.

@@ -44,7 +44,7 @@ use super::lock::{
     Agree, Attempt, Backend, Beats, Break, BreakOutcome, Holder, Named, Tried, WaitHint,
     request_by,
 };
-use super::owner::{Record, State, next_token, parse_state_entry, state_entry};
+use super::owner::{Record, State, cut_short, next_token, parse_state_entry, state_entry};
 use super::stale::{Evidence, Holders, Judge};
 use super::wake::Wakeups;
 use crate::error::{Error, Kind, Result, err};
@@ -549,11 +549,11 @@ impl Site {
         }
         let text = r.text();
         read.etag = r.etag.clone();
-        // Every state we write ends with a newline: without one, a swap was killed
-        // mid-request and the server kept what it got (SeaweedFS keeps an empty object; the
-        // S3 kill -9 soak found one, and every later take was refused 78).
-        if !text.ends_with('\n') {
-            read.cut = true;
+        // Every state we write is `state~…` and ends with a newline: cut short, a swap was
+        // killed mid-request and the server kept what it got (SeaweedFS keeps an empty
+        // object; the S3 kill -9 soak found one, and every later take was refused 78).
+        if cut_short(&text, "state~") {
+            read.cut = r.date.or(Some(std::time::SystemTime::UNIX_EPOCH));
             return Ok(read);
         }
         let by = text
@@ -587,10 +587,13 @@ struct StateRead {
     etag: Option<String>,
     /// The acquisition that issued it (`by=NONCE`).
     by: Option<String>,
-    /// A state cut short (a swap killed mid-request on a server that kept what it got):
-    /// the last token is lost, and the next starts again from the clock, above every token
-    /// counted from 1 (`token_from=clock`), over exactly this object (`If-Match`).
-    cut: bool,
+    /// A state cut short (a swap killed mid-request on a server that kept what it got),
+    /// with the server's clock when it said so: the last token is lost, and the next starts
+    /// again from the clock — the later of ours and the server's, so that hosts whose clocks
+    /// disagree restart above one another while the server's does not go back — above
+    /// every token counted from 1 (`token_from=clock`), over exactly this object
+    /// (`If-Match`).
+    cut: Option<std::time::SystemTime>,
 }
 
 /// The objects a waiter judges, as [`stale`] sees them.
@@ -836,10 +839,22 @@ impl S3 {
             {
                 agree(st.slots())?;
             }
-            let token = if cut {
-                super::lockdir::state::floor() + 1
-            } else {
-                next_token(state)
+            // The number of slots the state recorded is lost with it: a lock of several
+            // still asks whether the lock itself is held by one of one slot.
+            if cut.is_some()
+                && several
+                && let Some(agree) = &self.agree
+            {
+                agree(1)?;
+            }
+            let token = match cut {
+                Some(server) => {
+                    let server = server
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(0));
+                    super::lockdir::state::floor().max(server) + 1
+                }
+                None => next_token(state),
             };
             let next = State {
                 token,
@@ -849,9 +864,10 @@ impl S3 {
             let body = format!("{}\nby={}\n", state_entry(next), self.record.nonce);
             let cond = etag.as_deref().map_or(Cond::Absent, Cond::Is);
             // A state cut short was cut by an acquisition killed mid-swap.
-            let dirty = !several && (cut || state.is_some_and(|s| !s.clean));
+            let dirty = !several && (cut.is_some() || state.is_some_and(|s| !s.clean));
             // Until an answer settles it, this swap may have landed.
             self.swapping = Some((token, dirty));
+            self.token_from_clock = cut.is_some();
             let r = self
                 .site
                 .call("PUT", &key, &[], cond, body.as_bytes(), limit)?;
@@ -860,7 +876,6 @@ impl S3 {
                 200 | 201 | 204 => {
                     self.state_etag = r.etag;
                     self.taken = Some((token, dirty));
-                    self.token_from_clock = cut;
                     return Ok((token, dirty));
                 }
                 412 | 404 => {

@@ -466,7 +466,8 @@ _locksmith() {{
         return
     fi
     if [[ " {file_schemes} " == *" $prev "* && $cur == : ]]; then
-        COMPREPLY=($(compgen -f -P : -- ""))
+        # bash keeps the colon it split at: the files alone follow it.
+        COMPREPLY=($(compgen -f -- ""))
         return
     fi
 {scan}    if [[ -n $lock ]]; then
@@ -717,7 +718,10 @@ function __locksmith_addresses
         for p in (__fish_complete_path (string replace -r '^[^:]*:' '' -- $t))
             echo $scheme$p
         end
-    else if test -n "$t"; and not string match -q -- '*[:/]*' $t
+    else if string match -qr -- '^[./~]' $t
+        # A path is a lock address too (flock on that file).
+        __fish_complete_path $t
+    else if test -n "$t"; and not string match -qr -- '[:/]' $t
         printf '%s\n' {schemes}
     end
 end

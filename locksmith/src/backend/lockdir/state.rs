@@ -302,7 +302,8 @@ const FIRST: State = State {
 /// microsecond, so a state started again later starts above every token the lost one issued —
 /// as long as the wall clock has not been set back by more than that time (the documented
 /// limit; issue 28). 0 for a clock before 1970. The rule of every file backend (flock, mkdir,
-/// link, symlink); FTP and S3 keep their states on a server no cleaner touches, and start at 0.
+/// link, symlink); FTP and S3 keep their states on a server no cleaner touches, and start at 0
+/// — but S3 restarts a state a killed swap cut short from here (or the server's clock, if later).
 pub fn floor() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -2,10 +2,11 @@
 //! backends only — the Debian package's — hands a lock of any other backend to
 //! `locksmith-net` by executing it in its own place, and keeps its local locks itself.
 //!
-//! The slim build is `$LOCKSMITH_SLIM` (`.ci/run` builds it: `cargo build -p locksmith-helper
-//! --no-default-features --bin locksmith --target-dir target/slim`); the companion it hands
-//! to is the build under test, named by `$LOCKSMITH_NET`. Outside CI an absent slim build is
-//! a visible SKIP; under `CI=true` it fails.
+//! The slim build is `$LOCKSMITH_SLIM` (`.ci/run`: the Debian package's `locksmith`,
+//! target/release/locksmith after `packaging/build-deb`; by hand: `cargo build -p
+//! locksmith-helper --no-default-features --bin locksmith --target-dir target/slim`); the
+//! companion it hands to is the build under test, named by `$LOCKSMITH_NET`. Outside CI an
+//! absent slim build is a visible SKIP; under `CI=true` it fails.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

@@ -344,11 +344,9 @@ impl Backend for Fair {
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
         self.beat();
         if self.place.is_none() {
+            // In line behind others, who holds the lock is read only if a message shows it
+            // (`name_holders`).
             self.enter()?;
-            if self.place.is_some() && !self.ahead.is_empty() {
-                // In line behind others: who holds the lock, once, for the messages.
-                self.holders = self.lock.as_mut().expect("the lock is back").status()?;
-            }
         }
         if self.place.is_none() || !self.at_head()? {
             if let Some(e) = self.unanswered.take() {
@@ -430,6 +428,20 @@ impl Backend for Fair {
 
     fn status(&mut self) -> Result<Vec<Holder>> {
         self.lock.as_mut().expect("the lock is back").status()
+    }
+
+    /// Those of the lock's last try; in line behind others, where the lock was not tried,
+    /// those its `status` lists (once: a message shows them).
+    fn name_holders(&mut self) -> Vec<Holder> {
+        let lock = self.lock.as_mut().expect("the lock is back");
+        let named = lock.name_holders();
+        if !named.is_empty() {
+            return named;
+        }
+        lock.status().unwrap_or_else(|e| {
+            debug!("lock {}: who holds it: {e}", self.name);
+            Vec::new()
+        })
     }
 
     fn break_lock(&mut self, how: Break, watcher: &mut Watcher) -> Result<BreakOutcome> {

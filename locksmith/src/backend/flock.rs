@@ -75,6 +75,9 @@ pub struct Flock {
     agree: Option<super::lock::Agree>,
     /// A thread blocked in flock(2) on a duplicate descriptor: whether it holds the lock.
     waiter: Option<Blocking<bool>>,
+    /// The file's directory, opened with the file (not in flock(1)'s forms), armed for
+    /// removals once locked; the state beside the file is reached through it.
+    watch: Option<Watch>,
 }
 
 /// A flock lock held: the locked descriptor, and the fencing token of an exclusive
@@ -94,23 +97,30 @@ pub struct FlockHeld {
 /// The held file's directory watched (dnotify: `SIGIO` when a name in it is removed or
 /// renamed): a cleaner (systemd-tmpfiles on /tmp) that removes a held lock file lets the next
 /// locker create a new file at the path and lock it at once (issue 28). The kernel wakes us
-/// only when a name in that directory goes: no wake-up while nothing happens there.
+/// only when a name in that directory goes, and only once the lock is ours ([`arm`]): no
+/// wake-up while nothing happens there, none while waiting.
+///
+/// Made with the file, before any try, so that what a waiter can do before the lock is its
+/// own is not done after (issue 29: between a contended grant and CMD, every microsecond is
+/// one the next waiter waits too); the directory's descriptor also reaches the state beside
+/// the file, opened once instead of at each use.
+///
+/// [`arm`]: Watch::arm
 struct Watch {
-    /// The directory, opened for its notifications (closing it ends them).
-    _dir: OwnedFd,
+    /// The directory (closing it ends its notifications).
+    dir: OwnedFd,
     /// Readable after a `SIGIO`.
     signals: UnixStream,
+    /// The watched file, once armed.
     dev: u64,
     ino: u64,
 }
 
 impl Watch {
-    /// Watches `file`, opened at `path`. `Ok(None)`: no watch here (said on stderr; the lock
-    /// works as flock(1)'s does). `Err`: the path no longer names `file`.
-    fn new(path: &Path, file: &File) -> std::result::Result<Option<Watch>, ()> {
-        let (Ok(md), Some(dir)) = (file.metadata(), path.parent()) else {
-            return Ok(None);
-        };
+    /// The directory of `path` opened and `SIGIO` routed to a socket; nothing watched yet.
+    /// `None`: no watch here (said on stderr; the lock works as flock(1)'s does).
+    fn prepare(path: &Path) -> Option<Watch> {
+        let dir = path.parent()?;
         let made = (|| -> std::io::Result<Watch> {
             let dir = nix::fcntl::open(
                 dir,
@@ -120,26 +130,24 @@ impl Watch {
             let (signals, tx) = UnixStream::pair()?;
             signals.set_nonblocking(true)?;
             signal_hook::low_level::pipe::register(libc::SIGIO, tx)?;
-            crate::sys::dir_notify(dir.as_fd())?;
             Ok(Watch {
-                _dir: dir,
+                dir,
                 signals,
-                dev: md.dev(),
-                ino: md.ino(),
+                dev: 0,
+                ino: 0,
             })
         })();
-        let w = match made {
-            Ok(w) => w,
-            Err(e) => {
-                info!(
-                    "not watching {} for removal by a cleaner ({e}): a removed lock file would go unnoticed, as with flock(1)",
-                    path.display()
-                );
-                return Ok(None);
-            }
-        };
-        // Removed between our open and the watch: the path is someone else's now.
-        if w.gone(path) { Err(()) } else { Ok(Some(w)) }
+        made.map_err(|e| not_watching(path, &e)).ok()
+    }
+
+    /// Watches `file`, locked at `path`: `Ok(true)` watched, `Ok(false)` the path no longer
+    /// names `file` (removed between our open and our lock: the path is someone else's now),
+    /// `Err`: cannot watch here.
+    fn arm(&mut self, path: &Path, file: &File) -> std::io::Result<bool> {
+        let md = file.metadata()?;
+        crate::sys::dir_notify(self.dir.as_fd())?;
+        (self.dev, self.ino) = (md.dev(), md.ino());
+        Ok(!self.gone(path))
     }
 
     /// Whether `path` no longer names the watched file (signals read and dropped first).
@@ -154,6 +162,14 @@ impl Watch {
     }
 }
 
+/// Said once where a held file cannot be watched for removal.
+fn not_watching(path: &Path, e: &dyn std::fmt::Display) {
+    info!(
+        "not watching {} for removal by a cleaner ({e}): a removed lock file would go unnoticed, as with flock(1)",
+        path.display()
+    );
+}
+
 impl Flock {
     pub fn new(cfg: FsConfig, common: &Common) -> Flock {
         Flock {
@@ -165,6 +181,7 @@ impl Flock {
             flock1: common.flock1,
             slots: common.slots,
             agree: None,
+            watch: None,
         }
     }
 
@@ -196,7 +213,8 @@ impl Flock {
                 crate::settings::MAX_NAME
             ));
         }
-        let Some(r) = with_state(&self.cfg, self.slots, self.agree.as_ref(), |at| {
+        let dir = self.watch.as_ref().map(|w| w.dir.as_fd());
+        let Some(r) = with_state(&self.cfg, dir, self.slots, self.agree.as_ref(), |at| {
             if shared {
                 state::read(at).map(|s| Grant {
                     token: s.map(|s| s.token),
@@ -233,23 +251,26 @@ impl Flock {
     /// file removed before that (a cleaner, between our open and our lock) is let go and the
     /// path tried again: its lock is not the path's lock.
     fn acquired(mut self) -> Result<Attempt> {
-        let watch = if self.flock1 {
-            None
-        } else {
+        if let Some(w) = &mut self.watch {
             let file = self.file.as_ref().expect("locked, so opened");
-            match Watch::new(&self.cfg.path, file) {
-                Ok(w) => w,
-                Err(()) => {
+            match w.arm(&self.cfg.path, file) {
+                Ok(true) => {}
+                Ok(false) => {
                     debug!(
                         "{} was removed as we locked it: trying the new one",
                         self.cfg.path.display()
                     );
-                    self.file = None;
+                    (self.file, self.watch) = (None, None);
                     return Box::new(self).try_acquire();
                 }
+                Err(e) => {
+                    not_watching(&self.cfg.path, &e);
+                    self.watch = None;
+                }
             }
-        };
+        }
         let grant = self.grant()?;
+        let watch = self.watch.take();
         let file = self.file.take().expect("locked, so opened");
         Ok(Attempt::Acquired(Box::new(FlockHeld {
             token: (self.mode == Mode::Exclusive).then_some(grant.token).flatten(),
@@ -309,6 +330,9 @@ impl Flock {
                 .map_err(|e| Error::path("cannot stat lock file", path, e))?;
             self.fix_owner(&file, &md);
             self.file = Some(file);
+            if !self.flock1 && self.watch.is_none() {
+                self.watch = Watch::prepare(path);
+            }
         }
         Ok(self.file.as_ref().expect("opened above"))
     }
@@ -395,8 +419,7 @@ impl Backend for Flock {
         if let Some(w) = &self.waiter {
             // The waiter thread decides.
             if !w.returned() {
-                let holders = self.holders();
-                return Ok(Attempt::Busy(self, holders));
+                return Ok(Attempt::Busy(self, Vec::new()));
             }
             let w = self.waiter.take().expect("checked above");
             if w.join() == Some(true) {
@@ -413,8 +436,7 @@ impl Backend for Flock {
             match g.try_lock_shared() {
                 Ok(()) => {}
                 Err(TryLockError::WouldBlock) => {
-                    let holders = self.holders();
-                    return Ok(Attempt::Busy(self, holders));
+                    return Ok(Attempt::Busy(self, Vec::new()));
                 }
                 Err(TryLockError::Error(e)) => return Err(Error::path("flock", &path, e)),
             }
@@ -430,10 +452,8 @@ impl Backend for Flock {
         }
         match r {
             Ok(()) => self.acquired(),
-            Err(TryLockError::WouldBlock) => {
-                let holders = self.holders();
-                Ok(Attempt::Busy(self, holders))
-            }
+            // Who holds it is named only if a message shows it (`name_holders`).
+            Err(TryLockError::WouldBlock) => Ok(Attempt::Busy(self, Vec::new())),
             Err(TryLockError::Error(e)) => Err(Error::path("flock", &path, e)),
         }
     }
@@ -482,7 +502,7 @@ impl Backend for Flock {
         if self.cfg.token_name().len() > super::lockdir::MAX_LOCK_NAME {
             return Ok(None); // no state beside it (see `grant`)
         }
-        with_state(&self.cfg, self.slots, None, state::read)
+        with_state(&self.cfg, None, self.slots, None, state::read)
             .transpose()
             .map(|s| s.map(|s| s.map_or(1, |s| s.slots())))
     }
@@ -493,6 +513,10 @@ impl Backend for Flock {
 
     fn status(&mut self) -> Result<Vec<Holder>> {
         Ok(self.holders())
+    }
+
+    fn name_holders(&mut self) -> Vec<Holder> {
+        self.holders()
     }
 
     /// The kernel's answer, not `/proc/locks`': that file is made a few records per read(2),
@@ -551,7 +575,13 @@ impl Held for FlockHeld {
         // Still holding: say this acquisition ended cleanly, then close.
         if let Some(token) = self.token
             && !self.lost
-            && let Some(Err(e)) = with_state(&self.cfg, self.slots, None, |at| state::mark_clean(at, token))
+            && let Some(Err(e)) = with_state(
+                &self.cfg,
+                self.watch.as_ref().map(|w| w.dir.as_fd()),
+                self.slots,
+                None,
+                |at| state::mark_clean(at, token),
+            )
         {
             info!("{e}; the next holder will see prev=crashed");
         }
@@ -583,10 +613,12 @@ impl Held for FlockHeld {
     }
 }
 
-/// `f` on the state record beside the semaphore file (`.NAME.state`, as for mkdir); `None`
+/// `f` on the state record beside the semaphore file (`.NAME.state`, as for mkdir), in
+/// `opened` (the file's directory, opened with it) or else the directory opened now; `None`
 /// if the path names no directory.
 fn with_state<T>(
     cfg: &FsConfig,
+    opened: Option<BorrowedFd<'_>>,
     slots: u32,
     agree: Option<&super::lock::Agree>,
     f: impl FnOnce(&StateAt<'_>) -> Result<T>,
@@ -595,22 +627,29 @@ fn with_state<T>(
     let mut name = OsString::from(".");
     name.push(cfg.token_name());
     name.push(".state");
-    let fd: OwnedFd = match nix::fcntl::open(
-        dir,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        FileMode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(e) => {
-            return Some(Err(Error::path(
-                "cannot open the directory of",
-                &dir.join(&name),
-                e.into(),
-            )));
-        }
+    let fd: OwnedFd;
+    let at = match opened {
+        Some(fd) => fd,
+        None => match nix::fcntl::open(
+            dir,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            FileMode::empty(),
+        ) {
+            Ok(opened) => {
+                fd = opened;
+                fd.as_fd()
+            }
+            Err(e) => {
+                return Some(Err(Error::path(
+                    "cannot open the directory of",
+                    &dir.join(&name),
+                    e.into(),
+                )));
+            }
+        },
     };
     Some(f(&StateAt {
-        dir: fd.as_fd(),
+        dir: at,
         name: &name,
         shown: &dir.join(&name),
         remote: false,

@@ -326,6 +326,16 @@ pub trait Backend: Send {
     /// The current holders, without taking or changing anything.
     fn status(&mut self) -> Result<Vec<Holder>>;
 
+    /// Who holds the lock, for a message, after a busy try that did not say
+    /// ([`Attempt::Busy`] with no holders because naming them costs more than the try:
+    /// flock's come from `/proc/locks`, whose every read takes the kernel's file-lock
+    /// semaphore for writing — an RCU grace period, ~8 ms here, while every flock(2) on the
+    /// machine waits, the holder's release included). Asked only where a message shows them
+    /// (`wait.rs`). The default: nobody known.
+    fn name_holders(&mut self) -> Vec<Holder> {
+        Vec::new()
+    }
+
     /// A live holder of this lock, where a decision rests on whether there is one (`slots.rs`:
     /// a contender of another number of slots): a lock held from before the look until after
     /// it is always found. The default: the first of [`status`](Self::status) not provably

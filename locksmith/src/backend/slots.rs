@@ -390,6 +390,18 @@ impl Backend for Slots {
         Ok(all)
     }
 
+    /// Each slot's own, where its busy try left them unnamed (slots looked at only).
+    fn name_holders(&mut self) -> Vec<Holder> {
+        let mut all = Vec::new();
+        for (slot, b) in self.each() {
+            for mut h in b.name_holders() {
+                h.slot = slot;
+                all.push(h);
+            }
+        }
+        all
+    }
+
     /// Breaks every slot `how` allows (with `--token`, the one acquisition); a slot whose
     /// holder may not be broken is left alone and said, unless another was broken.
     fn break_lock(&mut self, how: Break, watcher: &mut Watcher) -> Result<BreakOutcome> {

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::lock::{Attempt, Backend, Held, Lease, WaitHint, describe};
+use super::lock::{Attempt, Backend, Held, Holder, Lease, WaitHint, describe};
 use crate::error::{Error, Kind, Result};
 use crate::log::{info, trace};
 use crate::settings::{Common, Wait, fmt_duration};
@@ -158,10 +158,19 @@ pub fn acquire(
             }
         }
         let now = Instant::now();
-        let busy = |why: String| -> Error {
+        // Who holds it, where a try left that unnamed (it may cost: `name_holders`), only
+        // when a line shows it: the busy error, the waiting notice.
+        let named = |lock: &mut Box<dyn Backend>, holders: Vec<Holder>| {
+            if holders.is_empty() {
+                lock.name_holders()
+            } else {
+                holders
+            }
+        };
+        let busy = |holders: &[Holder], why: String| -> Error {
             Error::new(
                 Kind::Busy,
-                format!("lock `{profile}` is held by {}{why}", describe(&holders)),
+                format!("lock `{profile}` is held by {}{why}", describe(holders)),
             )
         };
         if deadline.is_some_and(|d| now >= d) {
@@ -175,13 +184,20 @@ pub fn acquire(
                     format!("{}; gave up after waiting {waited}", e.message()),
                 ));
             }
+            let holders = named(&mut lock, holders);
             return Err(match common.wait {
-                Wait::For(d) if d.is_zero() => busy(String::new()),
-                Wait::For(d) => busy(format!("; gave up after waiting {}", fmt_duration(d))),
+                Wait::For(d) if d.is_zero() => busy(&holders, String::new()),
+                Wait::For(d) => busy(
+                    &holders,
+                    format!("; gave up after waiting {}", fmt_duration(d)),
+                ),
                 Wait::Forever => unreachable!("no deadline without a wait"),
             });
         }
         if !said && unanswered.is_none() {
+            if crate::log::level() >= crate::log::NORMAL {
+                holders = named(&mut lock, std::mem::take(&mut holders));
+            }
             info!(
                 "waiting for lock `{profile}`, held by {}",
                 describe(&holders)
@@ -218,7 +234,8 @@ pub fn acquire(
             let left = until.map(|u| u.saturating_duration_since(Instant::now()));
             match watcher.wait(&lock.wake_fds(), left)? {
                 Event::Release(cause) => {
-                    return Err(busy(format!("; stopped waiting: {cause}")));
+                    let holders = named(&mut lock, holders);
+                    return Err(busy(&holders, format!("; stopped waiting: {cause}")));
                 }
                 Event::Ready if !lock.woken() => {
                     trace!("lock `{profile}`: woken for another entry")

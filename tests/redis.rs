@@ -1261,6 +1261,39 @@ fn redis_a_landed_take_that_expired_before_the_retry_is_not_a_crash() {
     assert!(d.ok().contains("prev=crashed"), "{}", d.ok());
 }
 
+/// A take whose answer is lost, then a try the server refuses with an error reply of another
+/// kind: the refused try did not land, the earlier take may have — and did here. The contender
+/// exits on the refusal, and on its way out tries to give that take back; where the server
+/// refuses that too, it says the take may have landed and stays until it expires. A reader's
+/// take lands (its answer muted), then the server stops letting the client run scripts (a real
+/// ACL change: `NOPERM`, 77). Before the fix, the refused try made the contender forget its
+/// unanswered take: it exited without a word about the entry it left.
+#[test]
+fn redis_a_refused_try_after_an_unanswered_take_still_minds_the_take() {
+    let Some(r) = start() else { return };
+    let (relay, sb) = via_relay(&r);
+    relay.mute(true);
+    let mut w = sb.spawn_hold(["--shared", "--wait", "120s", "rrelay"]);
+    eventually(T, "the reader's take landed", || {
+        r.cli(&["ZCARD", "t:r.readers"]) == "1"
+    });
+    assert_eq!(r.cli(&["ACL", "SETUSER", "default", "-eval"]), "OK");
+    relay.mute(false);
+    let line = w.read_line(Duration::from_secs(30)).unwrap_or_default();
+    let status = w.wait_exit(T);
+    let said = w.stderr_text();
+    assert_eq!(code(status), 77, "{line}{said}");
+    assert!(
+        line.starts_with("ERROR denied:") && line.contains("NOPERM"),
+        "{line}"
+    );
+    assert!(
+        said.contains("got no answer and may have landed; if it did, it stays until it expires"),
+        "{said}"
+    );
+    assert_eq!(r.cli(&["ZCARD", "t:r.readers"]), "1", "{said}");
+}
+
 /// Issue 27, a writer behind a reader whose take gets no answer: it landed (the writer's
 /// mark, `K.writer`, keeps new readers out), and the `--wait 3s` runs out with the take still
 /// unanswered (69). On the way out the writer gives back what that take may have left — its

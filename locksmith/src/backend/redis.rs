@@ -751,12 +751,13 @@ impl Redis {
             ];
             // Unanswered, it may still land: remembered until an answer settles it. Not
             // sent at all (no connection), it did not: a take still unsure from an earlier
-            // try stays so.
+            // try stays so — as it does when this one is refused (an error reply: this
+            // take did not land, the earlier one may have, and dropping gives it back).
             self.conn_by(request_by(self.timeout, self.by))?;
-            self.unsure = true;
+            let earlier = std::mem::replace(&mut self.unsure, true);
             let v = self
                 .run("cannot take the lock", ACQUIRE, &args)
-                .inspect_err(|e| self.unsure = e.kind() == Kind::Unavailable)?;
+                .inspect_err(|e| self.unsure = earlier || e.kind() == Kind::Unavailable)?;
             self.unsure = false;
             let items = v.items();
             let text = |i: usize| items.get(i).and_then(Value::text).unwrap_or_default();

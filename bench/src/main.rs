@@ -600,6 +600,10 @@ fn local_rows(
             name: "true (spawn+reap floor)".into(),
             run: Box::new(|_| ctx.cycle_true()),
         },
+        Tool {
+            name: "locksmith F true (flock(1)'s form: no token)".into(),
+            run: Box::new(|_| ctx.cycle_locksmith_flock_form()),
+        },
     ];
     let c = ctx;
     for b in LOCAL {
@@ -1435,6 +1439,15 @@ fn targets(table: &[Row], hold: Option<&scenarios::Holding>) -> String {
         None,
     );
     let cyc = median_of(table, "full cycle", "flock F true");
+    // What the `run` cycle's target leaves to the fencing token: the same lock in flock(1)'s
+    // form, where locksmith keeps nothing beside the file.
+    ratio(
+        "flock(1)'s form: `locksmith F true` / `flock F true` (no token state, no watch)".into(),
+        median_of(table, "full cycle", "locksmith F true"),
+        cyc,
+        1.0,
+        None,
+    );
     for b in LOCAL {
         ratio(
             format!("run cycle: `locksmith run {b} -- true` / `flock F true` (issue 29)"),

@@ -506,6 +506,20 @@ impl Ctx {
         self.cycle("flock F true", &mut c)
     }
 
+    /// `locksmith F true`: flock(1)'s form (SPEC §3c) on flock(1)'s own lock file — the same
+    /// lock with nothing beside it (no token state, no removal watch, no profiles file): the
+    /// cycle of `run` less what its fencing token and watch add.
+    pub fn cycle_locksmith_flock_form(&self) -> Result<Duration> {
+        let mut c = Command::new(&self.locksmith);
+        c.args(["-w", "10", &self.ref_lock(), "true"])
+            .env_remove("LOCKSMITH_LOG")
+            .env_remove("LOCKSMITH_PROFILES")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.cycle("locksmith F true", &mut c)
+    }
+
     /// `flock --version`: start-up and exit of flock(1), nothing locked.
     pub fn startup_flock1(&self) -> Result<Duration> {
         self.cycle(

@@ -89,6 +89,31 @@ fn a_slim_build_hands_a_network_lock_to_its_companion_in_its_own_place() {
     assert!(stdout(&o).contains("handed to "), "{}", stdout(&o));
 }
 
+/// Several locks, a local one first: the slim build loads the file lock, then hands the whole
+/// command over at the redis lock; what `-v` says of each lock is said once, by the companion
+/// (the slim build said the file lock's line before the hand-over, and the companion again).
+#[test]
+fn a_set_handed_over_says_each_lock_once() {
+    let Some(slim) = slim() else { return };
+    let Some(r) = start() else { return };
+    let sb = sandbox(&r);
+    let file = sb.join("a.lock").display().to_string();
+    let o = output_within(
+        slim_cmd(&slim, bin(), &sb, &["-v", "run", &file, "r", "--", "true"]),
+        T,
+    );
+    let err = stderr(&o);
+    assert_eq!(code(o.status), 0, "{err}");
+    assert!(err.contains("handed to "), "{err}");
+    for (what, n) in [("backend flock", 1), ("backend redis", 1)] {
+        let said = err
+            .lines()
+            .filter(|l| l.contains(&format!(": {what}, ")))
+            .count();
+        assert_eq!(said, n, "{what}: {err}");
+    }
+}
+
 #[test]
 fn a_slim_build_keeps_its_local_locks_itself() {
     let Some(slim) = slim() else { return };

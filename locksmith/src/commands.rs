@@ -40,9 +40,17 @@ pub fn dispatch(cli: &Cli) -> Result<i32> {
     }
 }
 
-/// The lock a word names: a lock address (SPEC §3a: no profiles file is read), or a profile
-/// of the profiles file. An unknown profile named like a file here gets a hint.
+/// The lock a word names (see [`described`]), said at `-v`.
 fn load(cli: &Cli, word: &str) -> Result<Profile> {
+    let (p, said) = described(cli, word)?;
+    debug!("{said}");
+    Ok(p)
+}
+
+/// The lock a word names: a lock address (SPEC §3a: no profiles file is read), or a profile
+/// of the profiles file, with what `-v` says of it. An unknown profile named like a file here
+/// gets a hint.
+fn described(cli: &Cli, word: &str) -> Result<(Profile, String)> {
     let overrides = Overrides {
         wait: cli.wait,
         shared: cli.shared,
@@ -51,13 +59,13 @@ fn load(cli: &Cli, word: &str) -> Result<Profile> {
     };
     if let Some(entry) = backend::entry_of_address(word)? {
         let p = backend::from_address(entry, word, &Env::current(), &overrides)?;
-        debug!(
+        let said = format!(
             "lock {}: backend {}, {} (an address: no profiles file read)",
             p.name,
             p.backend.name(),
             p.backend.location()
         );
-        return Ok(p);
+        return Ok((p, said));
     }
     let hint = |e: Error| -> Error {
         let mut msg = e.message().to_string();
@@ -76,33 +84,45 @@ fn load(cli: &Cli, word: &str) -> Result<Profile> {
         return Err(hint(file.profile(word, &overrides).unwrap_err()));
     }
     let p = file.profile(word, &overrides)?;
-    debug!(
+    let said = format!(
         "lock {}: backend {}, {} (profile of {})",
         p.name,
         p.backend.name(),
         p.backend.location(),
         shown(&path)
     );
-    Ok(p)
+    Ok((p, said))
 }
 
 /// The locks of `hold`/`run` (SPEC §3b): each word loaded, the same lock named twice kept once
 /// (its first naming), in command-line order. flock(1)'s forms and `-F` leave nothing beside
 /// a flock lock's file: no token state (`-F`'s CMD outlives us, so its release could never be
 /// marked clean), no gate.
+///
+/// What `-v` says of them is said once all are loaded: loading a lock of a backend this build
+/// lacks hands the whole command to the companion executable (`companion.rs`), which loads
+/// and says them all again.
 fn load_set(cli: &Cli, first: &str, more: &[String]) -> Result<Vec<Profile>> {
     let mut locks: Vec<Profile> = Vec::new();
+    let mut said = Vec::new();
     for word in std::iter::once(first).chain(more.iter().map(String::as_str)) {
-        let mut p = load(cli, word)?;
+        let (mut p, line) = described(cli, word)?;
+        said.push(line);
         // A plain path in flock(1)'s forms is flock(1)'s lock; an explicit `flock:` address
         // or a profile keeps locksmith's tokens.
         let plain_path = word.contains('/') && !word.starts_with("flock:");
         p.common.flock1 = cli.no_fork || (cli.flock_form && plain_path);
         if let Some(same) = locks.iter().find(|q| canonical(q) == canonical(&p)) {
-            debug!("{word} names the lock of {}: taken once", same.name);
+            said.push(format!(
+                "{word} names the lock of {}: taken once",
+                same.name
+            ));
             continue;
         }
         locks.push(p);
+    }
+    for line in said {
+        debug!("{line}");
     }
     Ok(locks)
 }

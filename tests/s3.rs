@@ -954,6 +954,33 @@ fn s3_a_token_state_cut_short_starts_again_from_the_clock() {
     assert_eq!(code(o.status), 78, "{}", stderr(&o));
 }
 
+/// The number of slots is recorded in the token state, so a state cut short loses it too: a
+/// contender of one slot that comes after the cut, while a slot of a lock of 3 is held, must
+/// still be refused (78, naming the slot) rather than hold the lock itself beside it (SPEC §3b:
+/// never more holders than the recorded number) — it looks at the slots the bucket lists.
+/// Once the slot is let go, the contender of one takes the lock, its token from the clock.
+#[test]
+fn s3_a_cut_state_still_keeps_one_slot_from_beside_a_lock_of_three() {
+    let Some(s) = S3::start() else { return };
+    let a = s.hold(["--slots", "3", "sfast"]);
+    assert!(a.ok().contains(" slots=3"), "{}", a.ok());
+    let r = s
+        .client
+        .call("PUT", "t/s.state", &[], Cond::None, b"state~3~", T)
+        .unwrap();
+    assert!(r.ok(), "PUT: {}", r.text());
+    let o = s.output(["--wait", "0", "run", "sfast", "--", "true"]);
+    assert_eq!(code(o.status), 78, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("a number of slots whose record was lost (slot "),
+        "{}",
+        stderr(&o)
+    );
+    drop(a);
+    let b = s.hold(["--wait", "10s", "sfast"]);
+    assert!(b.ok().contains(" token_from=clock"), "{}", b.ok());
+}
+
 #[test]
 fn s3_bad_input() {
     let Some(s) = S3::start() else { return };

@@ -839,13 +839,13 @@ impl S3 {
             {
                 agree(st.slots())?;
             }
-            // The number of slots the state recorded is lost with it: a lock of several
-            // still asks whether the lock itself is held by one of one slot.
+            // The number of slots the state recorded is lost with it: whoever holds where a
+            // contender of our number would not (the lock itself, a slot beyond ours) is
+            // asked about as one of another number.
             if cut.is_some()
-                && several
                 && let Some(agree) = &self.agree
             {
-                agree(1)?;
+                agree(0)?;
             }
             let token = match cut {
                 Some(server) => {

@@ -230,6 +230,24 @@ fn refusal(
 fn agreement(lock: String, n: u32, ours: Option<u32>, open: Opener) -> Agree {
     Arc::new(move |before: u32| {
         let names: Vec<Option<u32>> = match before {
+            // The number was lost with its record: every place a contender of another
+            // number would hold — the lock itself for one of several, every slot listed
+            // beyond ours (all of them for one of one slot).
+            0 => {
+                let first = if n > 1 { n } else { 0 };
+                let present = open(None).slots_present(crate::settings::MAX_SLOTS)?;
+                (n > 1)
+                    .then_some(None)
+                    .into_iter()
+                    .chain(
+                        present
+                            .unwrap_or_default()
+                            .into_iter()
+                            .filter(|&k| k >= first)
+                            .map(Some),
+                    )
+                    .collect()
+            }
             1 => vec![None],
             m => (0..m).map(Some).collect(),
         };
@@ -240,7 +258,10 @@ fn agreement(lock: String, n: u32, ours: Option<u32>, open: Opener) -> Agree {
                     None => "the lock itself".to_string(),
                     Some(k) => format!("slot {k}"),
                 };
-                let recorded = format!("{before} slot(s) recorded");
+                let recorded = match before {
+                    0 => "a number of slots whose record was lost".to_string(),
+                    m => format!("{m} slot(s) recorded"),
+                };
                 return Err(refusal(&lock, &recorded, &held_as, &h, n));
             }
         }

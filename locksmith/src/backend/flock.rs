@@ -100,10 +100,10 @@ pub struct FlockHeld {
 /// only when a name in that directory goes, and only once the lock is ours ([`arm`]): no
 /// wake-up while nothing happens there, none while waiting.
 ///
-/// Made with the file, before any try, so that what a waiter can do before the lock is its
-/// own is not done after (issue 29: between a contended grant and CMD, every microsecond is
-/// one the next waiter waits too); the directory's descriptor also reaches the state beside
-/// the file, opened once instead of at each use.
+/// Made before a wait ([`Flock::prepare_wait`]), so that what a waiter can do before the lock
+/// is its own is not done after (issue 29: between a contended grant and CMD, every
+/// microsecond is one the next waiter waits too), else as the lock is taken; the directory's
+/// descriptor also reaches the state beside the file, opened once instead of at each use.
 ///
 /// [`arm`]: Watch::arm
 struct Watch {
@@ -251,6 +251,7 @@ impl Flock {
     /// file removed before that (a cleaner, between our open and our lock) is let go and the
     /// path tried again: its lock is not the path's lock.
     fn acquired(mut self) -> Result<Attempt> {
+        self.prepare_watch();
         if let Some(w) = &mut self.watch {
             let file = self.file.as_ref().expect("locked, so opened");
             match w.arm(&self.cfg.path, file) {
@@ -281,6 +282,15 @@ impl Flock {
             watch,
             lost: false,
         })))
+    }
+
+    /// The watch made (not armed) where there is none yet: before waiting, so that a waiter
+    /// does not make it between its grant and its command; else on taking the lock. Not in
+    /// flock(1)'s forms.
+    fn prepare_watch(&mut self) {
+        if !self.flock1 && self.watch.is_none() {
+            self.watch = Watch::prepare(&self.cfg.path);
+        }
     }
 
     /// `open(2)` with `O_CREAT | O_NOFOLLOW`: read-only is enough for flock(2), as for
@@ -330,9 +340,6 @@ impl Flock {
                 .map_err(|e| Error::path("cannot stat lock file", path, e))?;
             self.fix_owner(&file, &md);
             self.file = Some(file);
-            if !self.flock1 && self.watch.is_none() {
-                self.watch = Watch::prepare(path);
-            }
         }
         Ok(self.file.as_ref().expect("opened above"))
     }
@@ -491,6 +498,8 @@ impl Backend for Flock {
         })
         .map_err(|e| Error::io("cannot start the flock waiter thread", e))?;
         self.waiter = Some(waiter);
+        // While the waiter is queued in the kernel already.
+        self.prepare_watch();
         Ok(WaitHint { poll: false, catches_release: true })
     }
 

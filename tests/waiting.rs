@@ -11,13 +11,20 @@ use crate::support::*;
 
 const T: Duration = Duration::from_secs(10);
 
+/// With `-q` too: the busy line names the holder even where the waiting notice, not shown,
+/// did not look (flock reads `/proc/locks` only for a line that shows it, issue 29).
 #[test]
 fn wait_zero_names_the_holder() {
     let sb = Sandbox::standard();
-    for p in LOCAL {
+    for (p, quiet) in LOCAL.iter().flat_map(|p| [(*p, false), (*p, true)]) {
         let h = sb.hold([p]);
         h.ok();
-        let o = sb.output(["--wait", "0", p]);
+        let args: &[&str] = if quiet {
+            &["-q", "--wait", "0", p]
+        } else {
+            &["--wait", "0", p]
+        };
+        let o = sb.output(args);
         assert_eq!(code(o.status), 75);
         let line = stdout(&o);
         let want = format!(
@@ -35,6 +42,46 @@ fn wait_zero_names_the_holder() {
             assert!(line.contains(" since=20"), "mkdir records since: {line:?}");
         }
     }
+}
+
+/// A flock lock of 2 slots, both held: the busy line of a third names both holders (each
+/// slot's, from `/proc/locks`, read for that line only), and so does the waiting notice.
+#[test]
+fn a_busy_flock_semaphore_names_every_holder() {
+    let sb = Sandbox::standard();
+    let a = sb.hold(["--slots", "2", "f"]);
+    let b = sb.hold(["--slots", "2", "f"]);
+    a.ok();
+    b.ok();
+    let pids = [a.pid(), b.pid()].map(|p| format!(" pid={p} "));
+    let o = sb.output(["-q", "--wait", "0", "--slots", "2", "f"]);
+    assert_eq!(code(o.status), 75, "{}", stdout(&o));
+    for pid in &pids {
+        assert!(stdout(&o).contains(pid.as_str()), "{pid}: {}", stdout(&o));
+    }
+    let o = sb.output(["--wait", "300ms", "--slots", "2", "f"]);
+    assert_eq!(code(o.status), 75, "{}", stdout(&o));
+    let notice = stderr(&o);
+    assert!(notice.contains("waiting for lock `f`"), "{notice}");
+    for pid in &pids {
+        assert!(notice.contains(pid.as_str()), "{pid}: {notice}");
+    }
+}
+
+/// A fair waiter behind another, on a flock lock: in line it does not try the lock, yet its
+/// waiting notice names the holder (looked up for the notice only).
+#[test]
+fn a_fair_waiter_behind_another_names_the_holder() {
+    let sb = Sandbox::standard();
+    let h = sb.hold(["--fair", "f"]);
+    h.ok();
+    let pid = format!(" pid={} ", h.pid());
+    let mut first = sb.spawn_hold(["--fair", "f"]);
+    let line = first.wait_stderr("waiting for lock `f`", T);
+    assert!(line.contains(&pid), "{line}");
+    let mut second = sb.spawn_hold(["--fair", "f"]);
+    let line = second.wait_stderr("waiting for lock `f`", T);
+    assert!(line.contains(&pid), "{line}");
 }
 
 #[test]

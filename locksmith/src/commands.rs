@@ -106,7 +106,16 @@ fn load_set(cli: &Cli, first: &str, more: &[String]) -> Result<Vec<Profile>> {
     let mut locks: Vec<Profile> = Vec::new();
     let mut said = Vec::new();
     for word in std::iter::once(first).chain(more.iter().map(String::as_str)) {
-        let (mut p, line) = described(cli, word)?;
+        let (mut p, line) = match described(cli, word) {
+            Ok(d) => d,
+            Err(e) => {
+                // Not handed over: what was loaded is said before the error.
+                for line in said {
+                    debug!("{line}");
+                }
+                return Err(e);
+            }
+        };
         said.push(line);
         // A plain path in flock(1)'s forms is flock(1)'s lock; an explicit `flock:` address
         // or a profile keeps locksmith's tokens.

@@ -345,7 +345,8 @@ impl Backend for Fair {
         self.beat();
         if self.place.is_none() {
             // In line behind others, who holds the lock is read only if a message shows it
-            // (`name_holders`).
+            // (`name_holders`); what an earlier place saw is not said again.
+            self.holders.clear();
             self.enter()?;
         }
         if self.place.is_none() || !self.at_head()? {
@@ -434,14 +435,16 @@ impl Backend for Fair {
     /// those its `status` lists (once: a message shows them).
     fn name_holders(&mut self) -> Vec<Holder> {
         let lock = self.lock.as_mut().expect("the lock is back");
-        let named = lock.name_holders();
-        if !named.is_empty() {
-            return named;
+        let mut named = lock.name_holders();
+        if named.is_empty() {
+            named = lock.status().unwrap_or_else(|e| {
+                debug!("lock {}: who holds it: {e}", self.name);
+                Vec::new()
+            });
         }
-        lock.status().unwrap_or_else(|e| {
-            debug!("lock {}: who holds it: {e}", self.name);
-            Vec::new()
-        })
+        // Kept for the busy tries to come (as when it was read on entering the line).
+        self.holders.clone_from(&named);
+        named
     }
 
     fn break_lock(&mut self, how: Break, watcher: &mut Watcher) -> Result<BreakOutcome> {

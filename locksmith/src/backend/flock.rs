@@ -75,9 +75,9 @@ pub struct Flock {
     agree: Option<super::lock::Agree>,
     /// A thread blocked in flock(2) on a duplicate descriptor: whether it holds the lock.
     waiter: Option<Blocking<bool>>,
-    /// The file's directory, opened with the file (not in flock(1)'s forms), armed for
-    /// removals once locked; the state beside the file is reached through it.
-    watch: Option<Watch>,
+    /// The removal watch, once made (not in flock(1)'s forms), or why it could not be: said
+    /// only if the lock is taken ([`Flock::acquired`]).
+    watch: Option<std::io::Result<Watch>>,
 }
 
 /// A flock lock held: the locked descriptor, and the fencing token of an exclusive
@@ -111,33 +111,41 @@ struct Watch {
     dir: OwnedFd,
     /// Readable after a `SIGIO`.
     signals: UnixStream,
+    /// The routing of `SIGIO` to `signals`, taken away with the watch.
+    routed: signal_hook::SigId,
     /// The watched file, once armed.
     dev: u64,
     ino: u64,
 }
 
+impl Drop for Watch {
+    fn drop(&mut self) {
+        signal_hook::low_level::unregister(self.routed);
+    }
+}
+
 impl Watch {
     /// The directory of `path` opened and `SIGIO` routed to a socket; nothing watched yet.
-    /// `None`: no watch here (said on stderr; the lock works as flock(1)'s does).
-    fn prepare(path: &Path) -> Option<Watch> {
-        let dir = path.parent()?;
-        let made = (|| -> std::io::Result<Watch> {
-            let dir = nix::fcntl::open(
-                dir,
-                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                FileMode::empty(),
-            )?;
-            let (signals, tx) = UnixStream::pair()?;
-            signals.set_nonblocking(true)?;
-            signal_hook::low_level::pipe::register(libc::SIGIO, tx)?;
-            Ok(Watch {
-                dir,
-                signals,
-                dev: 0,
-                ino: 0,
-            })
-        })();
-        made.map_err(|e| not_watching(path, &e)).ok()
+    /// `Err`: no watch here (the lock works as flock(1)'s does).
+    fn prepare(path: &Path) -> std::io::Result<Watch> {
+        let dir = path
+            .parent()
+            .ok_or_else(|| std::io::Error::other("it names no directory"))?;
+        let dir = nix::fcntl::open(
+            dir,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            FileMode::empty(),
+        )?;
+        let (signals, tx) = UnixStream::pair()?;
+        signals.set_nonblocking(true)?;
+        let routed = signal_hook::low_level::pipe::register(libc::SIGIO, tx)?;
+        Ok(Watch {
+            dir,
+            signals,
+            routed,
+            dev: 0,
+            ino: 0,
+        })
     }
 
     /// Watches `file`, locked at `path`: `Ok(true)` watched, `Ok(false)` the path no longer
@@ -191,7 +199,7 @@ impl Flock {
     /// the state: flock(1) users on the same file neither see nor advance it. In a directory
     /// we cannot write, there are no tokens (flock itself does not need the directory); in
     /// flock(1)'s forms, none either: nothing is kept beside the file (issue 25, finding 12).
-    fn grant(&self) -> Result<Grant> {
+    fn grant(&self, dir: Option<BorrowedFd<'_>>) -> Result<Grant> {
         if self.flock1 {
             return Ok(Grant::default());
         }
@@ -213,7 +221,6 @@ impl Flock {
                 crate::settings::MAX_NAME
             ));
         }
-        let dir = self.watch.as_ref().map(|w| w.dir.as_fd());
         let Some(r) = with_state(&self.cfg, dir, self.slots, self.agree.as_ref(), |at| {
             if shared {
                 state::read(at).map(|s| Grant {
@@ -252,26 +259,30 @@ impl Flock {
     /// path tried again: its lock is not the path's lock.
     fn acquired(mut self) -> Result<Attempt> {
         self.prepare_watch();
-        if let Some(w) = &mut self.watch {
-            let file = self.file.as_ref().expect("locked, so opened");
-            match w.arm(&self.cfg.path, file) {
-                Ok(true) => {}
+        let file = self.file.as_ref().expect("locked, so opened");
+        let watch = match self.watch.take() {
+            Some(Ok(mut w)) => match w.arm(&self.cfg.path, file) {
+                Ok(true) => Some(w),
                 Ok(false) => {
                     debug!(
                         "{} was removed as we locked it: trying the new one",
                         self.cfg.path.display()
                     );
-                    (self.file, self.watch) = (None, None);
+                    self.file = None;
                     return Box::new(self).try_acquire();
                 }
                 Err(e) => {
                     not_watching(&self.cfg.path, &e);
-                    self.watch = None;
+                    None
                 }
+            },
+            Some(Err(e)) => {
+                not_watching(&self.cfg.path, &e);
+                None
             }
-        }
-        let grant = self.grant()?;
-        let watch = self.watch.take();
+            None => None,
+        };
+        let grant = self.grant(watch.as_ref().map(|w| w.dir.as_fd()))?;
         let file = self.file.take().expect("locked, so opened");
         Ok(Attempt::Acquired(Box::new(FlockHeld {
             token: (self.mode == Mode::Exclusive).then_some(grant.token).flatten(),
@@ -289,7 +300,7 @@ impl Flock {
     /// flock(1)'s forms.
     fn prepare_watch(&mut self) {
         if !self.flock1 && self.watch.is_none() {
-            self.watch = Watch::prepare(&self.cfg.path);
+            self.watch = Some(Watch::prepare(&self.cfg.path));
         }
     }
 

@@ -100,7 +100,7 @@ pub struct Grant {
 /// slots than the lock's (the number recorded), holding its own lock, before it issues a
 /// token: `Err` (78) if someone holds the lock with that number. Asked with 0 where the
 /// recorded number was lost with its record (an s3 state cut short): `Err` if someone holds
-/// the lock where a contender of this number would not. See `slots.rs`.
+/// the lock where a contender of this number never would. See `slots.rs`.
 pub type Agree = std::sync::Arc<dyn Fn(u32) -> Result<()> + Send + Sync>;
 
 /// The holder's side of SPEC §6: a holder that heartbeats every `period` and was last

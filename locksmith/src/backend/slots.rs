@@ -230,9 +230,10 @@ fn refusal(
 fn agreement(lock: String, n: u32, ours: Option<u32>, open: Opener) -> Agree {
     Arc::new(move |before: u32| {
         let names: Vec<Option<u32>> = match before {
-            // The number was lost with its record: every place a contender of another
-            // number would hold — the lock itself for one of several, every slot listed
-            // beyond ours (all of them for one of one slot).
+            // The number was lost with its record: the places a contender of another number
+            // may hold that ours never does — the lock itself for one of several, every
+            // slot listed beyond ours (all of them for one of one slot). A contender of
+            // fewer slots, in slots below ours, cannot be told from ours any more.
             0 => {
                 let first = if n > 1 { n } else { 0 };
                 let present = open(None).slots_present(crate::settings::MAX_SLOTS)?;
@@ -265,7 +266,7 @@ fn agreement(lock: String, n: u32, ours: Option<u32>, open: Opener) -> Agree {
                 return Err(refusal(&lock, &recorded, &held_as, &h, n));
             }
         }
-        debug!("lock {lock}: {before} slot(s) recorded, none held: {n} stand(s)");
+        debug!("lock {lock}: {before} slot(s) recorded (0: lost), none held: {n} stand(s)");
         Ok(())
     })
 }

@@ -103,6 +103,8 @@ pub fn acquire(
     // try, if the server did not answer it.
     let mut seen_busy = false;
     let mut holders = Vec::new();
+    // The holders the waiting notice named (a busy try may leave them unnamed).
+    let mut shown = Vec::new();
     let mut unanswered: Option<Error> = None;
     loop {
         let began = crate::sys::boottime();
@@ -197,6 +199,7 @@ pub fn acquire(
         if !said && unanswered.is_none() {
             if crate::log::level() >= crate::log::NORMAL {
                 holders = named(&mut lock, std::mem::take(&mut holders));
+                shown.clone_from(&holders);
             }
             info!(
                 "waiting for lock `{profile}`, held by {}",
@@ -233,8 +236,10 @@ pub fn acquire(
         loop {
             let left = until.map(|u| u.saturating_duration_since(Instant::now()));
             match watcher.wait(&lock.wake_fds(), left)? {
+                // Stopping at once: no new look at who holds it (naming may ask a server),
+                // only what the last try or the notice said.
                 Event::Release(cause) => {
-                    let holders = named(&mut lock, holders);
+                    let holders = if holders.is_empty() { shown } else { holders };
                     return Err(busy(&holders, format!("; stopped waiting: {cause}")));
                 }
                 Event::Ready if !lock.woken() => {

@@ -885,6 +885,15 @@ fn etcd_fair_line_is_served_in_order_and_a_killed_waiter_does_not_stall_it() {
     crate::fair::check_fair(&sb, &|a| sb.cmd(a), "e", "etcd");
 }
 
+/// Fair queues beyond 32 waiters: etcd keeps 1024 places (their holders read in one request).
+#[test]
+fn etcd_fair_line_of_forty_is_served_in_order() {
+    let _heavy = heavy();
+    let Some(e) = Etcd::start() else { return };
+    let sb = e.sandbox();
+    crate::fair::check_long_line(&sb, &|a| sb.cmd(a), "e", "etcd");
+}
+
 /// `b` holds: exactly one key under the prefix (its own); its release leaves none.
 fn sole_holder_leaves_nothing(e: &Etcd, mut b: Held) {
     let keys = e.keys("/t/e/");

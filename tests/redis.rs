@@ -922,6 +922,15 @@ fn redis_fair_line_is_served_in_order_and_a_killed_waiter_does_not_stall_it() {
     crate::fair::check_fair(&sb, &|a| sb.cmd(a), "rfast", "redis");
 }
 
+/// Fair queues beyond 32 waiters: redis keeps 1024 places (their holders read in one request).
+#[test]
+fn redis_fair_line_of_forty_is_served_in_order() {
+    let _heavy = heavy();
+    let Some(r) = start() else { return };
+    let sb = sandbox(&r);
+    crate::fair::check_long_line(&sb, &|a| sb.cmd(a), "rfast", "redis");
+}
+
 fn pause_server(r: &Redis, sig: nix::sys::signal::Signal) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(r.pid()), sig).unwrap();
 }

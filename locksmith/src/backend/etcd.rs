@@ -212,7 +212,7 @@ use super::wake::Wakeups;
 
 pub mod probe;
 mod rpc;
-use rpc::{Client, EventType};
+use rpc::{Client, EventType, KeyValue};
 
 pub struct Etcd {
     cfg: EtcdConfig,
@@ -280,6 +280,19 @@ struct Entry {
 }
 
 impl Entry {
+    /// The queue's key `kv`, under `queue` (`PREFIX/`); `None` for a key not under it.
+    fn read(kv: &KeyValue, queue: &str) -> Option<Entry> {
+        let key = std::str::from_utf8(&kv.key).ok()?.to_string();
+        let writer = key.strip_prefix(queue)?.starts_with("w/");
+        Some(Entry {
+            lease: kv.lease,
+            rev: kv.create_revision,
+            writer,
+            record: Record::parse(std::str::from_utf8(&kv.value).unwrap_or("")),
+            key,
+        })
+    }
+
     fn holder(&self) -> Holder {
         let mut h = self.record.holder();
         // A writer's token is its key's create revision (a slot's: the revision of its grant,
@@ -562,22 +575,7 @@ impl Etcd {
             .map_err(|why| self.fail("cannot read the lock queue", why))?;
         let at = resp.header.map_or(0, |h| h.revision);
         let q = self.queue();
-        let v = resp
-            .kvs
-            .iter()
-            .filter_map(|kv| {
-                let key = std::str::from_utf8(&kv.key).ok()?.to_string();
-                let rest = key.strip_prefix(&q)?;
-                let writer = rest.starts_with("w/");
-                Some(Entry {
-                    lease: kv.lease,
-                    rev: kv.create_revision,
-                    writer,
-                    record: Record::parse(std::str::from_utf8(&kv.value).unwrap_or("")),
-                    key,
-                })
-            })
-            .collect();
+        let v = resp.kvs.iter().filter_map(|kv| Entry::read(kv, &q)).collect();
         Ok((v, at))
     }
 
@@ -1135,6 +1133,47 @@ impl Backend for Etcd {
         v.sort_unstable();
         v.dedup();
         Ok(Some(v))
+    }
+
+    /// The same range read as [`slots_present`](Self::slots_present), each slot's queue
+    /// judged as `status` of the slot judges its own: who holds each of the first `n` slots.
+    /// A fair line's places (`fair.rs`) were otherwise read one range each — which kept the
+    /// line to 32 places.
+    fn slots_holders(&mut self, n: u32) -> Result<Option<Vec<Holder>>> {
+        let base = format!("{}.slot-", self.cfg.prefix);
+        let limit = self.timeout;
+        let read = self.call(limit, |mut c| {
+            let base = base.clone();
+            async move { c.range_prefix(&base).await }
+        })?;
+        let r = read.map_err(|why| self.fail("cannot read the lock's slots", why))?;
+        // Each slot's keys, oldest first (the range is sorted by create revision).
+        let mut queues: std::collections::BTreeMap<u32, Vec<Entry>> = Default::default();
+        for kv in &r.kvs {
+            let Some(rest) = std::str::from_utf8(&kv.key)
+                .ok()
+                .and_then(|k| k.strip_prefix(&base))
+            else {
+                continue;
+            };
+            let Some(k) = super::slots::slot_named(rest, n, |t| t.starts_with('/')) else {
+                continue;
+            };
+            if let Some(e) = Entry::read(kv, &format!("{base}{k}/")) {
+                queues.entry(k).or_default().push(e);
+            }
+        }
+        Ok(Some(
+            queues
+                .iter()
+                .flat_map(|(&k, entries)| {
+                    Self::holding(entries).into_iter().map(move |e| Holder {
+                        slot: Some(k),
+                        ..e.holder()
+                    })
+                })
+                .collect(),
+        ))
     }
 
     fn wake_fds(&self) -> Vec<BorrowedFd<'_>> {

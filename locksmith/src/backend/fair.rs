@@ -4,16 +4,17 @@
 //!
 //! **The shape** (every working FIFO semaphore is a fair gate plus a counter): the queue is a
 //! lock of its own beside the lock's name (`NAME.line`) whose slots are the places, as many
-//! as the lock's backend keeps (`Registered::PLACES`: 1024 on the file backends, 32 on the
-//! network ones). A waiter first takes a place — the lowest free slot of the queue where the
-//! places held are listed (so they stay few and low), else any: a whole lock of SPEC §6 held
-//! for as long as it waits (crash release, proof of death or `stale_after`, heartbeats) — and
-//! the fencing token of that grant, from the queue's one counter, is its number in line. Only the waiter whose number
-//! is the lowest of the places held (the head) tries the lock itself; once it holds the lock
-//! it gives its place back and the next number is the head. A waiter that gives up, fails,
-//! or whose parent goes gives its place back at once; one killed leaves its place to the
-//! backend's crash rules (at once on the same host, after `stale_after` elsewhere), so it
-//! never blocks the line longer than a dead holder would block the lock.
+//! as the lock's backend keeps (`Registered::PLACES`: 1024 on the file backends, etcd and
+//! redis; 32 on ftp, postgres and s3). A waiter first takes a place — the lowest free slot of
+//! the queue where the places held are listed (so they stay few and low), else any: a whole
+//! lock of SPEC §6 held for as long as it waits (crash release, proof of death or
+//! `stale_after`, heartbeats) — and the fencing token of that grant, from the queue's one
+//! counter, is its number in line. Only the waiter whose number is the lowest of the places
+//! held (the head) tries the lock itself; once it holds the lock it gives its place back and
+//! the next number is the head. A waiter that gives up, fails, or whose parent goes gives its
+//! place back at once; one killed leaves its place to the backend's crash rules (at once on
+//! the same host, after `stale_after` elsewhere), so it never blocks the line longer than a
+//! dead holder would block the lock.
 //!
 //! **Why the line needs no lock of its own:** numbers are issued in order, and a place is
 //! held before its number is issued, so once a waiter has its number every waiter ahead of it
@@ -21,18 +22,19 @@
 //! one read where the backend can (`Backend::slots_present`: one listing of the directory on
 //! the file backends and ftp, one query or request on postgres, etcd, redis and s3 —
 //! docs/LAYOUT.md), else every place; their holders' numbers read in one request too where
-//! the backend can (`Backend::slots_holders`: postgres), else each place's — keeps those with
-//! lower numbers, and from then on
-//! only watches the nearest of them: the line ahead of it can only get shorter. A place seen
-//! held whose number is not issued yet is waited on until it is. The nearest place is tried,
-//! not only looked at: the backend breaks a dead or stale waiter's place as part of trying,
-//! and a place found free is given back at once. The number of places is not judged as a
-//! lock's slots are (`Slots::places`): a line kept with another number is joined.
+//! the backend can (`Backend::slots_holders`: postgres, etcd, redis), else each place's —
+//! keeps those with lower numbers, and from then on only watches the nearest of them: the
+//! line ahead of it can only get shorter. A place seen held whose number is not issued yet is
+//! waited on until it is. The nearest place is tried, not only looked at: the backend breaks
+//! a dead or stale waiter's place as part of trying, and a place found free is given back at
+//! once. The number of places is not judged as a lock's slots are (`Slots::places`): a line
+//! kept with another number is joined.
 //!
-//! **Limits:** more waiters than the backend's places (1024 on the file backends, 32 on the
-//! network ones) wait for a place in no particular order; a contender without `fair` is not in the line and may go first; on a network
-//! filesystem a place may be seen late (its cache time, the listing's included), as every
-//! read there.
+//! **Limits:** more waiters than the backend's places (1024 on the file backends, etcd and
+//! redis; 32 on ftp, postgres and s3, where a place's holder is a request or a session to
+//! read) wait for a place in no particular order; a contender without `fair` is not in the
+//! line and may go first; on a network filesystem a place may be seen late (its cache time,
+//! the listing's included), as every read there.
 
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
@@ -61,8 +63,8 @@ pub struct Fair {
     /// shrinks, so it is read once.
     ahead: Vec<(u32, Option<u64>)>,
     /// The nearest place ahead, kept open between looks (a backend judges silence over
-    /// time).
-    watched: Option<(u32, Box<dyn Backend>)>,
+    /// time), and who its last look named there.
+    watched: Option<(u32, Box<dyn Backend>, Vec<Holder>)>,
     /// Who holds the lock, as last seen (for messages).
     holders: Vec<Holder>,
     /// A try of this round whose server did not answer ([`Attempt::Unanswered`]).
@@ -221,9 +223,9 @@ impl Fair {
     fn at_head(&mut self) -> Result<bool> {
         let number = self.place.as_ref().and_then(|p| p.number);
         while let Some(&(k, _)) = self.ahead.last() {
-            let other = match self.watched.take() {
-                Some((j, b)) if j == k => b,
-                _ => (self.queue)(Some(k)),
+            let (other, named) = match self.watched.take() {
+                Some((j, b, named)) if j == k => (b, named),
+                _ => ((self.queue)(Some(k)), Vec::new()),
             };
             match other.try_acquire()? {
                 Attempt::Acquired(held) => {
@@ -244,7 +246,15 @@ impl Fair {
                         self.ahead.retain(|(k, _)| present.binary_search(k).is_ok());
                     }
                 }
-                Attempt::Busy(other, holders) => {
+                Attempt::Busy(other, mut holders) => {
+                    // A look that names nobody while the place is still held — postgres,
+                    // whose waiter thread is still blocked behind the place's holder (so
+                    // that holder has not changed) — is taken as naming whom the last look
+                    // named: read as "nobody ahead", it let a waiter overtake the one at
+                    // that place (issue 26).
+                    if holders.is_empty() {
+                        holders = named;
+                    }
                     // Still ours to wait for: a holder with a lower number, or one whose
                     // number is not issued yet; else a newer waiter sits there now.
                     let ahead = holders.iter().any(|h| match (h.token, number) {
@@ -256,11 +266,11 @@ impl Fair {
                         self.ahead.pop();
                         continue;
                     }
-                    self.watched = Some((k, other));
+                    self.watched = Some((k, other, holders));
                     return Ok(false);
                 }
                 Attempt::Unanswered(other, e) => {
-                    self.watched = Some((k, other));
+                    self.watched = Some((k, other, named));
                     self.unanswered = Some(e);
                     return Ok(false);
                 }
@@ -332,7 +342,7 @@ impl Backend for Fair {
     }
 
     fn answer_by(&mut self, by: Option<Instant>) {
-        let watched = self.watched.as_mut().map(|(_, b)| b);
+        let watched = self.watched.as_mut().map(|(_, b, _)| b);
         for b in [self.lock.as_mut(), self.entering.as_mut(), watched]
             .into_iter()
             .flatten()
@@ -383,7 +393,7 @@ impl Backend for Fair {
         }
         // Behind others: woken when the nearest place ahead changes where its backend can
         // tell, and looking again every `poll` in any case (try_within).
-        if let Some((_, b)) = self.watched.as_mut() {
+        if let Some((_, b, _)) = self.watched.as_mut() {
             b.prepare_wait()?;
         }
         Ok(WaitHint {
@@ -400,7 +410,7 @@ impl Backend for Fair {
             return self.lock.as_ref().expect("the lock is back").wake_fds();
         }
         match self.watched.as_ref() {
-            Some((_, b)) => b.wake_fds(),
+            Some((_, b, _)) => b.wake_fds(),
             None => Vec::new(),
         }
     }
@@ -413,7 +423,7 @@ impl Backend for Fair {
         if self.place.is_some() && self.ahead.is_empty() {
             return self.lock.as_mut().expect("the lock is back").woken();
         }
-        self.watched.as_mut().is_none_or(|(_, b)| b.woken())
+        self.watched.as_mut().is_none_or(|(_, b, _)| b.woken())
     }
 
     fn try_within(&self) -> Option<Duration> {
@@ -463,14 +473,21 @@ fn present(queue: &Opener, places: u32) -> Result<Vec<u32>> {
         .unwrap_or_else(|| (0..places).collect()))
 }
 
-/// The waiters of a fair queue of `places`, in their order (`status`).
+/// The waiters of a fair queue of `places`, in their order (`status`): read in one request
+/// where the backend can (`Backend::slots_holders`), else each place that may be held.
 pub fn waiters(queue: &Opener, places: u32) -> Result<Vec<Holder>> {
-    let mut all = Vec::new();
-    for k in present(queue, places)? {
-        for mut h in queue(Some(k)).status()? {
-            h.slot = None;
-            all.push(h);
+    let mut all = match queue(None).slots_holders(places)? {
+        Some(all) => all,
+        None => {
+            let mut all = Vec::new();
+            for k in present(queue, places)? {
+                all.extend(queue(Some(k)).status()?);
+            }
+            all
         }
+    };
+    for h in &mut all {
+        h.slot = None;
     }
     all.sort_by_key(|h| h.token.unwrap_or(u64::MAX));
     Ok(all)

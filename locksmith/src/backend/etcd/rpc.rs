@@ -40,6 +40,7 @@ use pb::etcdserverpb::{
     maintenance_client::MaintenanceClient, range_request, request_op, watch_client::WatchClient,
     watch_request,
 };
+pub use pb::mvccpb::KeyValue;
 pub use pb::mvccpb::event::EventType;
 
 /// A failed call: the connection could not be set up, or the server (or tonic on its

@@ -455,6 +455,9 @@ impl Registered for Redis {
     const KEYS: &'static [&'static [KeyDoc]] = &[super::KEYS, crate::settings::PASSWORD_KEYS];
     const SHARED: bool = true;
     const SLOTS: bool = true;
+    /// The places held and their numbers are read in one request each
+    /// (`slots_present`, `slots_holders`), so a line of many costs a waiter two requests.
+    const PLACES: u32 = crate::settings::MAX_SLOTS;
     fn parse(f: &mut Fields) -> Result<RedisConfig> {
         super::config(f)
     }

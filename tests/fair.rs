@@ -366,6 +366,41 @@ pub fn check_long_line(sb: &Sandbox, ls: Locksmith<'_>, lock: &str, what: &str) 
     assert_eq!(order, expected, "{what}");
 }
 
+/// A fair line kept busy: `workers` loops of `--fair --wait 30s run LOCK -- sleep 0.005`,
+/// `rounds` each (locksmith-bench's fair queue), all end with their command run — no waiter
+/// gives up (75) behind a line that stopped moving. A waiter that kept whom its last look at
+/// the place ahead named, after that place was left and taken by a newer waiter, waited on
+/// that newer waiter while it waited on us (postgres: a look while the waiter thread is
+/// blocked names nobody).
+pub fn check_busy_line(sb: &Sandbox, lock: &str, workers: usize, rounds: usize) {
+    let threads: Vec<_> = (0..workers)
+        .map(|_| {
+            let mut c: Command = sb.cmd([
+                "-q", "--fair", "--wait", "30s", "run", lock, "--", "sleep", "0.005",
+            ]);
+            std::thread::spawn(move || {
+                for k in 0..rounds {
+                    let o = c.output().unwrap();
+                    assert!(
+                        o.status.success(),
+                        "round {k}: exit {}: {}",
+                        code(o.status),
+                        stderr(&o)
+                    );
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    for t in threads {
+        t.join().expect("a fair loop stalled or failed");
+    }
+    eprintln!(
+        "{lock}: {workers} fair loops of {rounds} in {:.2?}",
+        started.elapsed()
+    );
+}
+
 /// SPEC §3b: a waiter killed on another host leaves the line after `stale_after` of silence,
 /// not before (no proof of death reaches it) — and never blocks it longer than a dead holder
 /// would block the lock.

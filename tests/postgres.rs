@@ -411,6 +411,17 @@ fn fair_line_is_served_in_order_and_a_killed_waiter_does_not_stall_it() {
     crate::fair::check_fair(&sb, &|a| sb.cmd(a), "pg", "postgres");
 }
 
+/// A busy fair line on PostgreSQL never stalls (8 loops of 10 fair runs, none gives up).
+#[test]
+fn a_busy_fair_line_never_stalls() {
+    let _heavy = heavy();
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
+    let sb = pg.sandbox();
+    crate::fair::check_busy_line(&sb, "pg", 8, 10);
+}
+
 /// A relay before `pg` ([`testkit::mute`]) and a sandbox whose profile `pgrelay` locks `pg`
 /// through it, beside [`PgSandbox::sandbox`]'s profiles.
 /// A holder of `pg` (its token), and a waiter on `pgrelay` (through [`via_relay`]) waiting in

@@ -40,7 +40,7 @@ use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 use super::lock::{Attempt, Backend, Break, BreakOutcome, Held, Holder, WaitHint};
-use super::slots::{Opener, Slots};
+use super::slots::{Opener, Slots, Tried};
 use crate::error::{Error, Kind, Result};
 use crate::log::{debug, info};
 use crate::settings::Common;
@@ -57,7 +57,7 @@ pub struct Fair {
     /// The queue's settings: its number of slots is the places (`Registered::PLACES`).
     common: Common,
     /// Not in line yet: the queue, being tried for a place.
-    entering: Option<Box<dyn Backend>>,
+    entering: Option<Slots>,
     place: Option<Place>,
     /// The places held ahead of ours (slot, number), nearest last; the line ahead only
     /// shrinks, so it is read once.
@@ -107,31 +107,37 @@ impl Fair {
 
     /// Takes a place if one is free; then reads who is ahead.
     fn enter(&mut self) -> Result<()> {
+        // Where the places held are listed in one read, the lowest free one is taken (so
+        // they stay few and low: the listing stays short), and a line listed full has one
+        // place tried at random ([`Slots::aim`]); else any place, from a random one.
+        let places = self.common.slots;
+        let listed = self.lister().slots_present(places)?;
+        let (first, tries) = match listed {
+            Some(held) => match (0..places).find(|k| held.binary_search(k).is_err()) {
+                Some(k) => (Some(k), places as usize),
+                None => (None, 1),
+            },
+            None => (None, places as usize),
+        };
         let queue = match self.entering.take() {
-            Some(q) => q,
+            Some(mut q) => {
+                q.aim(first, tries);
+                q
+            }
             None => {
-                // Where the places held are listed in one read, the lowest free one is taken
-                // (so they stay few and low: the listing stays short); else any, in one try
-                // (each place tried is a request, a session on postgres).
-                let places = self.common.slots;
-                let listed = self.lister().slots_present(places)?;
-                let first = listed.map(|held| {
-                    (0..places)
-                        .find(|k| held.binary_search(k).is_err())
-                        .unwrap_or(0)
-                });
-                Box::new(
-                    Slots::new(
-                        &format!("{} (its fair queue)", self.name),
-                        places,
-                        self.queue.clone(),
-                    )
-                    .places(first),
+                let mut q = Slots::new(
+                    &format!("{} (its fair queue)", self.name),
+                    places,
+                    self.queue.clone(),
                 )
+                .places(first);
+                q.aim(first, tries);
+                q
             }
         };
-        match queue.try_acquire()? {
-            Attempt::Acquired(held) => {
+        let mut queue = queue;
+        match queue.try_once()? {
+            Tried::Acquired(held) => {
                 let grant = held.grant().clone();
                 let period = held.period();
                 let slot = grant.slot.unwrap_or(0);
@@ -149,7 +155,7 @@ impl Fair {
                     self.ahead.len()
                 );
             }
-            Attempt::Busy(queue, seen) => {
+            Tried::Busy(seen) => {
                 self.lister = None;
                 debug!(
                     "lock {}: every place of its fair queue is taken ({})",
@@ -158,7 +164,7 @@ impl Fair {
                 );
                 self.entering = Some(queue);
             }
-            Attempt::Unanswered(queue, e) => {
+            Tried::Unanswered(e) => {
                 self.lister = None;
                 self.entering = Some(queue);
                 self.unanswered = Some(e);
@@ -246,14 +252,19 @@ impl Fair {
                         self.ahead.retain(|(k, _)| present.binary_search(k).is_ok());
                     }
                 }
-                Attempt::Busy(other, mut holders) => {
-                    // A look that names nobody while the place is still held — postgres,
-                    // whose waiter thread is still blocked behind the place's holder (so
-                    // that holder has not changed) — is taken as naming whom the last look
-                    // named: read as "nobody ahead", it let a waiter overtake the one at
-                    // that place (issue 26).
+                Attempt::Busy(mut other, mut holders) => {
+                    // A look that names nobody — postgres, while its waiter thread is blocked
+                    // on the place — is no answer: who holds the place is read (read as
+                    // "nobody ahead", it let a waiter overtake the one at that place, issue
+                    // 26). Not what the last look named: the place may have been left and
+                    // taken by a newer waiter before our waiter thread queued behind it,
+                    // and waiting on that one, who waits on us, would stall the line.
+                    // Unreadable: the last look's, until a read answers.
                     if holders.is_empty() {
-                        holders = named;
+                        holders = other.status().unwrap_or_else(|e| {
+                            debug!("lock {}: who holds place {k}: {e}", self.name);
+                            named
+                        });
                     }
                     // Still ours to wait for: a holder with a lower number, or one whose
                     // number is not issued yet; else a newer waiter sits there now.
@@ -342,11 +353,11 @@ impl Backend for Fair {
     }
 
     fn answer_by(&mut self, by: Option<Instant>) {
+        if let Some(q) = self.entering.as_mut() {
+            q.answer_by(by);
+        }
         let watched = self.watched.as_mut().map(|(_, b, _)| b);
-        for b in [self.lock.as_mut(), self.entering.as_mut(), watched]
-            .into_iter()
-            .flatten()
-        {
+        for b in [self.lock.as_mut(), watched].into_iter().flatten() {
             b.answer_by(by);
         }
     }

@@ -32,7 +32,7 @@ use std::time::Instant;
 use super::lock::{
     Agree, Attempt, Backend, Break, BreakOutcome, Grant, Held, Holder, NotReleased, WaitHint,
 };
-use crate::error::{Kind, Result, err};
+use crate::error::{Error, Kind, Result, err};
 use crate::log::debug;
 use crate::watch::Watcher;
 
@@ -62,8 +62,17 @@ pub struct Slots {
     places: bool,
     /// The slot tried first, where not at random ([`places`](Slots::places)).
     first: Option<usize>,
+    /// How many slots one try tries at most ([`aim`](Slots::aim)): all but for a full line.
+    tries: usize,
     /// The first of the slots a waiter watches.
     watched: Option<usize>,
+}
+
+/// One try of a lock of slots ([`Slots::try_once`]).
+pub enum Tried {
+    Acquired(Box<dyn Held>),
+    Busy(Vec<Holder>),
+    Unanswered(Error),
 }
 
 impl Slots {
@@ -79,6 +88,7 @@ impl Slots {
             answer_by: None,
             places: false,
             first: None,
+            tries: n.max(1) as usize,
             watched: None,
         };
         // The others are opened when first used: a fair queue has many places, and an
@@ -103,10 +113,19 @@ impl Slots {
     /// file backends — is joined, not refused.
     pub fn places(mut self, first: Option<u32>) -> Slots {
         self.places = true;
-        self.first = first.map(|k| (k as usize).min(self.slots.len() - 1));
+        self.aim(first, self.slots.len());
         // Opened by `new` with an agreement: opened again when used, without.
         self.slots[0] = None;
         self
+    }
+
+    /// Where the next try of a fair queue's places starts ([`places`](Slots::places)), and how
+    /// many places it tries at most: a line listed full tries one at random, not all of them
+    /// (a request each on a server, every poll of every waiter beyond the line; the line's
+    /// own waiters break a dead waiter's place ahead of them).
+    pub fn aim(&mut self, first: Option<u32>, tries: usize) {
+        self.first = first.map(|k| (k as usize).min(self.slots.len() - 1));
+        self.tries = tries.clamp(1, self.slots.len());
     }
 
     /// Slot `k`'s backend, taken out (opened on first use); put it back when done.
@@ -192,6 +211,84 @@ impl Slots {
             .iter_mut()
             .enumerate()
             .filter_map(move |(k, b)| b.as_mut().map(|b| (several.then_some(k as u32), b)))
+    }
+
+    /// One try of [`Backend::try_acquire`], keeping the value (a fair queue's entering
+    /// waiter re-aims it between tries, `fair.rs`).
+    pub fn try_once(&mut self) -> Result<Tried> {
+        let n = self.slots.len();
+        let began = crate::sys::boottime();
+        // Contenders start at different slots, so that a free one is found in one try
+        // (unless told which looked free).
+        let start = match self.first {
+            Some(k) => k,
+            None if n > 1 => fastrand::usize(..n),
+            None => 0,
+        };
+        let mut holders = Vec::new();
+        for i in 0..n.min(self.tries) {
+            let k = (start + i) % n;
+            let lock = self.opened(k);
+            match lock.try_acquire()? {
+                Attempt::Acquired(held) => {
+                    // Refused, or the look failed: the lock goes back either way.
+                    if let Some(e) = self.disagree(held.grant()).unwrap_or_else(Some) {
+                        if let Err(nr) = held.release() {
+                            debug!("giving back lock {}: {}", self.lock, nr.error);
+                        }
+                        return Err(e);
+                    }
+                    let ours = self.slot(k);
+                    let held = SlotHeld::new(held, ours, began);
+                    return Ok(Tried::Acquired(Box::new(held)));
+                }
+                Attempt::Busy(lock, mut seen) => {
+                    self.slots[k] = Some(lock);
+                    let slot = self.slot(k);
+                    for h in &mut seen {
+                        h.slot = slot;
+                    }
+                    holders.extend(seen);
+                }
+                Attempt::Unanswered(lock, e) => {
+                    // The other slots are tried at the next try: this one's server (the
+                    // same for all) did not answer.
+                    self.slots[k] = Some(lock);
+                    return Ok(Tried::Unanswered(e));
+                }
+            }
+        }
+        // Every slot busy: once, look where a contender of another number would be — the
+        // lock itself (1 slot), slot N (more than ours), and, where the counter records
+        // another number, that number's slots — so that one who disagrees is told now
+        // rather than when a slot frees (the first attempt of a wait; the number is still
+        // judged at every grant).
+        if self.n > 1 && !self.looked && !self.places {
+            self.looked = true;
+            for name in [None, Some(self.n)] {
+                let mut other = (self.open)(name);
+                if let Some(h) = other.holder()? {
+                    let (recorded, held_as) = match name {
+                        None => ("1 slot".to_string(), "the lock itself".to_string()),
+                        Some(k) => (format!("more than {} slots", self.n), format!("slot {k}")),
+                    };
+                    return Err(refusal(&self.lock, &recorded, &held_as, &h, self.n));
+                }
+            }
+            // The counter's number changes only when none of its slots is held (module
+            // docs): another number recorded and one of its slots held, ours would be
+            // refused when it frees (fewer than recorded: slot N may well be free).
+            let mut first = self.opened(0);
+            let recorded = first.recorded_slots();
+            self.slots[0] = Some(first);
+            let recorded = recorded?;
+            if let Some(m) = recorded
+                && m != self.n
+            {
+                agreement(self.lock.clone(), self.n, None, self.open.clone())(m)?;
+            }
+        }
+        Ok(Tried::Busy(holders))
     }
 }
 
@@ -284,79 +381,11 @@ impl Backend for Slots {
     }
 
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
-        let n = self.slots.len();
-        let began = crate::sys::boottime();
-        // Contenders start at different slots, so that a free one is found in one try
-        // (unless told which looked free).
-        let start = match self.first {
-            Some(k) => k,
-            None if n > 1 => fastrand::usize(..n),
-            None => 0,
-        };
-        let mut holders = Vec::new();
-        for i in 0..n {
-            let k = (start + i) % n;
-            let lock = self.opened(k);
-            match lock.try_acquire()? {
-                Attempt::Acquired(held) => {
-                    // Refused, or the look failed: the lock goes back either way.
-                    if let Some(e) = self.disagree(held.grant()).unwrap_or_else(Some) {
-                        if let Err(nr) = held.release() {
-                            debug!("giving back lock {}: {}", self.lock, nr.error);
-                        }
-                        return Err(e);
-                    }
-                    let ours = self.slot(k);
-                    let held = SlotHeld::new(held, ours, began);
-                    return Ok(Attempt::Acquired(Box::new(held)));
-                }
-                Attempt::Busy(lock, mut seen) => {
-                    self.slots[k] = Some(lock);
-                    let slot = self.slot(k);
-                    for h in &mut seen {
-                        h.slot = slot;
-                    }
-                    holders.extend(seen);
-                }
-                Attempt::Unanswered(lock, e) => {
-                    // The other slots are tried at the next try: this one's server (the
-                    // same for all) did not answer.
-                    self.slots[k] = Some(lock);
-                    return Ok(Attempt::Unanswered(self, e));
-                }
-            }
-        }
-        // Every slot busy: once, look where a contender of another number would be — the
-        // lock itself (1 slot), slot N (more than ours), and, where the counter records
-        // another number, that number's slots — so that one who disagrees is told now
-        // rather than when a slot frees (the first attempt of a wait; the number is still
-        // judged at every grant).
-        if self.n > 1 && !self.looked && !self.places {
-            self.looked = true;
-            for name in [None, Some(self.n)] {
-                let mut other = (self.open)(name);
-                if let Some(h) = other.holder()? {
-                    let (recorded, held_as) = match name {
-                        None => ("1 slot".to_string(), "the lock itself".to_string()),
-                        Some(k) => (format!("more than {} slots", self.n), format!("slot {k}")),
-                    };
-                    return Err(refusal(&self.lock, &recorded, &held_as, &h, self.n));
-                }
-            }
-            // The counter's number changes only when none of its slots is held (module
-            // docs): another number recorded and one of its slots held, ours would be
-            // refused when it frees (fewer than recorded: slot N may well be free).
-            let mut first = self.opened(0);
-            let recorded = first.recorded_slots();
-            self.slots[0] = Some(first);
-            let recorded = recorded?;
-            if let Some(m) = recorded
-                && m != self.n
-            {
-                agreement(self.lock.clone(), self.n, None, self.open.clone())(m)?;
-            }
-        }
-        Ok(Attempt::Busy(self, holders))
+        Ok(match self.try_once()? {
+            Tried::Acquired(held) => Attempt::Acquired(held),
+            Tried::Busy(holders) => Attempt::Busy(self, holders),
+            Tried::Unanswered(e) => Attempt::Unanswered(self, e),
+        })
     }
 
     /// Waits on at most [`WATCHED`] slots, the same few each time, chosen at random (each

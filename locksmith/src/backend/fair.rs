@@ -31,10 +31,10 @@
 //! kept with another number is joined.
 //!
 //! **Limits:** more waiters than the backend's places (1024 on the file backends, etcd and
-//! redis; 32 on ftp, postgres and s3, where a place's holder is a request or a session to
-//! read) wait for a place in no particular order; a contender without `fair` is not in the
-//! line and may go first; on a network filesystem a place may be seen late (its cache time,
-//! the listing's included), as every read there.
+//! redis; 32 on ftp and s3, where a place's holder is read one request each, and postgres,
+//! where every waiter keeps sessions of its own) wait for a place in no particular order; a
+//! contender without `fair` is not in the line and may go first; on a network filesystem a
+//! place may be seen late (its cache time, the listing's included), as every read there.
 
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};

@@ -111,20 +111,34 @@ impl Fair {
         // they stay few and low: the listing stays short), and a line listed full has one
         // place tried at random ([`Slots::aim`]); else any place, from a random one.
         let places = self.common.slots;
-        let listed = self.lister().slots_present(places)?;
-        let (first, tries) = match listed {
+        // Listed again at each try of a waiter beyond a full line (the lowest place freed
+        // since); a listing that fails then keeps the last aim (a failed try is tried
+        // again, not the end of the wait).
+        let listed = match self.lister().slots_present(places) {
+            Ok(listed) => Some(listed),
+            Err(e) if self.entering.is_some() => {
+                debug!("lock {}: the places of its fair queue: {e}", self.name);
+                self.lister = None;
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let aim = listed.map(|listed| match listed {
             Some(held) => match (0..places).find(|k| held.binary_search(k).is_err()) {
                 Some(k) => (Some(k), places as usize),
                 None => (None, 1),
             },
             None => (None, places as usize),
-        };
+        });
         let queue = match self.entering.take() {
             Some(mut q) => {
-                q.aim(first, tries);
+                if let Some((first, tries)) = aim {
+                    q.aim(first, tries);
+                }
                 q
             }
             None => {
+                let (first, tries) = aim.unwrap_or((None, places as usize));
                 let mut q = Slots::new(
                     &format!("{} (its fair queue)", self.name),
                     places,

@@ -225,9 +225,20 @@ impl Slots {
             None if n > 1 => fastrand::usize(..n),
             None => 0,
         };
+        // A try of fewer than all (a full line, [`aim`](Slots::aim)) tries the watched slots
+        // first: a wait on one may have been granted (postgres: its waiter thread took it),
+        // and a slot held that way, never tried, would sit in the line with no number.
+        let watched: Vec<usize> = match self.watched {
+            Some(w) if self.tries < n => (0..n.min(WATCHED)).map(|i| (w + i) % n).collect(),
+            _ => Vec::new(),
+        };
+        let order = watched.iter().copied().chain(
+            (0..n.min(self.tries))
+                .map(|i| (start + i) % n)
+                .filter(|k| !watched.contains(k)),
+        );
         let mut holders = Vec::new();
-        for i in 0..n.min(self.tries) {
-            let k = (start + i) % n;
+        for k in order {
             let lock = self.opened(k);
             match lock.try_acquire()? {
                 Attempt::Acquired(held) => {

@@ -30,8 +30,8 @@ fn run(ls: Locksmith<'_>, args: &[String]) -> Command {
     ls(&a)
 }
 
-/// The waiters of `lock`'s fair queue as `status --json` lists them: their pids, in order.
-pub fn line(ls: Locksmith<'_>, args: &[&str], lock: &str) -> Vec<i64> {
+/// The waiters of `lock`'s fair queue as `status --json` lists them, in order.
+fn waiters(ls: Locksmith<'_>, args: &[&str], lock: &str) -> Vec<serde_json::Value> {
     let o = output_within(
         run(ls, &with(args, &["--fair", "status", "--json", lock])),
         Duration::from_secs(60),
@@ -41,6 +41,12 @@ pub fn line(ls: Locksmith<'_>, args: &[&str], lock: &str) -> Vec<i64> {
     v["waiters"]
         .as_array()
         .unwrap_or_else(|| panic!("no \"waiters\" in {v}"))
+        .clone()
+}
+
+/// The waiters of `lock`'s fair queue as `status --json` lists them: their pids, in order.
+pub fn line(ls: Locksmith<'_>, args: &[&str], lock: &str) -> Vec<i64> {
+    waiters(ls, args, lock)
         .iter()
         // A place being taken or given back may show no holder record yet.
         .filter_map(|w| w["pid"].as_i64())
@@ -51,15 +57,7 @@ pub fn line(ls: Locksmith<'_>, args: &[&str], lock: &str) -> Vec<i64> {
 /// token): their pids, in order. A waiter holds its place before its number is issued (one
 /// more request on a server), and only its number puts it in line.
 pub fn numbered(ls: Locksmith<'_>, args: &[&str], lock: &str) -> Vec<i64> {
-    let o = output_within(
-        run(ls, &with(args, &["--fair", "status", "--json", lock])),
-        Duration::from_secs(60),
-    );
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("status --json of {lock}: {e}: {}", stdout(&o)));
-    v["waiters"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no \"waiters\" in {v}"))
+    waiters(ls, args, lock)
         .iter()
         .filter(|w| w["token"].is_u64())
         .filter_map(|w| w["pid"].as_i64())

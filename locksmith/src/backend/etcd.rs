@@ -597,6 +597,19 @@ impl Etcd {
         }
     }
 
+    /// Every key under `PREFIX.slot-` (its slots' queues and states), in one range read,
+    /// with that prefix.
+    fn slot_keys(&mut self) -> Result<(String, rpc::pb::etcdserverpb::RangeResponse)> {
+        let base = format!("{}.slot-", self.cfg.prefix);
+        let limit = self.timeout;
+        let read = self.call(limit, |mut c| {
+            let base = base.clone();
+            async move { c.range_prefix(&base).await }
+        })?;
+        let r = read.map_err(|why| self.fail("cannot read the lock's slots", why))?;
+        Ok((base, r))
+    }
+
     /// Grants a lease and queues our key.
     ///
     /// **The lease's ID is ours** (random, asked for in the grant): a grant whose answer is
@@ -1114,13 +1127,7 @@ impl Backend for Etcd {
     /// superset of the holders); `PREFIX.slot-K.state` lives on after release and is not
     /// counted. A fair line's places (`fair.rs`) were otherwise read one range each.
     fn slots_present(&mut self, n: u32) -> Result<Option<Vec<u32>>> {
-        let base = format!("{}.slot-", self.cfg.prefix);
-        let limit = self.timeout;
-        let read = self.call(limit, |mut c| {
-            let base = base.clone();
-            async move { c.range_prefix(&base).await }
-        })?;
-        let r = read.map_err(|why| self.fail("cannot read the lock's slots", why))?;
+        let (base, r) = self.slot_keys()?;
         let mut v: Vec<u32> = r
             .kvs
             .iter()
@@ -1140,13 +1147,7 @@ impl Backend for Etcd {
     /// A fair line's places (`fair.rs`) were otherwise read one range each — which kept the
     /// line to 32 places.
     fn slots_holders(&mut self, n: u32) -> Result<Option<Vec<Holder>>> {
-        let base = format!("{}.slot-", self.cfg.prefix);
-        let limit = self.timeout;
-        let read = self.call(limit, |mut c| {
-            let base = base.clone();
-            async move { c.range_prefix(&base).await }
-        })?;
-        let r = read.map_err(|why| self.fail("cannot read the lock's slots", why))?;
+        let (base, r) = self.slot_keys()?;
         // Each slot's keys, oldest first (the range is sorted by create revision).
         let mut queues: std::collections::BTreeMap<u32, Vec<Entry>> = Default::default();
         for kv in &r.kvs {

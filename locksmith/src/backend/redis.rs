@@ -701,6 +701,29 @@ impl Redis {
         }
     }
 
+    /// A read-only `script` over the first `n` slots, in one request: its keys are `first`
+    /// (if any), then each slot's key and its readers' key, in slot order.
+    fn on_slots(&mut self, script: &str, first: Option<String>, n: u32) -> Result<Value> {
+        let names: Vec<String> = first
+            .into_iter()
+            .chain((0..n).flat_map(|k| {
+                let slot = self.cfg.slot(k).key;
+                let readers = format!("{slot}.readers");
+                [slot, readers]
+            }))
+            .collect();
+        let count = names.len().to_string();
+        let mut argv: Vec<&[u8]> = vec![b"EVAL", script.as_bytes(), count.as_bytes()];
+        argv.extend(names.iter().map(|k| k.as_bytes()));
+        let what = "cannot read the lock's slots";
+        let deadline = request_by(self.timeout, self.by);
+        match self.conn_by(deadline)?.call(&argv, deadline) {
+            Ok(Value::Error(e)) => Err(self.refused(what, &e)),
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.unreachable(what, &e)),
+        }
+    }
+
     /// One request, bounded by the usual timeout (and, while waiting, by the wait's deadline).
     fn run(&mut self, what: &str, script: &str, args: &[&str]) -> Result<Value> {
         let deadline = request_by(self.timeout, self.by);
@@ -949,23 +972,7 @@ impl Backend for Redis {
     /// moment (the script is atomic), so a superset of the slots held throughout the read. A
     /// fair line's places (`fair.rs`) were otherwise read one script each.
     fn slots_present(&mut self, n: u32) -> Result<Option<Vec<u32>>> {
-        let names: Vec<String> = (0..n)
-            .flat_map(|k| {
-                let slot = self.cfg.slot(k).key;
-                let readers = format!("{slot}.readers");
-                [slot, readers]
-            })
-            .collect();
-        let count = names.len().to_string();
-        let mut argv: Vec<&[u8]> = vec![b"EVAL", PRESENT.as_bytes(), count.as_bytes()];
-        argv.extend(names.iter().map(|k| k.as_bytes()));
-        let what = "cannot read the lock's slots";
-        let deadline = request_by(self.timeout, self.by);
-        let v = match self.conn_by(deadline)?.call(&argv, deadline) {
-            Ok(Value::Error(e)) => return Err(self.refused(what, &e)),
-            Ok(v) => v,
-            Err(e) => return Err(self.unreachable(what, &e)),
-        };
+        let v = self.on_slots(PRESENT, None, n)?;
         let mut present: Vec<u32> = v
             .items()
             .iter()
@@ -981,23 +988,7 @@ impl Backend for Redis {
     /// (`fair.rs`) were otherwise read one script each — which kept the line to 32 places.
     fn slots_holders(&mut self, n: u32) -> Result<Option<Vec<Holder>>> {
         let counter = self.keys()[2].clone();
-        let names: Vec<String> = std::iter::once(counter)
-            .chain((0..n).flat_map(|k| {
-                let slot = self.cfg.slot(k).key;
-                let readers = format!("{slot}.readers");
-                [slot, readers]
-            }))
-            .collect();
-        let count = names.len().to_string();
-        let mut argv: Vec<&[u8]> = vec![b"EVAL", HOLDERS_OF.as_bytes(), count.as_bytes()];
-        argv.extend(names.iter().map(|k| k.as_bytes()));
-        let what = "cannot read the lock's slots";
-        let deadline = request_by(self.timeout, self.by);
-        let v = match self.conn_by(deadline)?.call(&argv, deadline) {
-            Ok(Value::Error(e)) => return Err(self.refused(what, &e)),
-            Ok(v) => v,
-            Err(e) => return Err(self.unreachable(what, &e)),
-        };
+        let v = self.on_slots(HOLDERS_OF, Some(counter), n)?;
         let items = v.items();
         let epoch = items
             .first()

@@ -40,7 +40,7 @@ use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 use super::lock::{Attempt, Backend, Break, BreakOutcome, Held, Holder, WaitHint};
-use super::slots::{Opener, Slots, Tried};
+use super::slots::{Opener, SlotTry, Slots};
 use crate::error::{Error, Kind, Result};
 use crate::log::{debug, info};
 use crate::settings::Common;
@@ -130,7 +130,7 @@ impl Fair {
             },
             None => (None, places as usize),
         });
-        let queue = match self.entering.take() {
+        let mut queue = match self.entering.take() {
             Some(mut q) => {
                 if let Some((first, tries)) = aim {
                     q.aim(first, tries);
@@ -144,14 +144,13 @@ impl Fair {
                     places,
                     self.queue.clone(),
                 )
-                .places(first);
+                .places();
                 q.aim(first, tries);
                 q
             }
         };
-        let mut queue = queue;
         match queue.try_once()? {
-            Tried::Acquired(held) => {
+            SlotTry::Acquired(held) => {
                 let grant = held.grant().clone();
                 let period = held.period();
                 let slot = grant.slot.unwrap_or(0);
@@ -169,7 +168,7 @@ impl Fair {
                     self.ahead.len()
                 );
             }
-            Tried::Busy(seen) => {
+            SlotTry::Busy(seen) => {
                 self.lister = None;
                 debug!(
                     "lock {}: every place of its fair queue is taken ({})",
@@ -178,7 +177,7 @@ impl Fair {
                 );
                 self.entering = Some(queue);
             }
-            Tried::Unanswered(e) => {
+            SlotTry::Unanswered(e) => {
                 self.lister = None;
                 self.entering = Some(queue);
                 self.unanswered = Some(e);

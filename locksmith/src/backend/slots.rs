@@ -69,7 +69,7 @@ pub struct Slots {
 }
 
 /// One try of a lock of slots ([`Slots::try_once`]).
-pub enum Tried {
+pub enum SlotTry {
     Acquired(Box<dyn Held>),
     Busy(Vec<Holder>),
     Unanswered(Error),
@@ -105,15 +105,15 @@ impl Slots {
         self
     }
 
-    /// A fair queue's places (`fair.rs`), tried from slot `first` upwards (the lowest that
-    /// looked free, so that the places held stay few and low where they are listed) or, with
-    /// none, from a random one as any semaphore's. Their number is not judged: a place only
+    /// A fair queue's places (`fair.rs`), tried where [`aim`](Slots::aim) says: from the
+    /// lowest that looked free upwards (so that the places held stay few and low where they
+    /// are listed) or, with none, from a random one as any semaphore's. Their number is not
+    /// judged: a place only
     /// orders waiters (the lock's own slots judge its holders), so a line whose counter
     /// records another number — kept by a locksmith with other places, as before 1024 on the
     /// file backends — is joined, not refused.
-    pub fn places(mut self, first: Option<u32>) -> Slots {
+    pub fn places(mut self) -> Slots {
         self.places = true;
-        self.aim(first, self.slots.len());
         // Opened by `new` with an agreement: opened again when used, without.
         self.slots[0] = None;
         self
@@ -215,7 +215,7 @@ impl Slots {
 
     /// One try of [`Backend::try_acquire`], keeping the value (a fair queue's entering
     /// waiter re-aims it between tries, `fair.rs`).
-    pub fn try_once(&mut self) -> Result<Tried> {
+    pub fn try_once(&mut self) -> Result<SlotTry> {
         let n = self.slots.len();
         let began = crate::sys::boottime();
         // Contenders start at different slots, so that a free one is found in one try
@@ -251,7 +251,7 @@ impl Slots {
                     }
                     let ours = self.slot(k);
                     let held = SlotHeld::new(held, ours, began);
-                    return Ok(Tried::Acquired(Box::new(held)));
+                    return Ok(SlotTry::Acquired(Box::new(held)));
                 }
                 Attempt::Busy(lock, mut seen) => {
                     self.slots[k] = Some(lock);
@@ -265,7 +265,7 @@ impl Slots {
                     // The other slots are tried at the next try: this one's server (the
                     // same for all) did not answer.
                     self.slots[k] = Some(lock);
-                    return Ok(Tried::Unanswered(e));
+                    return Ok(SlotTry::Unanswered(e));
                 }
             }
         }
@@ -299,7 +299,7 @@ impl Slots {
                 agreement(self.lock.clone(), self.n, None, self.open.clone())(m)?;
             }
         }
-        Ok(Tried::Busy(holders))
+        Ok(SlotTry::Busy(holders))
     }
 }
 
@@ -393,9 +393,9 @@ impl Backend for Slots {
 
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
         Ok(match self.try_once()? {
-            Tried::Acquired(held) => Attempt::Acquired(held),
-            Tried::Busy(holders) => Attempt::Busy(self, holders),
-            Tried::Unanswered(e) => Attempt::Unanswered(self, e),
+            SlotTry::Acquired(held) => Attempt::Acquired(held),
+            SlotTry::Busy(holders) => Attempt::Busy(self, holders),
+            SlotTry::Unanswered(e) => Attempt::Unanswered(self, e),
         })
     }
 

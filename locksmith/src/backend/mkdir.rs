@@ -57,9 +57,10 @@
 //! # Leftovers
 //! A locker killed between making its `.NAME.<nonce>….new` and publishing it leaves that
 //! directory; one acquisition in 16 removes it if its maker is provably dead
-//! (`Files::tidy_unpublished`: one listing of the parent per 16 acquisitions, none per
+//! (`Files::tidy_leftovers`: one listing of the parent per 16 acquisitions, none per
 //! wait), judged by the maker its name carries — on a network filesystem (SMB) by that
-//! alone: looking into another mount's `.new` there makes its live maker fail.
+//! alone: looking into another mount's `.new` there makes its live maker fail. The same look
+//! removes tombstones left behind (a releaser's tidying that failed: see Limits).
 //!
 //! # Limits
 //! A lock directory without a record (a locker on NFS or sshfs killed between `mkdir` and
@@ -68,7 +69,8 @@
 //! before renaming it, which leaves a window of microseconds between two such breakers. A
 //! reader holding `NAME/beat` open on the releaser's mount keeps the tombstone from being
 //! removed (a `.nfsXXXX` / `.fuse_hiddenXXXX` file): the removal is retried for about 2.5
-//! seconds, then the tombstone is left (the name is free at once either way).
+//! seconds, then the tombstone is left (the name is free at once either way) for a later
+//! acquisition's look at the leftovers to remove.
 //! Another host's `.new` left by a locker killed before publishing stays (nothing can tell its
 //! maker is dead), and so does one named without its maker (a name near `NAME_MAX`) on a
 //! network filesystem, or locally without a record (killed between its `mkdir` and its first
@@ -419,7 +421,7 @@ impl Files {
     /// The private name a lock is prepared under: `.NAME.<nonce>.<host>.<pid>.<start>.new`, its
     /// maker's identity for proof of death in the name ([`crate::host::Host::tag`]), so that a
     /// listing alone says whether its maker is dead — on a network filesystem nothing else of
-    /// another mount's `.new` may be looked at ([`Files::tidy_unpublished`]). The older
+    /// another mount's `.new` may be looked at ([`Files::tidy_leftovers`]). The older
     /// `.NAME.<nonce>.new` where that name would be longer than the filesystem takes (its
     /// `statfs` name length: 255 bytes on most, 143 on eCryptfs) or this host cannot be named
     /// ([`crate::host::Host::tag`]).
@@ -439,7 +441,8 @@ impl Files {
         self.dir.beside(&format!(".{}.new", rec.nonce))
     }
 
-    /// Removes what lockers killed before publishing left beside the lock: `.NAME.<nonce>….new/`
+    /// Removes leftovers beside the lock: tombstones (`.NAME.<nonce>.tomb/`, never the lock,
+    /// whoever left them), and what lockers killed before publishing left: `.NAME.<nonce>….new/`
     /// directories whose maker is provably dead (this host, its process gone or its pid
     /// reused): judged by the name where it carries the maker ([`Files::unpublished_name`]),
     /// else by the record inside ([`stale::provably_dead`]). Another host's is left, and so is
@@ -451,7 +454,7 @@ impl Files {
     /// [`lockdir::tidies`]: waiters never pay for it, and a lock taken and released in a loop pays
     /// one `getdents` pass of the parent every 16 cycles. Best effort: what fails is said at
     /// debug level and left.
-    fn tidy_unpublished(&mut self, ours: &str) {
+    fn tidy_leftovers(&mut self, ours: &str) {
         let mut prefix = b".".to_vec();
         prefix.extend_from_slice(self.dir.name.as_bytes());
         prefix.push(b'.');
@@ -471,17 +474,34 @@ impl Files {
                 return;
             }
         };
+        let mut tombs = Vec::new();
         let left: Vec<(OsString, Unpublished)> = listing
             .iter()
             .flatten()
             .filter_map(|e| {
                 let n = e.file_name().to_bytes();
-                let middle = n.strip_prefix(prefix.as_slice())?.strip_suffix(b".new")?;
-                let u = Unpublished::parse(middle)?;
+                let middle = n.strip_prefix(prefix.as_slice())?;
+                if let Some(nonce) = middle.strip_suffix(b".tomb") {
+                    if std::str::from_utf8(nonce).is_ok_and(hex) {
+                        tombs.push(OsString::from_vec(n.to_vec()));
+                    }
+                    return None;
+                }
+                let u = Unpublished::parse(middle.strip_suffix(b".new")?)?;
                 (u.nonce != ours).then(|| (OsString::from_vec(n.to_vec()), u))
             })
             .collect();
         drop(listing);
+        // A tombstone is never the lock: whoever left it (a releaser or breaker whose tidying
+        // failed: a file held open inside, a network filesystem's ESTALE, a kill) no longer
+        // needs it, and the releaser tidying one right now takes our removal as its own.
+        for tomb in tombs.into_iter().take(LEFTOVERS) {
+            let shown = at.join(&tomb);
+            match tidy_once(parent, &tomb) {
+                Ok(()) | Err(Errno::ENOENT) => debug!("removed leftover tombstone {}", shown.display()),
+                Err(e) => debug!("cannot remove {}: {e}", shown.display()),
+            }
+        }
         // At most a few per look, each removed in one pass (a dead maker holds nothing open
         // there): names planted to look like dead makers' cost this acquisition little.
         for (new, u) in left.into_iter().take(LEFTOVERS) {
@@ -678,7 +698,7 @@ impl Files {
     }
 }
 
-/// The most leftovers one look removes ([`Files::tidy_unpublished`]).
+/// The most leftovers one look removes ([`Files::tidy_leftovers`]).
 const LEFTOVERS: usize = 8;
 
 /// What the name of an unpublished lock says (`.NAME.` and `.new` taken off): its nonce, and
@@ -840,20 +860,26 @@ fn tidy(parent: BorrowedFd<'_>, dir: &OsString, known: &[&str]) -> nix::Result<(
         inside.push(name);
         let _ = unlinkat(parent, inside.as_os_str(), UnlinkatFlags::NoRemoveDir);
     }
+    // Not empty yet (a file held open inside), or a network filesystem's passing ESTALE
+    // (GlusterFS, under load: the stop's CI of session 29 left a tombstone so): again, after
+    // a pause. Gone (`ENOENT`): another locker's look tidied it ([`Files::tidy_leftovers`]).
+    let again = |r: &nix::Result<()>| matches!(r, Err(Errno::ENOTEMPTY | Errno::EEXIST | Errno::ESTALE));
+    let done = |r: nix::Result<()>| match r {
+        Err(Errno::ENOENT) => Ok(()),
+        r => r,
+    };
     let mut pause = Duration::from_millis(5);
     loop {
-        match rmdir() {
-            Err(Errno::ENOTEMPTY | Errno::EEXIST) if pause < Duration::from_millis(1500) => {}
-            r => return r,
+        let r = rmdir();
+        if !again(&r) || pause >= Duration::from_millis(1500) {
+            return done(r);
         }
-        remove_records(parent, dir)?;
-        match rmdir() {
-            Err(Errno::ENOTEMPTY | Errno::EEXIST) => {
-                std::thread::sleep(pause);
-                pause *= 2;
-            }
-            r => return r,
+        let r = remove_records(parent, dir).and_then(|()| rmdir());
+        if !again(&r) {
+            return done(r);
         }
+        std::thread::sleep(pause);
+        pause *= 2;
     }
 }
 
@@ -1021,7 +1047,7 @@ impl Scheme for Files {
         if let Ok(Some(issued)) = issued {
             trace!("took the name: nonce {} token {token}", rec.nonce);
             if lockdir::tidies(rec.token) {
-                self.tidy_unpublished(&rec.nonce);
+                self.tidy_leftovers(&rec.nonce);
             }
             return Ok(Take::Held((rec, 0), Some(issued)));
         }

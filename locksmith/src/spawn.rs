@@ -111,6 +111,7 @@ pub fn spawn(command: &Command, own_group: bool, die_with_parent: bool) -> io::R
             0
         },
         error: AtomicI32::new(0),
+        closing: crate::sys::parked_fds(),
     };
     let mut stack = vec![0u8; STACK];
     // The stack grows down from its end, 16-byte aligned as the ABI wants.
@@ -275,6 +276,8 @@ struct ChildArgs {
     parent: libc::pid_t,
     /// The `execve` error, set by the child before it exits.
     error: AtomicI32,
+    /// Descriptors the child closes before its `execve` (`sys::parked_fds`).
+    closing: Vec<libc::c_int>,
 }
 
 /// The child, between `clone` and `execve`: system calls only, no allocation, no unwinding.
@@ -320,6 +323,9 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             if libc::getppid() != a.parent {
                 libc::_exit(127);
             }
+        }
+        for &fd in &a.closing {
+            libc::close(fd);
         }
         let mut empty: libc::sigset_t = unsafe_zeroed();
         libc::sigemptyset(&mut empty);

@@ -135,6 +135,8 @@ pub struct Files {
     /// smbnetfs): the complete lock directory is published by a plain `rename(2)`
     /// ([`Files::create_published`]).
     publish_by_rename: bool,
+    /// The longest name the parent's filesystem takes (`statfs`), asked once.
+    name_max: Option<usize>,
 }
 
 /// What a waiter compares between looks: the heartbeat record's content (read fresh), and
@@ -428,12 +430,18 @@ impl Files {
     fn unpublished_name(&mut self, rec: &Record) -> OsString {
         if let Some(maker) = maker_of(rec) {
             let named = self.dir.beside(&format!(".{}.{maker}.new", rec.nonce));
-            let most = self
-                .dir
-                .fd()
-                .ok()
-                .and_then(|fd| nix::sys::statfs::fstatfs(fd).ok())
-                .map_or(255, |s| s.maximum_name_length() as usize);
+            let most = match self.name_max {
+                Some(n) => n,
+                None => {
+                    let n = self
+                        .dir
+                        .fd()
+                        .ok()
+                        .and_then(|fd| nix::sys::statfs::fstatfs(fd).ok())
+                        .map_or(255, |s| s.maximum_name_length() as usize);
+                    *self.name_max.insert(n)
+                }
+            };
             if named.len() <= most.min(255) {
                 return named;
             }
@@ -1035,6 +1043,7 @@ impl Scheme for Files {
             // path NFS users take on a machine that cannot mount NFS.
             plain_mkdir: faults::on(Switch::MkdirPlain),
             publish_by_rename: false,
+            name_max: None,
         }
     }
 

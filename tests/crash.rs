@@ -807,8 +807,10 @@ fn a_killed_lockers_unpublished_directory_is_tidied_within_sixteen_acquisitions(
 /// A tombstone a releaser could not remove (a file held open inside past its retries,
 /// GlusterFS's passing ESTALE: the stop's CI of session 29 left one in a counter race) is
 /// never the lock: the next look at the leftovers (one acquisition in 16) removes it, with the
-/// records inside. Another lock's, a look-alike, one holding something not ours and a symbolic
-/// link named like one stay, and what the link points to is not touched.
+/// records inside. Another lock's, a look-alike, one holding something not ours, a symbolic
+/// link named like one and a lock directory named like one (an owner entry inside: a release
+/// or a break moves that entry before the rename) stay, and what the link points to is not
+/// touched.
 #[test]
 fn a_tombstone_left_behind_is_tidied_within_sixteen_acquisitions() {
     let sb = Sandbox::standard();
@@ -833,6 +835,14 @@ fn a_tombstone_left_behind_is_tidied_within_sixteen_acquisitions() {
     fs::write(target.join("beat"), "keep").unwrap();
     let linked = ".m.lock.00000000000000aa.tomb";
     symlink(&target, sb.join(linked)).unwrap();
+    let a_lock = ".m.lock.1111111111111111.tomb";
+    fs::create_dir(sb.join(a_lock)).unwrap();
+    fs::write(
+        sb.join(a_lock).join("beat"),
+        "locksmith v=1 host=elsewhere pid=1\n",
+    )
+    .unwrap();
+    symlink("x", sb.join(a_lock).join("owner.2222222222222222")).unwrap();
     let tombs = || -> Vec<String> {
         let mut v: Vec<String> = sb
             .listing()
@@ -856,7 +866,7 @@ fn a_tombstone_left_behind_is_tidied_within_sixteen_acquisitions() {
             tombs()
         );
     }
-    let mut want = vec![linked, look_alike, other_lock, not_ours];
+    let mut want = vec![linked, a_lock, look_alike, other_lock, not_ours];
     want.sort();
     assert_eq!(tombs(), want);
     assert_eq!(
@@ -864,6 +874,10 @@ fn a_tombstone_left_behind_is_tidied_within_sixteen_acquisitions() {
         "keep"
     );
     assert_eq!(fs::read_to_string(target.join("beat")).unwrap(), "keep");
+    assert!(
+        sb.join(a_lock).join("beat").exists(),
+        "the lock named like a tombstone"
+    );
 }
 
 /// In a pid namespace whose `/proc` is still the outer one's (`unshare -p -f` without

@@ -122,24 +122,10 @@ fn parse_stat(text: &str) -> Option<ProcStat> {
 
 /// Our own start time, for the owner record: from `/proc/self`, which is this process
 /// whichever pid namespace `/proc` is of (`/proc/<getpid>` is not, [`own_proc`]).
-/// Read once per process: a process's start time never changes (one `/proc` read less on
-/// the way from a release to the next holder's lock, issue 29). Kept with the pid it was read
-/// in: a library caller's forked child is another process, and reads its own.
 pub fn own_start() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    // pid << 32 | 1 once read (a start time fits in u64 alone: kept beside it).
-    static READ_IN: AtomicU64 = AtomicU64::new(0);
-    static START: AtomicU64 = AtomicU64::new(0);
-    let pid = u64::from(std::process::id());
-    if READ_IN.load(Ordering::Acquire) == (pid << 32 | 1) {
-        return START.load(Ordering::Relaxed);
-    }
-    let start = read_proc("/proc/self/stat")
+    read_proc("/proc/self/stat")
         .and_then(|t| parse_stat(&t))
-        .map_or(0, |s| s.start);
-    START.store(start, Ordering::Relaxed);
-    READ_IN.store(pid << 32 | 1, Ordering::Release);
-    start
+        .map_or(0, |s| s.start)
 }
 
 /// Whether a process recorded as (`pid`, `start`) on this host is still running.

@@ -60,7 +60,8 @@
 //! (`Files::tidy_leftovers`: one listing of the parent per 16 acquisitions, none per
 //! wait), judged by the maker its name carries — on a network filesystem (SMB) by that
 //! alone: looking into another mount's `.new` there makes its live maker fail. The same look
-//! removes tombstones left behind (a releaser's tidying that failed: see Limits).
+//! removes tombstones left behind on a local filesystem (a releaser's tidying that failed: see
+//! Limits).
 //!
 //! # Limits
 //! A lock directory without a record (a locker on NFS or sshfs killed between `mkdir` and
@@ -69,8 +70,9 @@
 //! before renaming it, which leaves a window of microseconds between two such breakers. A
 //! reader holding `NAME/beat` open on the releaser's mount keeps the tombstone from being
 //! removed (a `.nfsXXXX` / `.fuse_hiddenXXXX` file): the removal is retried for about 2.5
-//! seconds, then the tombstone is left (the name is free at once either way) for a later
-//! acquisition's look at the leftovers to remove.
+//! seconds, then the tombstone is left (the name is free at once either way): on a local
+//! filesystem for a later acquisition's look at the leftovers to remove, on a network one
+//! for good (a `.fuse_hidden`/`.nfs` file is held open there: only NFS and FUSE have them).
 //! Another host's `.new` left by a locker killed before publishing stays (nothing can tell its
 //! maker is dead), and so does one named without its maker (a name near `NAME_MAX`) on a
 //! network filesystem, or locally without a record (killed between its `mkdir` and its first
@@ -233,7 +235,7 @@ impl Files {
         match published {
             Ok(()) => Ok(true),
             Err(e) => {
-                let _ = tidy(parent, &new, &[BEAT]);
+                let _ = tidy(parent, &new, &[BEAT], true);
                 match e {
                     Errno::EEXIST | Errno::ENOTEMPTY => Ok(false),
                     // Without `symlink(2)` too (SMB through smbnetfs, where `mkdir` is the
@@ -413,7 +415,8 @@ impl Files {
                 Err(err!(Busy, "exists"))
             }
             Err(e) => {
-                let _ = tidy(self.dir.fd()?, dir, &[BEAT]);
+                let private = *dir != self.dir.name;
+                let _ = tidy(self.dir.fd()?, dir, &[BEAT], private);
                 Err(e)
             }
             Ok(()) => Ok(()),
@@ -433,13 +436,15 @@ impl Files {
             let most = match self.name_max {
                 Some(n) => n,
                 None => {
-                    let n = self
+                    let asked = self
                         .dir
                         .fd()
                         .ok()
                         .and_then(|fd| nix::sys::statfs::fstatfs(fd).ok())
-                        .map_or(255, |s| s.maximum_name_length() as usize);
-                    *self.name_max.insert(n)
+                        .map(|s| s.maximum_name_length() as usize);
+                    // Kept only when asked: a failed look is asked again next time.
+                    self.name_max = asked;
+                    asked.unwrap_or(255)
                 }
             };
             if named.len() <= most.min(255) {
@@ -483,14 +488,14 @@ impl Files {
             }
         };
         let mut tombs = Vec::new();
-        let left: Vec<(OsString, Unpublished)> = listing
+        let mut left: Vec<(OsString, Unpublished)> = listing
             .iter()
             .flatten()
             .filter_map(|e| {
                 let n = e.file_name().to_bytes();
                 let middle = n.strip_prefix(prefix.as_slice())?;
                 if let Some(nonce) = middle.strip_suffix(b".tomb") {
-                    if std::str::from_utf8(nonce).is_ok_and(hex) {
+                    if !remote && std::str::from_utf8(nonce).is_ok_and(hex) {
                         tombs.push(OsString::from_vec(n.to_vec()));
                     }
                     return None;
@@ -500,11 +505,25 @@ impl Files {
             })
             .collect();
         drop(listing);
+        // A few per look, picked at random: names planted to stay (another user's in a sticky
+        // directory, something foreign inside) cannot keep the others from ever being looked at.
+        fastrand::shuffle(&mut tombs);
+        fastrand::shuffle(&mut left);
         // A tombstone is never the lock: whoever left it (a releaser or breaker whose tidying
         // failed: a file held open inside, a network filesystem's ESTALE, a kill) no longer
-        // needs it, and the releaser tidying one right now takes our removal as its own.
+        // needs it, and the releaser tidying one right now takes our removal as its own. Not
+        // on a network filesystem: there looking into another mount's directory can fail its
+        // owner's calls (SMB), and the releaser's own tidying, which waits out ESTALE and a
+        // file held open, is what removes it. One
+        // with an owner entry inside is no tombstone (a release or a break moves the owner
+        // entry before the rename) but a lock directory named like one — another lock of this
+        // directory, `.NAME.<16 hex>.tomb`: left alone.
         for tomb in tombs.into_iter().take(LEFTOVERS) {
             let shown = at.join(&tomb);
+            if !entries_at(parent, &tomb, OWNER_PREFIX).is_empty() {
+                trace!("left {}: an owner entry inside", shown.display());
+                continue;
+            }
             match tidy_once(parent, &tomb) {
                 Ok(()) | Err(Errno::ENOENT) => debug!("removed leftover tombstone {}", shown.display()),
                 Err(e) => debug!("cannot remove {}: {e}", shown.display()),
@@ -696,7 +715,7 @@ impl Files {
                 return Ok(true);
             }
         }
-        if let Err(e) = tidy(parent, &tomb, known) {
+        if let Err(e) = tidy(parent, &tomb, known, true) {
             debug!(
                 "left tombstone {} behind: {e}",
                 self.dir.shown(&tomb).display()
@@ -854,10 +873,14 @@ fn remove_records(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
 /// GlusterFS counter race).
 ///
 /// An empty directory (a lock being made whose first record could not be created, e.g. for
-/// want of descriptors) is removed without opening anything; a listing holds one descriptor
-/// at a time (issue 28: under `ulimit -n` pressure a second one failed and the directory
-/// stayed).
-fn tidy(parent: BorrowedFd<'_>, dir: &OsString, known: &[&str]) -> nix::Result<()> {
+/// want of descriptors) is removed whether or not a descriptor can be had; a listing holds one
+/// descriptor, and the `O_PATH` reference below is let go when the listing cannot get one
+/// (issue 28: under `ulimit -n` pressure a second one failed and the directory stayed).
+///
+/// `private`: `dir` is a name only we make (a tombstone, our `.new`), so ESTALE is a network
+/// filesystem's passing answer about it; for the lock's own name (a plain `mkdir` whose records
+/// failed) it may mean that the directory we made went, and the name is someone else's now.
+fn tidy(parent: BorrowedFd<'_>, dir: &OsString, known: &[&str], private: bool) -> nix::Result<()> {
     let rmdir = || unlinkat(parent, dir.as_os_str(), UnlinkatFlags::RemoveDir);
     // Held open across the `rmdir` (an `O_PATH` reference), so that the directory is freed
     // when this is dropped, after the `rmdir` let go of the parent — not inside it, which
@@ -865,12 +888,13 @@ fn tidy(parent: BorrowedFd<'_>, dir: &OsString, known: &[&str]) -> nix::Result<(
     // `discard` (this machine's root) waits for the device, and every look or `mkdir` beside
     // the lock waited with it (two loops of `run mkdir … -- true`: a waiter's `mkdir` of its
     // `.new` blocked 249 µs median, in 222 of 600 handoffs; issue 29).
-    let _held = openat(
+    let mut held = openat(
         parent,
         dir.as_os_str(),
         OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         FileMode::empty(),
-    );
+    )
+    .ok();
     // What the caller knows is inside goes first, by name: the usual tombstone (a release's
     // `releasing.<nonce>` and `beat`) is then removed without listing it (issue 29: a failed
     // rmdir and the listing's eight calls less per release).
@@ -883,7 +907,11 @@ fn tidy(parent: BorrowedFd<'_>, dir: &OsString, known: &[&str]) -> nix::Result<(
     // Not empty yet (a file held open inside), or a network filesystem's passing ESTALE
     // (GlusterFS, under load: the stop's CI of session 29 left a tombstone so): again, after
     // a pause. Gone (`ENOENT`): another locker's look tidied it ([`Files::tidy_leftovers`]).
-    let again = |r: &nix::Result<()>| matches!(r, Err(Errno::ENOTEMPTY | Errno::EEXIST | Errno::ESTALE));
+    let again = |r: &nix::Result<()>| match r {
+        Err(Errno::ENOTEMPTY | Errno::EEXIST) => true,
+        Err(Errno::ESTALE) => private,
+        _ => false,
+    };
     let done = |r: nix::Result<()>| match r {
         Err(Errno::ENOENT) => Ok(()),
         r => r,
@@ -894,7 +922,14 @@ fn tidy(parent: BorrowedFd<'_>, dir: &OsString, known: &[&str]) -> nix::Result<(
         if !again(&r) || pause >= Duration::from_millis(1500) {
             return done(r);
         }
-        let r = remove_records(parent, dir).and_then(|()| rmdir());
+        let listed = match remove_records(parent, dir) {
+            Err(Errno::EMFILE | Errno::ENFILE) if held.is_some() => {
+                held = None;
+                remove_records(parent, dir)
+            }
+            r => r,
+        };
+        let r = listed.and_then(|()| rmdir());
         if !again(&r) {
             return done(r);
         }
@@ -914,6 +949,16 @@ fn claimed(dir: &OwnedFd, nonce: &str) -> bool {
             Err(Errno::ENOENT)
         )
     })
+}
+
+/// [`entries`] of the directory `name` in `parent` (not followed if a symbolic link; nothing
+/// if it cannot be opened as a directory).
+fn entries_at(parent: BorrowedFd<'_>, name: &OsStr, prefix: &str) -> Vec<String> {
+    let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    match openat(parent, name, flags, FileMode::empty()) {
+        Ok(fd) => entries(&fd, prefix),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// The names starting with `prefix` that a listing of `dir` shows (maybe from a cache).

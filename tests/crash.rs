@@ -814,14 +814,18 @@ fn a_killed_lockers_unpublished_directory_is_tidied_within_sixteen_acquisitions(
 #[test]
 fn a_tombstone_left_behind_is_tidied_within_sixteen_acquisitions() {
     let sb = Sandbox::standard();
+    // A directory with a heartbeat record and one entry, as a lock directory has.
+    let plant = |dir: &str, entry: &str| {
+        fs::create_dir(sb.join(dir)).unwrap();
+        fs::write(
+            sb.join(dir).join("beat"),
+            "locksmith v=1 host=elsewhere pid=1\n",
+        )
+        .unwrap();
+        symlink("x", sb.join(dir).join(entry)).unwrap();
+    };
     let tomb = ".m.lock.0123456789abcdef.tomb";
-    fs::create_dir(sb.join(tomb)).unwrap();
-    fs::write(
-        sb.join(tomb).join("beat"),
-        "locksmith v=1 host=elsewhere pid=1\n",
-    )
-    .unwrap();
-    symlink("x", sb.join(tomb).join("releasing.0123456789abcdef")).unwrap();
+    plant(tomb, "releasing.0123456789abcdef");
     let other_lock = ".m.lock.x.0123456789abcdef.tomb";
     let look_alike = ".m.lock.0123456789abcdeg.tomb";
     let not_ours = ".m.lock.fedcba9876543210.tomb";
@@ -836,13 +840,7 @@ fn a_tombstone_left_behind_is_tidied_within_sixteen_acquisitions() {
     let linked = ".m.lock.00000000000000aa.tomb";
     symlink(&target, sb.join(linked)).unwrap();
     let a_lock = ".m.lock.1111111111111111.tomb";
-    fs::create_dir(sb.join(a_lock)).unwrap();
-    fs::write(
-        sb.join(a_lock).join("beat"),
-        "locksmith v=1 host=elsewhere pid=1\n",
-    )
-    .unwrap();
-    symlink("x", sb.join(a_lock).join("owner.2222222222222222")).unwrap();
+    plant(a_lock, "owner.2222222222222222");
     let tombs = || -> Vec<String> {
         let mut v: Vec<String> = sb
             .listing()

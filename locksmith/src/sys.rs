@@ -83,24 +83,28 @@ pub fn init_process() {
     }
 }
 
-/// Installs a handler for `sig` that writes the signal's number, one byte, to the socket
-/// `fd` (a self-pipe for `poll`). `fd` must stay open for the rest of the process: the handler
-/// may run at any time. A full socket drops the byte; those already in it still wake the poll.
-pub fn signal_to_socket(sig: libc::c_int, fd: RawFd) -> io::Result<()> {
+/// A self-pipe for `poll`: `pipe2(2)`, both ends non-blocking and close-on-exec — a third of
+/// a socket pair's cost (no sockets, no credentials to take and free; issue 29).
+pub fn self_pipe() -> io::Result<(std::fs::File, OwnedFd)> {
+    let (rx, tx) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)?;
+    Ok((std::fs::File::from(rx), tx))
+}
+
+/// Installs a handler for `sig` that writes the signal's number, one byte, to the
+/// [`self_pipe`] end `fd`. `fd` must stay open for as long as the handler is registered (for
+/// the rest of the process, unless the returned id is unregistered): it may run at any time.
+/// A full pipe drops the byte; those already in it still wake the poll. A pipe whose reading
+/// end is gone answers `EPIPE` (`SIGPIPE` is ignored: [`init_process`], and std's start-up).
+pub fn signal_to_pipe(sig: libc::c_int, fd: RawFd) -> io::Result<signal_hook::SigId> {
     let number = sig as u8;
-    // SAFETY: the action calls only send(2), which is async-signal-safe (the registry saves
-    // errno around it), on a descriptor the caller never closes.
+    // SAFETY: the action calls only write(2), which is async-signal-safe (the registry saves
+    // errno around it), on a non-blocking descriptor the caller keeps open while registered.
     unsafe {
         signal_hook::low_level::register(sig, move || {
-            libc::send(
-                fd,
-                (&raw const number).cast(),
-                1,
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            );
+            libc::write(fd, (&raw const number).cast(), 1);
         })
     }
-    .map(|_| ())
 }
 
 /// Descriptors whose last close is slow, parked until no child can inherit them

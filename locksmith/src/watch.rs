@@ -5,7 +5,6 @@
 use std::fmt;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
-use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -67,7 +66,7 @@ pub struct Watcher {
     stdin: bool,
     parent: Option<Parent>,
     /// One self-pipe for every signal watched: its handler writes the signal's number.
-    signals: UnixStream,
+    signals: std::fs::File,
 }
 
 struct Parent {
@@ -84,16 +83,13 @@ impl Watcher {
     /// Installs the signal handlers and opens the parent's pidfd. Call it before taking the
     /// lock, so that a signal never kills the helper with the lock half-taken.
     pub fn new(opts: WatchOpts) -> Result<Watcher> {
-        let what = "cannot make the socket pair that watches for signals";
-        let (signals, tx) = UnixStream::pair().map_err(|e| Error::io(what, e))?;
-        signals
-            .set_nonblocking(true)
-            .map_err(|e| Error::io(what, e))?;
+        let what = "cannot make the pipe that watches for signals";
+        let (signals, tx) = sys::self_pipe().map_err(|e| Error::io(what, e))?;
         // The handlers may run at any time from now on, for the whole process: the writing
         // end stays open for as long (one descriptor per watcher made).
         let tx = tx.into_raw_fd();
         for sig in SIGNALS {
-            sys::signal_to_socket(sig as i32, tx)
+            sys::signal_to_pipe(sig as i32, tx)
                 .map_err(|e| Error::io(format!("installing a {sig} handler"), e))?;
         }
         let parent = if opts.parent {

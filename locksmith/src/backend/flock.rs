@@ -32,7 +32,6 @@ use std::fs::{self, File, TryLockError};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use nix::fcntl::OFlag;
@@ -65,6 +64,8 @@ pub struct Flock {
     cfg: FsConfig,
     mode: Mode,
     file: Option<File>,
+    /// The opened file's device and inode (`fstat` when opened), for the removal watch.
+    file_id: (u64, u64),
     /// The writer-preference gate, once opened.
     gate: Option<File>,
     /// flock(1)'s forms: nothing beside the file (no token state, no gate).
@@ -110,7 +111,9 @@ struct Watch {
     /// The directory (closing it ends its notifications).
     dir: OwnedFd,
     /// Readable after a `SIGIO`.
-    signals: UnixStream,
+    signals: File,
+    /// The pipe's writing end, written by the `SIGIO` handler (closed after it is taken away).
+    _tx: OwnedFd,
     /// The routing of `SIGIO` to `signals`, taken away with the watch.
     routed: signal_hook::SigId,
     /// The watched file, once armed.
@@ -125,7 +128,7 @@ impl Drop for Watch {
 }
 
 impl Watch {
-    /// The directory of `path` opened and `SIGIO` routed to a socket; nothing watched yet.
+    /// The directory of `path` opened and `SIGIO` routed to a pipe; nothing watched yet.
     /// `Err`: no watch here (the lock works as flock(1)'s does).
     fn prepare(path: &Path) -> std::io::Result<Watch> {
         let dir = path
@@ -136,25 +139,24 @@ impl Watch {
             OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
             FileMode::empty(),
         )?;
-        let (signals, tx) = UnixStream::pair()?;
-        signals.set_nonblocking(true)?;
-        let routed = signal_hook::low_level::pipe::register(libc::SIGIO, tx)?;
+        let (signals, tx) = crate::sys::self_pipe()?;
+        let routed = crate::sys::signal_to_pipe(libc::SIGIO, std::os::fd::AsRawFd::as_raw_fd(&tx))?;
         Ok(Watch {
             dir,
             signals,
+            _tx: tx,
             routed,
             dev: 0,
             ino: 0,
         })
     }
 
-    /// Watches `file`, locked at `path`: `Ok(true)` watched, `Ok(false)` the path no longer
-    /// names `file` (removed between our open and our lock: the path is someone else's now),
-    /// `Err`: cannot watch here.
-    fn arm(&mut self, path: &Path, file: &File) -> std::io::Result<bool> {
-        let md = file.metadata()?;
+    /// Watches the file `(dev, ino)` (its `fstat` when opened), locked at `path`: `Ok(true)`
+    /// watched, `Ok(false)` the path no longer names it (removed between our open and our
+    /// lock: the path is someone else's now), `Err`: cannot watch here.
+    fn arm(&mut self, path: &Path, (dev, ino): (u64, u64)) -> std::io::Result<bool> {
         crate::sys::dir_notify(self.dir.as_fd())?;
-        (self.dev, self.ino) = (md.dev(), md.ino());
+        (self.dev, self.ino) = (dev, ino);
         Ok(!self.gone(path))
     }
 
@@ -184,6 +186,7 @@ impl Flock {
             cfg,
             mode: common.mode(),
             file: None,
+            file_id: (0, 0),
             gate: None,
             waiter: None,
             flock1: common.flock1,
@@ -259,9 +262,8 @@ impl Flock {
     /// path tried again: its lock is not the path's lock.
     fn acquired(mut self) -> Result<Attempt> {
         self.prepare_watch();
-        let file = self.file.as_ref().expect("locked, so opened");
         let watch = match self.watch.take() {
-            Some(Ok(mut w)) => match w.arm(&self.cfg.path, file) {
+            Some(Ok(mut w)) => match w.arm(&self.cfg.path, self.file_id) {
                 Ok(true) => Some(w),
                 Ok(false) => {
                     debug!(
@@ -322,11 +324,11 @@ impl Flock {
                 OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW,
                 mode,
             );
-            let file = match opened {
-                Ok((file, _)) => file,
+            let (file, st) = match opened {
+                Ok((file, st)) => (file, st),
                 // flock(1)'s forms lock a directory as flock(1) does: opened read-only.
                 Err(_) if self.flock1 && fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) => {
-                    File::from(
+                    let dir = File::from(
                         nix::fcntl::open(
                             path,
                             OFlag::O_RDONLY
@@ -336,7 +338,10 @@ impl Flock {
                             FileMode::empty(),
                         )
                         .map_err(|e| Error::path("cannot open lock directory", path, e.into()))?,
-                    )
+                    );
+                    let st = nix::sys::stat::fstat(&dir)
+                        .map_err(|e| Error::path("cannot stat lock directory", path, e.into()))?;
+                    (dir, st)
                 }
                 Err(e) => return Err(e),
             };
@@ -346,10 +351,8 @@ impl Flock {
                 let fs = super::lockdir::detect(file.as_fd());
                 super::lockdir::check(&fs, path, &self.cfg, Duration::ZERO, false)?;
             }
-            let md = file
-                .metadata()
-                .map_err(|e| Error::path("cannot stat lock file", path, e))?;
-            self.fix_owner(&file, &md);
+            self.fix_owner(&file, &st);
+            self.file_id = (st.st_dev, st.st_ino);
             self.file = Some(file);
         }
         Ok(self.file.as_ref().expect("opened above"))
@@ -386,10 +389,8 @@ impl Flock {
         };
         match opened {
             Ok(None) => Ok(None),
-            Ok(Some((file, _))) => {
-                if let Ok(md) = file.metadata() {
-                    self.fix_owner(&file, &md);
-                }
+            Ok(Some((file, st))) => {
+                self.fix_owner(&file, &st);
                 Ok(Some(file))
             }
             Err(e) if e.kind() == Kind::Config => Err(e),
@@ -404,17 +405,17 @@ impl Flock {
 
     /// Applies `file_mode` and `group` to a file we own (best effort: a file made by
     /// another user keeps its mode).
-    fn fix_owner(&self, file: &File, md: &fs::Metadata) {
-        if md.uid() != nix::unistd::geteuid().as_raw() {
+    fn fix_owner(&self, file: &File, st: &nix::sys::stat::FileStat) {
+        if st.st_uid != nix::unistd::geteuid().as_raw() {
             return;
         }
         if let Some(m) = self.cfg.file_mode
-            && md.mode() & 0o7777 != m
+            && st.st_mode & 0o7777 != m
         {
             let _ = nix::sys::stat::fchmod(file.as_fd(), FileMode::from_bits_truncate(m));
         }
         if let Some(g) = self.cfg.group
-            && md.gid() != g
+            && st.st_gid != g
         {
             let _ = nix::unistd::fchown(file.as_fd(), None, Some(nix::unistd::Gid::from_raw(g)));
         }

@@ -79,6 +79,7 @@
 //! record).
 
 use std::ffi::{OsStr, OsString};
+use std::ops::ControlFlow;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -479,32 +480,28 @@ impl Files {
         let Ok((parent, remote)) = self.dir.fd_remote() else {
             return;
         };
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-        let mut listing = match nix::dir::Dir::openat(parent, ".", flags, FileMode::empty()) {
-            Ok(d) => d,
-            Err(e) => {
-                debug!("cannot list {} for leftovers: {e}", at.display());
-                return;
-            }
-        };
         let mut tombs = Vec::new();
-        let mut left: Vec<(OsString, Unpublished)> = listing
-            .iter()
-            .flatten()
-            .filter_map(|e| {
-                let n = e.file_name().to_bytes();
-                let middle = n.strip_prefix(prefix.as_slice())?;
-                if let Some(nonce) = middle.strip_suffix(b".tomb") {
-                    if !remote && std::str::from_utf8(nonce).is_ok_and(hex) {
-                        tombs.push(OsString::from_vec(n.to_vec()));
-                    }
-                    return None;
+        let mut left: Vec<(OsString, Unpublished)> = Vec::new();
+        let listed = crate::files::each_name(parent, ".", OFlag::empty(), |e| {
+            let n = e.to_bytes();
+            let Some(middle) = n.strip_prefix(prefix.as_slice()) else {
+                return ControlFlow::Continue(());
+            };
+            if let Some(nonce) = middle.strip_suffix(b".tomb") {
+                if !remote && std::str::from_utf8(nonce).is_ok_and(hex) {
+                    tombs.push(OsString::from_vec(n.to_vec()));
                 }
-                let u = Unpublished::parse(middle.strip_suffix(b".new")?)?;
-                (u.nonce != ours).then(|| (OsString::from_vec(n.to_vec()), u))
-            })
-            .collect();
-        drop(listing);
+            } else if let Some(u) = middle.strip_suffix(b".new").and_then(Unpublished::parse)
+                && u.nonce != ours
+            {
+                left.push((OsString::from_vec(n.to_vec()), u));
+            }
+            ControlFlow::Continue(())
+        });
+        // What was listed before a failure is still looked at.
+        if let Err(e) = listed {
+            debug!("cannot list {} for leftovers: {e}", at.display());
+        }
         // A few per look, picked at random: names planted to stay (another user's in a sticky
         // directory, something foreign inside) cannot keep the others from ever being looked at.
         fastrand::shuffle(&mut tombs);
@@ -839,26 +836,27 @@ fn tidy_once(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
 fn remove_records(parent: BorrowedFd<'_>, dir: &OsString) -> nix::Result<()> {
     // A new open file description each time: a shared one would keep its offset, and every
     // listing after the first would start at the end (and see nothing new).
-    let mut listing = nix::dir::Dir::openat(
+    let fd = openat(
         parent,
         dir.as_os_str(),
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         FileMode::empty(),
     )?;
-    let names: Vec<std::ffi::CString> = listing
-        .iter()
-        .flatten()
-        .map(|e| e.file_name().to_owned())
-        .collect();
-    for n in &names {
+    let mut names: Vec<std::ffi::CString> = Vec::new();
+    // What was listed before a failure is still removed; the directory's `rmdir` decides.
+    let _ = crate::files::list(fd.as_fd(), |n| {
         let b = n.to_bytes();
         if is_record_entry(b)
             || [BREAKER_PREFIX, CLAIMED_PREFIX, "new.", BEAT]
                 .iter()
                 .any(|p| b.starts_with(p.as_bytes()))
         {
-            let _ = unlinkat(&listing, n.as_c_str(), UnlinkatFlags::NoRemoveDir);
+            names.push(n.to_owned());
         }
+        ControlFlow::Continue(())
+    });
+    for n in &names {
+        let _ = unlinkat(&fd, n.as_c_str(), UnlinkatFlags::NoRemoveDir);
     }
     Ok(())
 }
@@ -965,16 +963,14 @@ fn entries_at(parent: BorrowedFd<'_>, name: &OsStr, prefix: &str) -> Vec<String>
 fn entries(dir: &OwnedFd, prefix: &str) -> Vec<String> {
     // Opened anew: `dir` may be an O_PATH descriptor (`open_lock`), and a listing of its own
     // starts at the beginning.
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-    let Ok(mut listing) = nix::dir::Dir::openat(dir, ".", flags, FileMode::empty()) else {
-        return Vec::new();
-    };
-    listing
-        .iter()
-        .flatten()
-        .filter(|e| e.file_name().to_bytes().starts_with(prefix.as_bytes()))
-        .map(|e| String::from_utf8_lossy(e.file_name().to_bytes()).into_owned())
-        .collect()
+    let mut out = Vec::new();
+    let _ = crate::files::each_name(dir.as_fd(), ".", OFlag::empty(), |n| {
+        if n.to_bytes().starts_with(prefix.as_bytes()) {
+            out.push(String::from_utf8_lossy(n.to_bytes()).into_owned());
+        }
+        ControlFlow::Continue(())
+    });
+    out
 }
 
 impl Holders for Files {

@@ -76,7 +76,6 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nix::dir::Dir;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat, readlinkat, renameat};
 use nix::sys::stat::{FileStat, Mode as FileMode, UtimensatFlags, fstatat, mkdirat, utimensat};
@@ -1304,21 +1303,13 @@ fn names_in(
     what: &str,
     keep: impl Fn(&[u8]) -> bool,
 ) -> Result<Vec<OsString>> {
-    let failed = |verb: &str, e: Errno| Error::path(&format!("cannot {verb} {what}"), shown, e.into());
-    let dup = openat(
-        dir,
-        ".",
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        FileMode::empty(),
-    )
-    .map_err(|e| failed("open", e))?;
-    let mut listing = Dir::from_fd(dup).map_err(|e| failed("list", e))?;
     let mut out = Vec::new();
-    for ent in listing.iter() {
-        let n = ent.map_err(|e| failed("list", e))?.file_name().to_bytes().to_owned();
-        if keep(&n) {
-            out.push(OsString::from_vec(n));
+    crate::files::each_name(dir, ".", OFlag::empty(), |n| {
+        if keep(n.to_bytes()) {
+            out.push(OsString::from_vec(n.to_bytes().to_vec()));
         }
-    }
+        std::ops::ControlFlow::Continue(())
+    })
+    .map_err(|e| Error::path(&format!("cannot list {what}"), shown, e.into()))?;
     Ok(out)
 }

@@ -23,7 +23,6 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,11 +36,11 @@ use crate::log::{debug, trace};
 use crate::sys;
 
 /// A blocking call on a thread of its own, for a waiter's `poll`: the thread makes the call,
-/// then writes one byte to a socketpair whose other end ([`fd`](Self::fd)) the waiter polls
+/// then writes one byte to a pipe whose other end ([`fd`](Self::fd)) the waiter polls
 /// beside everything else. Written once for every waiter that blocks in the kernel or on a
 /// server: `flock(2)` (the flock backend, the waiters' queue), `pg_advisory_lock`.
 pub struct Blocking<T> {
-    rx: UnixStream,
+    rx: File,
     thread: JoinHandle<T>,
     /// Its byte was read: the call has returned (asked again, still true).
     returned: AtomicBool,
@@ -55,8 +54,8 @@ impl<T: Send + 'static> Blocking<T> {
         stack: Option<usize>,
         call: impl FnOnce() -> T + Send + 'static,
     ) -> std::io::Result<Blocking<T>> {
-        let (rx, mut tx) = UnixStream::pair()?;
-        rx.set_nonblocking(true)?;
+        let (rx, tx) = sys::self_pipe()?;
+        let mut tx = File::from(tx);
         let mut builder = std::thread::Builder::new().name(name.into());
         if let Some(size) = stack {
             builder = builder.stack_size(size);

@@ -194,23 +194,18 @@ impl LockDir {
         prefix.extend_from_slice(b".slot-");
         let path = self.path.clone();
         let failed = |e: Errno| Error::path("cannot list the directory of lock", &path, e.into());
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-        let mut listing =
-            nix::dir::Dir::openat(self.fd()?, ".", flags, FileMode::empty()).map_err(failed)?;
         let mut present = Vec::new();
-        for entry in listing.iter() {
-            let entry = entry.map_err(failed)?;
-            let Some(digits) = entry.file_name().to_bytes().strip_prefix(prefix.as_slice()) else {
-                continue;
-            };
+        crate::files::each_name(self.fd()?, ".", OFlag::empty(), |name| {
             // Exactly as `FsConfig::slot` writes K, nothing after it.
-            let k = std::str::from_utf8(digits)
-                .ok()
+            let k = name
+                .to_bytes()
+                .strip_prefix(prefix.as_slice())
+                .and_then(|digits| std::str::from_utf8(digits).ok())
                 .and_then(|d| crate::backend::slots::slot_named(d, n, str::is_empty));
-            if let Some(k) = k {
-                present.push(k);
-            }
-        }
+            present.extend(k);
+            std::ops::ControlFlow::Continue(())
+        })
+        .map_err(failed)?;
         present.sort_unstable();
         Ok(present)
     }

@@ -20,7 +20,6 @@ use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nix::dir::Dir;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, renameat};
 use nix::sys::stat::{Mode as FileMode, fstatat, mkdirat};
@@ -74,11 +73,7 @@ impl StateAt<'_> {
 
     /// Lists `.NAME.state` (made fresh first on a network filesystem).
     fn find(&self) -> Result<Found> {
-        let flags = OFlag::O_RDONLY
-            | OFlag::O_DIRECTORY
-            | OFlag::O_NOFOLLOW
-            | OFlag::O_NONBLOCK
-            | OFlag::O_CLOEXEC;
+        let flags = OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK;
         if self.remote {
             // Our own create and remove inside: the client drops its cached listing.
             let probe = Path::new(self.name).join(format!("probe.{}", crate::host::nonce()));
@@ -86,8 +81,20 @@ impl StateAt<'_> {
                 let _ = unlinkat(self.dir, &probe, UnlinkatFlags::RemoveDir);
             }
         }
-        let mut d = match Dir::openat(self.dir, self.name, flags, FileMode::empty()) {
-            Ok(d) => d,
+        let mut best: Option<State> = None;
+        let listed = crate::files::each_name(self.dir, self.name, flags, |name| {
+            let st = std::str::from_utf8(name.to_bytes())
+                .ok()
+                .and_then(owner::parse_state_entry);
+            if let Some(st) = st
+                && best.is_none_or(|b| st.token > b.token)
+            {
+                best = Some(st);
+            }
+            std::ops::ControlFlow::Continue(())
+        });
+        match listed {
+            Ok(()) => {}
             Err(Errno::ENOENT) => return Ok(Found::Nothing),
             // Not a directory: something in the way (never opened, never read as "no state").
             Err(Errno::ENOTDIR) | Err(Errno::ELOOP) => {
@@ -105,19 +112,6 @@ impl StateAt<'_> {
                 };
             }
             Err(e) => return Err(Error::path("cannot read lock state", self.shown, e.into())),
-        };
-        let mut best: Option<State> = None;
-        for e in d.iter() {
-            let e = e.map_err(|e| Error::path("cannot read lock state", self.shown, e.into()))?;
-            let Some(st) = std::str::from_utf8(e.file_name().to_bytes())
-                .ok()
-                .and_then(owner::parse_state_entry)
-            else {
-                continue;
-            };
-            if best.is_none_or(|b| st.token > b.token) {
-                best = Some(st);
-            }
         }
         if let Some(st) = best
             && st.token == u64::MAX

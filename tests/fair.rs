@@ -117,6 +117,24 @@ pub fn served_in_order(
     kill: &[usize],
     give_up: &[usize],
 ) -> Vec<usize> {
+    served_in_order_with(sb, ls, args, lock, n, usize::MAX, kill, give_up)
+}
+
+/// [`served_in_order`] on a line of `places` places: the waiters after the first `places`
+/// find the line full and wait for a place (in no order among themselves, SPEC deviation of
+/// the network backends: 32 places), each started once it says it waits. The line `status`
+/// lists is then the first `places` waiters.
+#[allow(clippy::too_many_arguments)]
+fn served_in_order_with(
+    sb: &Sandbox,
+    ls: Locksmith<'_>,
+    args: &[&str],
+    lock: &str,
+    n: usize,
+    places: usize,
+    kill: &[usize],
+    give_up: &[usize],
+) -> Vec<usize> {
     let order_file = sb.join("order");
     let _ = fs::remove_file(&order_file);
     let mut c = run(ls, &with(args, &["--fair", lock]));
@@ -133,13 +151,24 @@ pub fn served_in_order(
         let child = waiter(ls, &order_file, &a, lock, i);
         let arrived = Instant::now();
         let pid = i64::from(child.id());
-        poll_until(
-            "the waiter is in line, with its number",
-            Duration::from_secs(30),
-            Duration::from_millis(20),
-            || numbered(ls, args, lock).contains(&pid),
-        )
-        .unwrap();
+        if i <= places {
+            poll_until(
+                "the waiter is in line, with its number",
+                Duration::from_secs(30),
+                Duration::from_millis(20),
+                || numbered(ls, args, lock).contains(&pid),
+            )
+            .unwrap();
+        } else {
+            let err = order_file.with_file_name(format!("waiter-{i}.err"));
+            poll_until(
+                "the waiter beyond the line says it waits",
+                Duration::from_secs(30),
+                Duration::from_millis(20),
+                || fs::read_to_string(&err).is_ok_and(|e| e.contains("waiting for lock")),
+            )
+            .unwrap();
+        }
         waiters.push((i, child));
         // SPEC §3b's scenario: waiters arriving 150 ms apart (so that their polls are not in
         // step; a line kept only by luck shows here).
@@ -152,6 +181,7 @@ pub fn served_in_order(
     let gave_up: Vec<i64> = give_up.iter().map(|&i| pids[i - 1]).collect();
     let expected: Vec<i64> = pids
         .iter()
+        .take(places)
         .copied()
         .filter(|p| !gave_up.contains(p))
         .collect();
@@ -351,6 +381,32 @@ pub fn check_fair(sb: &Sandbox, ls: Locksmith<'_>, lock: &str, what: &str) {
     assert_eq!(order, (1..=12).collect::<Vec<_>>(), "{what}");
     let order = served_in_order(sb, ls, &[], lock, 6, &[2], &[4]);
     assert_eq!(order, [1, 3, 5, 6], "{what}");
+}
+
+/// A line filled (the network backends' 32 places, SPEC deviation): 36 waiters, the first 32
+/// in line in the order they came, the last four waiting for a place. Every waiter is served,
+/// none gives up; the 32 in line first, in order, then the four — a waiter beyond the line
+/// never takes the lock before those in it.
+pub fn check_full_line(sb: &Sandbox, ls: Locksmith<'_>, lock: &str, what: &str) {
+    const PLACES: usize = 32;
+    let order = served_in_order_with(sb, ls, &[], lock, PLACES + 4, PLACES, &[], &[]);
+    assert_eq!(
+        order.len(),
+        PLACES + 4,
+        "{what}: every waiter served once: {order:?}"
+    );
+    assert_eq!(
+        order[..PLACES],
+        (1..=PLACES).collect::<Vec<_>>(),
+        "{what}: the line, in order, before any waiter beyond it: {order:?}"
+    );
+    let mut beyond = order[PLACES..].to_vec();
+    beyond.sort_unstable();
+    assert_eq!(
+        beyond,
+        (PLACES + 1..=PLACES + 4).collect::<Vec<_>>(),
+        "{what}"
+    );
 }
 
 /// Beyond 32 waiters (the places of ftp, postgres and s3): a backend that reads a line's

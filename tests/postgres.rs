@@ -411,6 +411,20 @@ fn fair_line_is_served_in_order_and_a_killed_waiter_does_not_stall_it() {
     crate::fair::check_fair(&sb, &|a| sb.cmd(a), "pg", "postgres");
 }
 
+/// A fair line of 32 places filled (SPEC deviation: 32 places on postgres): 36 waiters, the
+/// four beyond the line served after the 32 in it, none giving up — with up to three sessions
+/// per waiter in line (issue 26), within the tests' cluster's connections. A waiter beyond
+/// the line that tried the lock itself (`Fair::try_acquire` without a place) overtook it.
+#[test]
+fn full_fair_line_serves_the_waiters_beyond_it_after() {
+    let _heavy = heavy();
+    let Some(pg) = NotStarted::or_skip(Pg::start()) else {
+        return;
+    };
+    let sb = pg.sandbox();
+    crate::fair::check_full_line(&sb, &|a| sb.cmd(a), "pg", "postgres");
+}
+
 /// A busy fair line on PostgreSQL never stalls (8 loops of 10 fair runs, none gives up).
 #[test]
 fn a_busy_fair_line_never_stalls() {

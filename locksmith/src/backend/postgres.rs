@@ -63,6 +63,19 @@ use crate::watch::Watcher;
 
 pub mod probe;
 
+mod pool;
+
+/// The process's idle sessions ([`pool`]).
+static POOL: std::sync::Mutex<pool::Pool<PoolKey>> = std::sync::Mutex::new(pool::Pool::new());
+
+/// What makes two of our sessions interchangeable ([`Postgres::pool_key`]).
+type PoolKey = (PgConfig, Duration, Duration);
+
+/// The pool's operations, its lock held for each (a poisoned lock: nothing kept).
+fn pooled<T>(f: impl FnOnce(&mut pool::Pool<PoolKey>) -> T) -> Option<T> {
+    POOL.lock().ok().map(|mut p| f(&mut p))
+}
+
 /// Settings of the `postgres` backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PgConfig {
@@ -377,6 +390,12 @@ pub struct Postgres {
     /// While waiting with a deadline: it bounds every request of a try
     /// ([`Postgres::within`]).
     by: Option<Instant>,
+    /// Counted among the backends still looking or waiting ([`pool`]): until it takes its
+    /// lock, or drops.
+    looking: bool,
+    /// Our session holds no advisory lock of ours: it never took one, or gave it back. Only
+    /// such a session is kept for another backend when this one drops ([`pool`]).
+    holds_nothing: bool,
 }
 
 /// A thread blocked in `pg_advisory_lock` on our connection, and how to cancel its query.
@@ -415,6 +434,29 @@ impl Postgres {
             session: None,
             lost: Vec::new(),
             by: None,
+            looking: pooled(pool::Pool::looking).is_some(),
+            holds_nothing: true,
+        }
+    }
+
+    /// What makes two of our sessions interchangeable: the same server, role, database and
+    /// TLS, and the same settings told at connect (the lock, its row and schema aside).
+    fn pool_key(&self) -> PoolKey {
+        let cfg = PgConfig {
+            lock: String::new(),
+            slot_of: None,
+            schema: String::new(),
+            ..self.cfg.clone()
+        };
+        (cfg, self.stale_after, self.heartbeat)
+    }
+
+    /// No longer looking or waiting: it holds its lock (or drops). The last one gone, the
+    /// idle sessions are closed ([`pool`]).
+    fn stop_looking(&mut self) {
+        if std::mem::take(&mut self.looking) {
+            // Closed outside the pool's lock.
+            drop(pooled(pool::Pool::done_looking));
         }
     }
 
@@ -667,6 +709,33 @@ impl Postgres {
     /// knows, and the holder's guarantee then rests on the keepalive settings alone (said at
     /// `-v`).
     fn client(&mut self) -> Result<&mut Client> {
+        // The TLS connector made now whatever the session: a waiter's cancel request needs
+        // it ([`Drop`]).
+        self.tls()?;
+        // An idle session of another backend of ours first, told to hold nothing and to
+        // show no token (a place's number is read from its holder's application_name).
+        while self.client.is_none()
+            && let Some((c, pid)) = pooled(|p| p.take(&self.pool_key())).flatten()
+        {
+            let app = app_name(None);
+            let reset = self.within("cannot reuse a session", move || {
+                let mut c = c;
+                let r = c.query_one(
+                    "SELECT pg_advisory_unlock_all(), set_config('application_name', $1, false)",
+                    &[&app],
+                );
+                (c, r)
+            });
+            match reset {
+                Ok((c, Ok(_))) => {
+                    self.client = Some(c);
+                    self.session = pid;
+                }
+                Ok((_, Err(e))) => debug!("not reusing a PostgreSQL session: {e}"),
+                // No answer: the server's, not the session's; this try has none either.
+                Err(e) => return Err(e),
+            }
+        }
         if self.client.is_none() {
             let config = self.config()?;
             let tls = self.tls()?;
@@ -972,6 +1041,13 @@ impl Postgres {
                 .call
                 .join()
                 .ok_or_else(|| err!(Io, "the PostgreSQL waiter thread failed"))?;
+            // The session that read holders meanwhile held nothing: kept for another backend.
+            if let Some(reader) = self.client.take() {
+                let (key, session) = (self.pool_key(), self.session.take());
+                drop(pooled(|p| p.put(key, reader, session)));
+            }
+            // Granted (or in an unknown state): never kept from here on, unless released.
+            self.holds_nothing = false;
             self.client = Some(client);
             self.session = w.session;
             if let Err(e) = r {
@@ -989,6 +1065,9 @@ impl Postgres {
             })?
             .map_err(|e| self.error("cannot take the advisory lock", &e))?;
         if got {
+            // Ours from here on, whatever `grant` says: this session is never kept for
+            // another backend unless released.
+            self.holds_nothing = false;
             return Ok(Tried::Took(self.grant()?));
         }
         self.busy()
@@ -1079,6 +1158,17 @@ impl Drop for Postgres {
                 Some(tls) => w.cancel.cancel_query(tls.clone()),
             };
         }
+        self.stop_looking();
+        // A session that only looked (beside a waiter thread, the one that read holders),
+        // or whose lock was given back: kept while other backends of ours look or wait
+        // ([`pool`]). No request here: a waiter that gives up on a server that stopped
+        // answering exits at once, as before.
+        if (self.waiter.is_some() || self.holds_nothing)
+            && let Some(c) = self.client.take()
+        {
+            let (key, session) = (self.pool_key(), self.session.take());
+            drop(pooled(|p| p.put(key, c, session)));
+        }
     }
 }
 
@@ -1096,6 +1186,7 @@ impl Backend for Postgres {
         }
         if matches!(tried, Ok(Tried::Took(_))) {
             self.by = None;
+            self.stop_looking();
         }
         Tried::or_unanswered(tried, self)
     }
@@ -1304,9 +1395,10 @@ impl Beats for Postgres {
                 {
                     info!("{e}; the next holder will see prev=crashed");
                 }
-                client
+                let r = client
                     .query_one(&unlock, &[&name])
-                    .map(|r| r.get::<_, bool>(0))
+                    .map(|r| r.get::<_, bool>(0));
+                (client, r)
             })
             .map_err(|e| {
                 err!(
@@ -1315,8 +1407,15 @@ impl Beats for Postgres {
                     e.message()
                 )
             })?;
+        let (client, r) = r;
         match r {
-            Ok(true) => Ok(()),
+            Ok(true) => {
+                // Released: the session may serve another backend of ours (a fair
+                // waiter's next look; [`pool`]).
+                self.client = Some(client);
+                self.holds_nothing = true;
+                Ok(())
+            }
             Ok(false) => Err(err!(
                 Lost,
                 "lock `{lock}` ({server}) was no longer held by our session"

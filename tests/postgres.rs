@@ -367,6 +367,10 @@ fn sslmode_verifies_the_server_certificate() {
     let o = sb.output(["--wait", "0", "plain"]);
     assert_eq!(code(o.status), 77, "{}", stdout(&o));
     assert!(stdout(&o).contains("no encryption"), "{}", stdout(&o));
+    // A fair line over TLS: its waiters' looks reuse their sessions (`postgres/pool.rs`), and
+    // a waiter that gives up cancels its blocked request over TLS too; a killed one and one
+    // that gives up do not stall it.
+    crate::fair::check_fair(&sb, &|a| sb.cmd(a), "req", "postgres over TLS");
 }
 
 #[test]

@@ -129,6 +129,10 @@ pub trait Mounts: Sized {
     fn server_listing(&self) -> Vec<String>;
     /// The shared directory on the server (the brick): what is really there.
     fn server_dir(&self) -> &Path;
+    /// What its daemons logged last, for a failure's message (empty where nothing is kept).
+    fn daemon_logs(&self) -> String {
+        String::new()
+    }
 }
 
 /// `stale_after` 5 s: the stop's CI on 3e427a2 saw one sshfs heartbeat of the symlink race
@@ -224,6 +228,9 @@ impl Mounts for Smb {
     }
     fn server_dir(&self) -> &Path {
         &self.server
+    }
+    fn daemon_logs(&self) -> String {
+        self.logs_tail(30)
     }
 }
 
@@ -411,6 +418,12 @@ fn counter_race_across_mounts<F: Mounts>(backend: &str) {
             left.len(),
             &left[..left.len().min(10)],
             if left.len() > 10 { " …" } else { "" }
+        ));
+    }
+    if !problems.is_empty() {
+        problems.push(format!(
+            "(not a problem) the daemons' logs:\n{}",
+            fx.daemon_logs()
         ));
     }
     verdict(

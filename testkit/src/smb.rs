@@ -235,6 +235,37 @@ impl Smb {
         fs::read_to_string(self.root_path().join(name)).unwrap_or_default()
     }
 
+    /// The last lines of every daemon's log (both smbnetfs, smbd's own and its per-client
+    /// `log.*`), for a failed test's message: an error the mounts answered (CI once saw
+    /// ECONNABORTED from one mount's `mkdir`) is explained there if anywhere.
+    pub fn logs_tail(&self, lines: usize) -> String {
+        let mut names: Vec<String> = fs::read_dir(self.root_path())
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| {
+                        n.starts_with("smbnetfs-") || n.starts_with("log.") || n == "smbd.out"
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+            .iter()
+            .map(|n| {
+                let text = self.log(n);
+                let all: Vec<&str> = text.lines().collect();
+                let tail = all[all.len().saturating_sub(lines)..].join("\n    ");
+                format!(
+                    "{n} (last {} of {} lines):\n    {tail}",
+                    lines.min(all.len()),
+                    all.len()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// `share/dir` through mount `m` (`'a'` or `'b'`).
     pub fn mount_point(&self, m: char) -> &Path {
         match m {

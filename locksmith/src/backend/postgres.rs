@@ -709,9 +709,11 @@ impl Postgres {
     /// knows, and the holder's guarantee then rests on the keepalive settings alone (said at
     /// `-v`).
     fn client(&mut self) -> Result<&mut Client> {
-        // The TLS connector made now whatever the session: a waiter's cancel request needs
-        // it ([`Drop`]).
-        self.tls()?;
+        // The TLS connector made before any session is taken, whatever it is: a waiter's
+        // cancel request needs it ([`Drop`]).
+        if self.client.is_none() {
+            self.tls()?;
+        }
         // An idle session of another backend of ours first, told to hold nothing and to
         // show no token (a place's number is read from its holder's application_name).
         while self.client.is_none()

@@ -375,7 +375,7 @@ fn breaker_killed_between_claim_and_free_is_broken_at_once() {
         .collect();
     assert!(
         left.iter()
-            .all(|n| n.ends_with(".state") || n.ends_with(".queue")),
+            .all(|n| n.ends_with(".state") || n.ends_with(".queue") || n.ends_with(".waiting")),
         "{left:?}"
     );
 }

@@ -99,12 +99,17 @@ fn with_fds(sb: &Sandbox, n: u32, args: &[&str]) -> std::process::Output {
     output_within(c, T)
 }
 
-/// What may stay beside a free lock `name`: its token state and its waiters' queue.
+/// What may stay beside a free lock `name`: its token state, its waiters' queue and their
+/// waiting room.
 fn only_state_left(dir: &Path, name: &str, what: &str) {
     let left: Vec<String> = names(dir)
         .into_iter()
         .filter(|n| n.contains(name))
-        .filter(|n| *n != format!(".{name}.state") && *n != format!(".{name}.queue"))
+        .filter(|n| {
+            ![".state", ".queue", ".waiting"]
+                .iter()
+                .any(|kept| *n == format!(".{name}{kept}"))
+        })
         .collect();
     assert!(left.is_empty(), "{what}: left behind: {left:?}");
 }

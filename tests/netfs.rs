@@ -302,12 +302,13 @@ fn setup<F: Mounts>() -> Option<(F, Sandbox)> {
 }
 
 /// What the served directory holds beyond the lock's documented state (docs/LAYOUT.md:
-/// `.NAME.state`), read on the server; the lock itself must be gone too.
+/// `.NAME.state`, and `.NAME.waiting`, the waiting room), read on the server; the lock
+/// itself must be gone too.
 fn leftovers<F: Mounts>(fx: &F, backend: &str) -> Vec<String> {
-    let state = format!(".{backend}.lock.state");
+    let kept = [".state", ".waiting"].map(|k| format!(".{backend}.lock{k}"));
     fx.server_listing()
         .into_iter()
-        .filter(|n| *n != state)
+        .filter(|n| !kept.contains(n))
         .collect()
 }
 

@@ -799,3 +799,74 @@ fn contenders_of_a_new_number_acting_at_once_after_the_lock_was_freed_are_not_re
         }
     }
 }
+
+/// SPEC §3b, "the lock records N while anyone holds or waits", on a backend whose waiters
+/// keep a waiting room (`waiting.rs`): a waiter of 2 slots behind two holders is stopped
+/// (SIGSTOP: the moment between a release and its next try, made long), both holders leave,
+/// and a contender of 3 is refused (78, naming both numbers and the waiter) rather than
+/// taking the lock the waiter waits for; the waiter, let go, gets its slot. Once nobody holds
+/// or waits, 3 stands.
+pub fn a_stopped_waiter_keeps_its_number(ls: crate::fair::Locksmith<'_>, lock: &str) {
+    use nix::sys::signal::Signal;
+    let t = Duration::from_secs(30);
+    let out = |args: &[&str]| output_within(ls(args), Duration::from_secs(60));
+    let held = |args: &[&str]| {
+        let mut c = ls(args);
+        c.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        Held::spawn(c)
+    };
+    let mut holders: Vec<Held> = (0..2)
+        .map(|_| {
+            let mut h = held(&["--slots", "2", lock]);
+            h.read_line(t);
+            assert!(h.ok().starts_with("OK "), "{lock}: {}", h.ok());
+            h
+        })
+        .collect();
+    let mut w = held(&["-v", "--slots", "2", lock]);
+    w.wait_stderr("waiting in its waiting room", t);
+    w.signal(Signal::SIGSTOP as i32);
+    for h in &mut holders {
+        h.close_stdout();
+        assert!(h.wait_exit(t).success(), "{lock}: a holder's release");
+    }
+    let o = out(&["--slots", "3", "--wait", "0", lock]);
+    let text = stdout(&o);
+    assert_eq!(
+        code(o.status),
+        78,
+        "{lock} --slots 3 beside a waiter of 2: {text}"
+    );
+    assert!(
+        text.starts_with("ERROR config:")
+            && text.contains("2 slot(s) recorded")
+            && text.contains("waiting room")
+            && text.contains(&format!("pid={}", w.pid()))
+            && text.contains("asks for 3"),
+        "{lock}: {text}"
+    );
+    w.signal(Signal::SIGCONT as i32);
+    w.read_line(t);
+    assert_eq!(field(w.ok(), "slots"), Some("2"), "{lock}: {}", w.ok());
+    w.close_stdout();
+    assert!(w.wait_exit(t).success(), "{lock}: the waiter's release");
+    // Nobody holds or waits: the next contender's number stands.
+    let mut three = held(&["--slots", "3", lock]);
+    three.read_line(t);
+    assert_eq!(
+        field(three.ok(), "slots"),
+        Some("3"),
+        "{lock}: {}",
+        three.ok()
+    );
+}
+
+#[test]
+fn a_waiter_s_number_of_slots_stands_against_a_newcomer_on_the_lock_directory_backends() {
+    let sb = Sandbox::standard();
+    for backend in ["mkdir", "link", "symlink"] {
+        let lock = address(&sb, backend, &format!("{backend}.room"), "");
+        a_stopped_waiter_keeps_its_number(&|a| sb.cmd(a), &lock);
+    }
+}

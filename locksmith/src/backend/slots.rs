@@ -19,10 +19,10 @@
 //! for them instead, after either side took its lock (`Slots::disagree`), reading the
 //! number the counter records (with the reader's token, [`Grant::recorded_slots`], or by
 //! [`Backend::recorded_slots`]). A contender whose slots are all busy reads it too, once,
-//! so that one of another number is refused at once rather than when a slot frees. Only
-//! holders record their number: a waiter's is not kept anywhere, so while it waits a
-//! contender of another number may take the lock once the holders left (the waiter is then
-//! refused when it gets a slot).
+//! so that one of another number is refused at once rather than when a slot frees. A waiter
+//! keeps its number too: where waiters poll, it holds the lock's waiting room shared while
+//! it waits (`waiting.rs`), and [`agreement`] looks there once no holder of the recorded
+//! number is found — a waiter there waits with that number, and the newcomer is refused.
 
 use std::os::fd::BorrowedFd;
 
@@ -32,6 +32,7 @@ use std::time::Instant;
 use super::lock::{
     Agree, Attempt, Backend, Break, BreakOutcome, Grant, Held, Holder, NotReleased, WaitHint,
 };
+use super::waiting::Room;
 use crate::error::{Error, Kind, Result, err};
 use crate::log::debug;
 use crate::watch::Watcher;
@@ -66,6 +67,8 @@ pub struct Slots {
     tries: usize,
     /// The first of the slots a waiter watches.
     watched: Option<usize>,
+    /// The lock's waiting room, where its backend keeps one (`waiting.rs`).
+    room: Option<Room>,
 }
 
 /// One try of a lock of slots ([`Slots::try_once`]).
@@ -90,6 +93,7 @@ impl Slots {
             first: None,
             tries: n.max(1) as usize,
             watched: None,
+            room: None,
         };
         // The others are opened when first used: a fair queue has many places, and an
         // acquisition uses few of them.
@@ -97,6 +101,40 @@ impl Slots {
         slots.name = first.name();
         slots.slots[0] = Some(first);
         slots
+    }
+
+    /// The lock's waiting room (`waiting.rs`), looked at before a number of slots of ours
+    /// replaces another recorded.
+    pub fn room(mut self, room: Option<Room>) -> Slots {
+        self.room = room;
+        // Slot 0 was opened by `new`, with a say that had no room.
+        let first = self.agreement(self.slot(0));
+        if let Some(b) = self.slots[0].as_mut() {
+            b.agree_on_slots(first);
+        }
+        self
+    }
+
+    /// The say of this lock for a contender of `n` slots holding none yet ([`agreement`]).
+    fn agreement_of(&self, n: u32) -> Agree {
+        agreement(
+            self.lock.clone(),
+            n,
+            None,
+            self.open.clone(),
+            self.room.clone(),
+        )
+    }
+
+    /// The say of this lock of slots for the contender holding `ours` ([`agreement`]).
+    fn agreement(&self, ours: Option<u32>) -> Agree {
+        agreement(
+            self.lock.clone(),
+            self.n,
+            ours,
+            self.open.clone(),
+            self.room.clone(),
+        )
     }
 
     /// A lock taken `--shared` (with one slot: SPEC §3b refuses more).
@@ -136,12 +174,7 @@ impl Slots {
         let ours = self.slot(k);
         let mut b = (self.open)(ours);
         if !self.places {
-            b.agree_on_slots(agreement(
-                self.lock.clone(),
-                self.n,
-                ours,
-                self.open.clone(),
-            ));
+            b.agree_on_slots(self.agreement(ours));
         }
         b.answer_by(self.answer_by);
         b
@@ -194,9 +227,7 @@ impl Slots {
                 None => (self.open)(None).recorded_slots()?,
             };
             return Ok(match recorded {
-                Some(m) if m > 1 => {
-                    agreement(self.lock.clone(), 1, None, self.open.clone())(m).err()
-                }
+                Some(m) if m > 1 => self.agreement_of(1)(m).err(),
                 _ => None,
             });
         }
@@ -296,7 +327,7 @@ impl Slots {
             if let Some(m) = recorded
                 && m != self.n
             {
-                agreement(self.lock.clone(), self.n, None, self.open.clone())(m)?;
+                self.agreement_of(self.n)(m)?;
             }
         }
         Ok(SlotTry::Busy(holders))
@@ -335,7 +366,7 @@ fn refusal(
 
 /// The say of a lock of `n` slots, for the contender holding `ours`, on a counter that
 /// recorded another number (see the module's docs).
-fn agreement(lock: String, n: u32, ours: Option<u32>, open: Opener) -> Agree {
+fn agreement(lock: String, n: u32, ours: Option<u32>, open: Opener, room: Option<Room>) -> Agree {
     Arc::new(move |before: u32| {
         let names: Vec<Option<u32>> = match before {
             // The number was lost with its record: the places a contender of another number
@@ -373,6 +404,19 @@ fn agreement(lock: String, n: u32, ours: Option<u32>, open: Opener) -> Agree {
                 };
                 return Err(refusal(&lock, &recorded, &held_as, &h, n));
             }
+        }
+        // Nobody holds with the number recorded; whoever waits does (a waiter of another
+        // number was refused when it began: `try_once`), and gets the lock next.
+        if before > 0
+            && let Some(room) = &room
+            && let Some(w) = super::waiting::waiter(room)?
+        {
+            return Err(err!(
+                Config,
+                "lock {lock} is waited for with {before} slot(s) recorded (a waiter in its \
+                 waiting room: {w}), but this asks for {n}: all contenders of one lock must \
+                 agree on `slots`"
+            ));
         }
         debug!("lock {lock}: {before} slot(s) recorded (0: lost), none held: {n} stand(s)");
         Ok(())

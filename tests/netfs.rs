@@ -302,13 +302,12 @@ fn setup<F: Mounts>() -> Option<(F, Sandbox)> {
 }
 
 /// What the served directory holds beyond the lock's documented state (docs/LAYOUT.md:
-/// `.NAME.state`, and `.NAME.waiting`, the waiting room), read on the server; the lock
-/// itself must be gone too.
+/// `.NAME.state`), read on the server; the lock itself must be gone too.
 fn leftovers<F: Mounts>(fx: &F, backend: &str) -> Vec<String> {
-    let kept = [".state", ".waiting"].map(|k| format!(".{backend}.lock{k}"));
+    let state = format!(".{backend}.lock.state");
     fx.server_listing()
         .into_iter()
-        .filter(|n| !kept.contains(n))
+        .filter(|n| *n != state)
         .collect()
 }
 

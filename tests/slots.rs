@@ -870,3 +870,40 @@ fn a_waiter_s_number_of_slots_stands_against_a_newcomer_on_the_lock_directory_ba
         a_stopped_waiter_keeps_its_number(&|a| sb.cmd(a), &lock);
     }
 }
+
+/// Something else at the waiting room's name (a FIFO another user planted) fails nothing: a
+/// waiter cannot wait there, says so at `-v` and is served all the same; a contender of
+/// another number, once nobody holds or waits, is not kept out by it (no hang either).
+#[test]
+fn a_fifo_at_the_waiting_room_s_name_fails_no_waiter_and_no_contender() {
+    let sb = Sandbox::standard();
+    let t = Duration::from_secs(30);
+    for backend in ["mkdir", "link", "symlink"] {
+        let name = format!("{backend}.fifo");
+        nix::unistd::mkfifo(
+            &sb.join(&format!(".{name}.waiting")),
+            nix::sys::stat::Mode::from_bits_truncate(0o666),
+        )
+        .unwrap();
+        let lock = address(&sb, backend, &name, "");
+        let h = sb.hold(["--slots", "2", lock.as_str()]);
+        let h2 = sb.hold(["--slots", "2", lock.as_str()]);
+        let mut w = sb.spawn_hold(["-v", "--slots", "2", lock.as_str()]);
+        w.wait_stderr("cannot wait in its waiting room", t);
+        drop(h);
+        w.read_line(t);
+        assert_eq!(field(w.ok(), "slots"), Some("2"), "{backend}: {}", w.ok());
+        drop(w);
+        drop(h2);
+        eventually(t, "the semaphore is free", || {
+            code(sb.output(["--slots", "2", "status", lock.as_str()]).status) == 0
+        });
+        let three = sb.hold(["--slots", "3", lock.as_str()]);
+        assert_eq!(
+            field(three.ok(), "slots"),
+            Some("3"),
+            "{backend}: {}",
+            three.ok()
+        );
+    }
+}

@@ -268,9 +268,17 @@ pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
         return Ok(open_config(&profile.backend, &named));
     }
     let cfg = profile.backend.clone();
-    let room = profile
-        .room()
-        .map(|(cfg, named)| waiting::Room::new(move || open_config(&cfg, &named)));
+    let room = profile.room().map(|(cfg, named)| {
+        waiting::Room::new(move || {
+            // A local filesystem's only, as the waiters' queue (docs/LAYOUT.md): the lock
+            // directory backends are used on NFS to keep out of its lock manager.
+            let BackendConfig::Flock(c) = &cfg else {
+                return None;
+            };
+            let dir = c.path.parent().unwrap_or(Path::new("/"));
+            (!lockdir::is_remote_dir(dir)).then(|| open_config(&cfg, &named))
+        })
+    });
     let lock = slots::Slots::new(
         &profile.name,
         profile.common.slots,
@@ -340,7 +348,7 @@ impl Profile {
     /// Its waiting room (SPEC §3b, `waiting.rs`), where its backend keeps one: the room's
     /// settings — a lock of one slot taken shared, with the lock's timing. The lock-directory
     /// backends' room is a flock(2) file beside the lock (the kernel frees a killed waiter's
-    /// place, and nothing else is left behind).
+    /// place, and nothing else is left behind), on a local filesystem only (`open`).
     fn room(&self) -> Option<(BackendConfig, Named)> {
         let cfg = match &self.backend {
             BackendConfig::Mkdir(c) | BackendConfig::Link(c) | BackendConfig::Symlink(c) => {

@@ -409,7 +409,7 @@ fn agreement(lock: String, n: u32, ours: Option<u32>, open: Opener, room: Option
         // number was refused when it began: `try_once`), and gets the lock next.
         if before > 0
             && let Some(room) = &room
-            && let Some(w) = super::waiting::waiter(room)?
+            && let Some(w) = super::waiting::waiter(room, &lock)
         {
             return Err(err!(
                 Config,

@@ -7,20 +7,29 @@
 //! refused when it begins: `Slots::try_once`), so the newcomer is refused (78) rather than
 //! taking the lock the waiter is about to get, and the waiter later refused.
 //!
-//! **Which backends keep one** (`Profile::room`): mkdir, link and symlink, whose waiters try
-//! again on a notice or a timer — between a release and that try a newcomer could come
-//! first. Their room is a flock(2) file, never unlinked (as `.NAME.queue`): the kernel frees
-//! a killed waiter's place at once and nothing else is left behind; it sees the waiters of
-//! this host (and, on NFS, whose flock(2) is the server's lock, of every client). flock's,
-//! postgres' and etcd's waiters need none: the kernel or the server grants a waiter the lock
-//! the moment it frees (a blocked flock(2), a queued advisory lock, the oldest key of the
-//! queue), before any newcomer, and the holder's record is then the waiter's. ftp, redis
-//! and s3 keep none yet: a room there needs its dead waiters' places removed by someone (a
-//! shared lock's readers are only judged by a writer) and its requests bounded by the
-//! wait's deadline.
+//! **Which backends keep one** (`Profile::room`): mkdir, link and symlink on a local
+//! filesystem, whose waiters try again on a notice or a timer — between a release and that
+//! try a newcomer could come first. Their room is a flock(2) file, never unlinked (as
+//! `.NAME.queue`): the kernel frees a killed waiter's place at once and nothing else is
+//! left behind. None on a network filesystem (those backends are used there to keep out of
+//! its lock manager), where a waiter's number is not kept. flock's, postgres' and etcd's
+//! waiters need none: the kernel or the server grants a waiter the lock the moment it frees
+//! (a blocked flock(2), a queued advisory lock, the oldest key of the queue), before any
+//! newcomer, and the holder's record is then the waiter's. ftp, redis and s3 keep none yet:
+//! a room there needs its dead waiters' places removed (a shared lock's readers are only
+//! judged by a writer) and its requests bounded by the wait's deadline.
 //!
-//! A room that cannot be joined (something else at its name, a read-only directory) does not
-//! fail the wait: the waiter waits unrecorded, as before the room existed (said at `-v`).
+//! **What it does not know:** the room says that someone waits, not with which number; the
+//! recorded one is assumed, as a waiter of another number is refused when it begins while
+//! the record's holders hold. Not so for a waiter that began behind readers (who record
+//! nothing) or on a lock with no state yet, nor between a waiter's first busy try and its
+//! joining: there the newcomer goes first and the waiter is refused when it gets the lock,
+//! as before the room existed. Anyone who can open the room file can hold it shared and so
+//! keep the lock's number from changing while nobody holds it (the refusal names the pid).
+//!
+//! A room that cannot be joined or looked at (something else at its name, a file we may not
+//! open) does not fail a wait or a contender: the waiter waits unrecorded, the look sees
+//! nobody (said at `-v`).
 
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
@@ -30,18 +39,20 @@ use std::time::{Duration, Instant};
 use super::lock::{Agree, Attempt, Backend, Break, BreakOutcome, Held, Holder, WaitHint};
 use crate::error::Result;
 use crate::log::debug;
+use crate::protocol::Mode;
 use crate::watch::Watcher;
 
 /// A lock's waiting room: how to open it (a lock taken shared), and whether this process
 /// waits there now.
 #[derive(Clone)]
 pub struct Room {
-    open: Arc<dyn Fn() -> Box<dyn Backend> + Send + Sync>,
+    /// `None`: no room where the lock is now (a network filesystem).
+    open: Arc<dyn Fn() -> Option<Box<dyn Backend>> + Send + Sync>,
     joined: Arc<AtomicBool>,
 }
 
 impl Room {
-    pub fn new(open: impl Fn() -> Box<dyn Backend> + Send + Sync + 'static) -> Room {
+    pub fn new(open: impl Fn() -> Option<Box<dyn Backend>> + Send + Sync + 'static) -> Room {
         Room {
             open: Arc::new(open),
             joined: Arc::new(AtomicBool::new(false)),
@@ -85,7 +96,10 @@ impl Waiting {
         if self.joined.is_some() || self.unjoinable {
             return;
         }
-        let mut room = (self.room.open)();
+        let Some(mut room) = (self.room.open)() else {
+            self.unjoinable = true;
+            return;
+        };
         room.answer_by(self.by);
         match room.try_acquire() {
             Ok(Attempt::Acquired(held)) => {
@@ -135,21 +149,27 @@ impl Drop for Waiting {
 
 /// A live waiter in `room`, for a contender of another number of slots (`slots.rs`): the
 /// backend's own answer ([`Backend::holder`]: flock's asks the kernel), unless this process
-/// waits there itself — then one of those listed other than us (flock's from `/proc/locks`).
-pub fn waiter(room: &Room) -> Result<Option<Holder>> {
-    let mut b = (room.open)();
-    let Some(h) = b.holder()? else {
-        return Ok(None);
-    };
-    if !room.joined.load(Ordering::SeqCst) {
-        return Ok(Some(h));
-    }
-    let me = &crate::host::this().hostname;
-    let pid = std::process::id() as i32;
-    let ours = |h: &Holder| h.pid == Some(pid) && h.host.as_ref().is_none_or(|x| x == me);
-    Ok(b.status()?
-        .into_iter()
-        .find(|h| h.alive != Some(false) && !ours(h)))
+/// waits there itself — then one of those `/proc/locks` lists other than us, waiting (shared:
+/// not another contender's look). A room that cannot be looked at (none here, something
+/// else at its name, a file we may not open) shows nobody: it is a courtesy to waiters, and
+/// must not keep the lock's number from changing for ever.
+pub fn waiter(room: &Room, lock: &str) -> Option<Holder> {
+    let mut b = (room.open)()?;
+    let looked = b.holder().and_then(|h| match h {
+        Some(_) if room.joined.load(Ordering::SeqCst) => {
+            let me = &crate::host::this().hostname;
+            let pid = std::process::id() as i32;
+            let ours = |h: &Holder| h.pid == Some(pid) && h.host.as_ref().is_none_or(|x| x == me);
+            Ok(b.status()?
+                .into_iter()
+                .find(|h| h.alive != Some(false) && h.mode != Some(Mode::Exclusive) && !ours(h)))
+        }
+        h => Ok(h),
+    });
+    looked.unwrap_or_else(|e| {
+        debug!("lock {lock}: its waiting room: {e}; looked at as empty");
+        None
+    })
 }
 
 impl Backend for Waiting {

@@ -182,8 +182,7 @@ impl FsConfig {
 
     /// The lock's waiting room: `.NAME.waiting`, a flock(2) file its waiters hold shared
     /// while they wait (SPEC §3b: the lock records N while anyone waits; `waiting.rs`),
-    /// never unlinked, as `.NAME.queue`. `local`: on a network or FUSE filesystem too, where
-    /// flock(2) may see only this host's waiters — those it sees are still kept.
+    /// never unlinked, as `.NAME.queue`; on a local filesystem only (`backend::open`).
     pub fn waiting(&self) -> FsConfig {
         let mut own = std::ffi::OsString::from(".");
         own.push(self.path.file_name().unwrap_or_default());
@@ -191,7 +190,6 @@ impl FsConfig {
         FsConfig {
             path: self.path.with_file_name(own),
             slot_of: None,
-            local: true,
             ..self.clone()
         }
     }

@@ -118,6 +118,12 @@ pub fn is_remote(fd: BorrowedFd<'_>) -> bool {
     family(magic(fd)).is_some()
 }
 
+/// Whether directory `dir` is on a network or FUSE filesystem (`false` if it cannot be read).
+pub fn is_remote_dir(dir: &Path) -> bool {
+    nix::sys::statfs::statfs(dir)
+        .is_ok_and(|s| family(s.filesystem_type().0 as u64 & 0xFFFF_FFFF).is_some())
+}
+
 /// The `statfs(2)` type of the filesystem `fd` is on (0 if it cannot be read).
 fn magic(fd: BorrowedFd<'_>) -> u64 {
     fstatfs(fd).map_or(0, |s| s.filesystem_type().0 as u64 & 0xFFFF_FFFF)

@@ -803,7 +803,7 @@ fn contenders_of_a_new_number_acting_at_once_after_the_lock_was_freed_are_not_re
 /// SPEC §3b, "the lock records N while anyone holds or waits", on a backend whose waiters
 /// keep a waiting room (`waiting.rs`): a waiter of 2 slots behind two holders is stopped
 /// (SIGSTOP: the moment between a release and its next try, made long), both holders leave,
-/// and a contender of 3 is refused (78, naming both numbers and the waiter) rather than
+/// and a contender of 3 is refused (78, naming both numbers) rather than
 /// taking the lock the waiter waits for; the waiter, let go, gets its slot. Once nobody holds
 /// or waits, 3 stands.
 pub fn a_stopped_waiter_keeps_its_number(ls: crate::fair::Locksmith<'_>, lock: &str) {
@@ -840,9 +840,8 @@ pub fn a_stopped_waiter_keeps_its_number(ls: crate::fair::Locksmith<'_>, lock: &
     );
     assert!(
         text.starts_with("ERROR config:")
-            && text.contains("2 slot(s) recorded")
+            && text.contains("waited for with 2 slot(s)")
             && text.contains("waiting room")
-            && text.contains(&format!("pid={}", w.pid()))
             && text.contains("asks for 3"),
         "{lock}: {text}"
     );
@@ -906,4 +905,53 @@ fn a_fifo_at_the_waiting_room_s_name_fails_no_waiter_and_no_contender() {
             three.ok()
         );
     }
+}
+
+/// The room keeps a waiter's own number, not only that someone waits: a waiter of one slot
+/// behind a reader (readers record nothing), the record saying 2, is stopped; the reader
+/// leaves; a contender of 2 — the number recorded — is refused all the same (78, "waited
+/// for with 1 slot(s)"); the waiter, let go, gets the lock.
+#[test]
+fn a_waiter_of_one_slot_behind_a_reader_keeps_its_number_against_the_recorded_one() {
+    use nix::sys::signal::Signal;
+    let sb = Sandbox::standard();
+    let t = Duration::from_secs(30);
+    let lock = address(&sb, "symlink", "symlink.behind", "");
+    let two = sb.hold(["--slots", "2", lock.as_str()]);
+    assert_eq!(field(two.ok(), "slots"), Some("2"), "{}", two.ok());
+    drop(two);
+    eventually(t, "the semaphore is free", || {
+        code(sb.output(["--slots", "2", "status", lock.as_str()]).status) == 0
+    });
+    let reader = sb.hold(["--shared", lock.as_str()]);
+    let mut w = sb.spawn_hold(["-v", lock.as_str()]);
+    w.wait_stderr("waiting in its waiting room", t);
+    w.signal(Signal::SIGSTOP as i32);
+    drop(reader);
+    eventually(t, "the reader gone", || {
+        code(sb.output(["status", lock.as_str()]).status) == 0
+    });
+    let o = output_within(
+        sb.cmd([
+            "--slots",
+            "2",
+            "--wait",
+            "0",
+            "run",
+            lock.as_str(),
+            "--",
+            "true",
+        ]),
+        t,
+    );
+    let text = format!("{}{}", stdout(&o), stderr(&o));
+    assert_eq!(code(o.status), 78, "--slots 2 beside a waiter of 1: {text}");
+    assert!(
+        text.contains("waited for with 1 slot(s)") && text.contains("asks for 2"),
+        "{text}"
+    );
+    w.signal(Signal::SIGCONT as i32);
+    w.read_line(t);
+    assert!(w.ok().starts_with("OK "), "{}", w.ok());
+    assert_eq!(field(w.ok(), "slots"), None, "{}", w.ok());
 }

@@ -268,17 +268,7 @@ pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
         return Ok(open_config(&profile.backend, &named));
     }
     let cfg = profile.backend.clone();
-    let room = profile.room().map(|(cfg, named)| {
-        waiting::Room::new(move || {
-            // A local filesystem's only, as the waiters' queue (docs/LAYOUT.md): the lock
-            // directory backends are used on NFS to keep out of its lock manager.
-            let BackendConfig::Flock(c) = &cfg else {
-                return None;
-            };
-            let dir = c.path.parent().unwrap_or(Path::new("/"));
-            (!lockdir::is_remote_dir(dir)).then(|| open_config(&cfg, &named))
-        })
-    });
+    let room = profile.room();
     let lock = slots::Slots::new(
         &profile.name,
         profile.common.slots,
@@ -299,7 +289,12 @@ pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
         _ => Box::new(lock),
     };
     Ok(match room {
-        Some(room) => Box::new(waiting::Waiting::new(lock, &profile.name, room)),
+        Some(room) => Box::new(waiting::Waiting::new(
+            lock,
+            &profile.name,
+            room,
+            profile.common.slots,
+        )),
         None => lock,
     })
 }
@@ -345,29 +340,15 @@ impl Profile {
         }
     }
 
-    /// Its waiting room (SPEC §3b, `waiting.rs`), where its backend keeps one: the room's
-    /// settings — a lock of one slot taken shared, with the lock's timing. The lock-directory
-    /// backends' room is a flock(2) file beside the lock (the kernel frees a killed waiter's
-    /// place, and nothing else is left behind), on a local filesystem only (`open`).
-    fn room(&self) -> Option<(BackendConfig, Named)> {
-        let cfg = match &self.backend {
+    /// Its waiting room (SPEC §3b, `waiting.rs`), where its backend keeps one: the
+    /// lock-directory backends', `.NAME.waiting` beside the lock (on a local filesystem).
+    fn room(&self) -> Option<waiting::Room> {
+        match &self.backend {
             BackendConfig::Mkdir(c) | BackendConfig::Link(c) | BackendConfig::Symlink(c) => {
-                BackendConfig::Flock(c.waiting())
+                Some(waiting::Room::new(c.waiting()))
             }
-            _ => return None,
-        };
-        // flock(1)'s form: the file and its flock(2) only — no removal watch (a signal per
-        // change of the directory, to every waiter: 1,000 mkdir waiters were served 5x
-        // slower), no gate, no token state.
-        let common = Common {
-            shared: true,
-            slots: 1,
-            fair: false,
-            flock1: true,
-            ..self.common.clone()
-        };
-        let name = self.name.clone();
-        Some((cfg, Named { name, common }))
+            _ => None,
+        }
     }
 
     /// Its fair queue (SPEC §3b), where its backend keeps one: the queue's settings, and the

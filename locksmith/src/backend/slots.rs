@@ -20,9 +20,9 @@
 //! number the counter records (with the reader's token, [`Grant::recorded_slots`], or by
 //! [`Backend::recorded_slots`]). A contender whose slots are all busy reads it too, once,
 //! so that one of another number is refused at once rather than when a slot frees. A waiter
-//! keeps its number too: where waiters poll, it holds the lock's waiting room shared while
-//! it waits (`waiting.rs`), and [`agreement`] looks there once no holder of the recorded
-//! number is found — a waiter there waits with that number, and the newcomer is refused.
+//! keeps its number too where its backend keeps a waiting room (`waiting.rs`: the lock
+//! directory backends on a local filesystem), which [`agreement`] asks at every issue there:
+//! a waiter of another number makes the newcomer refused.
 
 use std::os::fd::BorrowedFd;
 
@@ -368,59 +368,69 @@ fn refusal(
 /// recorded another number (see the module's docs).
 fn agreement(lock: String, n: u32, ours: Option<u32>, open: Opener, room: Option<Room>) -> Agree {
     Arc::new(move |before: u32| {
-        let names: Vec<Option<u32>> = match before {
-            // The number was lost with its record: the places a contender of another number
-            // may hold that ours never does — the lock itself for one of several, every
-            // slot listed beyond ours (all of them for one of one slot). A contender of
-            // fewer slots, in slots below ours, cannot be told from ours any more.
-            0 => {
-                let first = if n > 1 { n } else { 0 };
-                let present = open(None).slots_present(crate::settings::MAX_SLOTS)?;
-                (n > 1)
-                    .then_some(None)
-                    .into_iter()
-                    .chain(
-                        present
-                            .unwrap_or_default()
-                            .into_iter()
-                            .filter(|&k| k >= first)
-                            .map(Some),
-                    )
-                    .collect()
-            }
-            1 => vec![None],
-            m => (0..m).map(Some).collect(),
-        };
-        for name in names.into_iter().filter(|k| *k != ours) {
-            let mut other = open(name);
-            if let Some(h) = other.holder()? {
-                let held_as = match name {
-                    None => "the lock itself".to_string(),
-                    Some(k) => format!("slot {k}"),
-                };
-                let recorded = match before {
-                    0 => "a number of slots whose record was lost".to_string(),
-                    m => format!("{m} slot(s) recorded"),
-                };
-                return Err(refusal(&lock, &recorded, &held_as, &h, n));
-            }
+        if before != n {
+            held_with(&lock, n, ours, &open, before)?;
         }
-        // Nobody holds with the number recorded; whoever waits does (a waiter of another
-        // number was refused when it began: `try_once`), and gets the lock next.
-        if before > 0
-            && let Some(room) = &room
-            && let Some(w) = super::waiting::waiter(room, &lock)
+        // Nobody holds with another number; a waiter of another number in the lock's
+        // waiting room gets the lock next (`waiting.rs`: asked at every issue where there
+        // is a room, for a number of its own the record may not show — but not by a waiter
+        // of the recorded number: it is no newcomer).
+        if let Some(room) = &room
+            && !(before == n && room.waited())
+            && let Some(m) = room.other_than(n, &lock)
         {
             return Err(err!(
                 Config,
-                "lock {lock} is waited for with {before} slot(s) recorded (a waiter in its \
-                 waiting room: {w}), but this asks for {n}: all contenders of one lock must \
-                 agree on `slots`"
+                "lock {lock} is waited for with {m} slot(s) (a waiter in its waiting room), but \
+                 this asks for {n}: all contenders of one lock must agree on `slots`"
             ));
         }
-        debug!("lock {lock}: {before} slot(s) recorded (0: lost), none held: {n} stand(s)");
         Ok(())
     })
+}
+
+/// For [`agreement`]: `Err` (78) if anyone holds a lock of the recorded number `before` (0:
+/// lost) other than `ours`.
+fn held_with(lock: &str, n: u32, ours: Option<u32>, open: &Opener, before: u32) -> Result<()> {
+    let names: Vec<Option<u32>> = match before {
+        // The number was lost with its record: the places a contender of another number
+        // may hold that ours never does — the lock itself for one of several, every
+        // slot listed beyond ours (all of them for one of one slot). A contender of
+        // fewer slots, in slots below ours, cannot be told from ours any more.
+        0 => {
+            let first = if n > 1 { n } else { 0 };
+            let present = open(None).slots_present(crate::settings::MAX_SLOTS)?;
+            (n > 1)
+                .then_some(None)
+                .into_iter()
+                .chain(
+                    present
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|&k| k >= first)
+                        .map(Some),
+                )
+                .collect()
+        }
+        1 => vec![None],
+        m => (0..m).map(Some).collect(),
+    };
+    for name in names.into_iter().filter(|k| *k != ours) {
+        let mut other = open(name);
+        if let Some(h) = other.holder()? {
+            let held_as = match name {
+                None => "the lock itself".to_string(),
+                Some(k) => format!("slot {k}"),
+            };
+            let recorded = match before {
+                0 => "a number of slots whose record was lost".to_string(),
+                m => format!("{m} slot(s) recorded"),
+            };
+            return Err(refusal(lock, &recorded, &held_as, &h, n));
+        }
+    }
+    debug!("lock {lock}: {before} slot(s) recorded (0: lost), none held: {n} stand(s)");
+    Ok(())
 }
 
 impl Backend for Slots {

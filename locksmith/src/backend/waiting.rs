@@ -1,88 +1,178 @@
 //! The waiting room (SPEC §3b: "the lock records N while anyone holds or waits"): a waiter
-//! of a lock-directory backend holds a lock of its own beside the lock's, `.NAME.waiting`,
-//! **shared**, from its first busy try until it holds the lock or stops waiting. A
-//! contender that finds another number of slots recorded than its own, and none of that
-//! number's slots held, looks at the room before it issues (`slots.rs`'s `agreement`): a
-//! waiter there (not itself) waits with the recorded number (one of another number is
-//! refused when it begins: `Slots::try_once`), so the newcomer is refused (78) rather than
-//! taking the lock the waiter is about to get, and the waiter later refused.
+//! of N slots of a lock-directory backend holds an OFD read lock on byte N of a file beside
+//! the lock, `.NAME.waiting`, from its first busy try until it holds the lock or stops
+//! waiting; the kernel gives it back when the waiter dies. A newcomer asks the room before
+//! it issues a token (`slots.rs`'s `agreement`, from `lockdir/state.rs`; a waiter of the
+//! recorded number, in the room itself, does not): a lock held over any byte but its own
+//! number (`F_OFD_GETLK`) is a waiter of another number, who gets the lock next — so the
+//! newcomer is refused (78, naming both numbers) rather than taking it, and the waiter
+//! later refused. The look costs one failed open(2) on a lock that never had a waiter, and
+//! an open, two fcntl(2) (the kernel reads every place) and a close on one that had.
 //!
 //! **Which backends keep one** (`Profile::room`): mkdir, link and symlink on a local
 //! filesystem, whose waiters try again on a notice or a timer — between a release and that
-//! try a newcomer could come first. Their room is a flock(2) file, never unlinked (as
-//! `.NAME.queue`): the kernel frees a killed waiter's place at once and nothing else is
-//! left behind. None on a network filesystem (those backends are used there to keep out of
-//! its lock manager), where a waiter's number is not kept. flock's, postgres' and etcd's
-//! waiters need none: the kernel or the server grants a waiter the lock the moment it frees
-//! (a blocked flock(2), a queued advisory lock, the oldest key of the queue), before any
-//! newcomer, and the holder's record is then the waiter's. ftp, redis and s3 keep none yet:
-//! a room there needs its dead waiters' places removed (a shared lock's readers are only
-//! judged by a writer) and its requests bounded by the wait's deadline.
+//! try a newcomer could come first. None on a network filesystem (those backends are used
+//! there to keep out of its lock manager), where a waiter's number is not kept. flock's,
+//! postgres' and etcd's waiters need none: the kernel or the server grants a waiter the lock
+//! the moment it frees (a blocked flock(2), a queued advisory lock, the oldest key of the
+//! queue), before any newcomer, and the holder's record is then the waiter's. ftp, redis and
+//! s3 keep none yet: a room there needs its dead waiters' places removed by someone (a
+//! killed waiter's entry on a server stays) and its requests bounded by the wait's deadline.
 //!
-//! **What it does not know:** the room says that someone waits, not with which number; the
-//! recorded one is assumed, as a waiter of another number is refused when it begins while
-//! the record's holders hold. Not so for a waiter that began behind readers (who record
-//! nothing) or on a lock with no state yet, nor between a waiter's first busy try and its
-//! joining: there the newcomer goes first and the waiter is refused when it gets the lock,
-//! as before the room existed. Anyone who can open the room file can hold it shared and so
-//! keep the lock's number from changing while nobody holds it (the refusal names the pid).
+//! **Not covered:** the moment between a waiter's first busy try and its joining (there a
+//! newcomer of another number still goes first, and the waiter is refused when it gets the
+//! lock, as before the room existed). Anyone who can open the room file can lock a byte of it
+//! and so keep the lock's number from changing while nobody holds it (the refusal says which
+//! number it claims).
 //!
 //! A room that cannot be joined or looked at (something else at its name, a file we may not
 //! open) does not fail a wait or a contender: the waiter waits unrecorded, the look sees
 //! nobody (said at `-v`).
 
-use std::os::fd::BorrowedFd;
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::lock::{Agree, Attempt, Backend, Break, BreakOutcome, Held, Holder, WaitHint};
-use crate::error::Result;
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::sys::stat::Mode as FileMode;
+
+use super::lock::{Agree, Attempt, Backend, Break, BreakOutcome, Holder, WaitHint};
+use super::lockdir::{self, FsConfig};
+use crate::error::{Error, Result};
 use crate::log::debug;
-use crate::protocol::Mode;
 use crate::watch::Watcher;
 
-/// A lock's waiting room: how to open it (a lock taken shared), and whether this process
-/// waits there now.
-#[derive(Clone)]
+/// A lock's waiting room: the file `.NAME.waiting` beside a lock-directory lock, whose byte N
+/// a waiter of N slots holds an OFD read lock on (docs/LAYOUT.md).
+#[derive(Clone, Debug)]
 pub struct Room {
-    /// `None`: no room where the lock is now (a network filesystem).
-    open: Arc<dyn Fn() -> Option<Box<dyn Backend>> + Send + Sync>,
+    /// The room's file (`path`), made with the lock's `file_mode` and `group`.
+    cfg: FsConfig,
+    /// Whether this acquisition waits in the room now (shared with [`Waiting`]).
     joined: Arc<AtomicBool>,
 }
 
 impl Room {
-    pub fn new(open: impl Fn() -> Option<Box<dyn Backend>> + Send + Sync + 'static) -> Room {
+    pub fn new(cfg: FsConfig) -> Room {
         Room {
-            open: Arc::new(open),
+            cfg,
             joined: Arc::new(AtomicBool::new(false)),
         }
     }
+
+    /// Whether this acquisition waited in the room, and still does: a waiter of the number
+    /// recorded, taking the lock, is no newcomer — it need not look ([`other_than`]: with
+    /// 1,000 waiters in the room, each look reads the 1,000 places, at every handoff).
+    pub fn waited(&self) -> bool {
+        self.joined.load(Ordering::SeqCst)
+    }
+
+    /// Whether the room is kept where the lock is: on a local filesystem only.
+    fn here(&self) -> bool {
+        let dir = self.cfg.path.parent().unwrap_or(Path::new("/"));
+        !lockdir::is_remote_dir(dir)
+    }
+
+    /// Takes a place for a waiter of `n` slots: the room's file, opened (made if need be),
+    /// with an OFD read lock on byte `n`, which the kernel gives back when the file closes or
+    /// the process dies. `None`: no room here.
+    fn join(&self, n: u32) -> Result<Option<File>> {
+        if !self.here() {
+            return Ok(None);
+        }
+        let path = &self.cfg.path;
+        let mode = FileMode::from_bits_truncate(self.cfg.file_mode.unwrap_or(0o666));
+        let flags = OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW;
+        let (file, st) = crate::files::open_regular(path, "waiting room", flags, mode)?;
+        super::flock::fix_owner(&self.cfg, &file, &st);
+        let fl = range(libc::F_RDLCK, n, 1);
+        fcntl(file.as_fd(), FcntlArg::F_OFD_SETLK(&fl))
+            .map_err(|e| Error::path("cannot wait in waiting room", path, e.into()))?;
+        Ok(Some(file))
+    }
+
+    /// The number of slots of a waiter in the room other than `n`, as the kernel answers
+    /// (`F_OFD_GETLK` over every byte but `n`: a place of ours, held on byte `n`, is not
+    /// among them). A room that cannot be looked at (none here, something else at its name,
+    /// a file we may not open) shows nobody: it is a courtesy to waiters, and must not keep
+    /// the lock's number from changing for ever.
+    pub fn other_than(&self, n: u32, lock: &str) -> Option<u32> {
+        // Opened first: a lock that never had a waiter (or is on a network filesystem,
+        // where no room is made) costs one failed open(2), asked at every issue.
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW;
+        let opened = crate::files::open_regular_if_there(
+            &self.cfg.path,
+            "waiting room",
+            flags,
+            FileMode::empty(),
+        );
+        let file = match opened {
+            Ok(Some((file, _))) if self.here() => file,
+            Ok(_) => return None,
+            Err(e) => {
+                debug!("lock {lock}: its waiting room: {e}; looked at as empty");
+                return None;
+            }
+        };
+        // Bytes 0..n, then n+1 to the end (a length of 0).
+        for (start, len) in [(0, n), (n + 1, 0)] {
+            let mut fl = range(libc::F_WRLCK, start, len);
+            match fcntl(file.as_fd(), FcntlArg::F_OFD_GETLK(&mut fl)) {
+                Ok(_) if fl.l_type != libc::F_UNLCK as libc::c_short => {
+                    return Some(u32::try_from(fl.l_start).unwrap_or(u32::MAX));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    debug!(
+                        "lock {lock}: its waiting room (descriptor {}): {e}; looked at as empty",
+                        file.as_raw_fd()
+                    );
+                    return None;
+                }
+            }
+        }
+        None
+    }
 }
 
-/// A lock whose waiters hold its waiting room while they wait.
+/// A byte range of the room for `fcntl(2)`.
+fn range(kind: libc::c_int, start: u32, len: u32) -> libc::flock {
+    libc::flock {
+        l_type: kind as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: libc::off_t::from(start),
+        l_len: libc::off_t::from(len),
+        // 0 for OFD locks.
+        l_pid: 0,
+    }
+}
+
+/// A lock whose waiters hold a place in its waiting room while they wait.
 pub struct Waiting {
     /// The lock as messages name it.
     name: String,
     lock: Option<Box<dyn Backend>>,
     room: Room,
-    /// Our place (a room needs no heartbeat: flock's).
-    joined: Option<Box<dyn Held>>,
-    /// Joining failed for good in this wait (not a busy room or a server not answering).
+    /// Our number of slots: the byte of the room we hold.
+    n: u32,
+    /// Our place: the room's file, its byte `n` locked.
+    joined: Option<File>,
+    /// Joining failed for good in this wait.
     unjoinable: bool,
-    /// The wait's deadline, for the room's requests too.
-    by: Option<Instant>,
 }
 
 impl Waiting {
-    pub fn new(lock: Box<dyn Backend>, name: &str, room: Room) -> Waiting {
+    pub fn new(lock: Box<dyn Backend>, name: &str, room: Room, n: u32) -> Waiting {
         Waiting {
             name: name.to_string(),
             lock: Some(lock),
             room,
+            n: n.max(1),
             joined: None,
             unjoinable: false,
-            by: None,
         }
     }
 
@@ -90,34 +180,18 @@ impl Waiting {
         self.lock.as_mut().expect("the lock is back")
     }
 
-    /// Takes our place in the room, unless we have one (tried at every wait until it is
-    /// had: the room is busy only for the moment a contender looks at it, [`waiter`]).
+    /// Takes our place in the room, once per wait.
     fn join(&mut self) {
         if self.joined.is_some() || self.unjoinable {
             return;
         }
-        let Some(mut room) = (self.room.open)() else {
-            self.unjoinable = true;
-            return;
-        };
-        room.answer_by(self.by);
-        match room.try_acquire() {
-            Ok(Attempt::Acquired(held)) => {
+        match self.room.join(self.n) {
+            Ok(Some(file)) => {
                 debug!("lock {}: waiting in its waiting room", self.name);
-                self.joined = Some(held);
+                self.joined = Some(file);
                 self.room.joined.store(true, Ordering::SeqCst);
             }
-            Ok(Attempt::Busy(_, holders)) => debug!(
-                "lock {}: its waiting room is busy ({}); joined at the next try",
-                self.name,
-                super::lock::describe(&holders)
-            ),
-            Ok(Attempt::Unanswered(_, e)) => {
-                debug!(
-                    "lock {}: its waiting room: {e}; joined at the next try",
-                    self.name
-                )
-            }
+            Ok(None) => self.unjoinable = true,
             Err(e) => {
                 debug!(
                     "lock {}: cannot wait in its waiting room ({e}); waiting unrecorded (a \
@@ -129,47 +203,11 @@ impl Waiting {
         }
     }
 
-    /// Gives our place back (we hold the lock, or stop waiting).
+    /// Gives our place back (we hold the lock, or stop waiting): the file closes.
     fn leave(&mut self) {
-        let Some(joined) = self.joined.take() else {
-            return;
-        };
         self.room.joined.store(false, Ordering::SeqCst);
-        if let Err(e) = joined.release() {
-            debug!("lock {}: leaving its waiting room: {}", self.name, e.error);
-        }
+        self.joined = None;
     }
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        self.leave();
-    }
-}
-
-/// A live waiter in `room`, for a contender of another number of slots (`slots.rs`): the
-/// backend's own answer ([`Backend::holder`]: flock's asks the kernel), unless this process
-/// waits there itself — then one of those `/proc/locks` lists other than us, waiting (shared:
-/// not another contender's look). A room that cannot be looked at (none here, something
-/// else at its name, a file we may not open) shows nobody: it is a courtesy to waiters, and
-/// must not keep the lock's number from changing for ever.
-pub fn waiter(room: &Room, lock: &str) -> Option<Holder> {
-    let mut b = (room.open)()?;
-    let looked = b.holder().and_then(|h| match h {
-        Some(_) if room.joined.load(Ordering::SeqCst) => {
-            let me = &crate::host::this().hostname;
-            let pid = std::process::id() as i32;
-            let ours = |h: &Holder| h.pid == Some(pid) && h.host.as_ref().is_none_or(|x| x == me);
-            Ok(b.status()?
-                .into_iter()
-                .find(|h| h.alive != Some(false) && h.mode != Some(Mode::Exclusive) && !ours(h)))
-        }
-        h => Ok(h),
-    });
-    looked.unwrap_or_else(|e| {
-        debug!("lock {lock}: its waiting room: {e}; looked at as empty");
-        None
-    })
 }
 
 impl Backend for Waiting {
@@ -225,7 +263,6 @@ impl Backend for Waiting {
     }
 
     fn answer_by(&mut self, by: Option<Instant>) {
-        self.by = by;
         self.lock().answer_by(by)
     }
 

@@ -180,9 +180,9 @@ impl FsConfig {
         }
     }
 
-    /// The lock's waiting room: `.NAME.waiting`, a flock(2) file its waiters hold shared
-    /// while they wait (SPEC §3b: the lock records N while anyone waits; `waiting.rs`),
-    /// never unlinked, as `.NAME.queue`; on a local filesystem only (`backend::open`).
+    /// The lock's waiting room: `.NAME.waiting`, a file whose byte N a waiter of N slots
+    /// holds an OFD read lock on while it waits (SPEC §3b: the lock records N while anyone
+    /// waits; `waiting.rs`), never unlinked, as `.NAME.queue`.
     pub fn waiting(&self) -> FsConfig {
         let mut own = std::ffi::OsString::from(".");
         own.push(self.path.file_name().unwrap_or_default());

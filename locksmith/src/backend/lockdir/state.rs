@@ -274,10 +274,16 @@ impl StateAt<'_> {
     /// moved on from exactly `from`, so a contender of the other number that issued since
     /// makes our rename fail, and we read and ask again: of two contenders that disagree,
     /// the second to issue finds the first's lock taken.
-    fn agree(&self, from: State) -> Result<()> {
+    ///
+    /// Asked at every issue, the same number too (`fresh`: a state just started, which
+    /// records nothing — ours stands): a lock with a waiting room looks there for a waiter
+    /// of another number (`waiting.rs`); the say costs nothing more where there is none.
+    fn agree(&self, from: State, fresh: bool) -> Result<()> {
+        let ours = self.slots.max(1);
         match self.agree {
-            Some(agree) if from.slots() != self.slots.max(1) => agree(from.slots()),
-            _ => Ok(()),
+            Some(agree) if fresh => agree(ours),
+            Some(agree) => agree(from.slots()),
+            None => Ok(()),
         }
     }
 }
@@ -358,10 +364,7 @@ pub fn issue(at: &StateAt<'_>) -> Result<Issued> {
                 first
             }
         };
-        // A state just started records nothing: ours stands.
-        if !fresh {
-            at.agree(from)?;
-        }
+        at.agree(from, fresh)?;
         // find refuses u64::MAX: no overflow here.
         let (to, issued) = at.next(from, from.token + 1);
         if at.swap(from, to)? {
@@ -417,6 +420,11 @@ pub fn issue_exactly(
     let Some(prev) = token.checked_sub(1) else {
         return Ok(None);
     };
+    // Over a state that records our number (the swaps below): the lock's say on waiters of
+    // another number first; over another number, below.
+    if let Some(agree) = at.agree {
+        agree(at.slots.max(1))?;
+    }
     for clean in [true, false] {
         let from = State {
             token: prev,
@@ -446,11 +454,12 @@ pub fn issue_exactly(
                 return Ok(None);
             }
             fresh = true;
+            at.agree(first, true)?;
             first
         }
         // Another number of slots recorded: the lock's say first.
         Found::Dir(Some(st)) if st.token == prev => {
-            at.agree(st)?;
+            at.agree(st, false)?;
             st
         }
         Found::Dir(Some(_)) => return Ok(None),

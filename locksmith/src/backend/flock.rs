@@ -351,7 +351,7 @@ impl Flock {
                 let fs = super::lockdir::detect(file.as_fd());
                 super::lockdir::check(&fs, path, &self.cfg, Duration::ZERO, false)?;
             }
-            fix_owner(&self.cfg, &file, &st);
+            self.cfg.fix_owner(&file, &st);
             self.file_id = (st.st_dev, st.st_ino);
             self.file = Some(file);
         }
@@ -390,7 +390,7 @@ impl Flock {
         match opened {
             Ok(None) => Ok(None),
             Ok(Some((file, st))) => {
-                fix_owner(&self.cfg, &file, &st);
+                self.cfg.fix_owner(&file, &st);
                 Ok(Some(file))
             }
             Err(e) if e.kind() == Kind::Config => Err(e),
@@ -408,24 +408,6 @@ impl Flock {
             Ok(md) => proc_locks_holders(md.dev(), md.ino()),
             Err(_) => Vec::new(),
         }
-    }
-}
-
-/// Applies `cfg`'s `file_mode` and `group` to a file we own (best effort: a file made by
-/// another user keeps its mode): the lock file, its gate, a lock directory's waiting room.
-pub fn fix_owner(cfg: &FsConfig, file: &File, st: &nix::sys::stat::FileStat) {
-    if st.st_uid != nix::unistd::geteuid().as_raw() {
-        return;
-    }
-    if let Some(m) = cfg.file_mode
-        && st.st_mode & 0o7777 != m
-    {
-        let _ = nix::sys::stat::fchmod(file.as_fd(), FileMode::from_bits_truncate(m));
-    }
-    if let Some(g) = cfg.group
-        && st.st_gid != g
-    {
-        let _ = nix::unistd::fchown(file.as_fd(), None, Some(nix::unistd::Gid::from_raw(g)));
     }
 }
 

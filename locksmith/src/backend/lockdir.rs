@@ -29,6 +29,7 @@ mod dir;
 mod fs;
 pub mod probe;
 mod record;
+pub mod room;
 mod sshfs;
 pub mod state;
 

@@ -342,10 +342,10 @@ impl Profile {
 
     /// Its waiting room (SPEC §3b, `waiting.rs`), where its backend keeps one: the
     /// lock-directory backends', `.NAME.waiting` beside the lock (on a local filesystem).
-    fn room(&self) -> Option<waiting::Room> {
+    fn room(&self) -> Option<lockdir::room::Room> {
         match &self.backend {
             BackendConfig::Mkdir(c) | BackendConfig::Link(c) | BackendConfig::Symlink(c) => {
-                Some(waiting::Room::new(c.waiting()))
+                Some(lockdir::room::Room::new(c.waiting()))
             }
             _ => None,
         }

@@ -32,7 +32,7 @@ use std::time::Instant;
 use super::lock::{
     Agree, Attempt, Backend, Break, BreakOutcome, Grant, Held, Holder, NotReleased, WaitHint,
 };
-use super::waiting::Room;
+use super::lockdir::room::Room;
 use crate::error::{Error, Kind, Result, err};
 use crate::log::debug;
 use crate::watch::Watcher;

@@ -30,125 +30,14 @@
 //! nobody (said at `-v`).
 
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{FcntlArg, OFlag, fcntl};
-use nix::sys::stat::Mode as FileMode;
-
 use super::lock::{Agree, Attempt, Backend, Break, BreakOutcome, Holder, WaitHint};
-use super::lockdir::{self, FsConfig};
-use crate::error::{Error, Result};
+use super::lockdir::room::Room;
+use crate::error::Result;
 use crate::log::debug;
 use crate::watch::Watcher;
-
-/// A lock's waiting room: the file `.NAME.waiting` beside a lock-directory lock, whose byte N
-/// a waiter of N slots holds an OFD read lock on (docs/LAYOUT.md).
-#[derive(Clone, Debug)]
-pub struct Room {
-    /// The room's file (`path`), made with the lock's `file_mode` and `group`.
-    cfg: FsConfig,
-    /// Whether this acquisition waits in the room now (shared with [`Waiting`]).
-    joined: Arc<AtomicBool>,
-}
-
-impl Room {
-    pub fn new(cfg: FsConfig) -> Room {
-        Room {
-            cfg,
-            joined: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// Whether this acquisition waited in the room, and still does: a waiter of the number
-    /// recorded, taking the lock, is no newcomer — it need not look ([`other_than`]: with
-    /// 1,000 waiters in the room, each look reads the 1,000 places, at every handoff).
-    pub fn waited(&self) -> bool {
-        self.joined.load(Ordering::SeqCst)
-    }
-
-    /// Whether the room is kept where the lock is: on a local filesystem only.
-    fn here(&self) -> bool {
-        let dir = self.cfg.path.parent().unwrap_or(Path::new("/"));
-        !lockdir::is_remote_dir(dir)
-    }
-
-    /// Takes a place for a waiter of `n` slots: the room's file, opened (made if need be),
-    /// with an OFD read lock on byte `n`, which the kernel gives back when the file closes or
-    /// the process dies. `None`: no room here.
-    fn join(&self, n: u32) -> Result<Option<File>> {
-        if !self.here() {
-            return Ok(None);
-        }
-        let path = &self.cfg.path;
-        let mode = FileMode::from_bits_truncate(self.cfg.file_mode.unwrap_or(0o666));
-        let flags = OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW;
-        let (file, st) = crate::files::open_regular(path, "waiting room", flags, mode)?;
-        super::flock::fix_owner(&self.cfg, &file, &st);
-        let fl = range(libc::F_RDLCK, n, 1);
-        fcntl(file.as_fd(), FcntlArg::F_OFD_SETLK(&fl))
-            .map_err(|e| Error::path("cannot wait in waiting room", path, e.into()))?;
-        Ok(Some(file))
-    }
-
-    /// The number of slots of a waiter in the room other than `n`, as the kernel answers
-    /// (`F_OFD_GETLK` over every byte but `n`: a place of ours, held on byte `n`, is not
-    /// among them). A room that cannot be looked at (none here, something else at its name,
-    /// a file we may not open) shows nobody: it is a courtesy to waiters, and must not keep
-    /// the lock's number from changing for ever.
-    pub fn other_than(&self, n: u32, lock: &str) -> Option<u32> {
-        // Opened first: a lock that never had a waiter (or is on a network filesystem,
-        // where no room is made) costs one failed open(2), asked at every issue.
-        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW;
-        let opened = crate::files::open_regular_if_there(
-            &self.cfg.path,
-            "waiting room",
-            flags,
-            FileMode::empty(),
-        );
-        let file = match opened {
-            Ok(Some((file, _))) if self.here() => file,
-            Ok(_) => return None,
-            Err(e) => {
-                debug!("lock {lock}: its waiting room: {e}; looked at as empty");
-                return None;
-            }
-        };
-        // Bytes 0..n, then n+1 to the end (a length of 0).
-        for (start, len) in [(0, n), (n + 1, 0)] {
-            let mut fl = range(libc::F_WRLCK, start, len);
-            match fcntl(file.as_fd(), FcntlArg::F_OFD_GETLK(&mut fl)) {
-                Ok(_) if fl.l_type != libc::F_UNLCK as libc::c_short => {
-                    return Some(u32::try_from(fl.l_start).unwrap_or(u32::MAX));
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    debug!(
-                        "lock {lock}: its waiting room (descriptor {}): {e}; looked at as empty",
-                        file.as_raw_fd()
-                    );
-                    return None;
-                }
-            }
-        }
-        None
-    }
-}
-
-/// A byte range of the room for `fcntl(2)`.
-fn range(kind: libc::c_int, start: u32, len: u32) -> libc::flock {
-    libc::flock {
-        l_type: kind as libc::c_short,
-        l_whence: libc::SEEK_SET as libc::c_short,
-        l_start: libc::off_t::from(start),
-        l_len: libc::off_t::from(len),
-        // 0 for OFD locks.
-        l_pid: 0,
-    }
-}
 
 /// A lock whose waiters hold a place in its waiting room while they wait.
 pub struct Waiting {
@@ -189,7 +78,7 @@ impl Waiting {
             Ok(Some(file)) => {
                 debug!("lock {}: waiting in its waiting room", self.name);
                 self.joined = Some(file);
-                self.room.joined.store(true, Ordering::SeqCst);
+                self.room.set_joined(true);
             }
             Ok(None) => self.unjoinable = true,
             Err(e) => {
@@ -205,7 +94,7 @@ impl Waiting {
 
     /// Gives our place back (we hold the lock, or stop waiting): the file closes.
     fn leave(&mut self) {
-        self.room.joined.store(false, Ordering::SeqCst);
+        self.room.set_joined(false);
         self.joined = None;
     }
 }

@@ -194,6 +194,26 @@ impl FsConfig {
         }
     }
 
+    /// Applies `file_mode` and `group` to a file we own (best effort: a file made by
+    /// another user keeps its mode): a flock lock file, its gate, a waiting room.
+    pub fn fix_owner(&self, file: &std::fs::File, st: &nix::sys::stat::FileStat) {
+        use std::os::fd::AsFd;
+        if st.st_uid != nix::unistd::geteuid().as_raw() {
+            return;
+        }
+        if let Some(m) = self.file_mode
+            && st.st_mode & 0o7777 != m
+        {
+            let mode = nix::sys::stat::Mode::from_bits_truncate(m);
+            let _ = nix::sys::stat::fchmod(file.as_fd(), mode);
+        }
+        if let Some(g) = self.group
+            && st.st_gid != g
+        {
+            let _ = nix::unistd::fchown(file.as_fd(), None, Some(nix::unistd::Gid::from_raw(g)));
+        }
+    }
+
     /// The name whose `.NAME.state` issues this lock's tokens.
     pub fn token_name(&self) -> &std::ffi::OsStr {
         self.slot_of

@@ -6,8 +6,9 @@
 //! recorded number, in the room itself, does not): a lock held over any byte but its own
 //! number (`F_OFD_GETLK`) is a waiter of another number, who gets the lock next — so the
 //! newcomer is refused (78, naming both numbers) rather than taking it, and the waiter
-//! later refused. The look costs one failed open(2) on a lock that never had a waiter, and
-//! an open, two fcntl(2) (the kernel reads every place) and a close on one that had.
+//! later refused. The look costs one failed open(2) on a lock that never had a waiter (none
+//! on a network filesystem), and on one that had (the file stays) an open with its checks,
+//! a statfs(2), two fcntl(2) (the kernel reads every place) and a close.
 //!
 //! **Which backends keep one** (`Profile::room`): mkdir, link and symlink on a local
 //! filesystem, whose waiters try again on a notice or a timer — between a release and that

@@ -275,14 +275,17 @@ impl StateAt<'_> {
     /// makes our rename fail, and we read and ask again: of two contenders that disagree,
     /// the second to issue finds the first's lock taken.
     ///
-    /// Asked at every issue, the same number too (`fresh`: a state just started, which
-    /// records nothing — ours stands): a lock with a waiting room looks there for a waiter
-    /// of another number (`waiting.rs`); the say costs nothing more where there is none.
-    fn agree(&self, from: State, fresh: bool) -> Result<()> {
+    /// Asked at every issue, over our own number too (`recorded`: `None` where the state
+    /// records nothing yet, or is taken to record ours — ours stands): a lock with a
+    /// waiting room looks there for a waiter of another number (`waiting.rs`). Not over our
+    /// own number on a network filesystem, where no room is kept (a look there would cost a
+    /// lookup on the server at every acquisition).
+    fn agree(&self, recorded: Option<u32>) -> Result<()> {
         let ours = self.slots.max(1);
+        let before = recorded.unwrap_or(ours);
         match self.agree {
-            Some(agree) if fresh => agree(ours),
-            Some(agree) => agree(from.slots()),
+            Some(_) if before == ours && self.remote => Ok(()),
+            Some(agree) => agree(before),
             None => Ok(()),
         }
     }
@@ -346,13 +349,18 @@ pub fn issue(at: &StateAt<'_>) -> Result<Issued> {
         }
         let mut fresh = false;
         let from = match at.find()? {
-            Found::Dir(Some(st)) => st,
+            Found::Dir(Some(st)) => {
+                at.agree(Some(st.slots()))?;
+                st
+            }
             // Empty: read again (a config error if it stays so).
             Found::Dir(None) => {
                 read(at)?;
                 continue;
             }
             Found::Nothing => {
+                // Asked before the state is started: a refusal leaves nothing.
+                at.agree(None)?;
                 let first = State {
                     token: floor(),
                     ..FIRST
@@ -364,7 +372,6 @@ pub fn issue(at: &StateAt<'_>) -> Result<Issued> {
                 first
             }
         };
-        at.agree(from, fresh)?;
         // find refuses u64::MAX: no overflow here.
         let (to, issued) = at.next(from, from.token + 1);
         if at.swap(from, to)? {
@@ -420,11 +427,9 @@ pub fn issue_exactly(
     let Some(prev) = token.checked_sub(1) else {
         return Ok(None);
     };
-    // Over a state that records our number (the swaps below): the lock's say on waiters of
-    // another number first; over another number, below.
-    if let Some(agree) = at.agree {
-        agree(at.slots.max(1))?;
-    }
+    // Over a state that records our number (the swaps below) or none yet: the lock's say on
+    // waiters of another number first, once; over another number, below.
+    at.agree(None)?;
     for clean in [true, false] {
         let from = State {
             token: prev,
@@ -454,12 +459,13 @@ pub fn issue_exactly(
                 return Ok(None);
             }
             fresh = true;
-            at.agree(first, true)?;
             first
         }
         // Another number of slots recorded: the lock's say first.
         Found::Dir(Some(st)) if st.token == prev => {
-            at.agree(st, false)?;
+            if st.slots() != at.slots.max(1) {
+                at.agree(Some(st.slots()))?;
+            }
             st
         }
         Found::Dir(Some(_)) => return Ok(None),

@@ -108,29 +108,18 @@ impl Slots {
     pub fn room(mut self, room: Option<Room>) -> Slots {
         self.room = room;
         // Slot 0 was opened by `new`, with a say that had no room.
-        let first = self.agreement(self.slot(0));
+        let first = self.say(self.n, self.slot(0));
         if let Some(b) = self.slots[0].as_mut() {
             b.agree_on_slots(first);
         }
         self
     }
 
-    /// The say of this lock for a contender of `n` slots holding none yet ([`agreement`]).
-    fn agreement_of(&self, n: u32) -> Agree {
+    /// The say of this lock for a contender of `n` slots holding `ours` ([`agreement`]).
+    fn say(&self, n: u32, ours: Option<u32>) -> Agree {
         agreement(
             self.lock.clone(),
             n,
-            None,
-            self.open.clone(),
-            self.room.clone(),
-        )
-    }
-
-    /// The say of this lock of slots for the contender holding `ours` ([`agreement`]).
-    fn agreement(&self, ours: Option<u32>) -> Agree {
-        agreement(
-            self.lock.clone(),
-            self.n,
             ours,
             self.open.clone(),
             self.room.clone(),
@@ -174,7 +163,7 @@ impl Slots {
         let ours = self.slot(k);
         let mut b = (self.open)(ours);
         if !self.places {
-            b.agree_on_slots(self.agreement(ours));
+            b.agree_on_slots(self.say(self.n, ours));
         }
         b.answer_by(self.answer_by);
         b
@@ -227,7 +216,7 @@ impl Slots {
                 None => (self.open)(None).recorded_slots()?,
             };
             return Ok(match recorded {
-                Some(m) if m > 1 => self.agreement_of(1)(m).err(),
+                Some(m) if m > 1 => self.say(1, None)(m).err(),
                 _ => None,
             });
         }
@@ -327,7 +316,7 @@ impl Slots {
             if let Some(m) = recorded
                 && m != self.n
             {
-                self.agreement_of(self.n)(m)?;
+                self.say(self.n, None)(m)?;
             }
         }
         Ok(SlotTry::Busy(holders))

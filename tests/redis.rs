@@ -1336,3 +1336,92 @@ fn redis_a_writer_giving_up_after_an_unanswered_take_gives_its_mark_back() {
     drop(r1);
     drop(r2);
 }
+
+/// SPEC §3b, "the lock records N while anyone holds *or waits*", on redis: a waiter's place in
+/// the lock's waiting room (`KEY.waiting`, taken by its first busy try) keeps its number of
+/// slots while the holders are gone and it has not tried again (stopped here): a newcomer of
+/// another number is refused (78, naming both), the waiter then served; once nobody holds or
+/// waits the next number stands, and the room is gone (its last place given back).
+#[test]
+fn redis_a_waiter_keeps_its_number_of_slots_and_leaves_no_place() {
+    let Some(r) = start() else { return };
+    let sb = sandbox(&r);
+    crate::slots::a_stopped_waiter_keeps_its_number(&|a| sb.cmd(a), "r");
+    eventually(T, "the last holder's release", || {
+        code(sb.output(["--slots", "3", "status", "r"]).status) == 0
+    });
+    assert_eq!(r.cli(&["EXISTS", "t:r.waiting"]), "0", "a place was left");
+}
+
+/// A waiter that gives up (`--wait`) takes its place with it at once; one killed (`kill -9`)
+/// keeps the lock's number until its place expires, `stale_after` after its last try — not
+/// for ever: then another number stands.
+#[test]
+fn redis_a_waiter_that_gives_up_leaves_its_place_and_a_killed_one_s_expires() {
+    let Some(r) = start() else { return };
+    let sb = sandbox(&r);
+    let lock = format!("redis://{}:{}?key=t:wr&stale_after=5s", r.host, r.port);
+    let held: Vec<_> = (0..2).map(|_| sb.hold(["--slots", "2", &lock])).collect();
+    let o = sb.output(["--slots", "2", "--wait", "1s", &lock]);
+    assert_eq!(code(o.status), 75, "{}", stdout(&o));
+    assert_eq!(r.cli(&["EXISTS", "t:wr.waiting"]), "0", "a place was left");
+    let mut w = sb.spawn_hold(["-v", "--slots", "2", &lock]);
+    w.wait_stderr("waiting in its waiting room", T);
+    assert_eq!(r.cli(&["ZCARD", "t:wr.waiting"]), "1");
+    w.signal(libc::SIGKILL);
+    w.wait_exit(T);
+    let died = Instant::now();
+    drop(held);
+    // Its place lives 5 s from its last try, made at most one heartbeat period (5 s / 3)
+    // before its death.
+    let o = sb.output(["--slots", "3", "--wait", "0", "run", &lock, "--", "true"]);
+    if died.elapsed() < Duration::from_secs(3) {
+        let said = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(code(o.status), 78, "{said}");
+        assert!(said.contains("waited for with 2 slot(s)"), "{said}");
+    }
+    eventually(
+        Duration::from_secs(20),
+        "the killed waiter's place expires",
+        || {
+            code(
+                sb.output(["--slots", "3", "--wait", "0", "run", &lock, "--", "true"])
+                    .status,
+            ) == 0
+        },
+    );
+    eventually(T, "the room's expiry", || {
+        r.cli(&["EXISTS", "t:wr.waiting"]) == "0"
+    });
+}
+
+/// A waiting writer's mark outlives its backoff: with `stale_after = 3s` the mark lives one
+/// heartbeat period (1 s), shorter than `max_poll` (4 s), so the writer tries within every
+/// half period whatever its backoff says — through the lock's slots too (before 2026-11-28
+/// `Slots` forgot the bound and readers got in once the backoff grew).
+#[test]
+fn redis_a_waiting_writer_s_mark_is_renewed_whatever_its_backoff() {
+    let Some(r) = start() else { return };
+    let sb = sandbox(&r);
+    let lock = format!("redis://{}:{}?key=t:wm&stale_after=3s", r.host, r.port);
+    let r1 = sb.hold(["--shared", &lock]);
+    let mut w = sb.spawn_hold(["--wait", "60s", &lock]);
+    w.wait_stderr("waiting for lock", T);
+    eventually(T, "the writer's mark", || {
+        r.cli(&["EXISTS", "t:wm.writer"]) == "1"
+    });
+    // Past several backoff steps (200 ms doubling to 4 s) and mark periods.
+    let began = Instant::now();
+    while began.elapsed() < Duration::from_secs(8) {
+        let o = sb.output(["--wait", "0", "--shared", "run", &lock, "--", "true"]);
+        assert_eq!(
+            code(o.status),
+            75,
+            "a reader overtook the waiting writer after {:?}",
+            began.elapsed()
+        );
+    }
+    drop(r1);
+    let line = w.read_line(T).expect("the writer got nothing");
+    assert!(line.starts_with("OK "), "{line}");
+}

@@ -450,15 +450,19 @@ impl Backend for Fair {
         self.watched.as_mut().is_none_or(|(_, b, _)| b.woken())
     }
 
+    /// Our place's heartbeat; behind others, a look every `poll`; at the head of the line,
+    /// the lock's own bound too (it is the lock that is tried).
     fn try_within(&self) -> Option<Duration> {
         let place = self.place.as_ref()?;
         let now = Instant::now();
         let beat = place.next_beat.map(|n| n.saturating_duration_since(now));
         let look = (!self.ahead.is_empty()).then_some(self.common.poll);
-        match (beat, look) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let lock = self
+            .ahead
+            .is_empty()
+            .then(|| self.lock.as_ref().and_then(|l| l.try_within()))
+            .flatten();
+        [beat, look, lock].into_iter().flatten().min()
     }
 
     fn status(&mut self) -> Result<Vec<Holder>> {

@@ -435,6 +435,9 @@ pub fn refuse_break(backend: &str, why: &str) -> Error {
 pub struct Named {
     pub name: String,
     pub common: Common,
+    /// A nonce of this acquisition, the same for every slot of it: its place in a waiting
+    /// room kept on a server (SPEC §3b, `waiting.rs`).
+    pub acquisition: String,
 }
 
 /// What the registry (`backend/mod.rs`) needs of a backend besides [`Backend`]: its settings,

@@ -337,6 +337,7 @@ impl Profile {
         Named {
             name: self.name.clone(),
             common: self.common.clone(),
+            acquisition: crate::host::nonce(),
         }
     }
 
@@ -371,7 +372,15 @@ impl Profile {
         // The records of a place name the lock's profile (a name without spaces: some
         // backends' records are space-separated).
         let name = self.name.clone();
-        Some((cfg, Named { name, common }))
+        let acquisition = crate::host::nonce();
+        Some((
+            cfg,
+            Named {
+                name,
+                common,
+                acquisition,
+            },
+        ))
     }
 }
 

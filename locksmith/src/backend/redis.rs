@@ -14,6 +14,9 @@
 //!   token is greater than every earlier one's.
 //! - `K.state`: `dirty N by=NONCE was=…` while writer N holds, `clean N` after its release;
 //!   a writer that finds `dirty` (not its own acquisition's) says `prev=crashed`.
+//! - `K.slots`, `K.slot-J`: the number of slots recorded, and slot J of a semaphore (SPEC §3b).
+//! - `K.waiting`: the lock's waiting room, a sorted set of waiters' places `"N NONCE"`, each
+//!   scored by its expiry ([`ACQUIRE`] says how it is kept and looked at).
 //!
 //! Every step is one Lua script (`EVAL`), so each is atomic on the server: taking the lock
 //! (`SET NX PX`, `INCR`, the state) happens at once or not at all; a heartbeat (`PEXPIRE`)
@@ -212,12 +215,27 @@ pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
 
 /// Takes the lock: exclusive (`w`) or shared (`r`), in one step. KEYS: the lock, its readers,
 /// its token counter, its state, its waiting writer, the lock's number of slots (`"N
-/// VERSION"`, SPEC §3b). ARGV: mode, owner record, stale_after in ms, our nonce, our number of
-/// slots, the record we were told to take over (empty: only our own number), the waiting
-/// writer's mark's expiry in ms (one heartbeat period: [`Redis::try_within`] renews it). `{"took",
-/// value, prev state, token}` (a reader's adds the record of the number of slots), `{"busy"}`
-/// (`{"busy", "marked"}`: a writer behind readers, its mark set), `{"ask", record}` (another number recorded: nothing
-/// taken) or `{"again"}` (the record changed since).
+/// VERSION"`, SPEC §3b), the lock's waiting room. ARGV: mode, owner record, stale_after in ms,
+/// our nonce, our number of slots, the record we were told to take over (empty: only our own
+/// number), the waiting writer's mark's expiry in ms (one heartbeat period:
+/// [`Redis::try_within`] renews it), the room (`''`: none, a fair line's place; `look`: look
+/// only, `--wait 0`; `wait`: look, and take a place if busy), this acquisition's nonce.
+/// `{"took", value, prev state, token}` (a reader's adds the record of the number of slots),
+/// `{"busy", "marked" or "", "joined"?}` (`marked`: a writer behind readers, its mark set;
+/// `joined`: our place in the room taken or renewed), `{"ask", record}` (another number
+/// recorded: nothing taken), `{"again"}` (the record changed since) or `{"waited", M}` (a
+/// waiter of M slots is in the room: nothing taken).
+///
+/// **The waiting room** (SPEC §3b: the lock records N while anyone holds *or waits*;
+/// `waiting.rs` says why, docs/LAYOUT.md how): the sorted set `LOCK.waiting` of the lock
+/// (whatever the slot), member `"N NONCE"` (a waiter of N slots, this acquisition), score the
+/// moment it expires (the server's clock, `stale_after` from its last busy try: a waiter
+/// tries within every heartbeat period, [`Redis::try_within`]). A busy try of a waiter takes
+/// or renews its place in the same step — from its very first try — and its take gives it
+/// back; a waiter that gives up deletes it ([`GIVE_BACK`]), a killed one's expires. Before a
+/// token is issued, a live place of another number refuses the take (`waited`) — unless
+/// this acquisition waits there itself with the number recorded: no newcomer
+/// (`slots::agreement`'s rule for the lock-directory rooms, the same in one atomic step).
 ///
 /// **Ours already** (issue 27): a take of this acquisition whose answer was lost may have
 /// landed. The owner record is unique per acquisition (its nonce), so a key whose value is our
@@ -234,28 +252,41 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local px = tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local place = ARGV[5] .. ' ' .. ARGV[9]
+local function took(r)
+  if ARGV[8] ~= '' then redis.call('ZREM', KEYS[7], place) end
+  return r
+end
+local function busy(r)
+  if ARGV[8] == 'wait' then
+    redis.call('ZADD', KEYS[7], now + px, place)
+    if redis.call('PTTL', KEYS[7]) < px then redis.call('PEXPIRE', KEYS[7], px) end
+    table.insert(r, 'joined')
+  end
+  return r
+end
 local mine = ARGV[2] .. ' token='
 local cur = redis.call('GET', KEYS[1])
 if ARGV[1] == 'w' and cur and string.sub(cur, 1, #mine) == mine then
   redis.call('PEXPIRE', KEYS[1], px)
   local st = redis.call('GET', KEYS[4]) or ''
   local prev = string.match(st, ' was=crashed$') and 'dirty' or ''
-  return {'took', cur, prev, string.sub(cur, #mine + 1)}
+  return took({'took', cur, prev, string.sub(cur, #mine + 1)})
 end
 if ARGV[1] == 'r' and redis.call('ZSCORE', KEYS[2], ARGV[2]) then
   redis.call('ZADD', KEYS[2], 'XX', now + px, ARGV[2])
   if redis.call('PTTL', KEYS[2]) < px then redis.call('PEXPIRE', KEYS[2], px) end
-  return {'took', ARGV[2], '', redis.call('GET', KEYS[3]) or '', redis.call('GET', KEYS[6]) or ''}
+  return took({'took', ARGV[2], '', redis.call('GET', KEYS[3]) or '', redis.call('GET', KEYS[6]) or ''})
 end
-if cur then return {'busy'} end
+if cur then return busy({'busy', ''}) end
 if ARGV[1] == 'w' then
   if redis.call('ZCARD', KEYS[2]) > 0 then
     local mark = redis.call('GET', KEYS[5])
     if (not mark) or mark == ARGV[4] then
       redis.call('SET', KEYS[5], ARGV[4], 'PX', tonumber(ARGV[7]))
-      return {'busy', 'marked'}
+      return busy({'busy', 'marked'})
     end
-    return {'busy'}
+    return busy({'busy', ''})
   end
   local rec = redis.call('GET', KEYS[6]) or '1 0'
   local n, ver = string.match(rec, '^(%d+) (%d+)$')
@@ -264,9 +295,18 @@ if ARGV[1] == 'w' then
   elseif rec ~= ARGV[6] then
     return {'again'}
   end
+  if ARGV[8] ~= '' then
+    redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now)
+    if not (n == ARGV[5] and redis.call('ZSCORE', KEYS[7], place)) then
+      for _, m in ipairs(redis.call('ZRANGE', KEYS[7], 0, -1)) do
+        local k = string.match(m, '^(%d+) ')
+        if k and k ~= ARGV[5] then return {'waited', k} end
+      end
+    end
+  end
   local tok = redis.call('INCR', KEYS[3])
   local v = mine .. tok
-  if not redis.call('SET', KEYS[1], v, 'NX', 'PX', px) then return {'busy'} end
+  if not redis.call('SET', KEYS[1], v, 'NX', 'PX', px) then return busy({'busy', ''}) end
   redis.call('SET', KEYS[6], ARGV[5] .. ' ' .. (tonumber(ver or '0') + 1))
   local prev = redis.call('GET', KEYS[4]) or ''
   local was = (prev ~= '' and string.sub(prev, 1, 6) ~= 'clean ') and 'crashed' or 'clean'
@@ -276,12 +316,12 @@ if ARGV[1] == 'w' then
   end
   redis.call('SET', KEYS[4], 'dirty ' .. tok .. ' by=' .. ARGV[4] .. ' was=' .. was)
   if redis.call('GET', KEYS[5]) == ARGV[4] then redis.call('DEL', KEYS[5]) end
-  return {'took', v, prev, tostring(tok)}
+  return took({'took', v, prev, tostring(tok)})
 end
-if redis.call('EXISTS', KEYS[5]) == 1 then return {'busy'} end
+if redis.call('EXISTS', KEYS[5]) == 1 then return busy({'busy', ''}) end
 redis.call('ZADD', KEYS[2], now + px, ARGV[2])
 if redis.call('PTTL', KEYS[2]) < px then redis.call('PEXPIRE', KEYS[2], px) end
-return {'took', ARGV[2], '', redis.call('GET', KEYS[3]) or '', redis.call('GET', KEYS[6]) or ''}
+return took({'took', ARGV[2], '', redis.call('GET', KEYS[3]) or '', redis.call('GET', KEYS[6]) or ''})
 ";
 
 /// Renews our expiry if the value is still ours: 1, else 0. ARGV: mode, our value, ms.
@@ -352,9 +392,11 @@ return redis.call('EXISTS', KEYS[1], KEYS[5]) == 0 and 1 or 0
 /// mark, and a take of its own whose answer was lost (the key whose value is our record plus
 /// ` token=N`, or our member of the readers) — given back as the landed take found the state:
 /// `clean N`, unless that take found a crash (`was=crashed`: the state stays `dirty`, the next
-/// writer says `prev=crashed`). ARGV: our owner record, our nonce. 1 if a take was given back.
+/// writer says `prev=crashed`) — and its place in the waiting room. ARGV: our owner record,
+/// our nonce, our place (`"N NONCE"`). 1 if a take was given back.
 const GIVE_BACK: &str = r"
 local n = 0
+redis.call('ZREM', KEYS[7], ARGV[3])
 local mine = ARGV[1] .. ' token='
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, #mine) == mine then
@@ -461,8 +503,18 @@ pub struct Redis {
     subscribed: Option<Conn>,
     /// The lock's number of slots (SPEC §3b), recorded with each exclusive grant.
     slots: u32,
-    /// What to ask before granting over another recorded number of slots.
+    /// What to ask before granting over another recorded number of slots; `None` for a fair
+    /// line's place, which keeps no number and no waiting room.
     agree: Option<super::lock::Agree>,
+    /// The lock as messages name it.
+    lock: String,
+    /// This acquisition's nonce: its place in the waiting room ([`ACQUIRE`]).
+    acquisition: String,
+    /// Whether a busy try takes a place in the waiting room: not under `--wait 0`.
+    waits: bool,
+    /// Whether our place may be in the waiting room (a busy try took it): renewed by trying
+    /// within every heartbeat period, given back if we stop waiting.
+    joined: bool,
 }
 
 /// A thread reading the next message of the subscribed connection (`None` back: it broke),
@@ -482,6 +534,10 @@ impl Redis {
         Redis {
             slots: lock.common.slots,
             agree: None,
+            lock: lock.name.clone(),
+            acquisition: lock.acquisition.clone(),
+            waits: !matches!(lock.common.wait, crate::settings::Wait::For(d) if d.is_zero()),
+            joined: false,
             cfg,
             mode: lock.common.mode(),
             px: lock.common.stale_after.as_millis().max(1) as u64,
@@ -513,7 +569,7 @@ impl Redis {
         format!("Redis at {s}://{}:{}/{}", self.cfg.host, self.cfg.port, self.cfg.db)
     }
 
-    fn keys(&self) -> [String; 6] {
+    fn keys(&self) -> [String; 7] {
         let k = &self.cfg.key;
         // A slot's counter and number of slots are the lock's (SPEC §3b).
         let lock = self.cfg.slot_of.as_ref().unwrap_or(k);
@@ -524,6 +580,7 @@ impl Redis {
             format!("{k}.state"),
             format!("{k}.writer"),
             format!("{lock}.slots"),
+            format!("{lock}.waiting"),
         ]
     }
 
@@ -690,7 +747,7 @@ impl Redis {
     /// Runs `script` on the lock's keys with `args`, by `deadline`.
     fn eval(&mut self, what: &str, script: &str, args: &[&str], deadline: Instant) -> Result<Value> {
         let keys = self.keys();
-        let mut argv: Vec<&[u8]> = vec![b"EVAL", script.as_bytes(), b"6"];
+        let mut argv: Vec<&[u8]> = vec![b"EVAL", script.as_bytes(), b"7"];
         argv.extend(keys.iter().map(|k| k.as_bytes()));
         argv.extend(args.iter().map(|a| a.as_bytes()));
         let r = self.conn_by(deadline)?.call(&argv, deadline);
@@ -773,6 +830,12 @@ impl Redis {
         let px = self.px.to_string();
         let mark_px = self.mark_px.to_string();
         let n = self.slots.max(1).to_string();
+        let room = match (&self.agree, self.waits) {
+            (None, _) => "",
+            (Some(_), false) => "look",
+            (Some(_), true) => "wait",
+        };
+        let acquisition = self.acquisition.clone();
         let mut seen = Vec::new();
         // The record of another number of slots we asked the lock about and may take over.
         let mut over = String::new();
@@ -791,6 +854,8 @@ impl Redis {
                 n.as_str(),
                 over.as_str(),
                 mark_px.as_str(),
+                room,
+                acquisition.as_str(),
             ];
             // Unanswered, it may still land: remembered until an answer settles it. Not
             // sent at all (no connection), it did not: a take still unsure from an earlier
@@ -823,6 +888,10 @@ impl Redis {
                     over.clear();
                     continue;
                 }
+                "waited" => {
+                    let m = text(1).parse::<u32>().unwrap_or(0);
+                    return Err(super::slots::waited_refusal(&self.lock, m, self.slots));
+                }
                 _ => {}
             }
             tries += 1;
@@ -832,6 +901,7 @@ impl Redis {
                 self.wake.forget_holder();
                 self.marked = false;
                 self.marking = false;
+                self.joined = false;
                 self.value = Some(text(1));
                 let token = text(3).parse::<u64>().ok();
                 if self.mode == Mode::Exclusive {
@@ -849,6 +919,12 @@ impl Redis {
                 self.marked = true;
             }
             self.marking = text(1) == "marked";
+            if text(2) == "joined" && !self.joined {
+                self.joined = true;
+                if self.first_slot() {
+                    debug!("lock {}: waiting in its waiting room", self.lock);
+                }
+            }
             seen = self.holders()?;
             let dead: Vec<(String, Holder)> = seen
                 .iter()
@@ -880,6 +956,20 @@ impl Redis {
         Ok(Tried::Busy(seen.into_iter().map(|(_, h)| h).collect()))
     }
 
+    /// Whether this is the lock itself or its first slot: one of an acquisition's slots says
+    /// what they all do.
+    fn first_slot(&self) -> bool {
+        match &self.cfg.slot_of {
+            None => true,
+            Some(lock) => self.cfg.key == format!("{lock}.slot-0"),
+        }
+    }
+
+    /// Our place in the waiting room (`"N NONCE"`, [`ACQUIRE`]).
+    fn place(&self) -> String {
+        format!("{} {}", self.slots.max(1), self.acquisition)
+    }
+
     /// A state value locksmith does not write counts as a crash.
     fn prev_unreadable(&self, prev: &str) -> bool {
         !prev.is_empty() && !prev.starts_with("clean ")
@@ -907,10 +997,11 @@ impl Drop for Redis {
         // A waiter that gives up takes away its waiting writer's mark (else readers wait for
         // it to expire) and a take of its own whose answer was lost (else the lock stays
         // taken until it expires).
-        if self.value.is_none() && (self.marked || self.unsure) {
-            let (record, nonce) = (self.record.clone(), self.nonce.clone());
+        if self.value.is_none() && (self.marked || self.unsure || self.joined) {
+            let (record, nonce, place) = (self.record.clone(), self.nonce.clone(), self.place());
             let deadline = Instant::now() + Duration::from_secs(1);
-            match self.eval("cannot give back what the wait left", GIVE_BACK, &[&record, &nonce], deadline) {
+            let args = [record.as_str(), nonce.as_str(), place.as_str()];
+            match self.eval("cannot give back what the wait left", GIVE_BACK, &args, deadline) {
                 Ok(v) if v.int() == Some(1) => info!("gave back a take of ours whose answer was lost"),
                 Ok(_) => {}
                 Err(e) if self.unsure => info!(
@@ -950,10 +1041,15 @@ impl Backend for Redis {
     }
 
     /// A writer waiting behind readers renews its mark (`K.writer`, which expires one
-    /// heartbeat period after it was last set) by trying every half period.
+    /// heartbeat period after it was last set) by trying every half period; a waiter renews
+    /// its place in the waiting room (which expires `stale_after` after its last busy try)
+    /// by trying every heartbeat period.
     fn try_within(&self) -> Option<Duration> {
-        self.marking
-            .then(|| Duration::from_millis(self.mark_px / 2).max(Duration::from_millis(1)))
+        let mark = self
+            .marking
+            .then(|| Duration::from_millis(self.mark_px / 2).max(Duration::from_millis(1)));
+        let place = self.joined.then_some(self.heartbeat);
+        mark.into_iter().chain(place).min()
     }
 
     fn agree_on_slots(&mut self, agree: super::lock::Agree) {

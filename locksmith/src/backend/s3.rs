@@ -1196,6 +1196,7 @@ mod tests {
             &Named {
                 name: "p".into(),
                 common: Common::builtin(),
+                acquisition: "0123456789abcdef".into(),
             },
         )
     }

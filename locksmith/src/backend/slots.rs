@@ -27,7 +27,7 @@
 use std::os::fd::BorrowedFd;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::lock::{
     Agree, Attempt, Backend, Break, BreakOutcome, Grant, Held, Holder, NotReleased, WaitHint,
@@ -368,14 +368,20 @@ fn agreement(lock: String, n: u32, ours: Option<u32>, open: Opener, room: Option
             && !(before == n && room.waited())
             && let Some(m) = room.other_than(n, &lock)
         {
-            return Err(err!(
-                Config,
-                "lock {lock} is waited for with {m} slot(s) (a waiter in its waiting room), but \
-                 this asks for {n}: all contenders of one lock must agree on `slots`"
-            ));
+            return Err(waited_refusal(&lock, m, n));
         }
         Ok(())
     })
+}
+
+/// The refusal of a contender of `n` slots: a waiter of `m` is in the lock's waiting room
+/// (here, or in a backend's own step: `redis.rs`'s `ACQUIRE`).
+pub fn waited_refusal(lock: &str, m: u32, n: u32) -> Error {
+    err!(
+        Config,
+        "lock {lock} is waited for with {m} slot(s) (a waiter in its waiting room), but this \
+         asks for {n}: all contenders of one lock must agree on `slots`"
+    )
 }
 
 /// For [`agreement`]: `Err` (78) if anyone holds a lock of the recorded number `before` (0:
@@ -473,6 +479,16 @@ impl Backend for Slots {
             .flatten()
             .flat_map(|b| b.wake_fds())
             .collect()
+    }
+
+    /// The soonest any opened slot asks to be tried again (a redis writer's mark behind
+    /// readers, a place in a waiting room kept on a server).
+    fn try_within(&self) -> Option<Duration> {
+        self.slots
+            .iter()
+            .flatten()
+            .filter_map(|b| b.try_within())
+            .min()
     }
 
     fn woken(&mut self) -> bool {

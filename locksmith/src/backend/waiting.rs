@@ -16,8 +16,10 @@
 //! there to keep out of its lock manager), where a waiter's number is not kept. flock's,
 //! postgres' and etcd's waiters need none: the kernel or the server grants a waiter the lock
 //! the moment it frees (a blocked flock(2), a queued advisory lock, the oldest key of the
-//! queue), before any newcomer, and the holder's record is then the waiter's. ftp, redis and
-//! s3 keep none yet: a room there needs its dead waiters' places removed by someone (a
+//! queue), before any newcomer, and the holder's record is then the waiter's. redis keeps its
+//! room on the server, in the very step that tries the lock (`redis.rs`'s `ACQUIRE`: a place
+//! taken by a busy try, with an expiry, looked at by a take) — not through this wrapper. ftp
+//! and s3 keep none yet: a room there needs its dead waiters' places removed by someone (a
 //! killed waiter's entry on a server stays) and its requests bounded by the wait's deadline.
 //!
 //! **Not covered:** the moment between a waiter's first busy try and its joining (there a

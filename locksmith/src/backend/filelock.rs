@@ -263,6 +263,10 @@ impl<S: Scheme + 'static> Registered for FileLock<S> {
     fn queue(cfg: &FsConfig) -> Option<FsConfig> {
         Some(cfg.queue())
     }
+    fn room(cfg: &FsConfig, _lock: &Named) -> Option<super::room::Room> {
+        let room = lockdir::room::DirRoom::new(cfg.waiting());
+        Some(super::room::Room::new(room))
+    }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address::path_keys(a)
     }

@@ -470,6 +470,11 @@ pub trait Registered {
     /// backend keeps few; one that lists the places held in one read
     /// ([`Backend::slots_present`]) can keep many.
     const PLACES: u32 = 32;
+    /// Its waiting room (SPEC §3b, `waiting.rs`), where it keeps one through the waiting
+    /// wrapper: a waiter's place there keeps its number of slots.
+    fn room(_cfg: &Self::Config, _lock: &Named) -> Option<super::room::Room> {
+        None
+    }
     /// Reads its keys (a profile section or an address: the same code).
     fn parse(f: &mut Fields) -> Result<Self::Config>;
     /// The keys an address's parts say (its query is added by the registry).

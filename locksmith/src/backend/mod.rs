@@ -14,6 +14,7 @@ pub mod hold;
 pub mod lock;
 pub mod lockdir;
 pub mod owner;
+pub mod room;
 pub mod slots;
 pub mod stale;
 pub mod verify;
@@ -127,6 +128,13 @@ macro_rules! backends {
             pub fn queue(&self) -> Option<BackendConfig> {
                 match self {
                     $($(#[cfg($cfg)])? BackendConfig::$variant(c) => <$module::$ty as Registered>::queue(c).map(BackendConfig::$variant),)+
+                }
+            }
+
+            /// The lock's waiting room, where the backend keeps one ([`Registered::room`]).
+            pub fn room(&self, lock: &Named) -> Option<room::Room> {
+                match self {
+                    $($(#[cfg($cfg)])? BackendConfig::$variant(c) => <$module::$ty as Registered>::room(c, lock),)+
                 }
             }
 
@@ -268,7 +276,7 @@ pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
         return Ok(open_config(&profile.backend, &named));
     }
     let cfg = profile.backend.clone();
-    let room = profile.room();
+    let room = profile.backend.room(&named);
     let lock = slots::Slots::new(
         &profile.name,
         profile.common.slots,
@@ -338,17 +346,6 @@ impl Profile {
             name: self.name.clone(),
             common: self.common.clone(),
             acquisition: crate::host::nonce(),
-        }
-    }
-
-    /// Its waiting room (SPEC §3b, `waiting.rs`), where its backend keeps one: the
-    /// lock-directory backends', `.NAME.waiting` beside the lock (on a local filesystem).
-    fn room(&self) -> Option<lockdir::room::Room> {
-        match &self.backend {
-            BackendConfig::Mkdir(c) | BackendConfig::Link(c) | BackendConfig::Symlink(c) => {
-                Some(lockdir::room::Room::new(c.waiting()))
-            }
-            _ => None,
         }
     }
 

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use super::lock::{
     Agree, Attempt, Backend, Break, BreakOutcome, Grant, Held, Holder, NotReleased, WaitHint,
 };
-use super::lockdir::room::Room;
+use super::room::Room;
 use crate::error::{Error, Kind, Result, err};
 use crate::log::debug;
 use crate::watch::Watcher;
@@ -365,7 +365,7 @@ fn agreement(lock: String, n: u32, ours: Option<u32>, open: Opener, room: Option
         // is a room, for a number of its own the record may not show — but not by a waiter
         // of the recorded number: it is no newcomer).
         if let Some(room) = &room
-            && !(before == n && room.waited())
+            && room.looks(before, n)
             && let Some(m) = room.other_than(n, &lock)
         {
             return Err(waited_refusal(&lock, m, n));

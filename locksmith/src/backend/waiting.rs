@@ -32,12 +32,11 @@
 //! open) does not fail a wait or a contender: the waiter waits unrecorded, the look sees
 //! nobody (said at `-v`).
 
-use std::fs::File;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 use super::lock::{Agree, Attempt, Backend, Break, BreakOutcome, Holder, WaitHint};
-use super::lockdir::room::Room;
+use super::room::{Place, Room};
 use crate::error::Result;
 use crate::log::debug;
 use crate::watch::Watcher;
@@ -50,10 +49,12 @@ pub struct Waiting {
     room: Room,
     /// Our number of slots: the byte of the room we hold.
     n: u32,
-    /// Our place: the room's file, its byte `n` locked.
-    joined: Option<File>,
+    /// Our place.
+    joined: Option<Box<dyn Place>>,
     /// Joining failed for good in this wait.
     unjoinable: bool,
+    /// The wait's deadline, told before each try: it bounds the room's requests too.
+    by: Option<Instant>,
 }
 
 impl Waiting {
@@ -65,6 +66,7 @@ impl Waiting {
             n: n.max(1),
             joined: None,
             unjoinable: false,
+            by: None,
         }
     }
 
@@ -72,15 +74,24 @@ impl Waiting {
         self.lock.as_mut().expect("the lock is back")
     }
 
-    /// Takes our place in the room, once per wait.
+    /// Takes our place in the room, once per wait; later, keeps it.
     fn join(&mut self) {
-        if self.joined.is_some() || self.unjoinable {
+        if let Some(place) = self.joined.as_mut() {
+            if let Err(e) = place.keep(self.by) {
+                debug!(
+                    "lock {}: cannot keep its place in its waiting room: {e}",
+                    self.name
+                );
+            }
+            return;
+        }
+        if self.unjoinable {
             return;
         }
         match self.room.join(self.n) {
-            Ok(Some(file)) => {
+            Ok(Some(place)) => {
                 debug!("lock {}: waiting in its waiting room", self.name);
-                self.joined = Some(file);
+                self.joined = Some(place);
                 self.room.set_joined(true);
             }
             Ok(None) => self.unjoinable = true,
@@ -95,7 +106,7 @@ impl Waiting {
         }
     }
 
-    /// Gives our place back (we hold the lock, or stop waiting): the file closes.
+    /// Gives our place back (we hold the lock, or stop waiting): the place is dropped.
     fn leave(&mut self) {
         self.room.set_joined(false);
         self.joined = None;
@@ -155,11 +166,16 @@ impl Backend for Waiting {
     }
 
     fn answer_by(&mut self, by: Option<Instant>) {
+        self.by = by;
+        self.room.answer_by(by);
         self.lock().answer_by(by)
     }
 
+    /// The lock's bound, and our place's where it must be kept alive.
     fn try_within(&self) -> Option<Duration> {
-        self.lock.as_ref().expect("the lock is back").try_within()
+        let lock = self.lock.as_ref().expect("the lock is back").try_within();
+        let place = self.joined.as_ref().and_then(|p| p.keep_within());
+        lock.into_iter().chain(place).min()
     }
 
     fn status(&mut self) -> Result<Vec<Holder>> {

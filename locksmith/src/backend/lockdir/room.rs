@@ -4,44 +4,31 @@
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::sys::stat::Mode as FileMode;
 
 use super::config::FsConfig;
+use crate::backend::room::{Keeper, Place};
 use crate::error::{Error, Result};
 use crate::log::debug;
 
 /// A lock's waiting room: the file `.NAME.waiting` beside a lock-directory lock, whose byte N
 /// a waiter of N slots holds an OFD read lock on (docs/LAYOUT.md).
 #[derive(Clone, Debug)]
-pub struct Room {
+pub struct DirRoom {
     /// The room's file (`path`), made with the lock's `file_mode` and `group`.
     cfg: FsConfig,
-    /// Whether this acquisition waits in the room now (shared with `waiting::Waiting`).
-    joined: Arc<AtomicBool>,
 }
 
-impl Room {
-    pub fn new(cfg: FsConfig) -> Room {
-        Room {
-            cfg,
-            joined: Arc::new(AtomicBool::new(false)),
-        }
-    }
+/// A place: the room's file, its byte N locked; the kernel gives it back when the file closes
+/// or the process dies.
+impl Place for File {}
 
-    /// Whether this acquisition waited in the room, and still does: a waiter of the number
-    /// recorded, taking the lock, is no newcomer — it need not look ([`Room::other_than`]: with
-    /// 1,000 waiters in the room, each look reads the 1,000 places, at every handoff).
-    pub fn waited(&self) -> bool {
-        self.joined.load(Ordering::SeqCst)
-    }
-
-    /// Said by [`Waiting`](crate::backend::waiting::Waiting) as it joins and leaves.
-    pub fn set_joined(&self, joined: bool) {
-        self.joined.store(joined, Ordering::SeqCst);
+impl DirRoom {
+    pub fn new(cfg: FsConfig) -> DirRoom {
+        DirRoom { cfg }
     }
 
     /// Whether the room is kept where the lock is: on a local filesystem only.
@@ -49,11 +36,12 @@ impl Room {
         let dir = self.cfg.path.parent().unwrap_or(Path::new("/"));
         !super::fs::is_remote_dir(dir)
     }
+}
 
-    /// Takes a place for a waiter of `n` slots: the room's file, opened (made if need be),
-    /// with an OFD read lock on byte `n`, which the kernel gives back when the file closes or
-    /// the process dies. `None`: no room here.
-    pub fn join(&self, n: u32) -> Result<Option<File>> {
+impl Keeper for DirRoom {
+    /// The room's file, opened (made if need be), with an OFD read lock on byte `n`. No room
+    /// on a network filesystem.
+    fn join(&self, n: u32, _by: Option<Instant>) -> Result<Option<Box<dyn Place>>> {
         if !self.here() {
             return Ok(None);
         }
@@ -65,15 +53,13 @@ impl Room {
         let fl = range(libc::F_RDLCK, n, 1);
         fcntl(file.as_fd(), FcntlArg::F_OFD_SETLK(&fl))
             .map_err(|e| Error::path("cannot wait in waiting room", path, e.into()))?;
-        Ok(Some(file))
+        Ok(Some(Box::new(file)))
     }
 
-    /// The number of slots of a waiter in the room other than `n`, as the kernel answers
-    /// (`F_OFD_GETLK` over every byte but `n`: a place of ours, held on byte `n`, is not
-    /// among them). A room that cannot be looked at (none here, something else at its name,
-    /// a file we may not open) shows nobody: it is a courtesy to waiters, and must not keep
-    /// the lock's number from changing for ever.
-    pub fn other_than(&self, n: u32, lock: &str) -> Option<u32> {
+    /// As the kernel answers: `F_OFD_GETLK` over every byte but `n` (a place of ours, held on
+    /// byte `n`, is not among them). None here, something else at its name, a file we may
+    /// not open: nobody.
+    fn other_than(&self, n: u32, lock: &str, _by: Option<Instant>) -> Option<u32> {
         // Opened first: a lock that never had a waiter (or is on a network filesystem,
         // where no room is made) costs one failed open(2), asked at every issue.
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW;
@@ -109,6 +95,12 @@ impl Room {
             }
         }
         None
+    }
+
+    /// One failed open(2) on a lock that never had a waiter (on a network filesystem the
+    /// contender does not ask over its own number: `lockdir/state.rs`).
+    fn cheap(&self) -> bool {
+        true
     }
 }
 

@@ -1425,3 +1425,25 @@ fn redis_a_waiting_writer_s_mark_is_renewed_whatever_its_backoff() {
     let line = w.read_line(T).expect("the writer got nothing");
     assert!(line.starts_with("OK "), "{line}");
 }
+
+/// A reader (one slot) is held to the room too: beside a stopped waiter of 2 slots whose
+/// holders are gone, `--shared` is refused (78) rather than entering and making the waiter
+/// refused when it takes its slot; the waiter, let go, is served.
+#[test]
+fn redis_a_reader_is_refused_beside_a_waiter_of_another_number() {
+    use nix::sys::signal::Signal;
+    let Some(r) = start() else { return };
+    let sb = sandbox(&r);
+    let held: Vec<_> = (0..2).map(|_| sb.hold(["--slots", "2", "r"])).collect();
+    let mut w = sb.spawn_hold(["-v", "--slots", "2", "r"]);
+    w.wait_stderr("waiting in its waiting room", T);
+    w.signal(Signal::SIGSTOP as i32);
+    drop(held);
+    let o = sb.output(["--shared", "--wait", "0", "run", "r", "--", "true"]);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(code(o.status), 78, "{said}");
+    assert!(said.contains("waited for with 2 slot(s)"), "{said}");
+    w.signal(Signal::SIGCONT as i32);
+    let line = w.read_line(T).expect("the waiter got nothing");
+    assert_eq!(crate::slots::field(&line, "slots"), Some("2"), "{line}");
+}

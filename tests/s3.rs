@@ -228,6 +228,15 @@ fn s3_kill9_soak_never_double_holds() {
     // Whatever was killed last is broken by the next locker, or after stale_after.
     let o = s.output(["--wait", "10s", "run", "sfast", "--", "true"]);
     assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    // The places of waiters killed in the room go with the next waiter (proven dead by
+    // their names): one comes.
+    let h = s.hold(["sfast"]);
+    let mut w = s.spawn_hold(["-v", "sfast"]);
+    w.wait_stderr("waiting in its waiting room", T);
+    drop(h);
+    let line = w.read_line(T).expect("the waiter got nothing");
+    assert!(line.starts_with("OK "), "{line}");
+    drop(w);
     eventually(T, "nothing left but the state", || {
         s.keys("t/s") == ["t/s.state"]
     });
@@ -1357,4 +1366,58 @@ fn s3_full_fair_line_serves_the_waiters_beyond_it_after() {
     let _heavy = heavy();
     let Some(s) = S3::start() else { return };
     crate::fair::check_full_line(&s.sb, &|a| s.cmd(a), "sfast", "s3");
+}
+
+/// SPEC §3b, "the lock records N while anyone holds *or waits*", on s3: a waiter's place
+/// (`KEY.waiting/N.…`, put after its first busy try) keeps its number of slots while the
+/// holders are gone and it has not tried again (stopped here): a newcomer of another number
+/// is refused (78, naming both), the waiter then served; its take gives the place back, and
+/// once nobody holds or waits the next number stands.
+#[test]
+fn s3_a_waiter_keeps_its_number_of_slots_and_gives_its_place_back() {
+    let Some(s) = S3::start() else { return };
+    crate::slots::a_stopped_waiter_keeps_its_number(&|a| s.cmd(a), "spatient");
+    eventually(T, "the last holder's release", || {
+        code(s.output(["--slots", "3", "status", "spatient"]).status) == 0
+    });
+    assert_eq!(
+        s.keys("t/s.waiting/"),
+        Vec::<String>::new(),
+        "a place was left"
+    );
+}
+
+/// A waiter that gives up (`--wait`) deletes its place; one killed (`kill -9`) on this host
+/// is proven dead by its place's name: the next waiter deletes it, and another number stands.
+#[test]
+fn s3_a_waiter_that_gives_up_leaves_its_place_and_a_killed_one_s_goes_with_the_next() {
+    let Some(s) = S3::start() else { return };
+    let held: Vec<_> = (0..2)
+        .map(|_| s.hold(["--slots", "2", "spatient"]))
+        .collect();
+    let o = s.output(["--slots", "2", "--wait", "1s", "spatient"]);
+    assert_eq!(code(o.status), 75, "{}", stdout(&o));
+    assert_eq!(
+        s.keys("t/s.waiting/"),
+        Vec::<String>::new(),
+        "a place was left"
+    );
+    let mut w = s.spawn_hold(["-v", "--slots", "2", "spatient"]);
+    w.wait_stderr("waiting in its waiting room", T);
+    assert_eq!(s.keys("t/s.waiting/").len(), 1);
+    w.signal(libc::SIGKILL);
+    w.wait_exit(T);
+    let mut next = s.spawn_hold(["-v", "--slots", "2", "spatient"]);
+    next.wait_stderr("removed a dead waiter's place", T);
+    drop(next);
+    drop(held);
+    assert_eq!(
+        s.keys("t/s.waiting/"),
+        Vec::<String>::new(),
+        "a place was left"
+    );
+    let o = s.output([
+        "--slots", "3", "--wait", "0", "run", "spatient", "--", "true",
+    ]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
 }

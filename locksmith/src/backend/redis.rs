@@ -219,7 +219,8 @@ pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
 /// our nonce, our number of slots, the record we were told to take over (empty: only our own
 /// number), the waiting writer's mark's expiry in ms (one heartbeat period:
 /// [`Redis::try_within`] renews it), the room (`''`: none, a fair line's place; `look`: look
-/// only, `--wait 0`; `wait`: look, and take a place if busy), this acquisition's nonce.
+/// only — `--wait 0`, a first try; `join`: look, and take a place if busy), this
+/// acquisition's nonce.
 /// `{"took", value, prev state, token}` (a reader's adds the record of the number of slots),
 /// `{"busy", "marked" or "", "joined"?}` (`marked`: a writer behind readers, its mark set;
 /// `joined`: our place in the room taken or renewed), `{"ask", record}` (another number
@@ -231,11 +232,13 @@ pub fn address(a: &Address) -> std::result::Result<toml::Table, String> {
 /// (whatever the slot), member `"N NONCE"` (a waiter of N slots, this acquisition), score the
 /// moment it expires (the server's clock, `stale_after` from its last busy try: a waiter
 /// tries within every heartbeat period, [`Redis::try_within`]). A busy try of a waiter takes
-/// or renews its place in the same step — from its very first try — and its take gives it
-/// back; a waiter that gives up deletes it ([`GIVE_BACK`]), a killed one's expires. Before a
-/// token is issued, a live place of another number refuses the take (`waited`) — unless
-/// this acquisition waits there itself with the number recorded: no newcomer
-/// (`slots::agreement`'s rule for the lock-directory rooms, the same in one atomic step).
+/// or renews its place in the same step — once a whole busy try judged its number (its
+/// slots' `prepare_wait`: the try made at once after the first busy one), so that a
+/// contender refused at a later slot never stood in the room — and its take gives it back; a
+/// waiter that gives up deletes it ([`GIVE_BACK`]), a killed one's expires. Before a token is
+/// issued, and before a reader enters, a live place of another number refuses the take
+/// (`waited`) — unless this acquisition waits there itself with the number recorded: no
+/// newcomer (`room::Room::looks`'s rule, the same here in one atomic step).
 ///
 /// **Ours already** (issue 27): a take of this acquisition whose answer was lost may have
 /// landed. The owner record is unique per acquisition (its nonce), so a key whose value is our
@@ -258,12 +261,22 @@ local function took(r)
   return r
 end
 local function busy(r)
-  if ARGV[8] == 'wait' then
+  if ARGV[8] == 'join' then
     redis.call('ZADD', KEYS[7], now + px, place)
     if redis.call('PTTL', KEYS[7]) < px then redis.call('PEXPIRE', KEYS[7], px) end
     table.insert(r, 'joined')
   end
   return r
+end
+local function waited(n)
+  if ARGV[8] == '' then return nil end
+  redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now)
+  if n == ARGV[5] and redis.call('ZSCORE', KEYS[7], place) then return nil end
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[7], 0, -1)) do
+    local k = string.match(m, '^(%d+) ')
+    if k and k ~= ARGV[5] then return k end
+  end
+  return nil
 end
 local mine = ARGV[2] .. ' token='
 local cur = redis.call('GET', KEYS[1])
@@ -295,15 +308,8 @@ if ARGV[1] == 'w' then
   elseif rec ~= ARGV[6] then
     return {'again'}
   end
-  if ARGV[8] ~= '' then
-    redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now)
-    if not (n == ARGV[5] and redis.call('ZSCORE', KEYS[7], place)) then
-      for _, m in ipairs(redis.call('ZRANGE', KEYS[7], 0, -1)) do
-        local k = string.match(m, '^(%d+) ')
-        if k and k ~= ARGV[5] then return {'waited', k} end
-      end
-    end
-  end
+  local w = waited(n)
+  if w then return {'waited', w} end
   local tok = redis.call('INCR', KEYS[3])
   local v = mine .. tok
   if not redis.call('SET', KEYS[1], v, 'NX', 'PX', px) then return busy({'busy', ''}) end
@@ -319,6 +325,8 @@ if ARGV[1] == 'w' then
   return took({'took', v, prev, tostring(tok)})
 end
 if redis.call('EXISTS', KEYS[5]) == 1 then return busy({'busy', ''}) end
+local w = waited(string.match(redis.call('GET', KEYS[6]) or '1 0', '^(%d+) '))
+if w then return {'waited', w} end
 redis.call('ZADD', KEYS[2], now + px, ARGV[2])
 if redis.call('PTTL', KEYS[2]) < px then redis.call('PEXPIRE', KEYS[2], px) end
 return took({'took', ARGV[2], '', redis.call('GET', KEYS[3]) or '', redis.call('GET', KEYS[6]) or ''})
@@ -510,11 +518,15 @@ pub struct Redis {
     lock: String,
     /// This acquisition's nonce: its place in the waiting room ([`ACQUIRE`]).
     acquisition: String,
-    /// Whether a busy try takes a place in the waiting room: not under `--wait 0`.
+    /// Whether a busy try takes a place in the waiting room: not under `--wait 0`, and only
+    /// once a whole busy try judged our number ([`Backend::prepare_wait`]).
     waits: bool,
-    /// Whether our place may be in the waiting room (a busy try took it): renewed by trying
-    /// within every heartbeat period, given back if we stop waiting.
+    judged: bool,
+    /// Whether our place may be in the waiting room (a `join` try was sent): renewed by
+    /// trying within every heartbeat period, given back if we stop waiting.
     joined: bool,
+    /// Whether `-v` was told we wait in the room.
+    said_joined: bool,
 }
 
 /// A thread reading the next message of the subscribed connection (`None` back: it broke),
@@ -538,6 +550,8 @@ impl Redis {
             acquisition: lock.acquisition.clone(),
             waits: !matches!(lock.common.wait, crate::settings::Wait::For(d) if d.is_zero()),
             joined: false,
+            judged: false,
+            said_joined: false,
             cfg,
             mode: lock.common.mode(),
             px: lock.common.stale_after.as_millis().max(1) as u64,
@@ -830,10 +844,10 @@ impl Redis {
         let px = self.px.to_string();
         let mark_px = self.mark_px.to_string();
         let n = self.slots.max(1).to_string();
-        let room = match (&self.agree, self.waits) {
+        let room = match (&self.agree, self.waits && self.judged) {
             (None, _) => "",
             (Some(_), false) => "look",
-            (Some(_), true) => "wait",
+            (Some(_), true) => "join",
         };
         let acquisition = self.acquisition.clone();
         let mut seen = Vec::new();
@@ -862,6 +876,8 @@ impl Redis {
             // try stays so — as it does when this one is refused (an error reply: this
             // take did not land, the earlier one may have, and dropping gives it back).
             self.conn_by(request_by(self.timeout, self.by))?;
+            // A `join` try may leave a place, answered or not: given back if we stop.
+            self.joined |= room == "join";
             let earlier = std::mem::replace(&mut self.unsure, true);
             let v = self
                 .run("cannot take the lock", ACQUIRE, &args)
@@ -919,8 +935,8 @@ impl Redis {
                 self.marked = true;
             }
             self.marking = text(1) == "marked";
-            if text(2) == "joined" && !self.joined {
-                self.joined = true;
+            if text(2) == "joined" && !self.said_joined {
+                self.said_joined = true;
                 if self.first_slot() {
                     debug!("lock {}: waiting in its waiting room", self.lock);
                 }
@@ -1030,7 +1046,9 @@ impl Backend for Redis {
         self.by = by;
     }
 
+    /// A whole busy try judged our number: the next tries take a place in the waiting room.
     fn prepare_wait(&mut self) -> Result<WaitHint> {
+        self.judged = true;
         if self.waiter.is_none()
             && let Err(e) = self.start_waiter()
         {

@@ -40,6 +40,12 @@ pub trait Place: Send {
     fn keep_within(&self) -> Option<Duration> {
         None
     }
+
+    /// Whether giving it back takes a request (a server's): a waiter that took the lock then
+    /// gives it back beside its OK line, not before it.
+    fn leaves_slowly(&self) -> bool {
+        false
+    }
 }
 
 /// A lock's room, as one acquisition sees it: the keeper, and whether this acquisition

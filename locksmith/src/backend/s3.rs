@@ -33,11 +33,12 @@
 //! above; every slot takes its tokens from the lock's one `KEY.state`, whose entry records
 //! the issuer's number of slots (`state~1~TOKEN~CLEAN~N`, N > 1; a state without it is one
 //! slot). Another number recorded is the lock's say first (`slots.rs`), and the swap is made
-//! over exactly the state judged (`If-Match`).
+//! over exactly the state judged (`If-Match`). A waiter keeps its number in the lock's
+//! waiting room, an object per waiter under `KEY.waiting/` ([`room`]).
 
 use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::address::Address;
 use super::lock::{
@@ -55,6 +56,7 @@ use crate::watch::Watcher;
 
 pub mod http;
 pub mod probe;
+mod room;
 
 use http::{Client, Cond, Reply};
 
@@ -271,6 +273,18 @@ pub struct Site {
     held: bool,
 }
 
+/// An object a listing names.
+#[derive(Clone, Debug)]
+struct Listed {
+    key: String,
+    /// Its ETag as the listing gives it (quotes included, as a conditional header wants it).
+    etag: Option<String>,
+    /// When it was last written, on the server's clock.
+    modified: Option<SystemTime>,
+    /// The server's clock when it answered the page that listed it (`Date`).
+    date: Option<SystemTime>,
+}
+
 /// Which objects a look lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Which {
@@ -467,7 +481,12 @@ impl Site {
 
     /// The keys under `prefix`, every page.
     fn list(&mut self, prefix: &str) -> Result<Vec<String>> {
-        let mut keys = Vec::new();
+        Ok(self.listing(prefix)?.into_iter().map(|l| l.key).collect())
+    }
+
+    /// The objects under `prefix`, every page.
+    fn listing(&mut self, prefix: &str) -> Result<Vec<Listed>> {
+        let mut listed = Vec::new();
         let mut token = String::new();
         let limit = self.limit();
         loop {
@@ -480,16 +499,20 @@ impl Site {
                 return Err(self.odd("LIST", prefix, &r));
             }
             let text = r.text();
-            keys.extend(
-                http::blocks(&text, "Contents")
-                    .into_iter()
-                    .filter_map(|b| http::tag(b, "Key")),
-            );
+            listed.extend(http::blocks(&text, "Contents").into_iter().filter_map(|b| {
+                Some(Listed {
+                    key: http::tag(b, "Key")?,
+                    etag: http::tag(b, "ETag"),
+                    modified: http::tag(b, "LastModified")
+                        .and_then(|t| humantime::parse_rfc3339_weak(&t).ok()),
+                    date: r.date,
+                })
+            }));
             match http::tag(&text, "NextContinuationToken") {
                 Some(t) if http::tag(&text, "IsTruncated").as_deref() == Some("true") => {
                     token = t;
                 }
-                _ => return Ok(keys),
+                _ => return Ok(listed),
             }
         }
     }

@@ -10,17 +10,18 @@
 //! on a network filesystem), and on one that had (the file stays) an open with its checks,
 //! a statfs(2), two fcntl(2) (the kernel reads every place) and a close.
 //!
-//! **Which backends keep one** (`Profile::room`): mkdir, link and symlink on a local
+//! **Which backends keep one** (`Registered::room`): mkdir, link and symlink on a local
 //! filesystem, whose waiters try again on a notice or a timer — between a release and that
 //! try a newcomer could come first. None on a network filesystem (those backends are used
 //! there to keep out of its lock manager), where a waiter's number is not kept. flock's,
 //! postgres' and etcd's waiters need none: the kernel or the server grants a waiter the lock
 //! the moment it frees (a blocked flock(2), a queued advisory lock, the oldest key of the
-//! queue), before any newcomer, and the holder's record is then the waiter's. redis keeps its
-//! room on the server, in the very step that tries the lock (`redis.rs`'s `ACQUIRE`: a place
-//! taken by a busy try, with an expiry, looked at by a take) — not through this wrapper. ftp
-//! and s3 keep none yet: a room there needs its dead waiters' places removed by someone (a
-//! killed waiter's entry on a server stays) and its requests bounded by the wait's deadline.
+//! queue), before any newcomer, and the holder's record is then the waiter's. s3 keeps one
+//! through this wrapper too, on the server (`s3/room.rs`: an object per place, rewritten
+//! every heartbeat period, judged by the server's clock); redis keeps its own in the very
+//! step that tries the lock (`redis.rs`'s `ACQUIRE`: a place taken by a busy try, with an
+//! expiry, looked at by a take). ftp keeps none yet: a room there needs its dead waiters'
+//! places removed by someone and its requests bounded by the wait's deadline.
 //!
 //! **Not covered:** the moment between a waiter's first busy try and its joining (there a
 //! newcomer of another number still goes first, and the waiter is refused when it gets the
@@ -33,9 +34,12 @@
 //! nobody (said at `-v`).
 
 use std::os::fd::BorrowedFd;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::lock::{Agree, Attempt, Backend, Break, BreakOutcome, Holder, WaitHint};
+use super::lock::{
+    Agree, Attempt, Backend, Break, BreakOutcome, Grant, Held, Holder, NotReleased, WaitHint,
+};
 use super::room::{Place, Room};
 use crate::error::Result;
 use crate::log::debug;
@@ -74,16 +78,22 @@ impl Waiting {
         self.lock.as_mut().expect("the lock is back")
     }
 
+    /// Keeps our place alive where it expires, once due.
+    fn keep(&mut self) {
+        if let Some(place) = self.joined.as_mut()
+            && let Err(e) = place.keep(self.by)
+        {
+            debug!(
+                "lock {}: cannot keep its place in its waiting room: {e}",
+                self.name
+            );
+        }
+    }
+
     /// Takes our place in the room, once per wait; later, keeps it.
     fn join(&mut self) {
-        if let Some(place) = self.joined.as_mut() {
-            if let Err(e) = place.keep(self.by) {
-                debug!(
-                    "lock {}: cannot keep its place in its waiting room: {e}",
-                    self.name
-                );
-            }
-            return;
+        if self.joined.is_some() {
+            return self.keep();
         }
         if self.unjoinable {
             return;
@@ -106,10 +116,20 @@ impl Waiting {
         }
     }
 
-    /// Gives our place back (we hold the lock, or stop waiting): the place is dropped.
-    fn leave(&mut self) {
+    /// Gives our place back (we hold the lock, or stop waiting): the place is dropped — on a
+    /// thread if that takes a request, whose end is returned (the holder's release waits for
+    /// it).
+    fn leave(&mut self) -> Option<JoinHandle<()>> {
         self.room.set_joined(false);
-        self.joined = None;
+        let place = self.joined.take()?;
+        if !place.leaves_slowly() {
+            return None;
+        }
+        std::thread::Builder::new()
+            .name("leave-room".into())
+            .stack_size(256 * 1024)
+            .spawn(move || drop(place))
+            .ok()
     }
 }
 
@@ -121,16 +141,22 @@ impl Backend for Waiting {
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
         let lock = self.lock.take().expect("the lock is back");
         match lock.try_acquire()? {
-            Attempt::Acquired(held) => {
-                self.leave();
-                Ok(Attempt::Acquired(held))
-            }
+            Attempt::Acquired(held) => Ok(Attempt::Acquired(match self.leave() {
+                Some(leaving) => Box::new(Leaving {
+                    held,
+                    leaving: Some(leaving),
+                }),
+                None => held,
+            })),
             Attempt::Busy(lock, holders) => {
                 self.lock = Some(lock);
                 Ok(Attempt::Busy(self, holders))
             }
+            // No `prepare_wait` follows a try the server did not answer: the place is kept
+            // here (once due), else it would lapse, and its bound ask for a try at once.
             Attempt::Unanswered(lock, e) => {
                 self.lock = Some(lock);
+                self.keep();
                 Ok(Attempt::Unanswered(self, e))
             }
         }
@@ -192,5 +218,50 @@ impl Backend for Waiting {
 
     fn break_lock(&mut self, how: Break, watcher: &mut Watcher) -> Result<BreakOutcome> {
         self.lock().break_lock(how, watcher)
+    }
+}
+
+/// A lock taken by a waiter whose place is being given back on a thread: the OK line does not
+/// wait for that request; the release does (so that a `run` of a short command leaves no
+/// place behind).
+struct Leaving {
+    held: Box<dyn Held>,
+    leaving: Option<JoinHandle<()>>,
+}
+
+impl Held for Leaving {
+    fn grant(&self) -> &Grant {
+        self.held.grant()
+    }
+
+    fn period(&self) -> Option<Duration> {
+        self.held.period()
+    }
+
+    fn began(&self) -> Option<Duration> {
+        self.held.began()
+    }
+
+    fn heartbeat(&mut self, deadline: Instant) -> Result<()> {
+        self.held.heartbeat(deadline)
+    }
+
+    fn release(mut self: Box<Self>) -> std::result::Result<(), NotReleased<Box<dyn Held>>> {
+        if let Some(leaving) = self.leaving.take() {
+            let _ = leaving.join();
+        }
+        self.held.release()
+    }
+
+    fn inherit_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.held.inherit_fd()
+    }
+
+    fn alarm(&self) -> Option<BorrowedFd<'_>> {
+        self.held.alarm()
+    }
+
+    fn check(&mut self) -> Result<()> {
+        self.held.check()
     }
 }

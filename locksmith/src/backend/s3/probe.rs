@@ -322,6 +322,10 @@ impl Registered for S3 {
     fn queue(cfg: &S3Config) -> Option<S3Config> {
         Some(cfg.queue())
     }
+    fn room(cfg: &S3Config, lock: &Named) -> Option<crate::backend::room::Room> {
+        let room = super::room::S3Room::new(cfg, lock);
+        Some(crate::backend::room::Room::new(room))
+    }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address(a)
     }

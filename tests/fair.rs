@@ -36,8 +36,13 @@ fn waiters(ls: Locksmith<'_>, args: &[&str], lock: &str) -> Vec<serde_json::Valu
         run(ls, &with(args, &["--fair", "status", "--json", lock])),
         Duration::from_secs(60),
     );
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("status --json of {lock}: {e}: {}", stdout(&o)));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "status --json of {lock}: {e}: {} {}",
+            stdout(&o),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
     v["waiters"]
         .as_array()
         .unwrap_or_else(|| panic!("no \"waiters\" in {v}"))

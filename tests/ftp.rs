@@ -47,6 +47,9 @@ macro_rules! every_server {
             tokens_increase_crashes_are_reported_and_break_takes_a_token,
             slots_admit_n_holders_and_no_more_with_rising_tokens,
             fair_line_is_served_in_order_and_a_killed_waiter_does_not_stall_it,
+            a_waiter_keeps_its_number_of_slots_and_leaves_no_place,
+            a_killed_waiter_s_place_goes_with_the_next_waiter,
+            a_reader_is_refused_beside_a_waiter_of_another_number,
         );
     };
 }
@@ -207,6 +210,16 @@ password = "{PASSWORD}"
 path = "locks/p"
 poll = "5ms"
 max_poll = "25ms"
+
+[profile.patient]
+backend = "ftp"
+host = "127.0.0.1"
+port = {port}
+user = "{user}"
+password = "{PASSWORD}"
+path = "locks/p"
+stale_after = "30s"
+keepalive = "2s"
 
 [profile.filepw]
 backend = "ftp"
@@ -947,6 +960,107 @@ pub fn slots_admit_n_holders_and_no_more_with_rising_tokens(srv: &mut dyn TestFt
     let o = sb.output(["--wait", "20s", "run", "race", "--", "true"]);
     assert_eq!(code(o.status), 0, "{}", stderr(&o));
     assert!(leftovers(srv).is_empty(), "{:?}", leftovers(srv));
+}
+
+/// SPEC §3b, "the lock records N while anyone holds *or waits*", on ftp: a waiter's place in
+/// `locks/p.waiting/` (made after its first busy try) keeps its number of slots while the
+/// holders are gone and it has not tried again (stopped here): a newcomer of another number
+/// is refused (78, naming both), the waiter then served; the room goes with its last place.
+pub fn a_waiter_keeps_its_number_of_slots_and_leaves_no_place(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
+    crate::slots::a_stopped_waiter_keeps_its_number(&|a| sb.cmd(a), "patient");
+    eventually(T, "the last holder's release", || {
+        code(sb.output(["--slots", "3", "status", "patient"]).status) == 0
+    });
+    assert!(
+        leftovers(srv).is_empty(),
+        "{}: {:?}",
+        srv.name(),
+        leftovers(srv)
+    );
+}
+
+/// A waiter killed (`kill -9`) on this host leaves its place; the next waiter removes it (its
+/// name proves its maker dead) and the room goes with that waiter's own place. A waiter that
+/// gives up (`--wait`) takes its place with it.
+pub fn a_killed_waiter_s_place_goes_with_the_next_waiter(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
+    let held: Vec<_> = (0..2)
+        .map(|_| sb.hold(["--slots", "2", "patient"]))
+        .collect();
+    let o = sb.output(["--slots", "2", "--wait", "1s", "patient"]);
+    assert_eq!(code(o.status), 75, "{}", stdout(&o));
+    assert!(
+        !srv.path("locks/p.waiting").exists(),
+        "{}: a room was left",
+        srv.name()
+    );
+    let mut w = sb.spawn_hold(["-v", "--slots", "2", "patient"]);
+    w.wait_stderr("waiting in its waiting room", T);
+    w.signal(libc::SIGKILL);
+    w.wait_exit(T);
+    assert_eq!(
+        fs::read_dir(srv.path("locks/p.waiting")).unwrap().count(),
+        1,
+        "{}: the killed waiter's place",
+        srv.name()
+    );
+    let mut next = sb.spawn_hold(["-v", "--slots", "2", "patient"]);
+    next.wait_stderr("removed a dead waiter's place", T);
+    drop(next);
+    drop(held);
+    eventually(T, "the holders' release", || {
+        code(sb.output(["--slots", "2", "status", "patient"]).status) == 0
+    });
+    assert!(
+        leftovers(srv).is_empty(),
+        "{}: {:?}",
+        srv.name(),
+        leftovers(srv)
+    );
+}
+
+/// A reader (one slot, no token) looks at the room too where the lock records more slots: a
+/// waiter of 2, stopped while the holders leave, makes it refused (78), and is served.
+pub fn a_reader_is_refused_beside_a_waiter_of_another_number(srv: &mut dyn TestFtp) {
+    let sb = sandbox(srv);
+    let held: Vec<_> = (0..2)
+        .map(|_| sb.hold(["--slots", "2", "patient"]))
+        .collect();
+    let mut w = sb.spawn_hold(["-v", "--slots", "2", "patient"]);
+    w.wait_stderr("waiting in its waiting room", T);
+    w.signal(libc::SIGSTOP);
+    drop(held);
+    let o = sb.output(["--shared", "--wait", "0", "run", "patient", "--", "true"]);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(code(o.status), 78, "{}: {said}", srv.name());
+    assert!(
+        said.contains("waited for with 2 slot(s)"),
+        "{}: {said}",
+        srv.name()
+    );
+    w.signal(libc::SIGCONT);
+    let line = w.read_line(T).expect("the waiter got nothing");
+    assert_eq!(
+        crate::slots::field(&line, "slots"),
+        Some("2"),
+        "{}: {line}",
+        srv.name()
+    );
+    drop(w);
+    eventually(T, "the waiter's release", || {
+        code(sb.output(["--slots", "2", "status", "patient"]).status) == 0
+    });
+    // The refused reader's marker is gone; its empty `p.readers` goes with the next writer
+    // of the lock itself (`shared.rs`).
+    let left: Vec<String> = leftovers(srv)
+        .into_iter()
+        .filter(|n| n != "p.readers")
+        .collect();
+    assert!(left.is_empty(), "{}: {left:?}", srv.name());
+    if let Ok(d) = fs::read_dir(srv.path("locks/p.readers")) {
+        assert_eq!(d.count(), 0, "{}: a reader's marker stays", srv.name());
+    }
 }
 
 /// Fair queues (SPEC §3b): waiters on an FTP lock are served in the order they came.

@@ -9,6 +9,7 @@
 //! PARENT/NAME.tomb.NONCE/                 a released or broken lock on its way out
 //! PARENT/NAME.state/state~1~TOKEN~CLEAN/   fencing-token state (see `issue_token`)
 //! PARENT/NAME.readers/reader~1~.../        shared holders (see `shared.rs`)
+//! PARENT/NAME.waiting/place~N~.../         waiters and their numbers of slots (`room.rs`)
 //! ```
 //! The owner record lives in the marker's *name*, so `NLST PATH` alone reads it: no `RETR`,
 //! no `MLST`/`MDTM` (which vsftpd and pure-ftpd lack on directories), no clock on the server.
@@ -42,7 +43,9 @@
 //!
 //! # Connection
 //! One control connection serves the whole acquisition (log in once: some servers hash
-//! passwords slowly). Connect and read timeouts are 10 s while acquiring; while holding, a
+//! passwords slowly), a waiter's place in the waiting room too (`room.rs`); a newcomer's
+//! look there, where another number of slots is recorded, opens a second one for a moment.
+//! Connect and read timeouts are 10 s while acquiring; while holding, a
 //! whole heartbeat (reconnect and login included) must finish within `stale_after`/4 (at most
 //! 10 s), so the caller's heartbeat policy can declare the lock lost before a waiter could
 //! legally break in. A dropped connection is re-established by the next heartbeat, whose
@@ -74,6 +77,7 @@ mod gate;
 mod marker;
 mod ours;
 pub mod probe;
+mod room;
 mod session;
 mod shared;
 mod tokens;
@@ -89,11 +93,14 @@ pub struct Ftp {
     sh: shared::State,
     /// The last try got no answer: a marker of ours may stand that no one knows of.
     unsure: bool,
+    /// The acquisition's place in the lock's waiting room, where this backend keeps it.
+    seat: room::Seat,
 }
 
 impl Ftp {
     pub fn new(cfg: FtpConfig, profile: &Named) -> Ftp {
         Ftp {
+            seat: room::Seat::new(&cfg, profile),
             g: Gate::new(cfg, profile),
             heartbeat: profile.common.heartbeat(),
             shared: profile.common.shared,
@@ -113,9 +120,20 @@ impl Backend for Ftp {
     /// found and taken as ours (the gate's, a reader's registration), an empty lock directory
     /// our unanswered `MKD` may have made is removed, and a token rename of ours that landed is
     /// recognised (`Gate::recognise`, `shared::State::register`, `Session::issue_token`).
+    ///
+    /// A busy try takes or keeps the acquisition's place in the waiting room, a take gives it
+    /// back before the OK line (`room.rs`).
     fn try_acquire(mut self: Box<Self>) -> Result<Attempt> {
         let tried = self.sh.attempt(&mut self.g, self.shared);
         self.unsure = tried.as_ref().is_err_and(|e| e.kind() == Kind::Unavailable);
+        match &tried {
+            Ok(Tried::Busy(_)) => {
+                let asked = self.g.s.agree.is_some();
+                self.seat.busy(&mut self.g.s, self.g.by, asked);
+            }
+            Ok(Tried::Took(_)) => self.seat.leave(&mut self.g.s),
+            Err(_) => {}
+        }
         Tried::or_unanswered(tried, self)
     }
 
@@ -125,6 +143,11 @@ impl Backend for Ftp {
 
     fn prepare_wait(&mut self) -> Result<WaitHint> {
         Ok(WaitHint { poll: true, catches_release: false })
+    }
+
+    /// Our place in the waiting room is renamed by a busy try every heartbeat period.
+    fn try_within(&self) -> Option<Duration> {
+        self.seat.within()
     }
 
     fn agree_on_slots(&mut self, agree: super::lock::Agree) {
@@ -253,6 +276,8 @@ impl Drop for Ftp {
             self.sh.give_back_reader(&mut self.g);
             self.g.give_back();
         }
+        // A waiter that stops, or whose other slot took the lock.
+        self.seat.leave(&mut self.g.s);
     }
 }
 

@@ -2,19 +2,22 @@
 //! handle a waiter (`waiting.rs`) and the lock's say (`slots.rs`'s `agreement`) share, over
 //! the room a backend keeps — its mechanism only: how a place is taken, kept and given back,
 //! and how the room is looked at (`lockdir/room.rs`: a byte-range lock of a local file;
-//! `s3.rs`: an object per place). `waiting.rs` says what a room is for and which backends
-//! keep one.
+//! `s3/room.rs`: an object per place; `ftp/room.rs`: a directory per place). `waiting.rs`
+//! says what a room is for and which backends keep one (redis keeps its own, in its taking
+//! script).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
+use crate::log::debug;
 
 /// A backend's waiting room: its mechanism.
 pub trait Keeper: Send + Sync {
     /// Takes a place for a waiter of `n` slots, its requests answered by `by` (the wait's
-    /// deadline, if any). `Ok(None)`: no room here (a network filesystem).
+    /// deadline, if any). `Ok(None)`: no place taken here — no room (a network filesystem), or
+    /// one the lock's own backend takes in its tries (ftp: `ftp/room.rs`).
     fn join(&self, n: u32, by: Option<Instant>) -> Result<Option<Box<dyn Place>>>;
 
     /// The number of slots of a live waiter in the room other than `n`, if any. A room that
@@ -115,5 +118,20 @@ impl Room {
     /// [`Keeper::other_than`].
     pub fn other_than(&self, n: u32, lock: &str) -> Option<u32> {
         self.keeper.other_than(n, lock, self.by())
+    }
+}
+
+/// What a look at a room kept on a server found, as [`Keeper::other_than`] says it: the
+/// number of the first live place (its name, number, whether it lives) of a number other than `n`. A room
+/// that could not be read shows nobody (said at `-v`).
+pub fn other_number<P>(found: Result<Vec<(P, u32, bool)>>, n: u32, lock: &str) -> Option<u32> {
+    match found {
+        Ok(places) => places
+            .into_iter()
+            .find_map(|(_, m, live)| (live && m != n).then_some(m)),
+        Err(e) => {
+            debug!("lock {lock}: its waiting room: {e}; looked at as empty");
+            None
+        }
     }
 }

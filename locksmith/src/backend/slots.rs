@@ -20,9 +20,9 @@
 //! number the counter records (with the reader's token, [`Grant::recorded_slots`], or by
 //! [`Backend::recorded_slots`]). A contender whose slots are all busy reads it too, once,
 //! so that one of another number is refused at once rather than when a slot frees. A waiter
-//! keeps its number too where its backend keeps a waiting room (`waiting.rs`: the lock
-//! directory backends on a local filesystem), which [`agreement`] asks at every issue there:
-//! a waiter of another number makes the newcomer refused.
+//! keeps its number too where its backend keeps a waiting room (`waiting.rs` says which),
+//! which [`agreement`] asks ([`Room::looks`] says when): a waiter of another number makes the
+//! newcomer refused.
 
 use std::os::fd::BorrowedFd;
 

@@ -18,10 +18,11 @@
 //! the moment it frees (a blocked flock(2), a queued advisory lock, the oldest key of the
 //! queue), before any newcomer, and the holder's record is then the waiter's. s3 keeps one
 //! through this wrapper too, on the server (`s3/room.rs`: an object per place, rewritten
-//! every heartbeat period, judged by the server's clock); redis keeps its own in the very
-//! step that tries the lock (`redis.rs`'s `ACQUIRE`: a place taken by a busy try, with an
-//! expiry, looked at by a take). ftp keeps none yet: a room there needs its dead waiters'
-//! places removed by someone and its requests bounded by the wait's deadline.
+//! every heartbeat period, judged by the server's clock); redis and ftp keep theirs in the
+//! very step that tries the lock (`redis.rs`'s `ACQUIRE`: a place taken by a busy try, with
+//! an expiry, looked at by a take; `ftp/room.rs`: a directory per place made and renamed by
+//! busy tries on the lock's own connection, judged by the looker's clock with slack, looked
+//! at through this wrapper's room).
 //!
 //! **Not covered:** the moment between a waiter's first busy try and its joining (there a
 //! newcomer of another number still goes first, and the waiter is refused when it gets the

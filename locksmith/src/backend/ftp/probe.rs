@@ -496,6 +496,10 @@ impl Registered for super::Ftp {
     fn queue(cfg: &FtpConfig) -> Option<FtpConfig> {
         Some(cfg.queue())
     }
+    fn room(cfg: &FtpConfig, lock: &Named) -> Option<crate::backend::room::Room> {
+        let room = super::room::FtpRoom::new(cfg, lock);
+        Some(crate::backend::room::Room::new(room))
+    }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::config::address(a)
     }

@@ -600,6 +600,17 @@ impl Session {
         }
     }
 
+    /// Runs `f` with every command (connect and login included) answered by `deadline` (or
+    /// an earlier one set); the session's timeout and deadline are as they were after.
+    pub(super) fn bounded<T>(&mut self, deadline: Instant, f: impl FnOnce(&mut Session) -> T) -> T {
+        let (timeout, before) = (self.timeout(), self.deadline);
+        self.deadline = Some(before.map_or(deadline, |b| b.min(deadline)));
+        let r = f(self);
+        self.deadline = before;
+        self.set_timeout(timeout);
+        r
+    }
+
     /// Ends the session politely (a dropped connection would do, but servers log it).
     pub(super) fn quit(&mut self) {
         if let Some(mut c) = self.conn.take() {

@@ -29,7 +29,7 @@ use super::http::Cond;
 use super::{Listed, S3Config, Site};
 use crate::backend::lock::{Named, request_by};
 use crate::backend::owner::Record;
-use crate::backend::room::{Keeper, Place};
+use crate::backend::room::{Keeper, Place, other_number};
 use crate::error::{Result, err};
 use crate::log::{debug, info};
 
@@ -161,15 +161,7 @@ impl Keeper for S3Room {
 
     fn other_than(&self, n: u32, lock: &str, by: Option<Instant>) -> Option<u32> {
         let mut site = self.site(by);
-        match self.places(&mut site) {
-            Ok(places) => places
-                .into_iter()
-                .find_map(|(_, m, live)| (live && m != n).then_some(m)),
-            Err(e) => {
-                debug!("lock {lock}: its waiting room: {e}; looked at as empty");
-                None
-            }
-        }
+        other_number(self.places(&mut site), n, lock)
     }
 
     /// A listing: only where another number is recorded.

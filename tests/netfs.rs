@@ -18,6 +18,9 @@
 //!   [stale_after − heartbeat, stale_after + max_poll + heartbeat] of the kill (the end later by
 //!   the filesystem's content cache, [`Mounts::late_by`]: never the start);
 //! - `handoff_across_mounts`: a holder on `a` releases, the waiter on `b` gets in;
+//! - `a_waiter_keeps_its_number_across_mounts`: SPEC §3b's waiting room there — a stopped
+//!   waiter of 2 on `b` refuses a newcomer of 3 on `a`; a killed waiter's place is removed by
+//!   the next waiter;
 //! - `kill9_soak_across_mounts`: 4 workers × 40 runs alternating mounts, kill -9 every
 //!   50–450 ms (waiting, holding, releasing, breaking): never two live holders (CMD checks the
 //!   record on the server names its own helper), tokens strictly increasing, exits 0 or 137,
@@ -302,12 +305,20 @@ fn setup<F: Mounts>() -> Option<(F, Sandbox)> {
 }
 
 /// What the served directory holds beyond the lock's documented state (docs/LAYOUT.md:
-/// `.NAME.state`), read on the server; the lock itself must be gone too.
+/// `.NAME.state`, `.NAME.waiting.d`), read on the server; the lock itself must be gone too.
+/// The waiting room (`.NAME.waiting.d`) stays too; a place left in it is listed.
 fn leftovers<F: Mounts>(fx: &F, backend: &str) -> Vec<String> {
     let state = format!(".{backend}.lock.state");
+    let room = format!(".{backend}.lock.waiting.d");
+    let places = fs::read_dir(fx.server_dir().join(&room))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| format!("{room}/{}", e.file_name().to_string_lossy()));
     fx.server_listing()
         .into_iter()
-        .filter(|n| *n != state)
+        .filter(|n| *n != state && *n != room)
+        .chain(places)
         .collect()
 }
 
@@ -752,6 +763,126 @@ fn handoff_across_mounts<F: Mounts>(backend: &str) {
     verdict(&what, &problems);
 }
 
+/// SPEC §3b, "the lock records N while anyone holds *or waits*", on a network filesystem
+/// (`lockdir/netroom.rs`): a waiter of 2 slots through mount b keeps one place in
+/// `.B.lock.waiting.d/` past twice `stale_after` (renamed every heartbeat period); stopped
+/// while the holders leave, it makes a newcomer of 3 through mount a refused (78, naming
+/// both), and is then served. A waiter killed (`kill -9`) through mount a leaves its place;
+/// the next waiter, through mount b, removes it (its name proves its maker dead) and not a
+/// live waiter's. Nothing but the empty room is left on the server at the end.
+fn a_waiter_keeps_its_number_across_mounts<F: Mounts>(backend: &str) {
+    let Some((fx, sb)) = setup::<F>() else {
+        return;
+    };
+    let (pa, pb) = (format!("{backend}-a"), format!("{backend}-b"));
+    let what = format!("{} {backend}: a waiter's number of slots", F::NAME);
+    let room = fx.server_dir().join(format!(".{backend}.lock.waiting.d"));
+    // The places of process `pid` in the room, read on the server.
+    let places_of = |pid: i32| -> usize {
+        fs::read_dir(&room)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.split('~').nth(3) == Some(pid.to_string().as_str())
+            })
+            .count()
+    };
+    let mut problems = Vec::new();
+    let mut holders: Vec<Held> = (0..2).map(|_| sb.hold(["--slots", "2", &pa])).collect();
+    for h in &mut holders {
+        if !holder_ok(h, "a holder of 2 slots on mount a", &mut problems) {
+            return verdict(&what, &problems);
+        }
+    }
+    let mut w = sb.spawn_hold(["-v", "--slots", "2", &pb]);
+    w.wait_stderr("waiting in its waiting room", T);
+    // Time passing is what is tested: the place outlives its first stamp's window.
+    std::thread::sleep(2 * stale_after::<F>() + Duration::from_secs(1));
+    if places_of(w.pid()) != 1 {
+        problems.push(format!(
+            "the waiter has {} place(s) after 2 × stale_after: {:?}",
+            places_of(w.pid()),
+            fx.server_listing()
+        ));
+    }
+    w.signal(libc::SIGSTOP);
+    for mut h in holders {
+        h.close_stdout();
+        assert_eq!(code(h.wait_exit(T)), 0, "{what}: a holder's release");
+    }
+    let o = output_within(
+        sb.cmd(["--slots", "3", "--wait", "0", "run", &pa, "--", "true"]),
+        T,
+    );
+    let said = stderr(&o);
+    if code(o.status) != 78 || !said.contains("waited for with 2 slot(s)") {
+        problems.push(format!(
+            "a newcomer of 3 beside a stopped waiter of 2 exited {}: {said}",
+            code(o.status)
+        ));
+    }
+    w.signal(libc::SIGCONT);
+    match w.read_line(T) {
+        Some(l) if crate::slots::field(&l, "slots") == Some("2") => {}
+        l => problems.push(format!(
+            "the waiter said {l:?}; stderr: {}",
+            digest(&w.stderr_text())
+        )),
+    }
+    // Both slots held again (the waiter and one more); a waiter through mount b waits, one
+    // through mount a is killed waiting; the next, through mount b, removes the killed one's
+    // place only (b: sshfs's mount a caches a listing for 20 s, and would show the room as it
+    // was).
+    let mut second = sb.hold(["--slots", "2", &pa]);
+    if !holder_ok(&mut second, "a second holder on mount a", &mut problems) {
+        return verdict(&what, &problems);
+    }
+    let mut live = sb.spawn_hold(["-v", "--slots", "2", &pb]);
+    live.wait_stderr("waiting in its waiting room", T);
+    let mut killed = sb.spawn_hold(["-v", "--slots", "2", &pa]);
+    killed.wait_stderr("waiting in its waiting room", T);
+    let killed_pid = killed.pid();
+    killed.signal(libc::SIGKILL);
+    killed.wait_exit(T);
+    let mut next = sb.spawn_hold(["-v", "--slots", "2", &pb]);
+    if next
+        .stderr_within("removed a dead waiter's place", T)
+        .is_none()
+    {
+        problems.push(format!(
+            "the next waiter did not remove the killed one's place; stderr: {}",
+            digest(&next.stderr_text())
+        ));
+    }
+    next.wait_stderr("waiting in its waiting room", T);
+    let (k, l, n) = (
+        places_of(killed_pid),
+        places_of(live.pid()),
+        places_of(next.pid()),
+    );
+    if (k, l, n) != (0, 1, 1) {
+        problems.push(format!(
+            "after tidying: {k} place(s) of the killed waiter, {l} of the live one, {n} of the \
+             next: {:?}",
+            fs::read_dir(&room).map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+        ));
+    }
+    drop(next);
+    drop(live);
+    for mut h in [w, second] {
+        h.close_stdout();
+        h.wait_exit(T);
+    }
+    // The room stays (`.B.lock.waiting.d`, docs/LAYOUT.md), empty.
+    let left = leftovers(&fx, backend);
+    if !left.is_empty() {
+        problems.push(format!("left on the server: {left:?}"));
+    }
+    verdict(&what, &problems);
+}
+
 /// Shared symlink locks on a network filesystem are refused (78) through either mount,
 /// saying why and what to do instead — a reader's entry is a symlink, whose times a network
 /// filesystem may not set, so it could not heartbeat — and leave nothing on the server; an
@@ -857,6 +988,11 @@ macro_rules! on_each_backend {
                 #[test]
                 fn handoff_across_mounts() {
                     super::super::handoff_across_mounts::<$F>(B);
+                }
+
+                #[test]
+                fn a_waiter_keeps_its_number_across_mounts() {
+                    super::super::a_waiter_keeps_its_number_across_mounts::<$F>(B);
                 }
             }
             )*

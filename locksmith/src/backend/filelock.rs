@@ -263,9 +263,15 @@ impl<S: Scheme + 'static> Registered for FileLock<S> {
     fn queue(cfg: &FsConfig) -> Option<FsConfig> {
         Some(cfg.queue())
     }
-    fn room(cfg: &FsConfig, _lock: &Named) -> Option<super::room::Room> {
-        let room = lockdir::room::DirRoom::new(cfg.waiting());
-        Some(super::room::Room::new(room))
+    /// On a local filesystem byte-range locks of one file (`lockdir/room.rs`); on a network
+    /// one a directory of named places (`lockdir/netroom.rs`).
+    fn room(cfg: &FsConfig, lock: &Named) -> Option<super::room::Room> {
+        let parent = cfg.path.parent().unwrap_or(Path::new("/"));
+        Some(if lockdir::is_remote_dir(parent) {
+            super::room::Room::new(lockdir::netroom::NetRoom::new(cfg, lock))
+        } else {
+            super::room::Room::new(lockdir::room::DirRoom::new(cfg.waiting()))
+        })
     }
     fn parts(a: &Address) -> std::result::Result<toml::Table, String> {
         super::address::path_keys(a)

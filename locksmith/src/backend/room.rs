@@ -2,13 +2,14 @@
 //! handle a waiter (`waiting.rs`) and the lock's say (`slots.rs`'s `agreement`) share, over
 //! the room a backend keeps — its mechanism only: how a place is taken, kept and given back,
 //! and how the room is looked at (`lockdir/room.rs`: a byte-range lock of a local file;
-//! `s3/room.rs`: an object per place; `ftp/room.rs`: a directory per place). `waiting.rs`
+//! `lockdir/netroom.rs` and `ftp/room.rs`: a directory per place, its name stamped;
+//! `s3/room.rs`: an object per place). `waiting.rs`
 //! says what a room is for and which backends keep one (redis keeps its own, in its taking
 //! script).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::Result;
 use crate::log::debug;
@@ -16,8 +17,8 @@ use crate::log::debug;
 /// A backend's waiting room: its mechanism.
 pub trait Keeper: Send + Sync {
     /// Takes a place for a waiter of `n` slots, its requests answered by `by` (the wait's
-    /// deadline, if any). `Ok(None)`: no place taken here — no room (a network filesystem), or
-    /// one the lock's own backend takes in its tries (ftp: `ftp/room.rs`).
+    /// deadline, if any). `Ok(None)`: no place taken here — the lock's own backend takes it in
+    /// its tries (ftp: `ftp/room.rs`).
     fn join(&self, n: u32, by: Option<Instant>) -> Result<Option<Box<dyn Place>>>;
 
     /// The number of slots of a live waiter in the room other than `n`, if any. A room that
@@ -132,6 +133,180 @@ pub fn other_number<P>(found: Result<Vec<(P, u32, bool)>>, n: u32, lock: &str) -
         Err(e) => {
             debug!("lock {lock}: its waiting room: {e}; looked at as empty");
             None
+        }
+    }
+}
+
+/// The most dead places one join removes from a room kept on a server (the rest go with the
+/// next joiners).
+pub const TIDIED: usize = 16;
+
+/// A joiner's tidying of a room kept on a server: `remove` each place of `found` that does
+/// not live — `Ok(true)` removed, `Ok(false)` not (renamed since by a live waiter, something
+/// else at its name), `Err` the server failed (tidying stops) — until [`TIDIED`] are removed
+/// or four times as many tried: names nobody can remove do not use up every join's tidying.
+pub fn tidy<P>(
+    found: Vec<(P, u32, bool)>,
+    mut remove: impl FnMut(&P) -> Result<bool>,
+) -> Result<()> {
+    let mut removed = 0;
+    for (name, _, _) in found.iter().filter(|p| !p.2).take(4 * TIDIED) {
+        if removed == TIDIED {
+            break;
+        }
+        if remove(name)? {
+            removed += 1;
+        }
+    }
+    Ok(())
+}
+
+/// A place in a room with no clock of its own (an FTP server, a network filesystem) is named
+/// `place~N~TAG~PID~START~NONCE~T`: a waiter of N slots, of host tag TAG
+/// ([`Host::tag`](crate::host::Host::tag), `-` without one), its pid and start time (so that
+/// the name alone says whether a waiter of this host is provably dead), its acquisition's
+/// nonce, and T, the second (its own clock, since the epoch) it last renamed the place. This
+/// is the name but for its T.
+pub fn stamped_stem(n: u32, acquisition: &str) -> String {
+    format!(
+        "place~{n}~{}~{}~{}~{acquisition}",
+        crate::host::this().tag().unwrap_or_else(|| "-".into()),
+        std::process::id(),
+        crate::host::own_start(),
+    )
+}
+
+/// A place's name from its stem ([`stamped_stem`]), stamped now.
+pub fn stamped(stem: &str) -> String {
+    format!("{stem}~{}", unix_now() / 1000)
+}
+
+/// What a name in such a room says: the place's number of slots and whether it lives;
+/// `None`: not a place's name. Its age is judged by the looker's clock against T, with
+/// `stale_after` of slack for the two clocks: a place lives while T is less than twice
+/// `stale_after` away, either way (a clock far ahead does not keep a place for ever), and its
+/// maker is not proven dead on this host. A clock set wrong by more than `stale_after` only
+/// loses a waiter's number or keeps a dead one's a while longer: a room is a courtesy to
+/// waiters, never mutual exclusion.
+pub fn judge_stamped(name: &str, stale_after: Duration) -> Option<(u32, bool)> {
+    let p = parse_stamped(name)?;
+    let now = unix_now();
+    let window = 2 * stale_after.as_millis().max(1000);
+    let t = u128::from(p.t) * 1000;
+    let heard = t > now.saturating_sub(window) && t < now + window;
+    Some((p.n, heard && !maker_dead(p.maker)))
+}
+
+/// The milliseconds since the epoch on our clock.
+fn unix_now() -> u128 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// A place's maker: its host tag, pid and start time.
+pub type Maker<'a> = (&'a str, i32, u64);
+
+/// A place's fields as every room kept on a server names them: its number of slots (1 to
+/// `MAX_SLOTS`) and its maker (`None` for the tag `-`: a host without one). `None`: they do
+/// not parse, or the nonce is empty — not a place.
+pub fn place_fields<'a>(
+    n: &str,
+    tag: &'a str,
+    pid: &str,
+    start: &str,
+    nonce: &str,
+) -> Option<(u32, Option<Maker<'a>>)> {
+    let n = n
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=crate::settings::MAX_SLOTS).contains(n))?;
+    let pid: i32 = pid.parse().ok()?;
+    let start: u64 = start.parse().ok()?;
+    if nonce.is_empty() || tag.is_empty() {
+        return None;
+    }
+    Some((n, (tag != "-").then_some((tag, pid, start))))
+}
+
+/// Whether a place's maker is proven dead: on this host only (SPEC §6's proof of death).
+pub fn maker_dead(maker: Option<Maker<'_>>) -> bool {
+    maker.is_some_and(|(tag, pid, start)| crate::host::tagged_alive(tag, pid, start) == Some(false))
+}
+
+/// A place's name, read.
+#[derive(Debug, PartialEq, Eq)]
+struct Stamped<'a> {
+    n: u32,
+    /// Its maker (where it has a host tag).
+    maker: Option<Maker<'a>>,
+    /// When its maker last renamed it (its own clock).
+    t: u64,
+}
+
+/// `place~N~TAG~PID~START~NONCE~T`; `None`: not a place's name.
+fn parse_stamped(name: &str) -> Option<Stamped<'_>> {
+    let ["place", n, tag, pid, start, nonce, t] = name.split('~').collect::<Vec<_>>()[..] else {
+        return None;
+    };
+    let (n, maker) = place_fields(n, tag, pid, start, nonce)?;
+    let t: u64 = t.parse().ok()?;
+    Some(Stamped { n, maker, t })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Stamped, judge_stamped, parse_stamped, stamped, stamped_stem};
+    use std::time::Duration;
+
+    #[test]
+    fn only_a_place_s_name_is_a_place() {
+        assert_eq!(
+            parse_stamped("place~2~0123456789abcdef~42~7~n1~1700000000"),
+            Some(Stamped {
+                n: 2,
+                maker: Some(("0123456789abcdef", 42, 7)),
+                t: 1_700_000_000
+            })
+        );
+        assert_eq!(
+            parse_stamped("place~1024~-~42~7~n1~5"),
+            Some(Stamped {
+                n: 1024,
+                maker: None,
+                t: 5
+            })
+        );
+        for bad in [
+            "place~0~-~42~7~n1~5",
+            "place~1025~-~42~7~n1~5",
+            "owner~2~-~42~7~n1~5",
+            "place~2~-~42~7~~5",
+            "place~2~-~42~7~n1~x",
+            "place~2~-~42~7~n1~5~more",
+            "place~2~-~42~7~n1",
+            "",
+        ] {
+            assert_eq!(parse_stamped(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_place_lives_while_renewed_within_twice_stale_after_and_its_maker_lives() {
+        let stale = Duration::from_secs(5);
+        let ours = stamped(&stamped_stem(3, "n1"));
+        assert_eq!(judge_stamped(&ours, stale), Some((3, true)));
+        let now = super::unix_now() / 1000;
+        let at = |t: u128| format!("place~2~-~1~1~n1~{t}");
+        assert_eq!(judge_stamped(&at(now - 9), stale), Some((2, true)));
+        assert_eq!(judge_stamped(&at(now - 11), stale), Some((2, false)));
+        assert_eq!(judge_stamped(&at(now + 9), stale), Some((2, true)));
+        assert_eq!(judge_stamped(&at(now + 11), stale), Some((2, false)));
+        // A maker of this host proven dead: pid 0 is never a locksmith's.
+        let tag = crate::host::this().tag();
+        if let Some(tag) = tag {
+            let dead = format!("place~2~{tag}~0~1~n1~{now}");
+            assert_eq!(judge_stamped(&dead, stale), Some((2, false)));
         }
     }
 }

@@ -6,29 +6,31 @@
 //! recorded number, in the room itself, does not): a lock held over any byte but its own
 //! number (`F_OFD_GETLK`) is a waiter of another number, who gets the lock next — so the
 //! newcomer is refused (78, naming both numbers) rather than taking it, and the waiter
-//! later refused. The look costs one failed open(2) on a lock that never had a waiter (none
-//! on a network filesystem), and on one that had (the file stays) an open with its checks,
-//! a statfs(2), two fcntl(2) (the kernel reads every place) and a close.
+//! later refused. The look costs one failed open(2) on a lock that never had a waiter, and
+//! on one that had (the file stays) an open with its checks, two fcntl(2) (the kernel reads
+//! every place) and a close.
 //!
-//! **Which backends keep one** (`Registered::room`): mkdir, link and symlink on a local
-//! filesystem, whose waiters try again on a notice or a timer — between a release and that
-//! try a newcomer could come first. None on a network filesystem (those backends are used
-//! there to keep out of its lock manager), where a waiter's number is not kept. flock's,
-//! postgres' and etcd's waiters need none: the kernel or the server grants a waiter the lock
-//! the moment it frees (a blocked flock(2), a queued advisory lock, the oldest key of the
-//! queue), before any newcomer, and the holder's record is then the waiter's. s3 keeps one
-//! through this wrapper too, on the server (`s3/room.rs`: an object per place, rewritten
-//! every heartbeat period, judged by the server's clock); redis and ftp keep theirs in the
-//! very step that tries the lock (`redis.rs`'s `ACQUIRE`: a place taken by a busy try, with
-//! an expiry, looked at by a take; `ftp/room.rs`: a directory per place made and renamed by
-//! busy tries on the lock's own connection, judged by the looker's clock with slack, looked
-//! at through this wrapper's room).
+//! **Which backends keep one** (`Registered::room`): mkdir, link and symlink — on a local
+//! filesystem this file's byte-range room (`lockdir/room.rs`), on a network filesystem a
+//! directory of named places (`lockdir/netroom.rs`: byte-range locks are what those backends
+//! are used there to keep out of), each waiter trying again on a notice or a timer, so that
+//! between a release and that try a newcomer could come first. flock's, postgres' and etcd's
+//! waiters need none: the kernel or the server grants a waiter the lock the moment it frees
+//! (a blocked flock(2), a queued advisory lock, the oldest key of the queue), before any
+//! newcomer, and the holder's record is then the waiter's. s3 keeps one through this wrapper
+//! too, on the server (`s3/room.rs`: an object per place, rewritten every heartbeat period,
+//! judged by the server's clock); redis and ftp keep theirs in the very step that tries the
+//! lock (`redis.rs`'s `ACQUIRE`: a place taken by a busy try, with an expiry, looked at by a
+//! take; `ftp/room.rs`: a directory per place made and renamed by busy tries on the lock's
+//! own connection, judged by the looker's clock with slack, looked at through this wrapper's
+//! room).
 //!
 //! **Not covered:** the moment between a waiter's first busy try and its joining (there a
 //! newcomer of another number still goes first, and the waiter is refused when it gets the
-//! lock, as before the room existed). Anyone who can open the room file can lock a byte of it
-//! and so keep the lock's number from changing while nobody holds it (the refusal says which
-//! number it claims).
+//! lock, as before the room existed). Anyone who can open the room file (or write a room
+//! directory) can lock a byte of it (make a place) and so keep the lock's number from
+//! changing while nobody holds it (the refusal says which number it claims), or remove a
+//! place from a room directory and lose its waiter's number.
 //!
 //! A room that cannot be joined or looked at (something else at its name, a file we may not
 //! open) does not fail a wait or a contender: the waiter waits unrecorded, the look sees

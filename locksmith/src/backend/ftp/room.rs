@@ -1,10 +1,7 @@
 //! `ftp`'s waiting room (SPEC §3b; `waiting.rs` says what a room is for, docs/LAYOUT.md how
 //! this one is laid out): the directory `PARENT/NAME.waiting/` beside the lock, holding an
-//! empty directory per waiter, `place~N~TAG~PID~START~NONCE~T` — a waiter of N slots, of host
-//! tag TAG ([`Host::tag`](crate::host::Host::tag), `-` without one), its pid and start time
-//! (so that the name alone says whether a waiter of this host is provably dead), the
-//! acquisition's nonce, and T, the second (its own clock, since the epoch) it last renamed
-//! the place.
+//! empty directory per waiter named `place~N~TAG~PID~START~NONCE~T` ([`stamped_stem`]: who
+//! keeps it, and when it last renamed it).
 //!
 //! - **On the lock's own connection** ([`Seat`]): the backend of the lock itself (or of its
 //!   slot 0) makes the place in its second busy try — after a whole busy try, which judged our
@@ -15,13 +12,9 @@
 //!   No connection of its own: a server that limits its clients (pure-ftpd: 50 by default)
 //!   would refuse a waiter's second login.
 //! - FTP servers give no clock (the lock's own liveness is judged by observation over
-//!   `stale_after`, which a one-shot look cannot do), so a place's age is judged by the
-//!   looker's clock against T, with `stale_after` of slack for the two clocks: a place lives
-//!   while T is less than twice `stale_after` away (either way) and its maker is not proven
-//!   dead on this host. A clock set wrong by more than `stale_after` only loses a waiter's
-//!   number (as before the room) or keeps a dead one's a while longer: this is a courtesy to
-//!   waiters, never mutual exclusion. A name that is not a place's is ignored.
-//! - A joiner first removes up to [`TIDIED`] places that do not live (`RMD` of the exact
+//!   `stale_after`, which a one-shot look cannot do): a place's age is judged by the looker's
+//!   clock against T, with slack ([`judge_stamped`]). A name that is not a place's is ignored.
+//! - A joiner first removes up to [`TIDIED`](crate::backend::room::TIDIED) places that do not live (`RMD` of the exact
 //!   name: a live waiter's rename since makes it fail, as a claim on a marker does); a
 //!   killed waiter's place stays until the next waiter comes.
 //! - A contender looks ([`FtpRoom`], the lock's `Keeper`: a connection of its own for a
@@ -29,17 +22,14 @@
 //!   reader where it records more than one: a waiter of one slot behind readers is not kept
 //!   from a newcomer of the number recorded.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use super::config::FtpConfig;
 use super::session::{ACQUIRE_TIMEOUT, Session};
 use crate::backend::lock::{Named, request_by};
-use crate::backend::room::{Keeper, Place, other_number};
+use crate::backend::room::{Keeper, Place, judge_stamped, other_number, stamped, stamped_stem, tidy};
 use crate::error::{Kind, Result, err};
 use crate::log::{debug, info};
-
-/// The most dead places one join removes (the rest go with the next joiners).
-const TIDIED: usize = 16;
 
 /// How long giving a place back may take (a waiter giving up is past its deadline by it).
 const LEAVING: Duration = Duration::from_secs(1);
@@ -49,61 +39,16 @@ fn room_of(cfg: &FtpConfig) -> String {
     format!("{}.waiting", cfg.slot_of.as_deref().unwrap_or(&cfg.path))
 }
 
-/// The places in room `dir`: each name with its number of slots and whether it lives.
+/// The places in room `dir`: each name with its number of slots and whether it lives
+/// ([`judge_stamped`]).
 fn places(s: &mut Session, dir: &str, stale_after: Duration) -> Result<Vec<(String, u32, bool)>> {
-    let names = s.entries(dir)?;
-    let now = unix_now();
-    // Twice `stale_after`, either way: a clock far ahead does not keep a place for ever.
-    let window = 2 * stale_after.as_millis().max(1000);
-    Ok(names
+    Ok(s.entries(dir)?
         .into_iter()
         .filter_map(|name| {
-            let p = parse(&name)?;
-            let t = u128::from(p.t) * 1000;
-            let heard = t > now.saturating_sub(window) && t < now + window;
-            let dead = p.maker.is_some_and(|(tag, pid, start)| {
-                crate::host::tagged_alive(tag, pid, start) == Some(false)
-            });
-            let n = p.n;
-            Some((name, n, heard && !dead))
+            let (n, live) = judge_stamped(&name, stale_after)?;
+            Some((name, n, live))
         })
         .collect())
-}
-
-/// The milliseconds since the epoch on our clock.
-fn unix_now() -> u128 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis())
-}
-
-/// A place's name, read.
-#[derive(Debug, PartialEq, Eq)]
-struct Parsed<'a> {
-    n: u32,
-    /// Its maker's host tag, pid and start time (where it has a tag).
-    maker: Option<(&'a str, i32, u64)>,
-    /// When its maker last renamed it (its own clock).
-    t: u64,
-}
-
-/// `place~N~TAG~PID~START~NONCE~T`; `None`: not a place's name.
-fn parse(name: &str) -> Option<Parsed<'_>> {
-    let ["place", n, tag, pid, start, nonce, t] = name.split('~').collect::<Vec<_>>()[..] else {
-        return None;
-    };
-    let n = n
-        .parse::<u32>()
-        .ok()
-        .filter(|n| (1..=crate::settings::MAX_SLOTS).contains(n))?;
-    let pid: i32 = pid.parse().ok()?;
-    let start: u64 = start.parse().ok()?;
-    let t: u64 = t.parse().ok()?;
-    if nonce.is_empty() || tag.is_empty() {
-        return None;
-    }
-    let maker = (tag != "-").then_some((tag, pid, start));
-    Some(Parsed { n, maker, t })
 }
 
 /// The room of an ftp lock, as a newcomer looks at it (`slots.rs`'s `agreement`). The places
@@ -248,16 +193,17 @@ impl Seat {
         )
     }
 
-    /// Removes up to [`TIDIED`] places that do not live.
+    /// Removes up to [`TIDIED`](crate::backend::room::TIDIED) places that do not live ([`tidy`]).
     fn tidy(&mut self, s: &mut Session) -> Result<()> {
         let found = places(s, &self.dir, self.stale_after)?;
-        for (name, _, _) in found.into_iter().filter(|p| !p.2).take(TIDIED) {
+        tidy(found, |name| {
             let path = format!("{}/{name}", self.dir);
-            if s.cmd("RMD", |c| c.rmdir(path.as_str()))?.is_ok() {
+            let gone = s.cmd("RMD", |c| c.rmdir(path.as_str()))?.is_ok();
+            if gone {
                 info!("removed a dead waiter's place {path}");
             }
-        }
-        Ok(())
+            Ok(gone)
+        })
     }
 
     /// Makes the place, or renames it to a new T (made again where it is gone: a joiner
@@ -265,16 +211,9 @@ impl Seat {
     fn write(&mut self, s: &mut Session) -> Result<()> {
         self.written = Some(Instant::now());
         if self.stem.is_empty() {
-            self.stem = format!(
-                "place~{}~{}~{}~{}~{}",
-                self.n,
-                crate::host::this().tag().unwrap_or_else(|| "-".into()),
-                std::process::id(),
-                crate::host::own_start(),
-                self.acquisition
-            );
+            self.stem = stamped_stem(self.n, &self.acquisition);
         }
-        let next = format!("{}/{}~{}", self.dir, self.stem, unix_now() / 1000);
+        let next = format!("{}/{}", self.dir, stamped(&self.stem));
         if let Some(old) = self.names.last().cloned() {
             if old == next {
                 return Ok(());
@@ -346,43 +285,6 @@ impl Seat {
                 self.lock,
                 left.join(", ")
             );
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{Parsed, parse};
-
-    #[test]
-    fn only_a_place_s_name_is_a_place() {
-        assert_eq!(
-            parse("place~2~0123456789abcdef~42~7~n1~1700000000"),
-            Some(Parsed {
-                n: 2,
-                maker: Some(("0123456789abcdef", 42, 7)),
-                t: 1_700_000_000
-            })
-        );
-        assert_eq!(
-            parse("place~1024~-~42~7~n1~5"),
-            Some(Parsed {
-                n: 1024,
-                maker: None,
-                t: 5
-            })
-        );
-        for bad in [
-            "place~0~-~42~7~n1~5",
-            "place~1025~-~42~7~n1~5",
-            "owner~2~-~42~7~n1~5",
-            "place~2~-~42~7~~5",
-            "place~2~-~42~7~n1~x",
-            "place~2~-~42~7~n1~5~more",
-            "place~2~-~42~7~n1",
-            "",
-        ] {
-            assert_eq!(parse(bad), None, "{bad}");
         }
     }
 }

@@ -183,6 +183,15 @@ impl FsConfig {
     /// The lock's waiting room: `.NAME.waiting`, a file whose byte N a waiter of N slots
     /// holds an OFD read lock on while it waits (SPEC §3b: the lock records N while anyone
     /// waits; `waiting.rs`), never unlinked, as `.NAME.queue`.
+    /// `.NAME.waiting.d` beside the lock: its waiting room on a network filesystem
+    /// (`netroom.rs`).
+    pub fn waiting_dir(&self) -> std::ffi::OsString {
+        let mut own = std::ffi::OsString::from(".");
+        own.push(self.path.file_name().unwrap_or_default());
+        own.push(".waiting.d");
+        own
+    }
+
     pub fn waiting(&self) -> FsConfig {
         let mut own = std::ffi::OsString::from(".");
         own.push(self.path.file_name().unwrap_or_default());
@@ -230,4 +239,18 @@ fn resolve_group(g: &str) -> Option<u32> {
         .ok()
         .flatten()
         .map(|gr| gr.gid.as_raw())
+}
+
+/// The mode of a directory locksmith makes beside a lock (its state, its waiting room on a
+/// network filesystem): whoever may write the lock's directory `parent` may use it — the
+/// parent's bits (umask aside; setgid and sticky kept), or `file_mode`'s with search added.
+pub fn dir_mode(
+    file_mode: Option<u32>,
+    parent: std::os::fd::BorrowedFd<'_>,
+) -> nix::Result<nix::sys::stat::Mode> {
+    let bits = match file_mode {
+        Some(m) => m | (m & 0o444) >> 2,
+        None => nix::sys::stat::fstat(parent)?.st_mode & 0o3777,
+    };
+    Ok(nix::sys::stat::Mode::from_bits_truncate(bits))
 }

@@ -1,9 +1,9 @@
-//! A lock directory's waiting room, `.NAME.waiting` (SPEC §3b; `backend/waiting.rs` says
-//! what it is for, docs/LAYOUT.md how it is laid out).
+//! A lock directory's waiting room on a local filesystem, `.NAME.waiting` (SPEC §3b;
+//! `backend/waiting.rs` says what it is for, docs/LAYOUT.md how it is laid out; on a network
+//! filesystem the room is `netroom.rs`'s).
 
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd};
-use std::path::Path;
 use std::time::Instant;
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
@@ -30,21 +30,11 @@ impl DirRoom {
     pub fn new(cfg: FsConfig) -> DirRoom {
         DirRoom { cfg }
     }
-
-    /// Whether the room is kept where the lock is: on a local filesystem only.
-    fn here(&self) -> bool {
-        let dir = self.cfg.path.parent().unwrap_or(Path::new("/"));
-        !super::fs::is_remote_dir(dir)
-    }
 }
 
 impl Keeper for DirRoom {
-    /// The room's file, opened (made if need be), with an OFD read lock on byte `n`. No room
-    /// on a network filesystem.
+    /// The room's file, opened (made if need be), with an OFD read lock on byte `n`.
     fn join(&self, n: u32, _by: Option<Instant>) -> Result<Option<Box<dyn Place>>> {
-        if !self.here() {
-            return Ok(None);
-        }
         let path = &self.cfg.path;
         let mode = FileMode::from_bits_truncate(self.cfg.file_mode.unwrap_or(0o666));
         let flags = OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW;
@@ -57,11 +47,11 @@ impl Keeper for DirRoom {
     }
 
     /// As the kernel answers: `F_OFD_GETLK` over every byte but `n` (a place of ours, held on
-    /// byte `n`, is not among them). None here, something else at its name, a file we may
-    /// not open: nobody.
+    /// byte `n`, is not among them). None, something else at its name, a file we may not
+    /// open: nobody.
     fn other_than(&self, n: u32, lock: &str, _by: Option<Instant>) -> Option<u32> {
-        // Opened first: a lock that never had a waiter (or is on a network filesystem,
-        // where no room is made) costs one failed open(2), asked at every issue.
+        // Opened first: a lock that never had a waiter costs one failed open(2), asked at
+        // every issue.
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW;
         let opened = crate::files::open_regular_if_there(
             &self.cfg.path,
@@ -70,7 +60,7 @@ impl Keeper for DirRoom {
             FileMode::empty(),
         );
         let file = match opened {
-            Ok(Some((file, _))) if self.here() => file,
+            Ok(Some((file, _))) => file,
             Ok(_) => return None,
             Err(e) => {
                 debug!("lock {lock}: its waiting room: {e}; looked at as empty");
@@ -97,8 +87,7 @@ impl Keeper for DirRoom {
         None
     }
 
-    /// One failed open(2) on a lock that never had a waiter (on a network filesystem the
-    /// contender does not ask over its own number: `lockdir/state.rs`).
+    /// One failed open(2) on a lock that never had a waiter.
     fn cheap(&self) -> bool {
         true
     }

@@ -133,11 +133,7 @@ impl StateAt<'_> {
         let fail = |e: Errno| Error::path("cannot create lock state", self.shown, e.into());
         // Whoever may write the parent may issue tokens: the parent's bits (umask aside), or
         // `file_mode`'s.
-        let bits = match self.mode {
-            Some(m) => m | (m & 0o444) >> 2,
-            None => nix::sys::stat::fstat(self.dir).map_err(fail)?.st_mode & 0o3777,
-        };
-        let mode = FileMode::from_bits_truncate(bits);
+        let mode = super::config::dir_mode(self.mode, self.dir).map_err(fail)?;
         mkdirat(self.dir, &tmp, mode).map_err(fail)?;
         let r = (|| -> Result<bool> {
             let fd = nix::fcntl::openat(
@@ -277,14 +273,13 @@ impl StateAt<'_> {
     ///
     /// Asked at every issue, over our own number too (`recorded`: `None` where the state
     /// records nothing yet, or is taken to record ours — ours stands): a lock with a
-    /// waiting room looks there for a waiter of another number (`waiting.rs`). Not over our
-    /// own number on a network filesystem, where no room is kept (a look there would cost a
-    /// lookup on the server at every acquisition).
+    /// waiting room looks there for a waiter of another number (`waiting.rs`; `Room::looks`
+    /// says when: not over our own number on a network filesystem, whose room a look would
+    /// read on the server at every acquisition).
     fn agree(&self, recorded: Option<u32>) -> Result<()> {
         let ours = self.slots.max(1);
         let before = recorded.unwrap_or(ours);
         match self.agree {
-            Some(_) if before == ours && self.remote => Ok(()),
             Some(agree) => agree(before),
             None => Ok(()),
         }

@@ -29,7 +29,7 @@ use super::http::Cond;
 use super::{Listed, S3Config, Site};
 use crate::backend::lock::{Named, request_by};
 use crate::backend::owner::Record;
-use crate::backend::room::{Keeper, Place, other_number};
+use crate::backend::room::{Keeper, Maker, Place, maker_dead, other_number, place_fields};
 use crate::error::{Result, err};
 use crate::log::{debug, info};
 
@@ -77,34 +77,19 @@ impl S3Room {
                 let name = l.key.strip_prefix(&self.prefix())?;
                 let (n, maker) = parse(name)?;
                 let heard = age(l.modified, l.date).is_some_and(|a| a < stale_after);
-                let dead = maker.is_some_and(|(tag, pid, start)| {
-                    crate::host::tagged_alive(tag, pid, start) == Some(false)
-                });
-                Some((l, n, heard && !dead))
+                let live = heard && !maker_dead(maker);
+                Some((l, n, live))
             })
             .collect())
     }
 }
 
-/// A place's maker: its host tag, pid and start time.
-type Maker<'a> = (&'a str, i32, u64);
-
-/// A place's name: its number of slots (1 to `MAX_SLOTS`), and its maker (where it has a
-/// host tag). `None`: not a place's name.
+/// A place's name, `N.TAG.PID.START.NONCE` ([`place_fields`]). `None`: not a place's name.
 fn parse(name: &str) -> Option<(u32, Option<Maker<'_>>)> {
     let [n, tag, pid, start, nonce] = name.split('.').collect::<Vec<_>>()[..] else {
         return None;
     };
-    let n = n
-        .parse::<u32>()
-        .ok()
-        .filter(|n| (1..=crate::settings::MAX_SLOTS).contains(n))?;
-    let pid: i32 = pid.parse().ok()?;
-    let start: u64 = start.parse().ok()?;
-    if nonce.is_empty() {
-        return None;
-    }
-    Some((n, (tag != "-").then_some((tag, pid, start))))
+    place_fields(n, tag, pid, start, nonce)
 }
 
 /// How long ago, on the server's clock, a listed object was written: a second less than the

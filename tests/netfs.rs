@@ -911,6 +911,101 @@ fn shared_symlink_is_refused_on_a_network_filesystem<F: Mounts>() {
     assert!(left.is_empty(), "left on the server: {left:?}");
 }
 
+/// What another user may plant in the lock's directory at the waiting room's names fails
+/// nothing and hangs nothing (`lockdir/netroom.rs`): a FIFO at `.mkdir.lock.waiting.d` — a
+/// waiter says at `-v` that it cannot wait there and is served, a contender of another number
+/// looks past it — and, that gone, a room holding files named like dead places (which
+/// `rmdir` cannot remove): a waiter passes them over, takes its place and is served.
+fn planted_waiting_room_fails_nothing<F: Mounts>() {
+    let Some((fx, sb)) = setup::<F>() else {
+        return;
+    };
+    let what = format!("{} mkdir: a planted waiting room", F::NAME);
+    // Planted through mount a where the filesystem makes FIFOs (GlusterFS; a brick is not to
+    // be written behind its back), else on the server's disk (sshfs: SFTP makes none).
+    let name = ".mkdir.lock.waiting.d";
+    let fifo = nix::sys::stat::Mode::from_bits_truncate(0o666);
+    let room = if nix::unistd::mkfifo(&fx.mount_point('a').join(name), fifo).is_ok() {
+        fx.mount_point('a').join(name)
+    } else {
+        let room = fx.server_dir().join(name);
+        nix::unistd::mkfifo(&room, fifo).unwrap();
+        room
+    };
+    let seen_by_b = fx.mount_point('b').join(name);
+    let mut problems = Vec::new();
+    for (phase, said) in [
+        (
+            "a FIFO at the room's name",
+            "cannot wait in its waiting room",
+        ),
+        (
+            "dead places nobody can remove",
+            "waiting in its waiting room",
+        ),
+    ] {
+        let mut h = sb.hold(["--slots", "2", "mkdir-a"]);
+        let mut h2 = sb.hold(["--slots", "2", "mkdir-a"]);
+        if !holder_ok(&mut h, "a holder", &mut problems)
+            || !holder_ok(&mut h2, "a holder", &mut problems)
+        {
+            return verdict(&what, &problems);
+        }
+        let mut w = sb.spawn_hold(["-v", "--slots", "2", "mkdir-b"]);
+        if w.stderr_within(said, T).is_none() {
+            problems.push(format!(
+                "{phase}: the waiter did not say {said:?}; stderr: {}",
+                digest(&w.stderr_text())
+            ));
+        }
+        drop(h);
+        match w.read_line(T) {
+            Some(l) if crate::slots::field(&l, "slots") == Some("2") => {}
+            l => problems.push(format!(
+                "{phase}: the waiter said {l:?}; stderr: {}",
+                digest(&w.stderr_text())
+            )),
+        }
+        drop(w);
+        drop(h2);
+        // Nobody holds or waits: a contender of 3 looks (the record says 2) and is served.
+        let o = output_within(
+            sb.cmd([
+                "--slots", "3", "--wait", "10s", "run", "mkdir-a", "--", "true",
+            ]),
+            T,
+        );
+        if code(o.status) != 0 {
+            problems.push(format!(
+                "{phase}: a contender of 3 exited {}: {}",
+                code(o.status),
+                stderr(&o)
+            ));
+        }
+        if phase.starts_with("a FIFO") {
+            fs::remove_file(&room).unwrap();
+            fs::create_dir(&room).unwrap();
+            for k in 0..20 {
+                fs::write(room.join(format!("place~2~-~{k}~1~planted~1")), "").unwrap();
+            }
+            eventually(T, "the room a directory through mount b", || {
+                seen_by_b.is_dir()
+            });
+        }
+    }
+    verdict(&what, &problems);
+}
+
+#[test]
+fn sshfs_planted_waiting_room_fails_nothing() {
+    planted_waiting_room_fails_nothing::<crate::support::Sshfs>();
+}
+
+#[test]
+fn gluster_planted_waiting_room_fails_nothing() {
+    planted_waiting_room_fails_nothing::<crate::support::Gluster>();
+}
+
 #[test]
 fn sshfs_shared_symlink_is_refused() {
     shared_symlink_is_refused_on_a_network_filesystem::<crate::support::Sshfs>();

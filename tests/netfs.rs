@@ -1347,29 +1347,54 @@ fn smb_mkdir_locker_killed_while_making_its_lock_blocks_nobody() {
     let Some((fx, sb)) = setup::<Smb>() else {
         return;
     };
-    let mut c = sb.cmd(["--wait", "0", "run", "mkdir-a", "--", "true"]);
+    let mut c = sb.cmd(["-v", "--wait", "0", "run", "mkdir-a", "--", "true"]);
     c.env("LOCKSMITH_TEST_STALL_MAKING_MS", "60000")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let mut locker = c.spawn().unwrap();
-    // Stalled once its directory is on the server (NAME, or `.mkdir.lock.<nonce>.new`).
+    // Its stderr, read as it comes: a locker's first `.mkdir.lock.<nonce>.new` on SMB is
+    // made before it learns there is no RENAME_NOREPLACE (and removed at once, unstalled);
+    // the one it stalls on comes after it says so (a CI run killed it on the first, and
+    // found nothing left).
+    let said = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let said = said.clone();
+        let mut err = locker.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = std::io::Read::read(&mut err, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                said.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    let learnt = || said.lock().unwrap().contains("publishing by rename");
+    // Stalled once its directory is on the server (`.mkdir.lock.<nonce>.new`) after that.
     let made = || {
         fs::read_dir(&fx.server).unwrap().flatten().any(|e| {
             let n = e.file_name().to_string_lossy().into_owned();
-            n == "mkdir.lock" || (n.starts_with(".mkdir.lock.") && n.ends_with(".new"))
+            n.starts_with(".mkdir.lock.") && n.ends_with(".new")
         })
     };
     let t0 = Instant::now();
-    while !made() {
+    while !(learnt() && made()) {
         if t0.elapsed() > T {
             kill9(locker.id() as i32);
-            let o = locker.wait_with_output().unwrap();
-            panic!("the locker made no directory within {T:?}: {}", stderr(&o));
+            let _ = locker.wait();
+            panic!(
+                "the locker made no directory within {T:?}: {}",
+                said.lock().unwrap()
+            );
         }
         std::thread::sleep(POLL);
     }
     kill9(locker.id() as i32);
     let _ = locker.wait();
+    let _ = reader.join();
     let unpublished = || -> Vec<String> {
         leftovers(&fx, "mkdir")
             .into_iter()

@@ -963,7 +963,7 @@ pub fn slots_admit_n_holders_and_no_more_with_rising_tokens(srv: &mut dyn TestFt
 }
 
 /// SPEC §3b, "the lock records N while anyone holds *or waits*", on ftp: a waiter's place in
-/// `locks/p.waiting/` (made after its first busy try) keeps its number of slots while the
+/// `locks/p.waiting/` (made in its second busy try) keeps its number of slots while the
 /// holders are gone and it has not tried again (stopped here): a newcomer of another number
 /// is refused (78, naming both), the waiter then served; the room goes with its last place.
 pub fn a_waiter_keeps_its_number_of_slots_and_leaves_no_place(srv: &mut dyn TestFtp) {

@@ -115,12 +115,18 @@ impl NetRoom {
         unstale(|| openat(parent, self.name.as_os_str(), flags, FileMode::empty()))
     }
 
-    /// The room, made if it is missing.
+    /// The room, made if it is missing (it stays once made: opened first, one call where it
+    /// is there — every heartbeat's rename goes through here).
     fn room(&self, parent: BorrowedFd<'_>) -> Result<OwnedFd> {
+        match self.open_room(parent) {
+            Err(Errno::ENOENT) => {}
+            r => return r.map_err(|e| self.fail("cannot open waiting room", e)),
+        }
         let mode = dir_mode(self.file_mode, parent)
             .map_err(|e| Error::path("cannot stat", &self.parent, e.into()))?;
         let made = match unstale(|| mkdirat(parent, self.name.as_os_str(), mode)) {
             Ok(()) => true,
+            // A racer made it meanwhile.
             Err(Errno::EEXIST) => false,
             Err(e) => return Err(self.fail("cannot make waiting room", e)),
         };

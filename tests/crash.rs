@@ -804,6 +804,70 @@ fn a_killed_lockers_unpublished_directory_is_tidied_within_sixteen_acquisitions(
     );
 }
 
+/// A locker killed in its try leaves its would-be lock under its private name (mkdir's
+/// `.m.lock.slot-K.<nonce>….new/`, link's `.l.lock.slot-K.<nonce>….tmp`): acquisitions of
+/// the *other* slot remove it too, within 16. Before, only slot K's own holders looked for
+/// slot K's leftovers (a CI run's GlusterFS mkdir test found a killed waiter's `.new` at its
+/// end).
+#[test]
+fn a_killed_locker_s_leftover_is_tidied_by_another_slot_within_sixteen_acquisitions() {
+    let sb = Sandbox::standard();
+    for (p, suffix) in [("m", ".new"), ("l", ".tmp")] {
+        let prefix = format!(".{p}.lock.slot-");
+        let left = || -> Vec<String> {
+            sb.listing()
+                .into_iter()
+                .filter(|n| n.starts_with(&prefix) && n.ends_with(suffix))
+                .collect()
+        };
+        let slot_of = |h: &Held| crate::slots::field(h.ok(), "slot").map(str::to_string);
+        let mut c = sb.cmd(["--slots", "2", "--wait", "0", p]);
+        c.env("LOCKSMITH_TEST_STALL_PUBLISHING_MS", "60000")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut killed = Held::spawn(c);
+        let t0 = Instant::now();
+        while left().is_empty() {
+            assert!(t0.elapsed() < T, "{p}: nothing made: {:?}", sb.listing());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        kill9(killed.pid());
+        killed.wait_exit(T);
+        let leftover = left().pop().unwrap();
+        let k = leftover[prefix.len()..]
+            .split('.')
+            .next()
+            .unwrap()
+            .to_string();
+        // Slot K held throughout, so that every acquisition after takes the other one.
+        let (a, b) = (sb.hold(["--slots", "2", p]), sb.hold(["--slots", "2", p]));
+        let (mut keep, mut other) = if slot_of(&a).as_deref() == Some(k.as_str()) {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        assert_eq!(slot_of(&keep), Some(k.clone()), "{p}");
+        other.close_stdout();
+        assert_eq!(code(other.wait_exit(T)), 0, "{p}");
+        for tries in 1.. {
+            let mut h = sb.hold(["--slots", "2", "--wait", "0", p]);
+            assert_ne!(slot_of(&h), Some(k.clone()), "{p}");
+            h.close_stdout();
+            assert_eq!(code(h.wait_exit(T)), 0, "{p}");
+            if left().is_empty() {
+                break;
+            }
+            assert!(
+                tries < 16,
+                "{p}: {leftover} left after {tries}: {:?}",
+                sb.listing()
+            );
+        }
+        keep.close_stdout();
+        assert_eq!(code(keep.wait_exit(T)), 0, "{p}");
+    }
+}
+
 /// A tombstone a releaser could not remove (a file held open inside past its retries,
 /// GlusterFS's passing ESTALE: the stop's CI of session 29 left one in a counter race) is
 /// never the lock: the next look at the leftovers (one acquisition in 16) removes it, with the

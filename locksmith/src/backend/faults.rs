@@ -16,7 +16,8 @@ pub enum Stall {
     /// `.new` published by rename) and writing its records.
     Making,
     /// mkdir: the private `.NAME.<nonce>.new` complete (records inside), before its publish
-    /// by rename.
+    /// by rename; link: the would-be lock file `.NAME.<nonce>.tmp` written, before its
+    /// `link(2)`.
     Publishing,
     /// symlink: a leaving reader removed its group, before it frees NAME.
     Leaving,

@@ -5,7 +5,9 @@
 //! ```text
 //! PARENT/NAME                    the lock file: exists exactly while held; content = owner
 //!                                record + heartbeat counter (a heartbeat record, lockdir.rs)
-//! PARENT/.NAME.<nonce>.tmp       a would-be lock file, hard-linked to NAME, then removed
+//! PARENT/.NAME.<nonce>.<host>.<pid>.<start>.tmp
+//!                                a would-be lock file, hard-linked to NAME, then removed; its
+//!                                maker named (`.NAME.<nonce>.tmp` where that would be too long)
 //! PARENT/.NAME.break             held (same scheme) by the one waiter breaking a dead lock
 //! PARENT/.NAME.state/            the state: one entry state~1~TOKEN~CLEAN (`lockdir::state`)
 //! ```
@@ -29,17 +31,21 @@
 //! every lease; fencing tokens exist for it). On NFS a reader holding NAME open while it is
 //! unlinked only leaves a `.nfsXXXX` file behind; the name is free at once.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::BorrowedFd;
+use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 
+use super::faults;
 use super::filelock::{FileLock, Scheme, Take};
 use super::lock::NotReleased;
 use super::lock::{Holder, Named};
 use super::lockdir::probe::Scheme as Probe;
 use super::lockdir::state::Issued;
+use super::lockdir::leftover::Unpublished;
 use super::lockdir::{self, FsConfig, LockDir};
 use super::owner::Record;
 use super::stale::{Evidence, Holders, Observations};
@@ -77,7 +83,7 @@ impl Files {
     /// Writes `rec` into a fresh temp file, links it to `target`, removes the temp file and
     /// reads `target` back.
     fn link_new(&mut self, rec: &Record, target: &OsString) -> Result<Linked> {
-        let tmp = self.dir.beside(&format!(".{}.tmp", rec.nonce));
+        let tmp = self.dir.unpublished_name(rec, ".tmp");
         let path = self.dir.path.clone();
         if self
             .dir
@@ -91,6 +97,7 @@ impl Files {
                 self.dir.shown(&tmp).display()
             ));
         }
+        faults::stall(faults::Stall::Publishing);
         let parent = self.dir.fd()?;
         let r = linkat(
             parent,
@@ -163,6 +170,29 @@ impl Files {
             self.guard_seen.forget(&guard);
         }
         Ok(None)
+    }
+
+    /// Removes the would-be lock files (`.NAME.<nonce>….tmp`, of every slot) that lockers
+    /// killed between making one and removing it left, where the maker is provably dead
+    /// ([`LockDir::remove_dead_makers`]): one listing of the parent, in one acquisition of 16
+    /// ([`lockdir::tidies`]), as mkdir's unpublished directories.
+    fn tidy_leftovers(&mut self, ours: &str) {
+        let left = self
+            .dir
+            .leftovers(&[".tmp"])
+            .into_iter()
+            .filter_map(|l| Unpublished::parse(&l.middle).map(|u| (l.name, u)))
+            .collect();
+        let record = |parent: BorrowedFd<'_>, name: &OsStr, _: &str| {
+            lockdir::read_record(parent, name, Path::new(name))
+                .ok()
+                .flatten()
+                .map(|(content, _)| lockdir::parse(&content))
+        };
+        let remove = |parent: BorrowedFd<'_>, name: &OsString| {
+            unlinkat(parent, name.as_os_str(), UnlinkatFlags::NoRemoveDir)
+        };
+        self.dir.remove_dead_makers(left, ours, record, remove);
     }
 
     fn drop_guard(&mut self, me: &Record) {
@@ -272,6 +302,9 @@ impl Scheme for Files {
             Linked::Ours => match self.finish_create(&rec) {
                 Ok(Some(issued)) => {
                     self.refused = None;
+                    if lockdir::tidies(rec.token) {
+                        self.tidy_leftovers(&rec.nonce);
+                    }
                     Ok(Take::Held((rec, 0), Some(issued)))
                 }
                 Ok(None) => Ok(Take::Again), // overtaken: look again

@@ -27,6 +27,7 @@
 mod config;
 mod dir;
 mod fs;
+pub mod leftover;
 pub mod netroom;
 pub mod probe;
 mod record;

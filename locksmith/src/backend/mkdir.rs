@@ -80,7 +80,6 @@
 
 use std::ffi::{OsStr, OsString};
 use std::ops::ControlFlow;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -97,9 +96,10 @@ use super::filelock::{FileLock, Scheme, Take};
 use super::lock::NotReleased;
 use super::lock::Named;
 use super::lockdir::probe::Scheme as Probe;
+use super::lockdir::leftover::{self, Unpublished, maker_of, parse_maker};
 use super::lockdir::{self, FsConfig, LockDir};
 use super::owner::{Parsed, Record};
-use super::stale::{self, Evidence, Holders};
+use super::stale::{Evidence, Holders};
 use crate::error::{Error, Kind, Result, err};
 use crate::log::{debug, info, trace};
 use crate::protocol::Mode;
@@ -138,8 +138,6 @@ pub struct Files {
     /// smbnetfs): the complete lock directory is published by a plain `rename(2)`
     /// ([`Files::create_published`]).
     publish_by_rename: bool,
-    /// The longest name the parent's filesystem takes (`statfs`), asked once.
-    name_max: Option<usize>,
 }
 
 /// What a waiter compares between looks: the heartbeat record's content (read fresh), and
@@ -211,7 +209,7 @@ impl Files {
     /// `mkdir` a private `.NAME.<nonce>.new` with the records inside, then
     /// `renameat2(.., RENAME_NOREPLACE)` onto NAME.
     fn create_published(&mut self, rec: &Record) -> Result<bool> {
-        let new = self.unpublished_name(rec);
+        let new = self.dir.unpublished_name(rec, ".new");
         let name = self.dir.name.clone();
         self.make_dir(&new, rec)?;
         faults::stall(faults::Stall::Publishing);
@@ -424,55 +422,19 @@ impl Files {
         }
     }
 
-    /// The private name a lock is prepared under: `.NAME.<nonce>.<host>.<pid>.<start>.new`, its
-    /// maker's identity for proof of death in the name ([`crate::host::Host::tag`]), so that a
-    /// listing alone says whether its maker is dead — on a network filesystem nothing else of
-    /// another mount's `.new` may be looked at ([`Files::tidy_leftovers`]). The older
-    /// `.NAME.<nonce>.new` where that name would be longer than the filesystem takes (its
-    /// `statfs` name length: 255 bytes on most, 143 on eCryptfs) or this host cannot be named
-    /// ([`crate::host::Host::tag`]).
-    fn unpublished_name(&mut self, rec: &Record) -> OsString {
-        if let Some(maker) = maker_of(rec) {
-            let named = self.dir.beside(&format!(".{}.{maker}.new", rec.nonce));
-            let most = match self.name_max {
-                Some(n) => n,
-                None => {
-                    let asked = self
-                        .dir
-                        .fd()
-                        .ok()
-                        .and_then(|fd| nix::sys::statfs::fstatfs(fd).ok())
-                        .map(|s| s.maximum_name_length() as usize);
-                    // Kept only when asked: a failed look is asked again next time.
-                    self.name_max = asked;
-                    asked.unwrap_or(255)
-                }
-            };
-            if named.len() <= most.min(255) {
-                return named;
-            }
-        }
-        self.dir.beside(&format!(".{}.new", rec.nonce))
-    }
-
-    /// Removes leftovers beside the lock: tombstones (`.NAME.<nonce>.tomb/`, never the lock,
-    /// whoever left them), and what lockers killed before publishing left: `.NAME.<nonce>….new/`
-    /// directories whose maker is provably dead (this host, its process gone or its pid
-    /// reused): judged by the name where it carries the maker ([`Files::unpublished_name`]),
-    /// else by the record inside ([`stale::provably_dead`]). Another host's is left, and so is
-    /// an unnamed one with no record yet (its maker was killed between `mkdir` and its first
-    /// record, or is there now): its maker may be alive, and an unpublished directory has no
-    /// heartbeat to fall silent. On a network filesystem only the names are judged (below).
+    /// Removes leftovers beside the lock, of every slot of it (`lockdir::leftover`):
+    /// tombstones (`.NAME.<nonce>.tomb/`, never the lock, whoever left them), and what lockers
+    /// killed before publishing left: `.NAME.<nonce>….new/` directories whose maker is provably
+    /// dead ([`LockDir::remove_dead_makers`]: by the maker the name carries, else — locally —
+    /// by the record inside). On a network filesystem only the names are judged (below).
     ///
     /// One listing of the parent, only after an acquisition succeeded, and only one in
     /// [`lockdir::tidies`]: waiters never pay for it, and a lock taken and released in a loop pays
     /// one `getdents` pass of the parent every 16 cycles. Best effort: what fails is said at
     /// debug level and left.
     fn tidy_leftovers(&mut self, ours: &str) {
-        let mut prefix = b".".to_vec();
-        prefix.extend_from_slice(self.dir.name.as_bytes());
-        prefix.push(b'.');
         let at = self.dir.parent.clone();
+        let found = self.dir.leftovers(&[".tomb", ".new"]);
         // On a network or FUSE filesystem nothing inside another mount's `.new` is looked at:
         // there even a `stat` of one being published made its maker fail (smbnetfs: EIO on
         // its records, its `.new` left behind; `netfs::smb::mkdir::counter_race_across_mounts`
@@ -480,32 +442,7 @@ impl Files {
         let Ok((parent, remote)) = self.dir.fd_remote() else {
             return;
         };
-        let mut tombs = Vec::new();
-        let mut left: Vec<(OsString, Unpublished)> = Vec::new();
-        let listed = crate::files::each_name(parent, ".", OFlag::empty(), |e| {
-            let n = e.to_bytes();
-            let Some(middle) = n.strip_prefix(prefix.as_slice()) else {
-                return ControlFlow::Continue(());
-            };
-            if let Some(nonce) = middle.strip_suffix(b".tomb") {
-                if !remote && std::str::from_utf8(nonce).is_ok_and(hex) {
-                    tombs.push(OsString::from_vec(n.to_vec()));
-                }
-            } else if let Some(u) = middle.strip_suffix(b".new").and_then(Unpublished::parse)
-                && u.nonce != ours
-            {
-                left.push((OsString::from_vec(n.to_vec()), u));
-            }
-            ControlFlow::Continue(())
-        });
-        // What was listed before a failure is still looked at.
-        if let Err(e) = listed {
-            debug!("cannot list {} for leftovers: {e}", at.display());
-        }
-        // A few per look, picked at random: names planted to stay (another user's in a sticky
-        // directory, something foreign inside) cannot keep the others from ever being looked at.
-        fastrand::shuffle(&mut tombs);
-        fastrand::shuffle(&mut left);
+        let (tombs, new): (Vec<_>, Vec<_>) = found.into_iter().partition(|l| l.suffix == ".tomb");
         // A tombstone is never the lock: whoever left it (a releaser or breaker whose tidying
         // failed: a file held open inside, a network filesystem's ESTALE, a kill) no longer
         // needs it, and the releaser tidying one right now takes our removal as its own. Not
@@ -515,41 +452,27 @@ impl Files {
         // with an owner entry inside is no tombstone (a release or a break moves the owner
         // entry before the rename) but a lock directory named like one — another lock of this
         // directory, `.NAME.<16 hex>.tomb`: left alone.
-        for tomb in tombs.into_iter().take(LEFTOVERS) {
-            let shown = at.join(&tomb);
-            if !entries_at(parent, &tomb, OWNER_PREFIX).is_empty() {
+        let tombs = tombs
+            .into_iter()
+            .filter(|l| !remote && std::str::from_utf8(&l.middle).is_ok_and(leftover::hex));
+        for tomb in tombs.take(leftover::LEFTOVERS) {
+            let shown = at.join(&tomb.name);
+            if !entries_at(parent, &tomb.name, OWNER_PREFIX).is_empty() {
                 trace!("left {}: an owner entry inside", shown.display());
                 continue;
             }
-            match tidy_once(parent, &tomb) {
+            match tidy_once(parent, &tomb.name) {
                 Ok(()) | Err(Errno::ENOENT) => debug!("removed leftover tombstone {}", shown.display()),
                 Err(e) => debug!("cannot remove {}: {e}", shown.display()),
             }
         }
-        // At most a few per look, each removed in one pass (a dead maker holds nothing open
-        // there): names planted to look like dead makers' cost this acquisition little.
-        for (new, u) in left.into_iter().take(LEFTOVERS) {
-            let shown = at.join(&new);
-            let dead = match &u.maker {
-                Some((tag, pid, start)) => crate::host::tagged_alive(tag, *pid, *start)
-                    .is_some_and(|alive| !alive)
-                    .then(|| format!("pid {pid} on this host")),
-                None if remote => None,
-                None => unpublished_record(parent, &new, &u.nonce)
-                    .filter(stale::provably_dead)
-                    .map(|rec| describe_maker(&rec)),
-            };
-            match dead {
-                Some(maker) => match tidy_once(parent, &new) {
-                    Ok(()) | Err(Errno::ENOENT) => debug!(
-                        "removed {}, left by a locker that died before publishing it ({maker})",
-                        shown.display(),
-                    ),
-                    Err(e) => debug!("cannot remove {}: {e}", shown.display()),
-                },
-                None => trace!("left {}: its maker may be alive", shown.display()),
-            }
-        }
+        // Each removed in one pass: a dead maker holds nothing open there.
+        let new = new
+            .into_iter()
+            .filter_map(|l| Unpublished::parse(&l.middle).map(|u| (l.name, u)))
+            .collect();
+        self.dir
+            .remove_dead_makers(new, ours, unpublished_record, tidy_once);
     }
 
     fn open_lock(&mut self) -> Result<Option<OwnedFd>> {
@@ -722,59 +645,6 @@ impl Files {
     }
 }
 
-/// The most leftovers one look removes ([`Files::tidy_leftovers`]).
-const LEFTOVERS: usize = 8;
-
-/// What the name of an unpublished lock says (`.NAME.` and `.new` taken off): its nonce, and
-/// its maker's host tag, pid and start time where named ([`Files::unpublished_name`]).
-#[derive(Debug, PartialEq, Eq)]
-struct Unpublished {
-    nonce: String,
-    maker: Option<(String, i32, u64)>,
-}
-
-impl Unpublished {
-    /// `<16 hex>` or `<16 hex>.<16 hex>.<pid>.<start>` (decimal, as written: no sign, no
-    /// leading zero); anything else is no `.new` of this lock's (another lock's name may
-    /// share the prefix).
-    fn parse(middle: &[u8]) -> Option<Unpublished> {
-        let text = std::str::from_utf8(middle).ok()?;
-        let (nonce, maker) = match text.split_once('.') {
-            None => (text, None),
-            Some((nonce, maker)) => (nonce, Some(parse_maker(maker)?)),
-        };
-        hex(nonce).then(|| Unpublished {
-            nonce: nonce.into(),
-            maker,
-        })
-    }
-}
-
-/// 16 hex digits (a nonce, a host tag).
-fn hex(s: &str) -> bool {
-    s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// Who made an entry, as a `.new` name and a short owner entry say it: `<host tag>.<pid>.<start>`
-/// ([`crate::host::Host::tag`]); `None` where this host cannot be tagged.
-fn maker_of(rec: &Record) -> Option<String> {
-    let tag = crate::host::this().tag()?;
-    Some(format!("{tag}.{}.{}", rec.pid, rec.start))
-}
-
-/// [`maker_of`]'s form read back: the tag, a pid above 0 and the start time (decimal, as
-/// written: no sign, no leading zero); anything else is `None`.
-fn parse_maker(text: &str) -> Option<(String, i32, u64)> {
-    let number = |s: &str| s.parse::<u64>().ok().filter(|n| n.to_string() == s);
-    match text.split('.').collect::<Vec<_>>()[..] {
-        [tag, pid, start] if hex(tag) => {
-            let pid = i32::try_from(number(pid)?).ok().filter(|p| *p > 0)?;
-            Some((tag.into(), pid, number(start)?))
-        }
-        _ => None,
-    }
-}
-
 /// The owner record inside an unpublished `.NAME.<nonce>.new`: its `owner.<nonce>` entry,
 /// else its heartbeat record (written first); `None` if it has neither yet.
 fn unpublished_record(parent: BorrowedFd<'_>, new: &OsStr, nonce: &str) -> Option<Parsed> {
@@ -811,14 +681,6 @@ fn owner_record(text: &[u8], nonce: &str) -> Parsed {
     match parse_maker(rest) {
         Some((tag, pid, start)) => Parsed::V1(Record::tagged(&tag, pid, start, nonce)),
         None => Parsed::Foreign(text.chars().take(200).collect()),
-    }
-}
-
-/// `pid=… host=…` of a record, for messages.
-fn describe_maker(rec: &Parsed) -> String {
-    match rec {
-        Parsed::V1(r) => format!("pid {} on {}", r.pid, r.host),
-        Parsed::Foreign(_) => "a record of another format".into(),
     }
 }
 
@@ -1084,7 +946,6 @@ impl Scheme for Files {
             // path NFS users take on a machine that cannot mount NFS.
             plain_mkdir: faults::on(Switch::MkdirPlain),
             publish_by_rename: false,
-            name_max: None,
         }
     }
 
@@ -1232,43 +1093,6 @@ impl Files {
 
 #[cfg(test)]
 mod tests {
-    use super::Unpublished;
-
-    #[test]
-    fn an_unpublished_name_says_its_nonce_and_maker_or_is_not_ours() {
-        let nonce = "0123456789abcdef";
-        let tag = "fedcba9876543210";
-        let parse = |s: &str| Unpublished::parse(s.as_bytes());
-        assert_eq!(
-            parse(nonce),
-            Some(Unpublished {
-                nonce: nonce.into(),
-                maker: None
-            })
-        );
-        assert_eq!(
-            parse(&format!("{nonce}.{tag}.4242.1189467")),
-            Some(Unpublished {
-                nonce: nonce.into(),
-                maker: Some((tag.into(), 4242, 1189467))
-            })
-        );
-        // Another lock's names (`NAME.x`, `NAME.<16 hex>`), odd numbers, a short nonce.
-        for other in [
-            format!("x.{nonce}"),
-            format!("{nonce}.{nonce}"),
-            format!("{nonce}.{tag}.04242.1"),
-            format!("{nonce}.{tag}.0.1"),
-            format!("{nonce}.{tag}.+5.1"),
-            format!("{nonce}.{tag}.99999999999.1"),
-            format!("{nonce}.{tag}.5"),
-            format!("{nonce}.{tag}.5.1.2"),
-            "0123".into(),
-        ] {
-            assert_eq!(parse(&other), None, "{other}");
-        }
-    }
-
     #[test]
     fn a_short_owner_entry_fits_an_inode_and_names_its_holder() {
         use super::{Parsed, Record, owner_record, short_owner};

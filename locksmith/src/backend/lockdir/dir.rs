@@ -39,6 +39,8 @@ pub struct LockDir {
     /// Whether the filesystem keeps symbolic links (learnt on the first refusal: SMB has none),
     /// and with it which form record entries take ([`super::make_entry`]).
     symlinks: std::cell::Cell<bool>,
+    /// The longest name the parent's filesystem takes (`statfs`), once it answered.
+    name_max: Option<usize>,
 }
 
 impl LockDir {
@@ -65,6 +67,7 @@ impl LockDir {
             fd: None,
             fs: None,
             symlinks: std::cell::Cell::new(true),
+            name_max: None,
         }
     }
 
@@ -110,6 +113,25 @@ impl LockDir {
     /// The filesystem's name for messages (known once [`fd`](Self::fd) ran).
     pub fn fs_name(&self) -> &str {
         self.fs.as_ref().map_or("", |f| f.name.as_str())
+    }
+
+    /// The longest name the parent's filesystem takes, at most 255 (its `statfs`; kept once
+    /// it answered, 255 while it does not).
+    pub fn name_max(&mut self) -> usize {
+        if self.name_max.is_none() {
+            self.name_max = self
+                .fd()
+                .ok()
+                .and_then(|fd| nix::sys::statfs::fstatfs(fd).ok())
+                .map(|s| s.maximum_name_length() as usize);
+        }
+        self.name_max.unwrap_or(255).min(255)
+    }
+
+    /// The name of the lock whose slots these are (its own where it has none): the NAME of
+    /// the entries beside it that every slot shares (`.NAME.state`, leftovers).
+    pub fn lock_name(&self) -> &OsStr {
+        self.cfg.token_name()
     }
 
     /// `.NAME<suffix>`: a name beside the lock.

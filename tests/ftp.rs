@@ -50,6 +50,7 @@ macro_rules! every_server {
             a_waiter_keeps_its_number_of_slots_and_leaves_no_place,
             a_killed_waiter_s_place_goes_with_the_next_waiter,
             a_reader_is_refused_beside_a_waiter_of_another_number,
+            a_newcomer_of_the_recorded_number_is_refused_beside_a_writer_behind_readers,
         );
     };
 }
@@ -1061,6 +1062,69 @@ pub fn a_reader_is_refused_beside_a_waiter_of_another_number(srv: &mut dyn TestF
     if let Ok(d) = fs::read_dir(srv.path("locks/p.readers")) {
         assert_eq!(d.count(), 0, "{}: a reader's marker stays", srv.name());
     }
+}
+
+/// SPEC §3b, "the lock records N while anyone holds or waits", where the number recorded is
+/// not the waiter's: the lock records 3 from an earlier grant, a reader holds, a writer of one
+/// slot waits behind it (stopped while the reader leaves). A newcomer of 3 — the number
+/// recorded — is refused (78) naming both numbers, and the writer is then served. No look at
+/// the room is needed for it (contenders of the number recorded do not look there: a
+/// connection and a listing): the waiting writer holds the lock's own name, its mark that
+/// keeps new readers off (`shared.rs`), and a slot's holder finds it there.
+pub fn a_newcomer_of_the_recorded_number_is_refused_beside_a_writer_behind_readers(
+    srv: &mut dyn TestFtp,
+) {
+    let sb = sandbox(srv);
+    let o = sb.output(["--slots", "3", "run", "patient", "--", "true"]);
+    assert_eq!(
+        code(o.status),
+        0,
+        "{}: {}",
+        srv.name(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let reader = sb.hold(["--shared", "patient"]);
+    let mut w = sb.spawn_hold(["-v", "patient"]);
+    w.wait_stderr("waiting in its waiting room", T);
+    w.signal(libc::SIGSTOP);
+    drop(reader);
+    let o = sb.output([
+        "--slots", "3", "--wait", "0", "run", "patient", "--", "true",
+    ]);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(code(o.status), 78, "{}: {said}", srv.name());
+    assert!(
+        said.contains("held with 1 slot") && said.contains("asks for 3"),
+        "{}: {said}",
+        srv.name()
+    );
+    w.signal(libc::SIGCONT);
+    let line = w.read_line(T).expect("the writer got nothing");
+    assert!(
+        line.starts_with("OK patient ") && !line.contains("mode=shared"),
+        "{}: {line}: {}",
+        srv.name(),
+        w.stderr_text()
+    );
+    drop(w);
+    eventually(T, "the writer's release", || {
+        code(sb.output(["status", "patient"]).status) == 0
+    });
+    // Served, the writer recorded its own number.
+    let state: Vec<String> = fs::read_dir(srv.path("locks/p.state"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        state.len() == 1 && state[0].split('~').count() == 4,
+        "{}: {state:?}",
+        srv.name()
+    );
+    let left: Vec<String> = leftovers(srv)
+        .into_iter()
+        .filter(|n| n != "p.readers")
+        .collect();
+    assert!(left.is_empty(), "{}: {left:?}", srv.name());
 }
 
 /// Fair queues (SPEC §3b): waiters on an FTP lock are served in the order they came.

@@ -1387,6 +1387,49 @@ fn s3_a_waiter_keeps_its_number_of_slots_and_gives_its_place_back() {
     );
 }
 
+/// SPEC §3b, "the lock records N while anyone holds or waits", where the number recorded is
+/// not the waiter's: the lock records 3 from an earlier grant, a reader holds, a writer of one
+/// slot waits behind it (stopped while the reader leaves). A newcomer of 3 — the number
+/// recorded — is refused (78) naming both numbers, and the writer is then served: the
+/// waiting writer holds the lock's own key (`KEY`, which keeps new readers off), and a slot's
+/// holder finds it there — no look at the room (a request) is needed for it.
+#[test]
+fn s3_a_newcomer_of_the_recorded_number_is_refused_beside_a_writer_behind_readers() {
+    let Some(s) = S3::start() else { return };
+    let o = s.output(["--slots", "3", "run", "spatient", "--", "true"]);
+    assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    let reader = s.hold(["--shared", "spatient"]);
+    let mut w = s.spawn_hold(["-v", "spatient"]);
+    w.wait_stderr("waiting in its waiting room", T);
+    w.signal(libc::SIGSTOP);
+    drop(reader);
+    let o = s.output([
+        "--slots", "3", "--wait", "0", "run", "spatient", "--", "true",
+    ]);
+    let said = stderr(&o);
+    assert_eq!(code(o.status), 78, "{said}");
+    assert!(
+        said.contains("held with 1 slot") && said.contains("asks for 3"),
+        "{said}"
+    );
+    w.signal(libc::SIGCONT);
+    let line = w.read_line(T).expect("the writer got nothing");
+    assert!(
+        line.starts_with("OK spatient ") && !line.contains("mode=shared"),
+        "{line}: {}",
+        w.stderr_text()
+    );
+    drop(w);
+    eventually(T, "the writer's release", || {
+        code(s.output(["status", "spatient"]).status) == 0
+    });
+    assert_eq!(
+        s.keys("t/s.waiting/"),
+        Vec::<String>::new(),
+        "a place was left"
+    );
+}
+
 /// A waiter that gives up (`--wait`) deletes its place; one killed (`kill -9`) on this host
 /// is proven dead by its place's name: the next waiter deletes it, and another number stands.
 #[test]

@@ -60,7 +60,8 @@ pub static HEARTBEAT_KEYS: &[KeyDoc] = &[KeyDoc {
 /// How much longer than the lock's own name the longest name the file backends must make
 /// beside it is: `.NAME.state.<nonce>` (the token state being made; flock's too), one more than
 /// `.NAME.beat.<nonce>` and `.NAME.<nonce>.tomb`. (mkdir's `.NAME.<nonce>.<host>.<pid>.<start>.new`
-/// is longer, up to 66 more bytes: it is made only where it fits, else `.NAME.<nonce>.new`.)
+/// and link's `….tmp` are longer, up to 66 more bytes: made only where they fit, else
+/// `.NAME.<nonce>.new` / `.tmp`: `lockdir/leftover.rs`.)
 pub const BESIDE: usize = 24;
 /// The longest lock name those backends take: every name they make beside it fits in
 /// `NAME_MAX` (issue 28: a longer one failed half-way with ENAMETOOLONG, and mkdir could not

@@ -2,9 +2,10 @@
 //! `.NAME.<nonce>….new/`, link's would-be lock file `.NAME.<nonce>….tmp` — and how a later
 //! acquisition removes it: named with its maker (`<host tag>.<pid>.<start>`), so that a
 //! listing alone proves the maker dead, and found for **every slot** of the lock in one listing
-//! of the parent (`.NAME.slot-K.…`): sequential acquisitions of a lock of N slots all take slot
-//! 0, and a waiter of slot 1 killed in its try left its name where only slot 1's holders
-//! looked (CI: a GlusterFS mkdir test found it at the end).
+//! of the parent (`.NAME.slot-K.…`): a waiter of slot 1 killed in its try left its name where
+//! only slot 1's holders looked, and only the one of them in 16 that looks — contenders start
+//! at a random slot, so that took many times 16 acquisitions (CI: a GlusterFS mkdir test found
+//! one at its end).
 
 use std::ffi::{OsStr, OsString};
 use std::ops::ControlFlow;

@@ -14,6 +14,9 @@ use testkit::proc::poll_until;
 /// How far apart the waiters arrive.
 const ARRIVALS: Duration = Duration::from_millis(150);
 
+/// How long a step may take.
+const T: Duration = Duration::from_secs(30);
+
 /// The file backends, as address schemes.
 const FILE_BACKENDS: [&str; 4] = ["flock", "mkdir", "link", "symlink"];
 
@@ -260,6 +263,16 @@ fn twelve_waiters_are_served_in_the_order_they_came_on_every_file_backend() {
 /// came — one killed among them, far down the line, does not stall it. And a waiter on its
 /// way to the head does not take the places of those served before it, one by one: the
 /// line's counter (one number per place taken) shows how many places were taken in all.
+/// [`check_fair_number`] on every file backend.
+#[test]
+fn a_fair_newcomer_of_another_number_is_refused_at_once_on_every_file_backend() {
+    let sb = Sandbox::standard();
+    for backend in FILE_BACKENDS {
+        let lock = address(&sb, backend, &format!("{backend}.number"));
+        check_fair_number(&|a| sb.cmd(a), &lock, backend);
+    }
+}
+
 #[test]
 fn sixty_waiters_are_served_in_the_order_they_came_on_flock_and_mkdir() {
     let _heavy = heavy();
@@ -386,6 +399,64 @@ pub fn check_fair(sb: &Sandbox, ls: Locksmith<'_>, lock: &str, what: &str) {
     assert_eq!(order, (1..=12).collect::<Vec<_>>(), "{what}");
     let order = served_in_order(sb, ls, &[], lock, 6, &[2], &[4]);
     assert_eq!(order, [1, 3, 5, 6], "{what}");
+    check_fair_number(ls, lock, what);
+}
+
+/// SPEC §3b, "a contender asking for another N gets 78": also in a fair line, where a waiter
+/// behind others does not try the lock until its turn. Two holders of 2 slots and a waiter of
+/// 2 in line: a fair newcomer of 3, then one of 1, is refused (78, naming both numbers) at once
+/// — not at its turn, nor after its whole `--wait` (exit 75, as before) — and leaves no place
+/// in line; the waiter is then served.
+pub fn check_fair_number(ls: Locksmith<'_>, lock: &str, what: &str) {
+    let spawn = |args: &[&str]| {
+        let mut c = ls(args);
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        Held::spawn(c)
+    };
+    let mut holders: Vec<Held> = (0..2)
+        .map(|_| spawn(&["--fair", "--slots", "2", lock]))
+        .collect();
+    for h in &mut holders {
+        let l = h.read_line(T);
+        assert!(
+            l.as_deref().is_some_and(|l| l.starts_with("OK ")),
+            "{what}: a holder of 2: {l:?} {}",
+            h.stderr_text()
+        );
+    }
+    let mut w = spawn(&["--fair", "--slots", "2", lock]);
+    w.wait_stderr("waiting for lock", T);
+    for (n, asks) in [("3", "asks for 3"), ("1", "asks for 1")] {
+        let t0 = Instant::now();
+        let o = output_within(
+            ls(&[
+                "--fair", "--slots", n, "--wait", "20s", "run", lock, "--", "true",
+            ]),
+            Duration::from_secs(30),
+        );
+        let (took, err) = (t0.elapsed(), stderr(&o));
+        assert_eq!(code(o.status), 78, "{what}: a fair newcomer of {n}: {err}");
+        assert!(err.contains(asks), "{what}: {err}");
+        assert!(
+            took < Duration::from_secs(10),
+            "{what}: a fair newcomer of {n} was refused after {took:?}"
+        );
+        let in_line = line(ls, &["--slots", "2"], lock);
+        assert_eq!(
+            in_line.len(),
+            1,
+            "{what}: the line after a refusal: {in_line:?}"
+        );
+    }
+    drop(holders);
+    let l = w.read_line(T);
+    assert!(
+        l.as_deref().is_some_and(|l| l.starts_with("OK ")),
+        "{what}: the waiter of 2: {l:?} {}",
+        w.stderr_text()
+    );
 }
 
 /// A line filled (the network backends' 32 places, SPEC deviation): 36 waiters, the first 32

@@ -14,7 +14,10 @@
 //! the next number is the head. A waiter that gives up, fails, or whose parent goes gives its
 //! place back at once; one killed leaves its place to the backend's crash rules (at once on
 //! the same host, after `stale_after` elsewhere), so it never blocks the line longer than a
-//! dead holder would block the lock.
+//! dead holder would block the lock. A waiter that does not try the lock (behind others, or
+//! waiting for a place) asks the lock once whether a contender of another number of slots
+//! holds it or waits in its room (`Slots::judge_number`, what an unfair waiter asks when its
+//! slots are busy): refused (78) at once, its place given back, rather than at its turn.
 //!
 //! **Why the line needs no lock of its own:** numbers are issued in order, and a place is
 //! held before its number is issued, so once a waiter has its number every waiter ahead of it
@@ -51,7 +54,7 @@ pub struct Fair {
     /// The lock as messages name it.
     name: String,
     /// The lock itself (all its slots); only the head of the line tries it.
-    lock: Option<Box<dyn Backend>>,
+    lock: Slots,
     /// How to open the queue's places.
     queue: Opener,
     /// The queue's settings: its number of slots is the places (`Registered::PLACES`).
@@ -84,10 +87,10 @@ struct Place {
 }
 
 impl Fair {
-    pub fn new(lock: Box<dyn Backend>, name: &str, queue_common: &Common, queue: Opener) -> Fair {
+    pub fn new(lock: Slots, name: &str, queue_common: &Common, queue: Opener) -> Fair {
         Fair {
             name: name.to_string(),
-            lock: Some(lock),
+            lock,
             queue,
             common: queue_common.clone(),
             entering: None,
@@ -362,7 +365,7 @@ impl Drop for Fair {
 
 impl Backend for Fair {
     fn name(&self) -> &'static str {
-        self.lock.as_ref().expect("the lock is back").name()
+        self.lock.name()
     }
 
     fn answer_by(&mut self, by: Option<Instant>) {
@@ -370,7 +373,8 @@ impl Backend for Fair {
             q.answer_by(by);
         }
         let watched = self.watched.as_mut().map(|(_, b, _)| b);
-        for b in [self.lock.as_mut(), watched].into_iter().flatten() {
+        self.lock.answer_by(by);
+        if let Some(b) = watched {
             b.answer_by(by);
         }
     }
@@ -384,27 +388,26 @@ impl Backend for Fair {
             self.enter()?;
         }
         if self.place.is_none() || !self.at_head()? {
+            // Waiting without trying the lock: told now, once, where a contender of another
+            // number holds it (or waits in its room), not when our turn comes; our place goes
+            // back with us.
+            self.lock.judge_number()?;
             if let Some(e) = self.unanswered.take() {
                 return Ok(Attempt::Unanswered(self, e));
             }
             let holders = self.holders.clone();
             return Ok(Attempt::Busy(self, holders));
         }
-        let lock = self.lock.take().expect("the lock is back");
-        match lock.try_acquire()? {
-            Attempt::Acquired(held) => {
+        match self.lock.try_once()? {
+            SlotTry::Acquired(held) => {
                 self.leave();
                 Ok(Attempt::Acquired(held))
             }
-            Attempt::Busy(lock, holders) => {
-                self.lock = Some(lock);
+            SlotTry::Busy(holders) => {
                 self.holders.clone_from(&holders);
                 Ok(Attempt::Busy(self, holders))
             }
-            Attempt::Unanswered(lock, e) => {
-                self.lock = Some(lock);
-                Ok(Attempt::Unanswered(self, e))
-            }
+            SlotTry::Unanswered(e) => Ok(Attempt::Unanswered(self, e)),
         }
     }
 
@@ -413,7 +416,7 @@ impl Backend for Fair {
             return q.prepare_wait();
         }
         if self.place.is_some() && self.ahead.is_empty() {
-            return self.lock.as_mut().expect("the lock is back").prepare_wait();
+            return self.lock.prepare_wait();
         }
         // Behind others: woken when the nearest place ahead changes where its backend can
         // tell, and looking again every `poll` in any case (try_within).
@@ -431,7 +434,7 @@ impl Backend for Fair {
             return q.wake_fds();
         }
         if self.place.is_some() && self.ahead.is_empty() {
-            return self.lock.as_ref().expect("the lock is back").wake_fds();
+            return self.lock.wake_fds();
         }
         match self.watched.as_ref() {
             Some((_, b, _)) => b.wake_fds(),
@@ -445,7 +448,7 @@ impl Backend for Fair {
             return q.woken();
         }
         if self.place.is_some() && self.ahead.is_empty() {
-            return self.lock.as_mut().expect("the lock is back").woken();
+            return self.lock.woken();
         }
         self.watched.as_mut().is_none_or(|(_, b, _)| b.woken())
     }
@@ -460,19 +463,19 @@ impl Backend for Fair {
         let lock = self
             .ahead
             .is_empty()
-            .then(|| self.lock.as_ref().and_then(|l| l.try_within()))
+            .then(|| self.lock.try_within())
             .flatten();
         [beat, look, lock].into_iter().flatten().min()
     }
 
     fn status(&mut self) -> Result<Vec<Holder>> {
-        self.lock.as_mut().expect("the lock is back").status()
+        self.lock.status()
     }
 
     /// Those of the lock's last try; in line behind others, where the lock was not tried,
     /// those its `status` lists (once: a message shows them).
     fn name_holders(&mut self) -> Vec<Holder> {
-        let lock = self.lock.as_mut().expect("the lock is back");
+        let lock = &mut self.lock;
         let mut named = lock.name_holders();
         if named.is_empty() {
             named = lock.status().unwrap_or_else(|e| {
@@ -486,10 +489,7 @@ impl Backend for Fair {
     }
 
     fn break_lock(&mut self, how: Break, watcher: &mut Watcher) -> Result<BreakOutcome> {
-        self.lock
-            .as_mut()
-            .expect("the lock is back")
-            .break_lock(how, watcher)
+        self.lock.break_lock(how, watcher)
     }
 }
 

@@ -288,7 +288,7 @@ pub fn open(profile: &Profile) -> Result<Box<dyn Backend>> {
         Some((queue, named)) if profile.common.fair => {
             let common = named.common.clone();
             Box::new(fair::Fair::new(
-                Box::new(lock),
+                lock,
                 &profile.name,
                 &common,
                 slots_of(queue, named),

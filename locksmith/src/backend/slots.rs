@@ -289,13 +289,28 @@ impl Slots {
                 }
             }
         }
-        // Every slot busy: once, look where a contender of another number would be — the
-        // lock itself (1 slot), slot N (more than ours), and, where the counter records
-        // another number, that number's slots — so that one who disagrees is told now
-        // rather than when a slot frees (the first attempt of a wait; the number is still
-        // judged at every grant).
-        if self.n > 1 && !self.looked && !self.places {
-            self.looked = true;
+        // Every slot busy: once, look where a contender of another number would be, so that
+        // one who disagrees is told now rather than when a slot frees (the first attempt of
+        // a wait; the number is still judged at every grant). One slot: the lock itself was
+        // busy, so no contender of more slots holds it, and a grant judges the rest.
+        if self.n > 1 {
+            self.judge_number()?;
+        }
+        Ok(SlotTry::Busy(holders))
+    }
+
+    /// Once per acquisition, holding nothing of the lock: `Err` (78) where a contender of
+    /// another number holds it — the lock itself (one slot, for a contender of several),
+    /// slot N (more than ours), and, where the counter records another number, that number's
+    /// slots — or waits in its room ([`agreement`]). Asked by a wait whose slots were all
+    /// busy ([`try_once`](Slots::try_once)), and by a fair line's waiter that waits without
+    /// trying the lock (`fair.rs`), who would otherwise be told only at its turn.
+    pub fn judge_number(&mut self) -> Result<()> {
+        if self.looked || self.places {
+            return Ok(());
+        }
+        self.looked = true;
+        if self.n > 1 {
             for name in [None, Some(self.n)] {
                 let mut other = (self.open)(name);
                 if let Some(h) = other.holder()? {
@@ -306,20 +321,19 @@ impl Slots {
                     return Err(refusal(&self.lock, &recorded, &held_as, &h, self.n));
                 }
             }
-            // The counter's number changes only when none of its slots is held (module
-            // docs): another number recorded and one of its slots held, ours would be
-            // refused when it frees (fewer than recorded: slot N may well be free).
-            let mut first = self.opened(0);
-            let recorded = first.recorded_slots();
-            self.slots[0] = Some(first);
-            let recorded = recorded?;
-            if let Some(m) = recorded
-                && m != self.n
-            {
-                self.say(self.n, None)(m)?;
-            }
         }
-        Ok(SlotTry::Busy(holders))
+        // The counter's number changes only when none of its slots is held (module
+        // docs): another number recorded and one of its slots held, ours would be
+        // refused when it frees (fewer than recorded: slot N may well be free).
+        let mut first = self.opened(0);
+        let recorded = first.recorded_slots();
+        self.slots[0] = Some(first);
+        if let Some(m) = recorded?
+            && m != self.n
+        {
+            self.say(self.n, None)(m)?;
+        }
+        Ok(())
     }
 }
 

@@ -390,8 +390,13 @@ impl Backend for Fair {
         if self.place.is_none() || !self.at_head()? {
             // Waiting without trying the lock: told now, once, where a contender of another
             // number holds it (or waits in its room), not when our turn comes; our place goes
-            // back with us.
-            self.lock.judge_number()?;
+            // back with us. Not while a server does not answer: asked at a later try.
+            if self.unanswered.is_none() {
+                match self.lock.judge_number() {
+                    Err(e) if e.kind() == Kind::Unavailable => self.unanswered = Some(e),
+                    r => r?,
+                }
+            }
             if let Some(e) = self.unanswered.take() {
                 return Ok(Attempt::Unanswered(self, e));
             }

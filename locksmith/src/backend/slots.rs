@@ -310,9 +310,22 @@ impl Slots {
             return Ok(());
         }
         self.looked = true;
+        let judged = self.look_for_another_number();
+        // A server that did not answer: asked again at the next try.
+        if judged
+            .as_ref()
+            .is_err_and(|e| e.kind() == Kind::Unavailable)
+        {
+            self.looked = false;
+        }
+        judged
+    }
+
+    fn look_for_another_number(&mut self) -> Result<()> {
         if self.n > 1 {
             for name in [None, Some(self.n)] {
                 let mut other = (self.open)(name);
+                other.answer_by(self.answer_by);
                 if let Some(h) = other.holder()? {
                     let (recorded, held_as) = match name {
                         None => ("1 slot".to_string(), "the lock itself".to_string()),
@@ -324,10 +337,17 @@ impl Slots {
         }
         // The counter's number changes only when none of its slots is held (module
         // docs): another number recorded and one of its slots held, ours would be
-        // refused when it frees (fewer than recorded: slot N may well be free).
-        let mut first = self.opened(0);
-        let recorded = first.recorded_slots();
-        self.slots[0] = Some(first);
+        // refused when it frees (fewer than recorded: slot N may well be free). Read through
+        // slot 0 where it is open (a busy try's), else through one opened for the read and
+        // closed after (a fair waiter keeps no session more while it waits in line).
+        let recorded = match self.slots[0].as_mut() {
+            Some(first) => first.recorded_slots(),
+            None => {
+                let mut first = (self.open)(self.slot(0));
+                first.answer_by(self.answer_by);
+                first.recorded_slots()
+            }
+        };
         if let Some(m) = recorded?
             && m != self.n
         {

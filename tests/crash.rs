@@ -879,6 +879,72 @@ fn a_killed_locker_s_leftover_is_tidied_by_another_slot_within_sixteen_acquisiti
     }
 }
 
+/// Names planted beside a link lock to look like its leftovers never hang an acquisition nor
+/// reach past themselves: a FIFO and a directory named like unnamed `.tmp` files (judged by
+/// their content locally: neither is a regular file, so neither is judged, and both stay), a
+/// directory named like a dead maker's (not a file: `unlink` refuses it, it stays) and a
+/// symbolic link put in place of a killed locker's own `.tmp` (a dead maker's name: the link
+/// itself is removed, what it points at is untouched). 20 acquisitions, a look among them.
+#[test]
+fn planted_look_alikes_of_link_leftovers_hang_nothing_and_reach_nothing() {
+    let sb = Sandbox::standard();
+    let mut c = sb.cmd(["--wait", "0", "l"]);
+    c.env("LOCKSMITH_TEST_STALL_PUBLISHING_MS", "60000")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut killed = Held::spawn(c);
+    let tmp = || -> Vec<String> {
+        sb.listing()
+            .into_iter()
+            .filter(|n| n.starts_with(".l.lock.") && n.ends_with(".tmp"))
+            .collect()
+    };
+    let t0 = Instant::now();
+    while tmp().is_empty() {
+        assert!(t0.elapsed() < T, "nothing made: {:?}", sb.listing());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    kill9(killed.pid());
+    killed.wait_exit(T);
+    let dead = tmp().pop().unwrap();
+    assert_eq!(
+        dead.split('.').count(),
+        8,
+        "the maker is in the name: {dead}"
+    );
+    // The killed locker's own name, now a symbolic link to a file outside.
+    let outside = sb.join("outside");
+    fs::write(&outside, "keep me").unwrap();
+    fs::remove_file(sb.join(&dead)).unwrap();
+    symlink(&outside, sb.join(&dead)).unwrap();
+    // A dead maker's name (another nonce) on a directory.
+    let mut parts: Vec<String> = dead.split('.').map(str::to_string).collect();
+    parts[3] = "fedcba9876543210".into();
+    let dir = parts.join(".");
+    fs::create_dir(sb.join(&dir)).unwrap();
+    let fifo = ".l.lock.0123456789abcdef.tmp";
+    nix::unistd::mkfifo(
+        &sb.join(fifo),
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+    )
+    .unwrap();
+    let unnamed_dir = ".l.lock.00112233445566aa.tmp";
+    fs::create_dir(sb.join(unnamed_dir)).unwrap();
+    for _ in 0..20 {
+        let o = output_within(sb.cmd(["--wait", "5s", "run", "l", "--", "true"]), T);
+        assert_eq!(code(o.status), 0, "{}", stderr(&o));
+    }
+    let left = tmp();
+    assert!(
+        !left.contains(&dead),
+        "the dead maker's link stays: {left:?}"
+    );
+    for stays in [&dir, &fifo.to_string(), &unnamed_dir.to_string()] {
+        assert!(left.contains(stays), "{stays} went: {left:?}");
+    }
+    assert_eq!(fs::read_to_string(&outside).unwrap(), "keep me");
+}
+
 /// A tombstone a releaser could not remove (a file held open inside past its retries,
 /// GlusterFS's passing ESTALE: the stop's CI of session 29 left one in a counter race) is
 /// never the lock: the next look at the leftovers (one acquisition in 16) removes it, with the

@@ -804,6 +804,28 @@ fn a_killed_lockers_unpublished_directory_is_tidied_within_sixteen_acquisitions(
     );
 }
 
+/// Runs `locksmith ARGS` stalled in its publish (`LOCKSMITH_TEST_STALL_PUBLISHING_MS`), kills
+/// it once `left` lists what it made, and returns that name.
+fn killed_in_its_publish(sb: &Sandbox, args: &[&str], left: &dyn Fn() -> Vec<String>) -> String {
+    let mut c = sb.cmd(args);
+    c.env("LOCKSMITH_TEST_STALL_PUBLISHING_MS", "60000")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut killed = Held::spawn(c);
+    let t0 = Instant::now();
+    while left().is_empty() {
+        assert!(
+            t0.elapsed() < T,
+            "{args:?}: nothing made: {:?}",
+            sb.listing()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    kill9(killed.pid());
+    killed.wait_exit(T);
+    left().pop().unwrap()
+}
+
 /// A locker killed in its try leaves its would-be lock under its private name (mkdir's
 /// `.m.lock.slot-K.<nonce>….new/`, link's `.l.lock.slot-K.<nonce>….tmp`): acquisitions of
 /// the *other* slot remove it too, within 16. Before, only slot K's own holders looked for
@@ -822,19 +844,7 @@ fn a_killed_locker_s_leftover_is_tidied_by_another_slot_within_sixteen_acquisiti
         };
         let slot_of = |h: &Held| crate::slots::field(h.ok(), "slot").map(str::to_string);
         for round in 1.. {
-            let mut c = sb.cmd(["--slots", "2", "--wait", "0", p]);
-            c.env("LOCKSMITH_TEST_STALL_PUBLISHING_MS", "60000")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            let mut killed = Held::spawn(c);
-            let t0 = Instant::now();
-            while left().is_empty() {
-                assert!(t0.elapsed() < T, "{p}: nothing made: {:?}", sb.listing());
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            kill9(killed.pid());
-            killed.wait_exit(T);
-            let leftover = left().pop().unwrap();
+            let leftover = killed_in_its_publish(&sb, &["--slots", "2", "--wait", "0", p], &left);
             let k = leftover[prefix.len()..]
                 .split('.')
                 .next()
@@ -888,25 +898,13 @@ fn a_killed_locker_s_leftover_is_tidied_by_another_slot_within_sixteen_acquisiti
 #[test]
 fn planted_look_alikes_of_link_leftovers_hang_nothing_and_reach_nothing() {
     let sb = Sandbox::standard();
-    let mut c = sb.cmd(["--wait", "0", "l"]);
-    c.env("LOCKSMITH_TEST_STALL_PUBLISHING_MS", "60000")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut killed = Held::spawn(c);
     let tmp = || -> Vec<String> {
         sb.listing()
             .into_iter()
             .filter(|n| n.starts_with(".l.lock.") && n.ends_with(".tmp"))
             .collect()
     };
-    let t0 = Instant::now();
-    while tmp().is_empty() {
-        assert!(t0.elapsed() < T, "nothing made: {:?}", sb.listing());
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    kill9(killed.pid());
-    killed.wait_exit(T);
-    let dead = tmp().pop().unwrap();
+    let dead = killed_in_its_publish(&sb, &["--wait", "0", "l"], &tmp);
     assert_eq!(
         dead.split('.').count(),
         8,
